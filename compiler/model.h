@@ -1,0 +1,50 @@
+// A model as the compiler sees it: the IR graph plus the frontend's own handle on the original.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compiler/input_spec.h"
+#include "ir/graph.h"
+
+namespace rannc {
+
+enum class ModelFormat { kTorchScript, kOnnx };
+
+std::string_view model_format_name(ModelFormat format);
+
+// What a frontend keeps of the original model (the TorchScript module, the ONNX proto) so that
+// emit can rebuild parts of it. Each frontend subclasses it; the rest of the compiler only holds it.
+class ModelSource {
+ public:
+  virtual ~ModelSource() = default;
+};
+
+struct LoadOptions {
+  std::vector<InputSpec> inputs;       // example inputs, by name
+  std::optional<std::int64_t> batch;   // fills a symbolic batch dim not given by an input spec
+};
+
+struct Model {
+  std::string path;
+  ModelFormat format = ModelFormat::kOnnx;
+  ir::Graph graph;
+  std::int64_t batch = 1;  // the batch size the shapes in `graph` were evaluated at
+  std::shared_ptr<const ModelSource> source;
+};
+
+// Reads a TorchScript archive or an ONNX file (chosen by extension, else by content), lowers it
+// to the IR with shapes, dtypes and batch dims. Throws InputError with one line naming the file
+// and the problem for anything it cannot read or does not support.
+Model load_model(const std::string& path, const LoadOptions& options);
+
+// The batch size implied by the options: --batch, else dim 0 of the first input spec.
+std::optional<std::int64_t> requested_batch(const LoadOptions& options);
+
+// Throws InputError when a spec names no model input; `available` lists the model's inputs.
+void check_input_names(const std::string& path, const LoadOptions& options, const std::vector<std::string>& available);
+
+}  // namespace rannc

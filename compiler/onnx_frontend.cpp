@@ -1,0 +1,437 @@
+#include "compiler/onnx_frontend.h"
+
+#include <google/protobuf/stubs/logging.h>
+#include <onnx/checker.h>
+#include <onnx/defs/schema.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "ir/batch_dims.h"
+#include "support/error.h"
+
+namespace rannc {
+namespace {
+
+using onnx::TensorProto;
+
+// Int tensors up to this size (shape vectors, axes) keep their values: shape inference needs
+// them to follow Reshape/Expand targets, and the IR records them as literals.
+constexpr int kSmallTensor = 64;
+
+ir::DType to_dtype(int elem_type) {
+  switch (elem_type) {
+    case TensorProto::FLOAT: return ir::DType::kFloat32;
+    case TensorProto::DOUBLE: return ir::DType::kFloat64;
+    case TensorProto::FLOAT16: return ir::DType::kFloat16;
+    case TensorProto::BFLOAT16: return ir::DType::kBFloat16;
+    case TensorProto::INT64: return ir::DType::kInt64;
+    case TensorProto::INT32: return ir::DType::kInt32;
+    case TensorProto::INT16: return ir::DType::kInt16;
+    case TensorProto::INT8: return ir::DType::kInt8;
+    case TensorProto::UINT8: return ir::DType::kUInt8;
+    case TensorProto::BOOL: return ir::DType::kBool;
+    case TensorProto::COMPLEX64: return ir::DType::kComplex64;
+    case TensorProto::COMPLEX128: return ir::DType::kComplex128;
+    default: return ir::DType::kUnknown;
+  }
+}
+
+std::string op_kind(const onnx::NodeProto& node) {
+  bool default_domain = node.domain().empty() || node.domain() == "ai.onnx";
+  return (default_domain ? std::string("onnx") : node.domain()) + "::" + node.op_type();
+}
+
+std::string node_label(const onnx::NodeProto& node, int index) {
+  return node.name().empty() ? "#" + std::to_string(index) : "'" + node.name() + "'";
+}
+
+std::shared_ptr<onnx::ModelProto> parse_model(const std::string& path) {
+  auto proto = std::make_shared<onnx::ModelProto>();
+  std::ifstream in(path, std::ios::binary);
+  if (!proto->ParseFromIstream(&in)) throw InputError(path + ": not an ONNX model (the protobuf does not parse)");
+  if (!proto->has_graph() || proto->graph().node_size() == 0) throw InputError(path + ": not an ONNX model (no graph)");
+  return proto;
+}
+
+// Rejects ops outside the ONNX standard (custom domains, unknown op types) with a message that
+// names them; the checker would reject them too, but less clearly.
+void check_ops_known(const std::string& path, const onnx::ModelProto& proto) {
+  std::map<std::string, int> opsets;
+  for (const auto& import : proto.opset_import()) opsets[import.domain()] = static_cast<int>(import.version());
+  const auto& nodes = proto.graph().node();
+  for (int i = 0; i < nodes.size(); ++i) {
+    const auto& node = nodes[i];
+    std::string domain = node.domain() == "ai.onnx" ? "" : node.domain();
+    int version = opsets.count(domain) ? opsets[domain] : opsets[""];
+    if (!onnx::OpSchemaRegistry::Schema(node.op_type(), version, domain)) {
+      throw InputError(path + ": unsupported op '" + op_kind(node) + "' (node " + node_label(node, i) + ")");
+    }
+  }
+}
+
+void check_structure(const std::string& path, const onnx::ModelProto& proto) {
+  try {
+    onnx::checker::check_model(proto);
+  } catch (const std::exception& e) {
+    throw InputError(path + ": invalid ONNX model: " + first_line(e.what()));
+  }
+}
+
+std::set<std::string> initializer_names(const onnx::GraphProto& graph) {
+  std::set<std::string> names;
+  for (const auto& init : graph.initializer()) names.insert(init.name());
+  return names;
+}
+
+// The model's batch inputs: graph inputs that are not initializers (older exports list both).
+std::vector<const onnx::ValueInfoProto*> batch_inputs(const onnx::GraphProto& graph) {
+  auto initializers = initializer_names(graph);
+  std::vector<const onnx::ValueInfoProto*> inputs;
+  for (const auto& input : graph.input()) {
+    if (!initializers.count(input.name())) inputs.push_back(&input);
+  }
+  return inputs;
+}
+
+// Concrete dims of each model input at the requested batch: an --input spec gives all of them,
+// a symbolic dim 0 takes the batch, and any other symbolic dim needs a spec.
+std::map<std::string, std::vector<std::int64_t>> resolve_input_dims(const std::string& path,
+                                                                     const onnx::GraphProto& graph,
+                                                                     const LoadOptions& options, std::int64_t batch) {
+  std::map<std::string, std::vector<std::int64_t>> dims;
+  for (const auto* input : batch_inputs(graph)) {
+    const auto& shape = input->type().tensor_type().shape();
+    auto spec = std::find_if(options.inputs.begin(), options.inputs.end(),
+                             [&](const InputSpec& s) { return s.name == input->name(); });
+    if (spec != options.inputs.end()) {
+      if (input->type().tensor_type().has_shape() && spec->dims.size() != static_cast<std::size_t>(shape.dim_size())) {
+        throw InputError(path + ": --input '" + spec->name + "' has " + std::to_string(spec->dims.size()) +
+                         " dims but the model input has " + std::to_string(shape.dim_size()));
+      }
+      dims[input->name()] = spec->dims;
+      continue;
+    }
+    std::vector<std::int64_t> resolved;
+    for (int d = 0; d < shape.dim_size(); ++d) {
+      const auto& dim = shape.dim(d);
+      if (dim.has_dim_value()) {
+        resolved.push_back(dim.dim_value());
+      } else if (d == 0) {
+        resolved.push_back(batch);
+      } else {
+        throw InputError(path + ": input '" + input->name() + "' dim " + std::to_string(d) + " is symbolic ('" +
+                         dim.dim_param() + "'); give its shape with --input " + input->name() + ":DIMS");
+      }
+    }
+    dims[input->name()] = resolved;
+  }
+  return dims;
+}
+
+// A copy of the model for shape inference: concrete input dims, no stored shapes to clash with,
+// and no bulk weight data.
+onnx::ModelProto inference_skeleton(const onnx::ModelProto& proto,
+                                    const std::map<std::string, std::vector<std::int64_t>>& input_dims) {
+  onnx::ModelProto skeleton;
+  skeleton.CopyFrom(proto);
+  auto* graph = skeleton.mutable_graph();
+  for (auto& init : *graph->mutable_initializer()) {
+    std::int64_t numel = 1;
+    for (auto dim : init.dims()) numel *= dim;
+    if (numel > kSmallTensor) {
+      init.clear_raw_data();
+      init.clear_float_data();
+      init.clear_double_data();
+      init.clear_int32_data();
+      init.clear_int64_data();
+    }
+  }
+  graph->clear_value_info();
+  for (auto& output : *graph->mutable_output()) output.mutable_type()->mutable_tensor_type()->clear_shape();
+  for (auto& input : *graph->mutable_input()) {
+    auto it = input_dims.find(input.name());
+    if (it == input_dims.end()) continue;
+    auto* shape = input.mutable_type()->mutable_tensor_type()->mutable_shape();
+    shape->clear_dim();
+    for (auto dim : it->second) shape->add_dim()->set_dim_value(dim);
+  }
+  return skeleton;
+}
+
+using TypeMap = std::unordered_map<std::string, onnx::TypeProto>;
+
+// Runs ONNX shape inference and returns the type of every named value.
+TypeMap infer_types(onnx::ModelProto skeleton, bool strict) {
+  onnx::ShapeInferenceOptions options(/*check_type=*/false, /*error_mode=*/strict ? 1 : 0, /*data_prop=*/true);
+  onnx::shape_inference::InferShapes(skeleton, onnx::OpSchemaRegistry::Instance(), options);
+  TypeMap types;
+  const auto& graph = skeleton.graph();
+  for (const auto& list : {graph.input(), graph.value_info(), graph.output()}) {
+    for (const auto& info : list) types[info.name()] = info.type();
+  }
+  return types;
+}
+
+ir::TensorType to_tensor_type(const onnx::TypeProto& type) {
+  ir::TensorType result;
+  const auto& tensor = type.tensor_type();
+  result.dtype = to_dtype(tensor.elem_type());
+  result.rank_known = tensor.has_shape();
+  for (const auto& dim : tensor.shape().dim()) result.shape.push_back(dim.has_dim_value() ? dim.dim_value() : -1);
+  return result;
+}
+
+std::vector<std::int64_t> dims_of(const TensorProto& tensor) { return {tensor.dims().begin(), tensor.dims().end()}; }
+
+// The values of a small int64/int32 tensor stored inline, else monostate.
+ir::Literal small_int_literal(const TensorProto& tensor) {
+  std::int64_t numel = 1;
+  for (auto dim : tensor.dims()) numel *= dim;
+  if (numel > kSmallTensor || tensor.data_location() == TensorProto::EXTERNAL) return {};
+  std::vector<std::int64_t> values;
+  if (tensor.data_type() == TensorProto::INT64) {
+    if (tensor.has_raw_data()) {
+      values.resize(tensor.raw_data().size() / sizeof(std::int64_t));
+      std::memcpy(values.data(), tensor.raw_data().data(), values.size() * sizeof(std::int64_t));
+    } else {
+      values.assign(tensor.int64_data().begin(), tensor.int64_data().end());
+    }
+  } else if (tensor.data_type() == TensorProto::INT32 && !tensor.has_raw_data()) {
+    values.assign(tensor.int32_data().begin(), tensor.int32_data().end());
+  } else {
+    return {};
+  }
+  return values;
+}
+
+ir::Literal attribute_literal(const onnx::AttributeProto& attr) {
+  switch (attr.type()) {
+    case onnx::AttributeProto::INT: return attr.i();
+    case onnx::AttributeProto::FLOAT: return static_cast<double>(attr.f());
+    case onnx::AttributeProto::STRING: return attr.s();
+    case onnx::AttributeProto::INTS: return std::vector<std::int64_t>(attr.ints().begin(), attr.ints().end());
+    case onnx::AttributeProto::FLOATS: return std::vector<double>(attr.floats().begin(), attr.floats().end());
+    case onnx::AttributeProto::TENSOR: {
+      auto literal = small_int_literal(attr.t());
+      return literal.index() == 0 ? ir::Literal(std::string("<tensor>")) : literal;
+    }
+    case onnx::AttributeProto::GRAPH: return std::string("<graph>");
+    default: return std::string("<unsupported attribute type>");
+  }
+}
+
+// Names a subgraph reads from the enclosing scope: ONNX lets Loop/If/Scan bodies use outer
+// values directly. They become explicit inputs of the op, so that a stage that runs the op
+// also holds, e.g., the embedding table a Loop body gathers from.
+void collect_outer_reads(const onnx::GraphProto& graph, std::set<std::string> defined, std::set<std::string>& reads) {
+  for (const auto& input : graph.input()) defined.insert(input.name());
+  for (const auto& init : graph.initializer()) defined.insert(init.name());
+  for (const auto& node : graph.node()) {
+    for (const auto& name : node.input()) {
+      if (!name.empty() && !defined.count(name)) reads.insert(name);
+    }
+    for (const auto& attr : node.attribute()) {
+      if (attr.has_g()) collect_outer_reads(attr.g(), defined, reads);
+      for (const auto& sub : attr.graphs()) collect_outer_reads(sub, defined, reads);
+    }
+    for (const auto& name : node.output()) defined.insert(name);
+  }
+}
+
+std::vector<std::string> subgraph_outer_reads(const onnx::NodeProto& node) {
+  std::set<std::string> reads;
+  for (const auto& attr : node.attribute()) {
+    if (attr.has_g()) collect_outer_reads(attr.g(), {}, reads);
+    for (const auto& sub : attr.graphs()) collect_outer_reads(sub, {}, reads);
+  }
+  return {reads.begin(), reads.end()};
+}
+
+// Builds the IR from the proto and the inferred types.
+class GraphBuilder {
+ public:
+  GraphBuilder(const std::string& path, const TypeMap& types) : path_(path), types_(types) {}
+
+  ir::Graph build(const onnx::ModelProto& proto, const std::map<std::string, std::vector<std::int64_t>>& input_dims) {
+    const auto& graph = proto.graph();
+    add_inputs(graph, input_dims);
+    add_initializers(graph);
+    for (int i = 0; i < graph.node_size(); ++i) add_node(graph.node(i), i);
+    for (const auto& output : graph.output()) graph_.add_model_output(lookup(output.name(), "graph output"));
+    return std::move(graph_);
+  }
+
+  const std::map<std::string, ir::ValueId>& ids() const { return ids_; }
+
+ private:
+  void add_inputs(const onnx::GraphProto& graph, const std::map<std::string, std::vector<std::int64_t>>& input_dims) {
+    for (const auto* input : batch_inputs(graph)) {
+      ir::Value value;
+      value.name = input->name();
+      value.role = ir::ValueRole::kModelInput;
+      value.type = to_tensor_type(input->type());
+      value.type.shape = input_dims.at(input->name());
+      value.type.rank_known = true;
+      define(std::move(value));
+    }
+  }
+
+  // ONNX does not tell trainable weights from buffers. Float initializers are parameters, except
+  // the running statistics a BatchNormalization reads (inputs 3 and 4); others are buffers.
+  void add_initializers(const onnx::GraphProto& graph) {
+    std::set<std::string> statistics;
+    for (const auto& node : graph.node()) {
+      if (node.op_type() != "BatchNormalization") continue;
+      for (int i = 3; i < node.input_size() && i <= 4; ++i) statistics.insert(node.input(i));
+    }
+    for (const auto& init : graph.initializer()) {
+      ir::Value value;
+      value.name = init.name();
+      value.type.dtype = to_dtype(init.data_type());
+      value.type.shape = dims_of(init);
+      bool trainable = ir::is_floating_point(value.type.dtype) && !statistics.count(init.name());
+      value.role = trainable ? ir::ValueRole::kParam : ir::ValueRole::kBuffer;
+      value.literal = small_int_literal(init);
+      define(std::move(value));
+    }
+  }
+
+  void add_node(const onnx::NodeProto& node, int index) {
+    std::vector<ir::ValueId> inputs;
+    for (const auto& name : node.input()) inputs.push_back(name.empty() ? absent_value() : lookup(name, node_label(node, index)));
+    for (const auto& name : subgraph_outer_reads(node)) inputs.push_back(lookup(name, node_label(node, index)));
+    std::vector<ir::ValueId> outputs;
+    for (const auto& name : node.output()) outputs.push_back(define(intermediate(name)));
+    ir::OpId op = graph_.add_op(op_kind(node), std::move(inputs), outputs, index);
+    for (const auto& attr : node.attribute()) graph_.op(op).attrs[attr.name()] = attribute_literal(attr);
+    if (node.op_type() == "Constant" && node.attribute_size() == 1 && node.attribute(0).has_t()) {
+      graph_.value(outputs.front()).literal = small_int_literal(node.attribute(0).t());
+    }
+  }
+
+  ir::Value intermediate(const std::string& name) {
+    ir::Value value;
+    value.name = name;
+    auto type = types_.find(name);
+    if (type != types_.end() && type->second.has_tensor_type()) {
+      value.type = to_tensor_type(type->second);
+    } else if (type != types_.end()) {
+      value.kind = ir::ValueKind::kOther;  // sequences and optionals
+    } else {
+      value.type.rank_known = false;
+    }
+    return value;
+  }
+
+  // An omitted optional input (an empty name): its own none value, so positions keep their meaning.
+  ir::ValueId absent_value() {
+    ir::Value value;
+    value.kind = ir::ValueKind::kNone;
+    return graph_.add_value(std::move(value));
+  }
+
+  ir::ValueId define(ir::Value value) {
+    std::string name = value.name;
+    ir::ValueId id = graph_.add_value(std::move(value));
+    if (!name.empty()) ids_[name] = id;
+    return id;
+  }
+
+  ir::ValueId lookup(const std::string& name, const std::string& user) {
+    auto it = ids_.find(name);
+    if (it == ids_.end()) throw InputError(path_ + ": node " + user + " reads '" + name + "', which nothing defines");
+    return it->second;
+  }
+
+  const std::string& path_;
+  const TypeMap& types_;
+  ir::Graph graph_;
+  std::map<std::string, ir::ValueId> ids_;
+};
+
+// The size a symbolic batch dim takes: --batch, else that of the first --input, else a fixed
+// batch dim of another input, else 1.
+std::int64_t symbolic_batch(const onnx::GraphProto& graph, const LoadOptions& options) {
+  if (auto batch = requested_batch(options)) return *batch;
+  for (const auto* input : batch_inputs(graph)) {
+    const auto& shape = input->type().tensor_type().shape();
+    if (shape.dim_size() > 0 && shape.dim(0).has_dim_value()) return shape.dim(0).dim_value();
+  }
+  return 1;
+}
+
+std::map<std::string, std::vector<std::int64_t>> with_doubled_batch(std::map<std::string, std::vector<std::int64_t>> dims) {
+  for (auto& [name, shape] : dims) {
+    if (!shape.empty()) shape[0] *= 2;
+  }
+  return dims;
+}
+
+// Shapes at twice the batch, by value id, for ir::assign_batch_dims. A model that cannot be
+// evaluated at another batch (a fixed Reshape target, say) leaves them unknown.
+void assign_batch_dims(ir::Graph& graph, const std::map<std::string, ir::ValueId>& ids, const onnx::ModelProto& proto,
+                       const std::map<std::string, std::vector<std::int64_t>>& input_dims, std::int64_t batch) {
+  std::vector<std::vector<std::int64_t>> other(graph.values().size());
+  std::vector<bool> known(graph.values().size(), false);
+  try {
+    auto doubled = with_doubled_batch(input_dims);
+    TypeMap types = infer_types(inference_skeleton(proto, doubled), /*strict=*/false);
+    for (const auto& [name, id] : ids) {
+      auto type = types.find(name);
+      if (type == types.end() || !type->second.has_tensor_type()) continue;
+      auto tensor = to_tensor_type(type->second);
+      if (!tensor.rank_known) continue;
+      other[static_cast<std::size_t>(id)] = tensor.shape;
+      known[static_cast<std::size_t>(id)] = true;
+    }
+    for (const auto& [name, shape] : doubled) {
+      other[static_cast<std::size_t>(ids.at(name))] = shape;
+      known[static_cast<std::size_t>(ids.at(name))] = true;
+    }
+  } catch (const std::exception&) {
+    std::fill(known.begin(), known.end(), false);
+  }
+  ir::propagate_batch_dependence(graph);
+  ir::assign_batch_dims(graph, batch, other, known);
+}
+
+}  // namespace
+
+Model load_onnx(const std::string& path, const LoadOptions& options) {
+  google::protobuf::SetLogHandler(nullptr);  // parse failures become our one-line error, not log noise
+  auto proto = parse_model(path);
+  check_ops_known(path, *proto);
+  check_structure(path, *proto);
+  const auto& graph_proto = proto->graph();
+  std::vector<std::string> input_names;
+  for (const auto* input : batch_inputs(graph_proto)) input_names.push_back(input->name());
+  check_input_names(path, options, input_names);
+
+  Model model;
+  model.path = path;
+  model.format = ModelFormat::kOnnx;
+  auto input_dims = resolve_input_dims(path, graph_proto, options, symbolic_batch(graph_proto, options));
+  auto inputs = batch_inputs(graph_proto);
+  const auto& first_dims = inputs.empty() ? std::vector<std::int64_t>{} : input_dims.at(inputs.front()->name());
+  model.batch = first_dims.empty() ? 1 : first_dims.front();
+  TypeMap types;
+  try {
+    types = infer_types(inference_skeleton(*proto, input_dims), /*strict=*/true);
+  } catch (const std::exception& e) {
+    throw InputError(path + ": shape inference failed: " + first_line(e.what()));
+  }
+  GraphBuilder builder(path, types);
+  model.graph = builder.build(*proto, input_dims);
+  assign_batch_dims(model.graph, builder.ids(), *proto, input_dims, model.batch);
+  model.source = std::make_shared<OnnxModelSource>(proto);
+  return model;
+}
+
+}  // namespace rannc

@@ -1,0 +1,487 @@
+// The TorchScript frontend (part of the torch plugin).
+//
+// Steps: load; inline forward; turn module attribute reads into graph inputs (one per distinct
+// weight tensor, named as in named_parameters()) and constants; fold constants and remove
+// mutation; then run the graph once on the example inputs with every intermediate registered as
+// an output, which records the shape and dtype of every value (torch 1.13's static shape passes
+// type only a few percent of real graphs, see TOOLCHAIN.md). A second run at twice the batch
+// shows which dim of each tensor is the batch dim.
+#include <torch/csrc/jit/passes/constant_propagation.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/passes/loop_unrolling.h>
+#include <torch/csrc/jit/passes/remove_mutation.h>
+#include <torch/csrc/jit/runtime/graph_iterator.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+
+#include <map>
+#include <optional>
+#include <set>
+#include <tuple>
+
+#include "compiler/torchscript_source.h"
+#include "ir/batch_dims.h"
+#include "support/error.h"
+
+namespace rannc {
+namespace {
+
+using torch::jit::Node;
+using torch::jit::Value;
+
+std::string torch_message(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return first_line(c10_error->what_without_backtrace());
+  return first_line(e.what());
+}
+
+ir::DType to_dtype(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return ir::DType::kFloat32;
+    case at::kDouble: return ir::DType::kFloat64;
+    case at::kHalf: return ir::DType::kFloat16;
+    case at::kBFloat16: return ir::DType::kBFloat16;
+    case at::kLong: return ir::DType::kInt64;
+    case at::kInt: return ir::DType::kInt32;
+    case at::kShort: return ir::DType::kInt16;
+    case at::kChar: return ir::DType::kInt8;
+    case at::kByte: return ir::DType::kUInt8;
+    case at::kBool: return ir::DType::kBool;
+    case at::kComplexFloat: return ir::DType::kComplex64;
+    case at::kComplexDouble: return ir::DType::kComplex128;
+    default: return ir::DType::kUnknown;
+  }
+}
+
+std::optional<at::ScalarType> to_scalar_type(ir::DType dtype) {
+  switch (dtype) {
+    case ir::DType::kFloat32: return at::kFloat;
+    case ir::DType::kFloat64: return at::kDouble;
+    case ir::DType::kFloat16: return at::kHalf;
+    case ir::DType::kBFloat16: return at::kBFloat16;
+    case ir::DType::kInt64: return at::kLong;
+    case ir::DType::kInt32: return at::kInt;
+    case ir::DType::kInt16: return at::kShort;
+    case ir::DType::kInt8: return at::kChar;
+    case ir::DType::kUInt8: return at::kByte;
+    case ir::DType::kBool: return at::kBool;
+    default: return std::nullopt;
+  }
+}
+
+// A tensor's memory: tied weights are two module attributes holding one tensor (or, after a
+// save and load, two tensors viewing one storage the same way).
+using TensorKey = std::tuple<const void*, std::int64_t, std::vector<std::int64_t>, std::vector<std::int64_t>, int>;
+
+TensorKey key_of(const at::Tensor& t) {
+  return {t.data_ptr(), t.storage_offset(), t.sizes().vec(), t.strides().vec(), static_cast<int>(t.scalar_type())};
+}
+
+struct NamedWeight {
+  std::string name;
+  at::Tensor tensor;
+  bool trainable;
+};
+
+// Every distinct weight of the module in named_parameters() then named_buffers() order; a tied
+// weight keeps its first name, as Python's parameters() does.
+std::map<TensorKey, NamedWeight> distinct_weights(const torch::jit::Module& module, std::vector<TensorKey>& order) {
+  std::map<TensorKey, NamedWeight> weights;
+  auto add = [&](const std::string& name, const at::Tensor& tensor, bool trainable) {
+    if (!tensor.defined()) return;
+    auto key = tensor.numel() == 0 ? TensorKey{nullptr, static_cast<std::int64_t>(order.size()), {}, {}, -1}
+                                   : key_of(tensor);
+    if (weights.emplace(key, NamedWeight{name, tensor, trainable}).second) order.push_back(key);
+  };
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) add(p.name, p.value, true);
+  for (const auto& b : module.named_buffers(/*recurse=*/true)) add(b.name, b.value, false);
+  return weights;
+}
+
+class TorchScriptLowering {
+ public:
+  TorchScriptLowering(const std::string& path, torch::jit::Module module) : path_(path), module_(std::move(module)) {}
+
+  // Returns the lowered forward graph; fills source.weights.
+  std::shared_ptr<torch::jit::Graph> lower(TorchScriptSource& source) {
+    auto graph = module_.get_method("forward").graph()->copy();
+    torch::jit::Inline(*graph);
+    weights_ = distinct_weights(module_, weight_order_);
+    resolve_attributes(graph);
+    graph->eraseInput(0);  // self: nothing reads it any more
+    torch::jit::ConstantPropagation(graph);
+    torch::jit::EliminateDeadCode(graph);
+    torch::jit::RemoveListMutation(graph);
+    torch::jit::RemoveTensorMutation(graph);
+    torch::jit::EliminateDeadCode(graph);
+    source.weights = std::move(used_weights_);
+    return graph;
+  }
+
+  // Weights of the module that forward never reads: still parameters of the model.
+  std::vector<TorchScriptSource::Weight> unused_weights() const {
+    std::vector<TorchScriptSource::Weight> unused;
+    for (const auto& key : weight_order_) {
+      if (weight_inputs_.count(key)) continue;
+      const auto& w = weights_.at(key);
+      unused.push_back({w.name, w.tensor, w.trainable});
+    }
+    return unused;
+  }
+
+ private:
+  void resolve_attributes(std::shared_ptr<torch::jit::Graph>& graph) {
+    std::unordered_map<Value*, c10::IValue> objects{{graph->inputs().at(0), module_._ivalue()}};
+    std::vector<Node*> resolved;
+    for (torch::jit::DepthFirstGraphNodeIterator it(graph); Node* node = it.next();) {
+      if (node->kind() == c10::prim::SetAttr) {
+        throw InputError(path_ + ": forward assigns module attribute '" + node->s(c10::attr::name) +
+                         "'; models that change their own attributes are not supported");
+      }
+      if (node->kind() != c10::prim::GetAttr) continue;
+      auto owner = objects.find(node->input());
+      if (owner == objects.end()) continue;  // an attribute of something other than a module
+      const std::string& name = node->s(c10::attr::name);
+      c10::IValue value = owner->second.toObject()->getAttr(name);
+      if (value.isObject()) {
+        objects[node->output()] = value;
+      } else {
+        node->output()->replaceAllUsesWith(lowered_attribute(*graph, node, name, value));
+      }
+      resolved.push_back(node);
+    }
+    for (auto it = resolved.rbegin(); it != resolved.rend(); ++it) (*it)->destroy();
+  }
+
+  Value* lowered_attribute(torch::jit::Graph& graph, Node* node, const std::string& name, const c10::IValue& value) {
+    if (value.isTensor() && value.toTensor().defined()) return weight_input(graph, value.toTensor(), name);
+    torch::jit::WithInsertPoint insert_point(node);
+    if (auto constant = graph.insertConstant(value, c10::nullopt, node->scope()); constant) return constant;
+    throw InputError(path_ + ": cannot lower module attribute '" + name + "' of type " + value.tagKind());
+  }
+
+  Value* weight_input(torch::jit::Graph& graph, const at::Tensor& tensor, const std::string& attribute) {
+    auto key = key_of(tensor);
+    if (auto it = weight_inputs_.find(key); it != weight_inputs_.end()) return it->second;
+    auto known = weights_.find(key);
+    // A tensor attribute that is neither parameter nor buffer (a plain attribute) is a constant
+    // of the model: it travels as a buffer.
+    NamedWeight weight = known != weights_.end() ? known->second : NamedWeight{attribute, tensor, false};
+    Value* input = graph.addInput();
+    input->setType(c10::TensorType::create(tensor));
+    used_weights_.push_back({weight.name, weight.tensor, weight.trainable});
+    return weight_inputs_[key] = input;
+  }
+
+  const std::string& path_;
+  torch::jit::Module module_;
+  std::map<TensorKey, NamedWeight> weights_;
+  std::vector<TensorKey> weight_order_;
+  std::map<TensorKey, Value*> weight_inputs_;
+  std::vector<TorchScriptSource::Weight> used_weights_;
+};
+
+void reject_unsupported(const std::string& path, torch::jit::Graph& graph) {
+  for (Node* node : graph.nodes()) {
+    if (!node->blocks().empty()) {
+      throw InputError(path + ": forward has data-dependent control flow (" + std::string(node->kind().toQualString()) +
+                       "); trace the model or make the condition constant");
+    }
+    if (node->kind() == c10::prim::GetAttr || node->kind() == c10::prim::CallMethod ||
+        node->kind() == c10::prim::CallFunction) {
+      throw InputError(path + ": unsupported op '" + std::string(node->kind().toQualString()) + "' in forward");
+    }
+  }
+}
+
+
+// Whether a value is computed from tensor metadata (ranks, sizes, dtypes, None checks) and
+// constants only, never from tensor contents.
+bool depends_only_on_shapes(const Value* value, std::unordered_map<const Value*, bool>& memo) {
+  if (auto it = memo.find(value); it != memo.end()) return it->second;
+  static const std::set<c10::Symbol> kMetadataQueries = {
+      c10::aten::dim, c10::aten::size, c10::aten::len, c10::Symbol::aten("numel"), c10::prim::dtype, c10::prim::device,
+      c10::aten::__is__, c10::aten::__isnot__, c10::aten::is_floating_point};
+  const Node* node = value->node();
+  bool result = node->kind() == c10::prim::Constant;
+  if (!result && node->kind() != c10::prim::Param && node->blocks().empty()) {
+    bool metadata = kMetadataQueries.count(node->kind()) > 0;
+    result = true;
+    for (const Value* input : node->inputs()) {
+      bool tensor = input->type()->isSubtypeOf(*c10::TensorType::get());
+      result = result && (tensor ? metadata : depends_only_on_shapes(input, memo));
+    }
+  }
+  return memo[value] = result;
+}
+
+// Replaces the condition of each prim::If and the trip count of each prim::Loop that depend
+// only on shapes (scripted input checks such as batch_norm's size loop) with their recorded
+// values; constant propagation and loop unrolling then keep just the code that ran.
+bool fold_shape_control_flow(torch::jit::Graph& graph, const std::vector<c10::IValue>& recorded) {
+  std::unordered_map<const Value*, c10::IValue> values;
+  std::size_t next = 0;
+  for (Node* node : graph.nodes()) {
+    for (const Value* output : node->outputs()) values[output] = recorded.at(next++);
+  }
+  std::unordered_map<const Value*, bool> memo;
+  bool folded = false;
+  for (Node* node : graph.nodes()) {
+    bool is_if = node->kind() == c10::prim::If, is_loop = node->kind() == c10::prim::Loop;
+    if (!is_if && !is_loop) continue;
+    if (!depends_only_on_shapes(node->input(0), memo)) continue;
+    if (is_loop && !depends_only_on_shapes(node->input(1), memo)) continue;
+    auto known = values.find(node->input(0));
+    if (known == values.end() || node->input(0)->node()->kind() == c10::prim::Constant) continue;
+    torch::jit::WithInsertPoint insert_point(node);
+    node->replaceInput(0, graph.insertConstant(known->second));
+    folded = true;
+  }
+  return folded;
+}
+
+torch::jit::Module load_module(const std::string& path) {
+  try {
+    return torch::jit::load(path);
+  } catch (const std::exception& e) {
+    throw InputError(path + ": cannot load TorchScript: " + torch_message(e));
+  }
+}
+
+std::string input_name(const Value* input) { return input->debugNameBase(); }
+
+// Example tensors for the model inputs, from the specs; floats are random with a fixed seed and
+// integer inputs (token ids, indices, offsets) are zeros, which every lookup accepts.
+std::vector<at::Tensor> example_inputs(const std::string& path, const std::vector<InputSpec>& specs, std::int64_t scale) {
+  auto generator = at::detail::createCPUGenerator(/*seed=*/0);
+  std::vector<at::Tensor> tensors;
+  for (const auto& spec : specs) {
+    auto type = to_scalar_type(spec.dtype);
+    if (!type) throw InputError(path + ": --input '" + spec.name + "': dtype " + std::string(ir::dtype_name(spec.dtype)) + " is not supported");
+    auto dims = spec.dims;
+    dims[0] *= scale;
+    auto options = at::TensorOptions().dtype(*type);
+    tensors.push_back(at::isFloatingType(*type) ? at::randn(dims, generator, options) : at::zeros(dims, options));
+  }
+  return tensors;
+}
+
+// Runs a copy of the lowered graph with every node output registered as a graph output and
+// returns those outputs, in node order.
+std::vector<c10::IValue> record_values(torch::jit::Graph& lowered, const std::vector<at::Tensor>& inputs,
+                                       const std::vector<TorchScriptSource::Weight>& weights) {
+  auto graph = lowered.copy();
+  auto original_outputs = graph->outputs().size();
+  for (Node* node : graph->nodes()) {
+    for (Value* output : node->outputs()) graph->registerOutput(output);
+  }
+  torch::jit::Stack stack(inputs.begin(), inputs.end());
+  // Buffers are copied: a training-mode forward updates BatchNorm statistics in place.
+  for (const auto& w : weights) stack.emplace_back(w.trainable ? w.tensor : w.tensor.clone());
+  torch::NoGradGuard no_grad;
+  torch::jit::Code code(graph, "record");
+  torch::jit::InterpreterState(code).run(stack);
+  return {stack.begin() + static_cast<std::ptrdiff_t>(original_outputs), stack.end()};
+}
+
+void set_value_from_ivalue(ir::Value& value, const c10::IValue& recorded) {
+  if (recorded.isTensor()) {
+    const auto& t = recorded.toTensor();
+    value.kind = ir::ValueKind::kTensor;
+    value.type.shape = t.sizes().vec();
+    value.type.dtype = to_dtype(t.scalar_type());
+  } else if (recorded.isInt()) {
+    value.kind = ir::ValueKind::kInt;
+    value.literal = recorded.toInt();
+  } else if (recorded.isDouble()) {
+    value.kind = ir::ValueKind::kFloat;
+    value.literal = recorded.toDouble();
+  } else if (recorded.isBool()) {
+    value.kind = ir::ValueKind::kBool;
+    value.literal = recorded.toBool();
+  } else if (recorded.isIntList()) {
+    value.kind = ir::ValueKind::kIntList;
+    value.literal = recorded.toIntVector();
+  } else if (recorded.isDoubleList()) {
+    value.kind = ir::ValueKind::kFloatList;
+    value.literal = recorded.toDoubleVector();
+  } else if (recorded.isString()) {
+    value.kind = ir::ValueKind::kString;
+    value.literal = recorded.toStringRef();
+  } else if (recorded.isNone()) {
+    value.kind = ir::ValueKind::kNone;
+  } else {
+    value.kind = ir::ValueKind::kOther;
+  }
+}
+
+ir::Value weight_value(const TorchScriptSource::Weight& weight) {
+  ir::Value value;
+  value.name = weight.name;
+  value.role = weight.trainable ? ir::ValueRole::kParam : ir::ValueRole::kBuffer;
+  value.type.shape = weight.tensor.sizes().vec();
+  value.type.dtype = to_dtype(weight.tensor.scalar_type());
+  return value;
+}
+
+// Builds the IR from the lowered graph and the values recorded for its node outputs.
+ir::Graph build_graph(TorchScriptSource& source, const std::vector<InputSpec>& specs,
+                      const std::vector<c10::IValue>& recorded, std::unordered_map<const Value*, ir::ValueId>& ids) {
+  ir::Graph graph;
+  const auto& inputs = source.graph->inputs();
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    ir::Value value;
+    if (i < specs.size()) {
+      value.name = specs[i].name;
+      value.role = ir::ValueRole::kModelInput;
+      value.type.shape = specs[i].dims;
+      value.type.dtype = specs[i].dtype;
+    } else {
+      value = weight_value(source.weights[i - specs.size()]);
+    }
+    ids[inputs[i]] = graph.add_value(std::move(value));
+  }
+  std::size_t next_recorded = 0;
+  for (Node* node : source.graph->nodes()) {
+    std::vector<ir::ValueId> op_inputs, op_outputs;
+    for (const Value* input : node->inputs()) op_inputs.push_back(ids.at(input));
+    for (const Value* output : node->outputs()) {
+      ir::Value value;
+      value.name = output->debugName();
+      set_value_from_ivalue(value, recorded.at(next_recorded++));
+      op_outputs.push_back(ids[output] = graph.add_value(std::move(value)));
+    }
+    graph.add_op(node->kind().toQualString(), std::move(op_inputs), std::move(op_outputs),
+                 static_cast<std::int64_t>(source.nodes.size()));
+    source.nodes.push_back(node);
+  }
+  return graph;
+}
+
+// A forward that returns a tuple has the tuple's elements as model outputs. Outputs whose jit
+// names are bare numbers (traced graphs) are named output, or output_0, output_1, ...
+void mark_outputs(ir::Graph& graph, const torch::jit::Graph& lowered,
+                  const std::unordered_map<const Value*, ir::ValueId>& ids) {
+  std::vector<const Value*> outputs;
+  for (const Value* output : lowered.outputs()) {
+    if (output->node()->kind() == c10::prim::TupleConstruct) {
+      outputs.insert(outputs.end(), output->node()->inputs().begin(), output->node()->inputs().end());
+    } else {
+      outputs.push_back(output);
+    }
+  }
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    ir::Value& value = graph.value(ids.at(outputs[i]));
+    if (!outputs[i]->hasDebugName()) value.name = outputs.size() == 1 ? "output" : "output_" + std::to_string(i);
+    graph.add_model_output(value.id);
+  }
+}
+
+// Orders the specs as forward's inputs; an input without a spec takes its declared default
+// (baked in as a constant) or is an error that names it.
+std::vector<InputSpec> bind_inputs(const std::string& path, torch::jit::Graph& graph, const torch::jit::Module& module,
+                                   const LoadOptions& options, std::size_t weight_count) {
+  std::size_t model_inputs = graph.inputs().size() - weight_count;
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < model_inputs; ++i) names.push_back(input_name(graph.inputs()[i]));
+  check_input_names(path, options, names);
+  const auto& schema = module.get_method("forward").function().getSchema();
+  std::vector<InputSpec> bound;
+  std::string missing;
+  for (std::size_t i = 0, arg = 1; i < model_inputs; ++arg) {  // schema arg 0 is self
+    Value* input = graph.inputs()[i];
+    auto spec = std::find_if(options.inputs.begin(), options.inputs.end(),
+                             [&](const InputSpec& s) { return s.name == input_name(input); });
+    if (spec != options.inputs.end()) {
+      bound.push_back(*spec);
+      ++i;
+      continue;
+    }
+    const auto& default_value = arg < schema.arguments().size() ? schema.arguments()[arg].default_value() : c10::nullopt;
+    if (default_value) {
+      torch::jit::WithInsertPoint insert_point(graph.block()->nodes().front());
+      input->replaceAllUsesWith(graph.insertConstant(*default_value));
+      graph.eraseInput(i);
+      --model_inputs;
+      continue;
+    }
+    missing += (missing.empty() ? "" : " ") + std::string("--input ") + input_name(input) + ":DIMS[:DTYPE]";
+    ++i;
+  }
+  if (!missing.empty()) throw InputError(path + ": TorchScript needs example inputs; give " + missing);
+  return bound;
+}
+
+void assign_batch_dims(ir::Graph& graph, const TorchScriptSource& source, const std::vector<InputSpec>& specs,
+                       const std::unordered_map<const Value*, ir::ValueId>& ids, std::int64_t batch,
+                       const std::string& path) {
+  std::vector<std::vector<std::int64_t>> other(graph.values().size());
+  std::vector<bool> known(graph.values().size(), false);
+  try {
+    auto recorded = record_values(*source.graph, example_inputs(path, specs, 2), source.weights);
+    std::size_t next = 0;
+    for (const Node* node : source.graph->nodes()) {
+      for (const Value* output : node->outputs()) {
+        const auto& value = recorded.at(next++);
+        if (!value.isTensor()) continue;
+        auto id = static_cast<std::size_t>(ids.at(output));
+        other[id] = value.toTensor().sizes().vec();
+        known[id] = true;
+      }
+    }
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      auto id = static_cast<std::size_t>(ids.at(source.graph->inputs()[i]));
+      other[id] = specs[i].dims;
+      other[id][0] *= 2;
+      known[id] = true;
+    }
+  } catch (const std::exception&) {
+    // A model traced with a hard-coded batch runs only at that batch: fall back to matching sizes.
+    std::fill(known.begin(), known.end(), false);
+  }
+  ir::propagate_batch_dependence(graph);
+  ir::assign_batch_dims(graph, batch, other, known);
+}
+
+}  // namespace
+
+Model load_torchscript(const std::string& path, const LoadOptions& options) {
+  auto source = std::make_shared<TorchScriptSource>();
+  source->module = load_module(path);
+  TorchScriptLowering lowering(path, source->module);
+  try {
+    source->graph = lowering.lower(*source);
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw InputError(path + ": cannot lower forward: " + torch_message(e));
+  }
+  auto specs = bind_inputs(path, *source->graph, source->module, options, source->weights.size());
+
+  std::vector<c10::IValue> recorded;
+  constexpr int kMaxFoldRounds = 8;  // each round exposes the ifs nested one level deeper
+  for (int round = 0; round < kMaxFoldRounds; ++round) {
+    try {
+      recorded = record_values(*source->graph, example_inputs(path, specs, 1), source->weights);
+    } catch (const std::exception& e) {
+      throw InputError(path + ": forward fails on the example inputs: " + torch_message(e));
+    }
+    if (round + 1 == kMaxFoldRounds || !fold_shape_control_flow(*source->graph, recorded)) break;
+    torch::jit::UnrollConstantLoops(source->graph);
+    torch::jit::ConstantPropagation(source->graph);
+    torch::jit::EliminateDeadCode(source->graph);
+  }
+  reject_unsupported(path, *source->graph);
+  Model model;
+  model.path = path;
+  model.format = ModelFormat::kTorchScript;
+  model.batch = specs.empty() ? 1 : specs.front().dims.front();
+  std::unordered_map<const Value*, ir::ValueId> ids;
+  model.graph = build_graph(*source, specs, recorded, ids);
+  for (const auto& weight : lowering.unused_weights()) model.graph.add_value(weight_value(weight));
+  mark_outputs(model.graph, *source->graph, ids);
+  assign_batch_dims(model.graph, *source, specs, ids, model.batch, path);
+  model.source = source;
+  return model;
+}
+
+}  // namespace rannc

@@ -1,0 +1,239 @@
+#include "cost_model/op_work.h"
+
+#include <string>
+#include <unordered_map>
+
+namespace rannc::cost {
+namespace {
+
+struct KindInfo {
+  OpClass op_class;
+  double flops_per_element = 0;  // for elementwise, norm and softmax classes
+};
+
+using KindTable = std::unordered_map<std::string, KindInfo>;
+
+void add(KindTable& table, OpClass op_class, double per_element, std::initializer_list<const char*> kinds) {
+  for (const char* kind : kinds) table[kind] = {op_class, per_element};
+}
+
+// Per-element FLOP factors follow the usual counting conventions (fvcore, DeepSpeed's flops
+// profiler): 1 for arithmetic, about 4 for a transcendental, 8 for GELU, 5 for a normalisation
+// or softmax (mean, variance, subtract, divide, scale).
+const KindTable& kind_table() {
+  static const KindTable table = [] {
+    KindTable t;
+    add(t, OpClass::kMatMul, 0,
+        {"aten::linear", "aten::matmul", "aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addbmm",
+         "onnx::Gemm", "onnx::MatMul"});
+    add(t, OpClass::kConv, 0,
+        {"aten::_convolution", "aten::convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d",
+         "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d", "onnx::Conv",
+         "onnx::ConvTranspose"});
+    add(t, OpClass::kEmbedding, 0, {"aten::embedding", "aten::embedding_bag", "aten::_embedding_bag"});
+    add(t, OpClass::kNorm, 5,
+        {"aten::batch_norm", "aten::layer_norm", "aten::group_norm", "aten::instance_norm", "aten::native_batch_norm",
+         "aten::native_layer_norm", "aten::_batch_norm_impl_index", "onnx::BatchNormalization",
+         "onnx::LayerNormalization", "onnx::InstanceNormalization", "onnx::GroupNormalization"});
+    add(t, OpClass::kSoftmax, 5,
+        {"aten::softmax", "aten::log_softmax", "aten::_softmax", "aten::_log_softmax", "onnx::Softmax",
+         "onnx::LogSoftmax"});
+    add(t, OpClass::kElementwise, 1,
+        {"aten::add", "aten::sub", "aten::rsub", "aten::mul", "aten::div", "aten::relu", "aten::relu6",
+         "aten::leaky_relu", "aten::hardtanh", "aten::threshold", "aten::clamp", "aten::clamp_min", "aten::clamp_max",
+         "aten::neg", "aten::abs", "aten::where", "aten::masked_fill", "aten::dropout", "aten::feature_dropout",
+         "aten::native_dropout", "aten::square", "aten::pow", "aten::reciprocal", "aten::eq", "aten::ne", "aten::lt",
+         "aten::le", "aten::gt", "aten::ge", "aten::logical_not", "aten::bitwise_not", "aten::hardsigmoid",
+         "aten::hardswish", "aten::zeros_like", "aten::ones_like", "aten::fill", "aten::zero", "aten::type_as",
+         "aten::to", "aten::addcmul", "aten::minimum", "aten::maximum", "onnx::Add", "onnx::Sub", "onnx::Mul",
+         "onnx::Div", "onnx::Relu", "onnx::LeakyRelu", "onnx::Clip", "onnx::Neg", "onnx::Abs", "onnx::Where",
+         "onnx::Dropout", "onnx::Pow", "onnx::Reciprocal", "onnx::Equal", "onnx::Less", "onnx::Greater",
+         "onnx::LessOrEqual", "onnx::GreaterOrEqual", "onnx::Not", "onnx::And", "onnx::Or", "onnx::HardSigmoid",
+         "onnx::HardSwish", "onnx::Max", "onnx::Min", "onnx::Sum", "onnx::Cast", "onnx::CastLike", "onnx::PRelu"});
+    add(t, OpClass::kElementwise, 4,
+        {"aten::tanh", "aten::sigmoid", "aten::silu", "aten::exp", "aten::log", "aten::sqrt", "aten::rsqrt",
+         "aten::erf", "aten::sin", "aten::cos", "aten::softplus", "aten::mish", "aten::elu", "aten::selu",
+         "onnx::Tanh", "onnx::Sigmoid", "onnx::Exp", "onnx::Log", "onnx::Sqrt", "onnx::Erf", "onnx::Sin", "onnx::Cos",
+         "onnx::Softplus", "onnx::Elu", "onnx::Selu", "onnx::Mish"});
+    add(t, OpClass::kElementwise, 8, {"aten::gelu"});
+    add(t, OpClass::kReduction, 1,
+        {"aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::max", "aten::min", "aten::norm",
+         "aten::var", "aten::std", "aten::argmax", "aten::cumsum", "aten::logsumexp", "onnx::ReduceSum",
+         "onnx::ReduceMean", "onnx::ReduceMax", "onnx::ReduceMin", "onnx::ReduceL2", "onnx::ReduceProd",
+         "onnx::ArgMax", "onnx::CumSum", "onnx::ReduceLogSumExp"});
+    add(t, OpClass::kPool, 1,
+        {"aten::max_pool1d", "aten::max_pool2d", "aten::max_pool3d", "aten::avg_pool1d", "aten::avg_pool2d",
+         "aten::avg_pool3d", "aten::adaptive_avg_pool1d", "aten::adaptive_avg_pool2d", "aten::adaptive_avg_pool3d",
+         "aten::adaptive_max_pool2d", "aten::max_pool2d_with_indices", "onnx::MaxPool", "onnx::AveragePool",
+         "onnx::GlobalAveragePool", "onnx::GlobalMaxPool"});
+    add(t, OpClass::kDataMovement, 0,
+        {"aten::view", "aten::reshape", "aten::_reshape_alias", "aten::flatten", "aten::unflatten", "aten::transpose",
+         "aten::permute", "aten::t", "aten::contiguous", "aten::cat", "aten::concat", "aten::stack", "aten::slice",
+         "aten::select", "aten::chunk", "aten::split", "aten::split_with_sizes", "aten::unbind", "aten::narrow",
+         "aten::expand", "aten::expand_as", "aten::repeat", "aten::squeeze", "aten::unsqueeze", "aten::index",
+         "aten::index_select", "aten::gather", "aten::tril", "aten::triu", "aten::clone", "aten::detach",
+         "aten::view_as", "aten::flip", "aten::roll", "aten::pad", "aten::constant_pad_nd", "aten::arange",
+         "aten::zeros", "aten::ones", "aten::full", "aten::empty", "aten::tensor", "aten::copy",
+         "aten::scalar_tensor", "aten::einsum", "onnx::Reshape", "onnx::Flatten", "onnx::Transpose", "onnx::Concat",
+         "onnx::Split", "onnx::Slice", "onnx::Squeeze", "onnx::Unsqueeze", "onnx::Expand", "onnx::Tile",
+         "onnx::Identity", "onnx::Gather", "onnx::GatherElements", "onnx::GatherND", "onnx::ScatterND",
+         "onnx::Trilu", "onnx::Pad", "onnx::Range", "onnx::ConstantOfShape", "onnx::OneHot", "onnx::Einsum"});
+    add(t, OpClass::kGlue, 0,
+        {"prim::Constant", "prim::ListConstruct", "prim::ListUnpack", "prim::TupleConstruct", "prim::TupleUnpack",
+         "prim::TupleIndex", "prim::NumToTensor", "prim::device", "prim::dtype", "prim::GetAttr", "prim::unchecked_cast",
+         "aten::size", "aten::dim", "aten::Int", "aten::Float", "aten::ScalarImplicit", "aten::__getitem__",
+         "aten::len", "aten::floordiv", "aten::__is__", "aten::__isnot__", "aten::format", "aten::warn",
+         "onnx::Shape", "onnx::Size", "onnx::Constant"});
+    return t;
+  }();
+  return table;
+}
+
+// In-place variants (aten::relu_) cost what their functional forms cost.
+const KindInfo* lookup(const std::string& kind) {
+  const auto& table = kind_table();
+  if (auto it = table.find(kind); it != table.end()) return &it->second;
+  if (kind.size() > 1 && kind.back() == '_' && kind.compare(0, 6, "aten::") == 0) {
+    if (auto it = table.find(kind.substr(0, kind.size() - 1)); it != table.end()) return &it->second;
+  }
+  return nullptr;
+}
+
+const ir::TensorType* tensor_input(const ir::Graph& graph, const ir::Op& op, std::size_t index) {
+  if (index >= op.inputs.size()) return nullptr;
+  const auto& value = graph.value(op.inputs[index]);
+  return value.is_tensor() && value.type.shape_known() ? &value.type : nullptr;
+}
+
+double first_output_numel(const ir::Graph& graph, const ir::Op& op) {
+  if (op.outputs.empty()) return 0;
+  const auto& value = graph.value(op.outputs.front());
+  return value.is_tensor() ? static_cast<double>(value.type.numel()) : 0;
+}
+
+double last_dim(const ir::TensorType* type) {
+  return type && !type->shape.empty() ? static_cast<double>(type->shape.back()) : 0;
+}
+
+bool has_value(const ir::Graph& graph, const ir::Op& op, std::size_t index) {
+  return index < op.inputs.size() && graph.value(op.inputs[index]).kind != ir::ValueKind::kNone;
+}
+
+bool literal_true(const ir::Graph& graph, const ir::Op& op, std::size_t index) {
+  if (index >= op.inputs.size()) return false;
+  const auto* flag = std::get_if<bool>(&graph.value(op.inputs[index]).literal);
+  return flag && *flag;
+}
+
+// The contraction length K of a matrix product: out = 2 * numel(out) * K FLOPs.
+double contraction_length(const ir::Graph& graph, const ir::Op& op) {
+  if (op.kind == "aten::addmm" || op.kind == "aten::baddbmm" || op.kind == "aten::addbmm") {
+    return last_dim(tensor_input(graph, op, 1));
+  }
+  if (op.kind == "onnx::Gemm") {
+    const auto* a = tensor_input(graph, op, 0);
+    auto trans = op.attrs.find("transA");
+    const auto* flag = trans == op.attrs.end() ? nullptr : std::get_if<std::int64_t>(&trans->second);
+    bool transposed = flag && *flag != 0;
+    return a && a->shape.size() == 2 ? static_cast<double>(a->shape[transposed ? 0 : 1]) : 0;
+  }
+  return last_dim(tensor_input(graph, op, 0));
+}
+
+double matmul_flops(const ir::Graph& graph, const ir::Op& op) {
+  double out = first_output_numel(graph, op);
+  double flops = 2 * out * contraction_length(graph, op);
+  bool bias = (op.kind == "aten::linear" && has_value(graph, op, 2)) || op.kind == "aten::addmm" ||
+              op.kind == "aten::baddbmm" || op.kind == "aten::addbmm" || (op.kind == "onnx::Gemm" && has_value(graph, op, 2));
+  return bias ? flops + out : flops;
+}
+
+bool is_transposed_conv(const ir::Graph& graph, const ir::Op& op) {
+  if (op.kind == "onnx::ConvTranspose" || op.kind.rfind("aten::conv_transpose", 0) == 0) return true;
+  return (op.kind == "aten::_convolution" || op.kind == "aten::convolution") && literal_true(graph, op, 6);
+}
+
+// Each output element of a convolution is a dot product over Cin/groups x kernel (the weight's
+// dims after the first); a transposed convolution scatters each input element the same way.
+double conv_flops(const ir::Graph& graph, const ir::Op& op) {
+  const auto* weight = tensor_input(graph, op, 1);
+  if (!weight) return 0;
+  double per_element = 1;
+  for (std::size_t i = 1; i < weight->shape.size(); ++i) per_element *= static_cast<double>(weight->shape[i]);
+  const auto* input = tensor_input(graph, op, 0);
+  double elements = is_transposed_conv(graph, op) ? (input ? static_cast<double>(input->numel()) : 0)
+                                                  : first_output_numel(graph, op);
+  return 2 * elements * per_element;
+}
+
+// A bag sums its looked-up rows: one add per looked-up element.
+double embedding_flops(const ir::Graph& graph, const ir::Op& op) {
+  if (op.kind.find("embedding_bag") == std::string::npos) return 0;
+  const auto* weight = tensor_input(graph, op, 0);
+  const auto* indices = tensor_input(graph, op, 1);
+  return weight && indices ? static_cast<double>(indices->numel()) * last_dim(weight) : 0;
+}
+
+double input_numel(const ir::Graph& graph, const ir::Op& op) {
+  const auto* input = tensor_input(graph, op, 0);
+  return input ? static_cast<double>(input->numel()) : 0;
+}
+
+double tensor_bytes(const ir::Graph& graph, const std::vector<ir::ValueId>& ids) {
+  double bytes = 0;
+  for (auto id : ids) {
+    const auto& value = graph.value(id);
+    if (value.is_tensor()) bytes += static_cast<double>(value.type.bytes());
+  }
+  return bytes;
+}
+
+}  // namespace
+
+std::string_view op_class_name(OpClass op_class) {
+  switch (op_class) {
+    case OpClass::kMatMul: return "matmul";
+    case OpClass::kConv: return "conv";
+    case OpClass::kEmbedding: return "embedding";
+    case OpClass::kNorm: return "norm";
+    case OpClass::kSoftmax: return "softmax";
+    case OpClass::kElementwise: return "elementwise";
+    case OpClass::kReduction: return "reduction";
+    case OpClass::kPool: return "pool";
+    case OpClass::kDataMovement: return "data_movement";
+    case OpClass::kGlue: return "glue";
+    case OpClass::kUnknown: return "unknown";
+  }
+  return "unknown";
+}
+
+OpClass classify(const ir::Graph& graph, const ir::Op& op) {
+  if (op.kind == "onnx::Gather" && !op.inputs.empty()) {
+    const auto& data = graph.value(op.inputs.front());
+    if (data.is_weight() && ir::is_floating_point(data.type.dtype)) return OpClass::kEmbedding;
+  }
+  const KindInfo* info = lookup(op.kind);
+  return info ? info->op_class : OpClass::kUnknown;
+}
+
+OpWork op_work(const ir::Graph& graph, const ir::Op& op) {
+  OpWork work;
+  work.op_class = classify(graph, op);
+  if (work.op_class == OpClass::kGlue) return work;
+  work.bytes_fwd = tensor_bytes(graph, op.inputs) + tensor_bytes(graph, op.outputs);
+  const KindInfo* info = lookup(op.kind);
+  switch (work.op_class) {
+    case OpClass::kMatMul: work.flops_fwd = matmul_flops(graph, op); break;
+    case OpClass::kConv: work.flops_fwd = conv_flops(graph, op); break;
+    case OpClass::kEmbedding: work.flops_fwd = embedding_flops(graph, op); break;
+    case OpClass::kNorm:
+    case OpClass::kSoftmax:
+    case OpClass::kElementwise: work.flops_fwd = info->flops_per_element * first_output_numel(graph, op); break;
+    case OpClass::kReduction:
+    case OpClass::kPool: work.flops_fwd = input_numel(graph, op); break;
+    default: break;
+  }
+  return work;
+}
+
+}  // namespace rannc::cost

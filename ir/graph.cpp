@@ -1,0 +1,144 @@
+#include "ir/graph.h"
+
+#include <queue>
+#include <string>
+
+#include "support/error.h"
+
+namespace rannc::ir {
+
+bool TensorType::shape_known() const {
+  if (!rank_known) return false;
+  for (auto dim : shape) {
+    if (dim < 0) return false;
+  }
+  return true;
+}
+
+std::int64_t TensorType::numel() const {
+  if (!shape_known()) return 0;
+  std::int64_t count = 1;
+  for (auto dim : shape) count *= dim;
+  return count;
+}
+
+std::int64_t TensorType::bytes() const { return numel() * dtype_size(dtype); }
+
+ValueId Graph::add_value(Value value) {
+  value.id = static_cast<ValueId>(values_.size());
+  values_.push_back(std::move(value));
+  return values_.back().id;
+}
+
+OpId Graph::add_op(std::string kind, std::vector<ValueId> inputs, std::vector<ValueId> outputs,
+                   std::int64_t source_node) {
+  Op op;
+  op.id = static_cast<OpId>(ops_.size());
+  op.kind = std::move(kind);
+  op.inputs = std::move(inputs);
+  op.outputs = std::move(outputs);
+  op.source_node = source_node;
+  for (auto input : op.inputs) value(input).consumers.push_back(op.id);
+  for (auto output : op.outputs) {
+    if (value(output).producer != kNoId) {
+      throw InputError("value '" + value(output).name + "' has two producers (" +
+                       ops_[static_cast<std::size_t>(value(output).producer)].kind + " and " + op.kind + ")");
+    }
+    value(output).producer = op.id;
+  }
+  ops_.push_back(std::move(op));
+  return ops_.back().id;
+}
+
+void Graph::add_model_output(ValueId id) {
+  value(id).model_output = true;
+  model_outputs_.push_back(id);
+}
+
+std::vector<ValueId> Graph::values_with_role(ValueRole role) const {
+  std::vector<ValueId> ids;
+  for (const auto& v : values_) {
+    if (v.role == role) ids.push_back(v.id);
+  }
+  return ids;
+}
+
+std::vector<OpId> Graph::topological_order() const {
+  // Kahn's algorithm with a min-heap on op id: among ready ops the earliest inserted goes first,
+  // which keeps the frontend's order whenever it already is topological.
+  std::vector<int> pending(ops_.size(), 0);
+  for (const auto& op : ops_) {
+    for (auto input : op.inputs) {
+      if (value(input).producer != kNoId) ++pending[static_cast<std::size_t>(op.id)];
+    }
+  }
+  std::priority_queue<OpId, std::vector<OpId>, std::greater<>> ready;
+  for (const auto& op : ops_) {
+    if (pending[static_cast<std::size_t>(op.id)] == 0) ready.push(op.id);
+  }
+  std::vector<OpId> order;
+  order.reserve(ops_.size());
+  while (!ready.empty()) {
+    OpId id = ready.top();
+    ready.pop();
+    order.push_back(id);
+    for (auto output : op(id).outputs) {
+      for (auto consumer : value(output).consumers) {
+        if (--pending[static_cast<std::size_t>(consumer)] == 0) ready.push(consumer);
+      }
+    }
+  }
+  if (order.size() != ops_.size()) throw InputError("the model graph has a cycle");
+  return order;
+}
+
+void Graph::validate() const {
+  auto check_id = [&](ValueId id, const Op& op) {
+    if (id < 0 || static_cast<std::size_t>(id) >= values_.size()) {
+      throw InputError("op " + std::to_string(op.id) + " (" + op.kind + ") refers to a missing value");
+    }
+  };
+  for (const auto& op : ops_) {
+    for (auto id : op.inputs) check_id(id, op);
+    for (auto id : op.outputs) {
+      check_id(id, op);
+      if (value(id).producer != op.id) {
+        throw InputError("value '" + value(id).name + "' does not name op " + std::to_string(op.id) +
+                         " (" + op.kind + ") as its producer");
+      }
+    }
+  }
+  for (const auto& v : values_) {
+    if (v.role != ValueRole::kIntermediate && v.producer != kNoId) {
+      throw InputError("value '" + v.name + "' is a model input or weight but is produced by an op");
+    }
+  }
+  topological_order();
+}
+
+std::string_view value_kind_name(ValueKind kind) {
+  switch (kind) {
+    case ValueKind::kTensor: return "tensor";
+    case ValueKind::kInt: return "int";
+    case ValueKind::kFloat: return "float";
+    case ValueKind::kBool: return "bool";
+    case ValueKind::kIntList: return "int[]";
+    case ValueKind::kFloatList: return "float[]";
+    case ValueKind::kString: return "str";
+    case ValueKind::kNone: return "none";
+    case ValueKind::kOther: return "other";
+  }
+  return "other";
+}
+
+std::string_view value_role_name(ValueRole role) {
+  switch (role) {
+    case ValueRole::kIntermediate: return "intermediate";
+    case ValueRole::kModelInput: return "input";
+    case ValueRole::kParam: return "param";
+    case ValueRole::kBuffer: return "buffer";
+  }
+  return "intermediate";
+}
+
+}  // namespace rannc::ir

@@ -1,0 +1,310 @@
+#!/usr/bin/python3
+"""Build shape-only ONNX transformer models: a graph and dims, but no weights.
+
+Every initializer is marked as external data (in "<name>.weights", with the offset and
+length it would have), but that file is never written. The .onnx file therefore holds
+only the graph, so even a 175B-parameter model stays a few hundred KB; it is meant to be
+planned from its dims, never run.
+
+Small values that shape inference must read (Reshape shapes, Split sizes, indices) are
+Constant nodes, so that shapes can be inferred without the missing data.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+from onnx.mapping import TENSOR_TYPE_TO_NP_TYPE
+
+OPSET = 17
+MANIFEST = "shape_only_manifest.json"
+BATCH = "batch"
+
+
+@dataclass(frozen=True)
+class Preset:
+    kind: str      # "bert": post-LN encoder with pooler and classifier; "gpt": pre-LN causal LM
+    layers: int
+    hidden: int
+    heads: int
+    seq: int
+    vocab: int
+
+
+PRESETS = {
+    "bert-large": Preset("bert", layers=24, hidden=1024, heads=16, seq=512, vocab=30522),
+    "bert-2.5b": Preset("bert", layers=54, hidden=1920, heads=24, seq=512, vocab=30522),
+    "bert-5b": Preset("bert", layers=64, hidden=2560, heads=32, seq=512, vocab=30522),
+    "gpt3-175b": Preset("gpt", layers=96, hidden=12288, heads=96, seq=2048, vocab=50257),
+}
+
+BERT_CLASSES = 2
+BERT_LN_EPS = 1e-12
+GPT_LN_EPS = 1e-5
+
+
+# ---------------------------------------------------------------------------
+# Graph builder
+# ---------------------------------------------------------------------------
+
+class GraphBuilder:
+    """Collects nodes and external-data initializers, and names values uniquely."""
+
+    def __init__(self, weights_file):
+        self.weights_file = weights_file
+        self.nodes = []
+        self.initializers = []
+        self.offset = 0           # where the next initializer would start in weights_file
+        self.float_elements = 0   # the parameter count
+        self.constants = {}       # cache, so that identical constants are made once
+        self.count = 0
+
+    def fresh(self, hint):
+        self.count += 1
+        return "%s_%d" % (hint, self.count)
+
+    def weight(self, name, dims, dtype=TensorProto.FLOAT):
+        numel = math.prod(dims)
+        nbytes = numel * TENSOR_TYPE_TO_NP_TYPE[dtype].itemsize
+        tensor = TensorProto(name=name, data_type=dtype, dims=dims,
+                             data_location=TensorProto.EXTERNAL)
+        for key, value in (("location", self.weights_file), ("offset", self.offset),
+                           ("length", nbytes)):
+            tensor.external_data.add(key=key, value=str(value))
+        self.initializers.append(tensor)
+        self.offset += nbytes
+        if dtype == TensorProto.FLOAT:
+            self.float_elements += numel
+        return name
+
+    def const(self, values, dtype):
+        """A Constant node holding values (a list, or a scalar for a 0-d tensor)."""
+        key = (repr(values), dtype)
+        if key not in self.constants:
+            array = np.array(values, dtype=TENSOR_TYPE_TO_NP_TYPE[dtype])
+            name = self.fresh("const")
+            value = helper.make_tensor(name + "_value", dtype, array.shape, array.flatten().tolist())
+            self.nodes.append(helper.make_node("Constant", [], [name], name=name, value=value))
+            self.constants[key] = name
+        return self.constants[key]
+
+    def int64(self, values):
+        return self.const(values, TensorProto.INT64)
+
+    def float(self, value):
+        return self.const(value, TensorProto.FLOAT)
+
+    def rename_output(self, old, new):
+        producer = next(n for n in self.nodes if old in n.output)
+        producer.output[list(producer.output).index(old)] = new
+
+    def op(self, op_type, inputs, n_outputs=1, **attrs):
+        name = self.fresh(op_type)
+        outputs = [name] if n_outputs == 1 else ["%s_out%d" % (name, i) for i in range(n_outputs)]
+        self.nodes.append(helper.make_node(op_type, inputs, outputs, name=name, **attrs))
+        return outputs[0] if n_outputs == 1 else outputs
+
+
+# ---------------------------------------------------------------------------
+# Layers
+# ---------------------------------------------------------------------------
+
+def linear(g, x, prefix, n_in, n_out):
+    w = g.weight(prefix + ".weight", [n_in, n_out])
+    b = g.weight(prefix + ".bias", [n_out])
+    return g.op("Add", [g.op("MatMul", [x, w]), b])
+
+
+def layer_norm(g, x, prefix, hidden, eps):
+    scale = g.weight(prefix + ".weight", [hidden])
+    bias = g.weight(prefix + ".bias", [hidden])
+    return g.op("LayerNormalization", [x, scale, bias], axis=-1, epsilon=eps)
+
+
+def gelu(g, x):
+    """The exact (erf) GELU: x * 0.5 * (1 + erf(x / sqrt(2)))."""
+    erf = g.op("Erf", [g.op("Div", [x, g.float(math.sqrt(2.0))])])
+    return g.op("Mul", [g.op("Mul", [x, g.op("Add", [erf, g.float(1.0)])]), g.float(0.5)])
+
+
+def feed_forward(g, x, prefix, hidden):
+    h = gelu(g, linear(g, x, prefix + ".fc1", hidden, 4 * hidden))
+    return linear(g, h, prefix + ".fc2", 4 * hidden, hidden)
+
+
+def attention(g, x, prefix, p, causal_mask=None):
+    head_dim = p.hidden // p.heads
+    qkv = linear(g, x, prefix + ".qkv", p.hidden, 3 * p.hidden)
+    q, k, v = g.op("Split", [qkv, g.int64([p.hidden] * 3)], n_outputs=3, axis=2)
+    # 0 copies the input dim, so the symbolic batch survives the reshape.
+    heads_shape = g.int64([0, 0, p.heads, head_dim])
+    q = g.op("Transpose", [g.op("Reshape", [q, heads_shape])], perm=[0, 2, 1, 3])
+    k_t = g.op("Transpose", [g.op("Reshape", [k, heads_shape])], perm=[0, 2, 3, 1])
+    v = g.op("Transpose", [g.op("Reshape", [v, heads_shape])], perm=[0, 2, 1, 3])
+    scores = g.op("Div", [g.op("MatMul", [q, k_t]), g.float(math.sqrt(head_dim))])
+    if causal_mask is not None:
+        scores = g.op("Where", [causal_mask, scores, g.float(float("-inf"))])
+    context = g.op("MatMul", [g.op("Softmax", [scores], axis=-1), v])
+    context = g.op("Transpose", [context], perm=[0, 2, 1, 3])
+    context = g.op("Reshape", [context, g.int64([0, 0, p.hidden])])
+    return linear(g, context, prefix + ".out", p.hidden, p.hidden)
+
+
+def embed(g, tokens, p, prefix):
+    """Token plus learned position embeddings: [batch, seq, hidden]."""
+    word = g.weight(prefix + ".word.weight", [p.vocab, p.hidden])
+    pos = g.weight(prefix + ".position.weight", [p.seq, p.hidden])
+    x = g.op("Gather", [word, tokens])
+    x = g.op("Add", [x, g.op("Gather", [pos, g.int64(list(range(p.seq)))])])
+    return x, word
+
+
+# ---------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------
+
+def build_bert(g, tokens, p):
+    """Post-LN encoder; pooler (tanh on token 0) and classifier: logits [batch, 2]."""
+    x, _ = embed(g, tokens, p, "embeddings")
+    # Single-segment input: every token has type 0, so row 0 of the type table is added.
+    token_type = g.weight("embeddings.token_type.weight", [2, p.hidden])
+    x = g.op("Add", [x, g.op("Gather", [token_type, g.int64(0)])])
+    x = layer_norm(g, x, "embeddings.norm", p.hidden, BERT_LN_EPS)
+    for i in range(p.layers):
+        prefix = "layers.%d" % i
+        x = layer_norm(g, g.op("Add", [x, attention(g, x, prefix + ".attn", p)]),
+                       prefix + ".norm1", p.hidden, BERT_LN_EPS)
+        x = layer_norm(g, g.op("Add", [x, feed_forward(g, x, prefix + ".ffn", p.hidden)]),
+                       prefix + ".norm2", p.hidden, BERT_LN_EPS)
+    first_token = g.op("Gather", [x, g.int64(0)], axis=1)
+    pooled = g.op("Tanh", [linear(g, first_token, "pooler", p.hidden, p.hidden)])
+    return linear(g, pooled, "classifier", p.hidden, BERT_CLASSES), [BATCH, BERT_CLASSES]
+
+
+def build_gpt(g, tokens, p):
+    """Pre-LN causal LM whose head is the transposed token embedding: logits [batch, seq, vocab]."""
+    x, word = embed(g, tokens, p, "embeddings")
+    # True where attention is allowed (lower triangle); bool, so not a parameter.
+    mask = g.weight("causal_mask", [p.seq, p.seq], dtype=TensorProto.BOOL)
+    for i in range(p.layers):
+        prefix = "layers.%d" % i
+        h = layer_norm(g, x, prefix + ".norm1", p.hidden, GPT_LN_EPS)
+        x = g.op("Add", [x, attention(g, h, prefix + ".attn", p, causal_mask=mask)])
+        h = layer_norm(g, x, prefix + ".norm2", p.hidden, GPT_LN_EPS)
+        x = g.op("Add", [x, feed_forward(g, h, prefix + ".ffn", p.hidden)])
+    x = layer_norm(g, x, "final_norm", p.hidden, GPT_LN_EPS)
+    # Tied head: the same initializer as the token embedding, transposed in the graph.
+    logits = g.op("MatMul", [x, g.op("Transpose", [word], perm=[1, 0])])
+    return logits, [BATCH, p.seq, p.vocab]
+
+
+def build_model(name, p):
+    g = GraphBuilder(name + ".weights")
+    tokens = "tokens"
+    build = build_bert if p.kind == "bert" else build_gpt
+    logits, logits_shape = build(g, tokens, p)
+    g.rename_output(logits, "logits")
+    graph = helper.make_graph(
+        g.nodes, name.replace("-", "_"),
+        inputs=[helper.make_tensor_value_info(tokens, TensorProto.INT64, [BATCH, p.seq])],
+        outputs=[helper.make_tensor_value_info("logits", TensorProto.FLOAT, logits_shape)],
+        initializer=g.initializers)
+    model = helper.make_model(graph, producer_name="make_shape_only",
+                              opset_imports=[helper.make_opsetid("", OPSET)])
+    return model, g.float_elements
+
+
+# ---------------------------------------------------------------------------
+# Checks and output
+# ---------------------------------------------------------------------------
+
+def check_structure(model):
+    """Run onnx.checker on everything but the weights.
+
+    The checker insists that external data files exist, and here by design none does;
+    so it checks a copy in which every initializer is a graph input of the same type
+    and shape instead.
+    """
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for t in copy.graph.initializer:
+        copy.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    del copy.graph.initializer[:]
+    onnx.checker.check_model(copy)
+
+
+def check_shapes(model):
+    """Every node output must get a full shape whose only symbolic dim is the batch."""
+    inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+    shapes = {vi.name: vi.type.tensor_type.shape for vi in
+              list(inferred.graph.value_info) + list(inferred.graph.output)}
+    for node in inferred.graph.node:
+        for out in node.output:
+            shape = shapes.get(out)
+            if shape is None or not all(d.HasField("dim_value") or d.dim_param == BATCH
+                                        for d in shape.dim):
+                raise SystemExit("error: no full shape inferred for %s (%s)" % (out, node.op_type))
+
+
+def write_model(model, path):
+    # Serialized directly: nothing may try to write the (absent) external data.
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+
+
+def update_manifest(out_dir, entries):
+    path = os.path.join(out_dir, MANIFEST)
+    manifest = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            manifest = json.load(f)
+    manifest.update(entries)
+    with open(path + ".tmp", "w") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+
+
+def make_preset(name, out_dir):
+    start = time.time()
+    p = PRESETS[name]
+    model, params = build_model(name, p)
+    check_structure(model)
+    check_shapes(model)
+    path = os.path.join(out_dir, name + ".onnx")
+    write_model(model, path)
+    print("%s: %s, %d bytes, %d params (%.2fB) (%.1f s)"
+          % (name, path, os.path.getsize(path), params, params / 1e9, time.time() - start))
+    return {"params": params, "layers": p.layers, "hidden": p.hidden, "heads": p.heads,
+            "seq": p.seq, "vocab": p.vocab, "kind": p.kind, "file": name + ".onnx"}
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--preset", default=",".join(PRESETS),
+                        help="comma-separated presets (default: all of %s)" % ",".join(PRESETS))
+    args = parser.parse_args(argv)
+    args.preset = [n.strip() for n in args.preset.split(",") if n.strip()]
+    unknown = [n for n in args.preset if n not in PRESETS]
+    if unknown:
+        parser.error("unknown preset(s): %s" % ",".join(unknown))
+    return args
+
+
+def main(argv):
+    args = parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    update_manifest(args.out, {name: make_preset(name, args.out) for name in args.preset})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

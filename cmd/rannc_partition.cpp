@@ -16,12 +16,12 @@ namespace {
 struct ModelOptions {
   std::string model_path;
   std::vector<std::string> input_specs;
-  std::int64_t batch = 0;  // 0: not given
+  std::int64_t batch = -1;  // -1: not given
 
   LoadOptions to_load_options() const {
     LoadOptions options;
     for (const auto& text : input_specs) options.inputs.push_back(parse_input_spec(text));
-    if (batch != 0) options.batch = batch;
+    if (batch != -1) options.batch = batch;
     return options;
   }
 };

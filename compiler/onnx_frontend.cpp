@@ -76,9 +76,9 @@ void check_ops_known(const std::string& path, const onnx::ModelProto& proto) {
   }
 }
 
-void check_structure(const std::string& path, const onnx::ModelProto& proto) {
+void check_structure(const std::string& path, const onnx::ModelProto& skeleton) {
   try {
-    onnx::checker::check_model(proto);
+    onnx::checker::check_model(skeleton);
   } catch (const std::exception& e) {
     throw InputError(path + ": invalid ONNX model: " + first_line(e.what()));
   }
@@ -135,27 +135,47 @@ std::map<std::string, std::vector<std::int64_t>> resolve_input_dims(const std::s
   return dims;
 }
 
-// A copy of the model for shape inference: concrete input dims, no stored shapes to clash with,
-// and no bulk weight data.
-onnx::ModelProto inference_skeleton(const onnx::ModelProto& proto,
-                                    const std::map<std::string, std::vector<std::int64_t>>& input_dims) {
+// A copy of the model with every dim and small int tensor but no bulk weight data, and no stored
+// dims to clash with the ones inferred at a new batch size. Large and external-data
+// initializers become typed graph inputs, so neither the checker nor shape inference looks for
+// their data.
+onnx::ModelProto dims_only_copy(const onnx::ModelProto& proto) {
   onnx::ModelProto skeleton;
-  skeleton.CopyFrom(proto);
-  auto* graph = skeleton.mutable_graph();
-  for (auto& init : *graph->mutable_initializer()) {
+  skeleton.set_ir_version(proto.ir_version());
+  *skeleton.mutable_opset_import() = proto.opset_import();
+  *skeleton.mutable_functions() = proto.functions();
+  const auto& graph = proto.graph();
+  auto* copy = skeleton.mutable_graph();
+  copy->set_name(graph.name());
+  *copy->mutable_node() = graph.node();
+  *copy->mutable_input() = graph.input();
+  *copy->mutable_output() = graph.output();
+  for (auto& output : *copy->mutable_output()) {
+    auto* type = output.mutable_type()->mutable_tensor_type();
+    if (!type->has_shape()) continue;
+    for (auto& dim : *type->mutable_shape()->mutable_dim()) dim.Clear();
+  }
+  std::set<std::string> inputs;
+  for (const auto& input : graph.input()) inputs.insert(input.name());
+  for (const auto& init : graph.initializer()) {
     std::int64_t numel = 1;
     for (auto dim : init.dims()) numel *= dim;
-    if (numel > kSmallTensor) {
-      init.clear_raw_data();
-      init.clear_float_data();
-      init.clear_double_data();
-      init.clear_int32_data();
-      init.clear_int64_data();
+    if (numel <= kSmallTensor && init.data_location() != TensorProto::EXTERNAL) {
+      *copy->add_initializer() = init;
+    } else if (!inputs.count(init.name())) {
+      auto* input = copy->add_input();
+      input->set_name(init.name());
+      auto* type = input->mutable_type()->mutable_tensor_type();
+      type->set_elem_type(init.data_type());
+      for (auto dim : init.dims()) type->mutable_shape()->add_dim()->set_dim_value(dim);
     }
   }
-  graph->clear_value_info();
-  for (auto& output : *graph->mutable_output()) output.mutable_type()->mutable_tensor_type()->clear_shape();
-  for (auto& input : *graph->mutable_input()) {
+  return skeleton;
+}
+
+onnx::ModelProto with_input_dims(onnx::ModelProto skeleton,
+                                 const std::map<std::string, std::vector<std::int64_t>>& input_dims) {
+  for (auto& input : *skeleton.mutable_graph()->mutable_input()) {
     auto it = input_dims.find(input.name());
     if (it == input_dims.end()) continue;
     auto* shape = input.mutable_type()->mutable_tensor_type()->mutable_shape();
@@ -376,13 +396,13 @@ std::map<std::string, std::vector<std::int64_t>> with_doubled_batch(std::map<std
 
 // Shapes at twice the batch, by value id, for ir::assign_batch_dims. A model that cannot be
 // evaluated at another batch (a fixed Reshape target, say) leaves them unknown.
-void assign_batch_dims(ir::Graph& graph, const std::map<std::string, ir::ValueId>& ids, const onnx::ModelProto& proto,
+void assign_batch_dims(ir::Graph& graph, const std::map<std::string, ir::ValueId>& ids, const onnx::ModelProto& skeleton,
                        const std::map<std::string, std::vector<std::int64_t>>& input_dims, std::int64_t batch) {
   std::vector<std::vector<std::int64_t>> other(graph.values().size());
   std::vector<bool> known(graph.values().size(), false);
   try {
     auto doubled = with_doubled_batch(input_dims);
-    TypeMap types = infer_types(inference_skeleton(proto, doubled), /*strict=*/false);
+    TypeMap types = infer_types(with_input_dims(skeleton, doubled), /*strict=*/false);
     for (const auto& [name, id] : ids) {
       auto type = types.find(name);
       if (type == types.end() || !type->second.has_tensor_type()) continue;
@@ -408,7 +428,8 @@ Model load_onnx(const std::string& path, const LoadOptions& options) {
   google::protobuf::SetLogHandler(nullptr);  // parse failures become our one-line error, not log noise
   auto proto = parse_model(path);
   check_ops_known(path, *proto);
-  check_structure(path, *proto);
+  const onnx::ModelProto skeleton = dims_only_copy(*proto);
+  check_structure(path, skeleton);
   const auto& graph_proto = proto->graph();
   std::vector<std::string> input_names;
   for (const auto* input : batch_inputs(graph_proto)) input_names.push_back(input->name());
@@ -423,13 +444,13 @@ Model load_onnx(const std::string& path, const LoadOptions& options) {
   model.batch = first_dims.empty() ? 1 : first_dims.front();
   TypeMap types;
   try {
-    types = infer_types(inference_skeleton(*proto, input_dims), /*strict=*/true);
+    types = infer_types(with_input_dims(skeleton, input_dims), /*strict=*/true);
   } catch (const std::exception& e) {
     throw InputError(path + ": shape inference failed: " + first_line(e.what()));
   }
   GraphBuilder builder(path, types);
   model.graph = builder.build(*proto, input_dims);
-  assign_batch_dims(model.graph, builder.ids(), *proto, input_dims, model.batch);
+  assign_batch_dims(model.graph, builder.ids(), skeleton, input_dims, model.batch);
   model.source = std::make_shared<OnnxModelSource>(proto);
   return model;
 }

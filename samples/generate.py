@@ -29,9 +29,11 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--only", default="",
-                        help="comma-separated built-in models (%s)" % ",".join(BUILTIN_NAMES))
+                        help="comma-separated built-in models to make instead of all of %s"
+                        % ",".join(BUILTIN_NAMES))
     parser.add_argument("--torchvision", default="",
-                        help="comma-separated torchvision classification models, written as tv_NAME")
+                        help="comma-separated torchvision classification models to make as well, "
+                        "written as tv_NAME")
     args = parser.parse_args(argv)
     args.only = split_names(args.only)
     args.torchvision = split_names(args.torchvision)
@@ -46,10 +48,9 @@ def split_names(text):
 
 
 def requested_entries(args):
-    """Manifest names of the requested models; with neither --only nor --torchvision, all built-ins."""
-    if not args.only and not args.torchvision:
-        return list(BUILTIN_NAMES)
-    return list(args.only) + ["tv_" + n for n in args.torchvision]
+    """Manifest names of the requested models: the built-ins (all, or --only's) plus --torchvision's."""
+    builtins = args.only or BUILTIN_NAMES
+    return list(builtins) + ["tv_" + n for n in args.torchvision]
 
 
 def generator_sha256():
@@ -83,23 +84,34 @@ def entry_is_current(out_dir, entry, sha):
     return all(os.path.exists(os.path.join(out_dir, f)) for f in entry["files"].values())
 
 
-def up_to_date(out_dir, names, sha):
-    manifest = read_manifest(out_dir)
-    if manifest.get("generator_sha256") != sha:
-        return False
-    # Entries carry their own hash as well: after a --only run with a changed generator,
-    # the models that run did not regenerate must still count as stale.
-    return all(entry_is_current(out_dir, manifest["models"].get(n), sha) for n in names)
+def stale_entries(manifest, out_dir, names, sha):
+    # Each entry carries the hash of the generator that wrote it: after an --only run with
+    # a changed generator, the models that run skipped must still count as stale.
+    return [n for n in names if not entry_is_current(out_dir, manifest["models"].get(n), sha)]
+
+
+def fix_hash_seed(argv):
+    """Re-run this script under PYTHONHASHSEED=0 unless it already runs so.
+
+    Scripted modules save their constants in set order, which follows the per-process
+    string hash; a fixed seed makes the .script.pt files byte-identical between runs.
+    """
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        os.environ["PYTHONHASHSEED"] = "0"
+        os.execv(sys.executable, [sys.executable, os.path.abspath(__file__)] + list(argv))
 
 
 def main(argv):
     args = parse_args(argv)
     names = requested_entries(args)
     sha = generator_sha256()
-    if up_to_date(args.out, names, sha):
+    manifest = read_manifest(args.out)
+    todo = stale_entries(manifest, args.out, names, sha)
+    if not todo and manifest.get("generator_sha256") == sha:
         print("samples up to date")
         return 0
 
+    fix_hash_seed(argv)
     # Imported only now: importing torch costs more than a second. No .pyc is written,
     # so running the generator leaves the source folder untouched.
     sys.dont_write_bytecode = True
@@ -107,9 +119,8 @@ def main(argv):
     import sample_models
 
     os.makedirs(args.out, exist_ok=True)
-    manifest = read_manifest(args.out)
     manifest["generator_sha256"] = sha
-    for name in names:
+    for name in todo:
         entry = sample_models.export(name, args.out)
         entry["generator_sha256"] = sha
         manifest["models"][name] = entry

@@ -29,7 +29,7 @@ class InputError : public Error {
   explicit InputError(const std::string& message) : Error(ExitStatus::kBadInput, message) {}
 };
 
-// Keeps the first line of a library's message and drops trailing whitespace, so that errors from
+// Keeps the first non-empty line of a library's message and drops trailing whitespace, so that errors from
 // libtorch or protobuf (which carry backtraces and notes) still print as one line.
 std::string first_line(const std::string& text);
 

@@ -24,9 +24,20 @@ def example_input():
     return torch.randn(2, 8, generator=torch.Generator().manual_seed(1234))
 
 
+class SmallMlp(nn.Module):
+    """8-16-4 MLP whose forward argument is named x, like the ONNX input."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+    def forward(self, x):
+        return self.layers(x)
+
+
 def small_mlp():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).train()
+    return SmallMlp().train()
 
 
 # ---------------------------------------------------------------------------

@@ -30,3 +30,9 @@ TEST_CASE("malformed input specs are rejected with the spec in the message") {
     }
   }
 }
+
+TEST_CASE("first_line keeps the first non-empty line of a library message") {
+  CHECK(first_line("\nUnknown builtin op: a::b.\nmore\n") == "Unknown builtin op: a::b.");
+  CHECK(first_line("one line  ") == "one line");
+  CHECK(first_line("\n\n") == "");
+}

@@ -13,6 +13,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "compiler/onnx_shape_arithmetic.h"
 #include "ir/batch_dims.h"
 #include "support/error.h"
 
@@ -185,16 +186,24 @@ onnx::ModelProto with_input_dims(onnx::ModelProto skeleton,
   return skeleton;
 }
 
-using TypeMap = std::unordered_map<std::string, onnx::TypeProto>;
+using TypeMap = OnnxTypeMap;
 
-// Runs ONNX shape inference and returns the type of every named value.
+// Runs ONNX shape inference and returns the type of every named value. Shape arithmetic that
+// inference cannot follow is folded into constants and inference runs again, until nothing
+// more folds.
 TypeMap infer_types(onnx::ModelProto skeleton, bool strict) {
   onnx::ShapeInferenceOptions options(/*check_type=*/false, /*error_mode=*/strict ? 1 : 0, /*data_prop=*/true);
-  onnx::shape_inference::InferShapes(skeleton, onnx::OpSchemaRegistry::Instance(), options);
+  constexpr int kMaxRounds = 256;  // each round can unlock one more Reshape in a chain
   TypeMap types;
-  const auto& graph = skeleton.graph();
-  for (const auto& list : {graph.input(), graph.value_info(), graph.output()}) {
-    for (const auto& info : list) types[info.name()] = info.type();
+  for (int round = 0; round < kMaxRounds; ++round) {
+    onnx::ModelProto inferred = skeleton;
+    onnx::shape_inference::InferShapes(inferred, onnx::OpSchemaRegistry::Instance(), options);
+    types.clear();
+    const auto& graph = inferred.graph();
+    for (const auto& list : {graph.input(), graph.value_info(), graph.output()}) {
+      for (const auto& info : list) types[info.name()] = info.type();
+    }
+    if (!fold_shape_arithmetic(*skeleton.mutable_graph(), types)) break;
   }
   return types;
 }

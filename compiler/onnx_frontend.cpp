@@ -405,10 +405,10 @@ std::map<std::string, std::vector<std::int64_t>> with_doubled_batch(std::map<std
 
 // Shapes at twice the batch, by value id, for ir::assign_batch_dims. A model that cannot be
 // evaluated at another batch (a fixed Reshape target, say) leaves them unknown.
-void assign_batch_dims(ir::Graph& graph, const std::map<std::string, ir::ValueId>& ids, const onnx::ModelProto& skeleton,
-                       const std::map<std::string, std::vector<std::int64_t>>& input_dims, std::int64_t batch) {
-  std::vector<std::vector<std::int64_t>> other(graph.values().size());
-  std::vector<bool> known(graph.values().size(), false);
+ir::ShapesAtDoubleBatch shapes_at_double_batch(const ir::Graph& graph, const std::map<std::string, ir::ValueId>& ids,
+                                               const onnx::ModelProto& skeleton,
+                                               const std::map<std::string, std::vector<std::int64_t>>& input_dims) {
+  ir::ShapesAtDoubleBatch shapes(graph.values().size());
   try {
     auto doubled = with_doubled_batch(input_dims);
     TypeMap types = infer_types(with_input_dims(skeleton, doubled), /*strict=*/false);
@@ -416,19 +416,13 @@ void assign_batch_dims(ir::Graph& graph, const std::map<std::string, ir::ValueId
       auto type = types.find(name);
       if (type == types.end() || !type->second.has_tensor_type()) continue;
       auto tensor = to_tensor_type(type->second);
-      if (!tensor.rank_known) continue;
-      other[static_cast<std::size_t>(id)] = tensor.shape;
-      known[static_cast<std::size_t>(id)] = true;
+      if (tensor.rank_known) shapes[static_cast<std::size_t>(id)] = tensor.shape;
     }
-    for (const auto& [name, shape] : doubled) {
-      other[static_cast<std::size_t>(ids.at(name))] = shape;
-      known[static_cast<std::size_t>(ids.at(name))] = true;
-    }
+    for (const auto& [name, shape] : doubled) shapes[static_cast<std::size_t>(ids.at(name))] = shape;
   } catch (const std::exception&) {
-    std::fill(known.begin(), known.end(), false);
+    return {};
   }
-  ir::propagate_batch_dependence(graph);
-  ir::assign_batch_dims(graph, batch, other, known);
+  return shapes;
 }
 
 }  // namespace
@@ -459,7 +453,7 @@ Model load_onnx(const std::string& path, const LoadOptions& options) {
   }
   GraphBuilder builder(path, types);
   model.graph = builder.build(*proto, input_dims);
-  assign_batch_dims(model.graph, builder.ids(), skeleton, input_dims, model.batch);
+  ir::assign_batch_dims(model.graph, model.batch, shapes_at_double_batch(model.graph, builder.ids(), skeleton, input_dims));
   model.source = std::make_shared<OnnxModelSource>(proto);
   return model;
 }

@@ -411,35 +411,29 @@ std::vector<InputSpec> bind_inputs(const std::string& path, torch::jit::Graph& g
   return bound;
 }
 
-void assign_batch_dims(ir::Graph& graph, const TorchScriptSource& source, const std::vector<InputSpec>& specs,
-                       const std::unordered_map<const Value*, ir::ValueId>& ids, std::int64_t batch,
-                       const std::string& path) {
-  std::vector<std::vector<std::int64_t>> other(graph.values().size());
-  std::vector<bool> known(graph.values().size(), false);
+// Shapes at twice the batch, by value id, for ir::assign_batch_dims.
+ir::ShapesAtDoubleBatch shapes_at_double_batch(const ir::Graph& graph, const TorchScriptSource& source,
+                                               const std::vector<InputSpec>& specs,
+                                               const std::unordered_map<const Value*, ir::ValueId>& ids,
+                                               const std::string& path) {
+  ir::ShapesAtDoubleBatch shapes(graph.values().size());
   try {
     auto recorded = record_values(*source.graph, example_inputs(path, specs, 2), source.weights);
     std::size_t next = 0;
     for (const Node* node : source.graph->nodes()) {
       for (const Value* output : node->outputs()) {
         const auto& value = recorded.at(next++);
-        if (!value.isTensor()) continue;
-        auto id = static_cast<std::size_t>(ids.at(output));
-        other[id] = value.toTensor().sizes().vec();
-        known[id] = true;
+        if (value.isTensor()) shapes[static_cast<std::size_t>(ids.at(output))] = value.toTensor().sizes().vec();
       }
     }
     for (std::size_t i = 0; i < specs.size(); ++i) {
-      auto id = static_cast<std::size_t>(ids.at(source.graph->inputs()[i]));
-      other[id] = specs[i].dims;
-      other[id][0] *= 2;
-      known[id] = true;
+      auto& shape = shapes[static_cast<std::size_t>(ids.at(source.graph->inputs()[i]))] = specs[i].dims;
+      shape->front() *= 2;
     }
   } catch (const std::exception&) {
-    // A model traced with a hard-coded batch runs only at that batch: fall back to matching sizes.
-    std::fill(known.begin(), known.end(), false);
+    return {};  // a model traced with a hard-coded batch runs only at that batch
   }
-  ir::propagate_batch_dependence(graph);
-  ir::assign_batch_dims(graph, batch, other, known);
+  return shapes;
 }
 
 }  // namespace
@@ -479,7 +473,7 @@ Model load_torchscript(const std::string& path, const LoadOptions& options) {
   model.graph = build_graph(*source, specs, recorded, ids);
   for (const auto& weight : lowering.unused_weights()) model.graph.add_value(weight_value(weight));
   mark_outputs(model.graph, *source->graph, ids);
-  assign_batch_dims(model.graph, *source, specs, ids, model.batch, path);
+  ir::assign_batch_dims(model.graph, model.batch, shapes_at_double_batch(model.graph, *source, specs, ids, path));
   model.source = source;
   return model;
 }

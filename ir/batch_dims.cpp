@@ -31,14 +31,14 @@ void propagate_batch_dependence(Graph& graph) {
   }
 }
 
-void assign_batch_dims(Graph& graph, std::int64_t batch, const std::vector<std::vector<std::int64_t>>& other_shapes,
-                       const std::vector<bool>& other_known) {
+void assign_batch_dims(Graph& graph, std::int64_t batch, const ShapesAtDoubleBatch& at_double_batch) {
+  propagate_batch_dependence(graph);
   for (const auto& v : graph.values()) {
     if (!v.is_tensor() || v.is_weight()) continue;
     auto id = static_cast<std::size_t>(v.id);
     Value& value = graph.value(v.id);
-    if (id < other_known.size() && other_known[id]) {
-      value.type.batch_dim = first_differing_dim(value.type.shape, other_shapes[id]);
+    if (id < at_double_batch.size() && at_double_batch[id]) {
+      value.type.batch_dim = first_differing_dim(value.type.shape, *at_double_batch[id]);
       if (value.type.batch_dim >= 0) value.batch_dependent = true;
     } else if (value.batch_dependent) {
       value.type.batch_dim = first_dim_of_size(value.type.shape, batch);

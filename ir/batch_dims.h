@@ -7,21 +7,25 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "ir/graph.h"
 
 namespace rannc::ir {
 
+// Shapes by value id at twice the batch size; nullopt where the second evaluation gave none.
+// An empty vector means the model could not be evaluated at another batch at all.
+using ShapesAtDoubleBatch = std::vector<std::optional<std::vector<std::int64_t>>>;
+
 // Sets Value::batch_dependent: model inputs, and every output of an op that reads a
 // batch-dependent value.
 void propagate_batch_dependence(Graph& graph);
 
-// Sets TensorType::batch_dim for every tensor value. `other_shapes[v]` is the shape of value v at
-// `other_batch`, or empty with `other_known[v] == false` when the second evaluation could not
-// provide it; then a batch-dependent tensor takes the first dim whose size equals `batch`.
-// Also marks values whose shape scales with the batch as batch-dependent.
-void assign_batch_dims(Graph& graph, std::int64_t batch, const std::vector<std::vector<std::int64_t>>& other_shapes,
-                       const std::vector<bool>& other_known);
+// Propagates batch dependence, then sets TensorType::batch_dim of every tensor value: the dim
+// whose size differs at twice the batch; where that shape is unknown, a batch-dependent tensor
+// takes the first dim whose size equals `batch`. Values whose shape scales with the batch are
+// marked batch-dependent too.
+void assign_batch_dims(Graph& graph, std::int64_t batch, const ShapesAtDoubleBatch& at_double_batch);
 
 }  // namespace rannc::ir

@@ -38,14 +38,12 @@ TEST_CASE("batch dependence flows from inputs, not from weights") {
 
 TEST_CASE("batch dims come from comparing shapes at two batch sizes") {
   Sample s;
-  propagate_batch_dependence(s.g);
-  std::vector<std::vector<std::int64_t>> other(s.g.values().size());
-  std::vector<bool> known(s.g.values().size(), true);
-  other[s.x] = {8, 8};
-  other[s.y] = {8, 16};
-  other[s.t] = {16, 8};  // the batch dim moved: transposed
-  other[s.wt] = {8, 16};
-  assign_batch_dims(s.g, 4, other, known);
+  ShapesAtDoubleBatch other(s.g.values().size());
+  other[s.x] = {{8, 8}};
+  other[s.y] = {{8, 16}};
+  other[s.t] = {{16, 8}};  // the batch dim moved: transposed
+  other[s.wt] = {{8, 16}};
+  assign_batch_dims(s.g, 4, other);
   CHECK(s.g.value(s.x).type.batch_dim == 0);
   CHECK(s.g.value(s.y).type.batch_dim == 0);
   CHECK(s.g.value(s.t).type.batch_dim == 1);
@@ -55,10 +53,7 @@ TEST_CASE("batch dims come from comparing shapes at two batch sizes") {
 
 TEST_CASE("without a second evaluation, a batch-dependent tensor takes the first dim equal to the batch") {
   Sample s;
-  propagate_batch_dependence(s.g);
-  std::vector<std::vector<std::int64_t>> other(s.g.values().size());
-  std::vector<bool> known(s.g.values().size(), false);
-  assign_batch_dims(s.g, 4, other, known);
+  assign_batch_dims(s.g, 4, {});
   CHECK(s.g.value(s.y).type.batch_dim == 0);
   CHECK(s.g.value(s.t).type.batch_dim == 1);
   CHECK(s.g.value(s.wt).type.batch_dim == -1);

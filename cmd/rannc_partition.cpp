@@ -41,7 +41,9 @@ struct InspectOptions {
 
 int run_inspect(const InspectOptions& options) {
   Model model = load_model(options.model.model_path, options.model.to_load_options());
-  if (options.dump_ir) {
+  if (options.dump_ir && options.json) {
+    std::cout << ir::graph_to_json(model.graph).dump(1) << "\n";
+  } else if (options.dump_ir) {
     std::cout << ir::graph_to_text(model.graph);
   } else if (options.json) {
     std::cout << inspect_json(model).dump(2) << "\n";
@@ -58,7 +60,7 @@ int run(int argc, char** argv) {
   auto* inspect_command = app.add_subcommand("inspect", "show the ops, parameters, shapes and FLOPs of a model");
   add_model_options(*inspect_command, inspect.model);
   inspect_command->add_flag("--json", inspect.json, "print JSON (see CONTRACT.md)");
-  inspect_command->add_flag("--dump-ir", inspect.dump_ir, "print the lowered IR graph, one op a line");
+  inspect_command->add_flag("--dump-ir", inspect.dump_ir, "print the lowered IR graph, one op a line (with --json: every value and op as JSON)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -4,6 +4,7 @@
 
 #include <iostream>
 #include <new>
+#include <optional>
 
 #include "compiler/inspect.h"
 #include "compiler/model.h"
@@ -16,12 +17,12 @@ namespace {
 struct ModelOptions {
   std::string model_path;
   std::vector<std::string> input_specs;
-  std::int64_t batch = -1;  // -1: not given
+  std::optional<std::int64_t> batch;
 
   LoadOptions to_load_options() const {
     LoadOptions options;
     for (const auto& text : input_specs) options.inputs.push_back(parse_input_spec(text));
-    if (batch != -1) options.batch = batch;
+    options.batch = batch;
     return options;
   }
 };
@@ -42,11 +43,11 @@ struct InspectOptions {
 int run_inspect(const InspectOptions& options) {
   Model model = load_model(options.model.model_path, options.model.to_load_options());
   if (options.dump_ir && options.json) {
-    std::cout << ir::graph_to_json(model.graph).dump(1) << "\n";
+    std::cout << ir::graph_to_json(model.graph).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else if (options.dump_ir) {
     std::cout << ir::graph_to_text(model.graph);
   } else if (options.json) {
-    std::cout << inspect_json(model).dump(2) << "\n";
+    std::cout << inspect_json(model).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::cout << inspect_text(model);
   }

@@ -2,6 +2,7 @@
 
 #include <charconv>
 
+#include "ir/graph.h"
 #include "support/error.h"
 
 namespace rannc {
@@ -30,18 +31,26 @@ std::int64_t parse_dim(std::string_view text, std::string_view spec) {
 
 }  // namespace
 
+// Fields are read from the right, so a name may itself contain ':' (tf2onnx names inputs
+// "input:0"): NAME:DIMS or NAME:DIMS:DTYPE, where DIMS starts with a digit.
 InputSpec parse_input_spec(std::string_view text) {
   auto fields = split(text, ':');
-  if (fields.size() < 2 || fields.size() > 3 || fields[0].empty()) {
+  auto is_dims = [](std::string_view field) { return !field.empty() && field.front() >= '0' && field.front() <= '9'; };
+  bool has_dtype = fields.size() >= 3 && !is_dims(fields.back());
+  std::size_t dims_field = fields.size() - (has_dtype ? 2 : 1);
+  if (fields.size() < 2 || dims_field == 0 || text.front() == ':') {
     throw InputError("bad --input '" + std::string(text) + "': expected NAME:DIMS[:DTYPE], e.g. tokens:8x128:int64");
   }
   InputSpec spec;
-  spec.name = std::string(fields[0]);
-  for (auto dim : split(fields[1], 'x')) spec.dims.push_back(parse_dim(dim, text));
-  if (fields.size() == 3) {
-    auto dtype = ir::parse_dtype(fields[2]);
+  spec.name = std::string(text.substr(0, static_cast<std::size_t>(fields[dims_field].data() - text.data()) - 1));
+  for (auto dim : split(fields[dims_field], 'x')) spec.dims.push_back(parse_dim(dim, text));
+  if (!ir::checked_numel(spec.dims)) {
+    throw InputError("bad --input '" + std::string(text) + "': the shape has more elements than int64 can count");
+  }
+  if (has_dtype) {
+    auto dtype = ir::parse_dtype(fields.back());
     if (!dtype) {
-      throw InputError("bad --input '" + std::string(text) + "': unknown dtype '" + std::string(fields[2]) +
+      throw InputError("bad --input '" + std::string(text) + "': unknown dtype '" + std::string(fields.back()) +
                        "' (use float32, float16, bfloat16, float64, int64, int32, bool, ...)");
     }
     spec.dtype = *dtype;

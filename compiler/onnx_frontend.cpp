@@ -63,15 +63,24 @@ std::shared_ptr<onnx::ModelProto> parse_model(const std::string& path) {
 
 // Rejects ops outside the ONNX standard (custom domains, unknown op types) with a message that
 // names them; the checker would reject them too, but less clearly.
+std::vector<std::int64_t> dims_of(const TensorProto& tensor) { return {tensor.dims().begin(), tensor.dims().end()}; }
+
+std::string canonical_domain(const std::string& domain) { return domain == "ai.onnx" ? "" : domain; }
+
 void check_ops_known(const std::string& path, const onnx::ModelProto& proto) {
   std::map<std::string, int> opsets;
-  for (const auto& import : proto.opset_import()) opsets[import.domain()] = static_cast<int>(import.version());
+  for (const auto& import : proto.opset_import()) {
+    opsets[canonical_domain(import.domain())] = static_cast<int>(import.version());
+  }
+  std::set<std::pair<std::string, std::string>> functions;  // model-local functions are ops too
+  for (const auto& function : proto.functions()) functions.insert({canonical_domain(function.domain()), function.name()});
   const auto& nodes = proto.graph().node();
   for (int i = 0; i < nodes.size(); ++i) {
     const auto& node = nodes[i];
-    std::string domain = node.domain() == "ai.onnx" ? "" : node.domain();
-    int version = opsets.count(domain) ? opsets[domain] : opsets[""];
-    if (!onnx::OpSchemaRegistry::Schema(node.op_type(), version, domain)) {
+    std::string domain = canonical_domain(node.domain());
+    auto opset = opsets.find(domain);
+    if (functions.count({domain, node.op_type()})) continue;
+    if (opset == opsets.end() || !onnx::OpSchemaRegistry::Schema(node.op_type(), opset->second, domain)) {
       throw InputError(path + ": unsupported op '" + op_kind(node) + "' (node " + node_label(node, i) + ")");
     }
   }
@@ -101,12 +110,19 @@ std::vector<const onnx::ValueInfoProto*> batch_inputs(const onnx::GraphProto& gr
   return inputs;
 }
 
+// A model input's concrete dims, and whether dim 0 is the batch (given by --input or symbolic)
+// rather than a fixed size such as that of a [S, S] mask.
+struct ResolvedInput {
+  std::vector<std::int64_t> dims;
+  bool batched = false;
+};
+using InputDims = std::map<std::string, ResolvedInput>;
+
 // Concrete dims of each model input at the requested batch: an --input spec gives all of them,
 // a symbolic dim 0 takes the batch, and any other symbolic dim needs a spec.
-std::map<std::string, std::vector<std::int64_t>> resolve_input_dims(const std::string& path,
-                                                                     const onnx::GraphProto& graph,
-                                                                     const LoadOptions& options, std::int64_t batch) {
-  std::map<std::string, std::vector<std::int64_t>> dims;
+InputDims resolve_input_dims(const std::string& path, const onnx::GraphProto& graph, const LoadOptions& options,
+                             std::int64_t batch) {
+  InputDims dims;
   for (const auto* input : batch_inputs(graph)) {
     const auto& shape = input->type().tensor_type().shape();
     auto spec = std::find_if(options.inputs.begin(), options.inputs.end(),
@@ -116,16 +132,19 @@ std::map<std::string, std::vector<std::int64_t>> resolve_input_dims(const std::s
         throw InputError(path + ": --input '" + spec->name + "' has " + std::to_string(spec->dims.size()) +
                          " dims but the model input has " + std::to_string(shape.dim_size()));
       }
-      dims[input->name()] = spec->dims;
+      dims[input->name()] = {spec->dims, true};
       continue;
     }
-    std::vector<std::int64_t> resolved;
+    ResolvedInput resolved;
     for (int d = 0; d < shape.dim_size(); ++d) {
       const auto& dim = shape.dim(d);
-      if (dim.has_dim_value()) {
-        resolved.push_back(dim.dim_value());
+      if (dim.has_dim_value() && dim.dim_value() < 0) {
+        throw InputError(path + ": input '" + input->name() + "' has a negative dim");
+      } else if (dim.has_dim_value()) {
+        resolved.dims.push_back(dim.dim_value());
       } else if (d == 0) {
-        resolved.push_back(batch);
+        resolved.dims.push_back(batch);
+        resolved.batched = true;
       } else {
         throw InputError(path + ": input '" + input->name() + "' dim " + std::to_string(d) + " is symbolic ('" +
                          dim.dim_param() + "'); give its shape with --input " + input->name() + ":DIMS");
@@ -159,9 +178,8 @@ onnx::ModelProto dims_only_copy(const onnx::ModelProto& proto) {
   std::set<std::string> inputs;
   for (const auto& input : graph.input()) inputs.insert(input.name());
   for (const auto& init : graph.initializer()) {
-    std::int64_t numel = 1;
-    for (auto dim : init.dims()) numel *= dim;
-    if (numel <= kSmallTensor && init.data_location() != TensorProto::EXTERNAL) {
+    auto numel = ir::checked_numel(dims_of(init));
+    if (numel && *numel <= kSmallTensor && init.data_location() != TensorProto::EXTERNAL) {
       *copy->add_initializer() = init;
     } else if (!inputs.count(init.name())) {
       auto* input = copy->add_input();
@@ -174,14 +192,13 @@ onnx::ModelProto dims_only_copy(const onnx::ModelProto& proto) {
   return skeleton;
 }
 
-onnx::ModelProto with_input_dims(onnx::ModelProto skeleton,
-                                 const std::map<std::string, std::vector<std::int64_t>>& input_dims) {
+onnx::ModelProto with_input_dims(onnx::ModelProto skeleton, const InputDims& input_dims) {
   for (auto& input : *skeleton.mutable_graph()->mutable_input()) {
     auto it = input_dims.find(input.name());
     if (it == input_dims.end()) continue;
     auto* shape = input.mutable_type()->mutable_tensor_type()->mutable_shape();
     shape->clear_dim();
-    for (auto dim : it->second) shape->add_dim()->set_dim_value(dim);
+    for (auto dim : it->second.dims) shape->add_dim()->set_dim_value(dim);
   }
   return skeleton;
 }
@@ -200,8 +217,8 @@ TypeMap infer_types(onnx::ModelProto skeleton, bool strict) {
     onnx::shape_inference::InferShapes(inferred, onnx::OpSchemaRegistry::Instance(), options);
     types.clear();
     const auto& graph = inferred.graph();
-    for (const auto& list : {graph.input(), graph.value_info(), graph.output()}) {
-      for (const auto& info : list) types[info.name()] = info.type();
+    for (const auto* list : {&graph.input(), &graph.value_info(), &graph.output()}) {
+      for (const auto& info : *list) types[info.name()] = info.type();
     }
     if (!fold_shape_arithmetic(*skeleton.mutable_graph(), types)) break;
   }
@@ -217,27 +234,10 @@ ir::TensorType to_tensor_type(const onnx::TypeProto& type) {
   return result;
 }
 
-std::vector<std::int64_t> dims_of(const TensorProto& tensor) { return {tensor.dims().begin(), tensor.dims().end()}; }
-
 // The values of a small int64/int32 tensor stored inline, else monostate.
 ir::Literal small_int_literal(const TensorProto& tensor) {
-  std::int64_t numel = 1;
-  for (auto dim : tensor.dims()) numel *= dim;
-  if (numel > kSmallTensor || tensor.data_location() == TensorProto::EXTERNAL) return {};
-  std::vector<std::int64_t> values;
-  if (tensor.data_type() == TensorProto::INT64) {
-    if (tensor.has_raw_data()) {
-      values.resize(tensor.raw_data().size() / sizeof(std::int64_t));
-      std::memcpy(values.data(), tensor.raw_data().data(), values.size() * sizeof(std::int64_t));
-    } else {
-      values.assign(tensor.int64_data().begin(), tensor.int64_data().end());
-    }
-  } else if (tensor.data_type() == TensorProto::INT32 && !tensor.has_raw_data()) {
-    values.assign(tensor.int32_data().begin(), tensor.int32_data().end());
-  } else {
-    return {};
-  }
-  return values;
+  auto values = small_int_values(tensor, kSmallTensor);
+  return values ? ir::Literal(*values) : ir::Literal();
 }
 
 ir::Literal attribute_literal(const onnx::AttributeProto& attr) {
@@ -288,7 +288,7 @@ class GraphBuilder {
  public:
   GraphBuilder(const std::string& path, const TypeMap& types) : path_(path), types_(types) {}
 
-  ir::Graph build(const onnx::ModelProto& proto, const std::map<std::string, std::vector<std::int64_t>>& input_dims) {
+  ir::Graph build(const onnx::ModelProto& proto, const InputDims& input_dims) {
     const auto& graph = proto.graph();
     add_inputs(graph, input_dims);
     add_initializers(graph);
@@ -300,13 +300,13 @@ class GraphBuilder {
   const std::map<std::string, ir::ValueId>& ids() const { return ids_; }
 
  private:
-  void add_inputs(const onnx::GraphProto& graph, const std::map<std::string, std::vector<std::int64_t>>& input_dims) {
+  void add_inputs(const onnx::GraphProto& graph, const InputDims& input_dims) {
     for (const auto* input : batch_inputs(graph)) {
       ir::Value value;
       value.name = input->name();
       value.role = ir::ValueRole::kModelInput;
       value.type = to_tensor_type(input->type());
-      value.type.shape = input_dims.at(input->name());
+      value.type.shape = input_dims.at(input->name()).dims;
       value.type.rank_known = true;
       define(std::move(value));
     }
@@ -321,6 +321,9 @@ class GraphBuilder {
       for (int i = 3; i < node.input_size() && i <= 4; ++i) statistics.insert(node.input(i));
     }
     for (const auto& init : graph.initializer()) {
+      if (!ir::checked_numel(dims_of(init))) {
+        throw InputError(path_ + ": initializer '" + init.name() + "' has negative dims or too many elements");
+      }
       ir::Value value;
       value.name = init.name();
       value.type.dtype = to_dtype(init.data_type());
@@ -396,29 +399,33 @@ std::int64_t symbolic_batch(const onnx::GraphProto& graph, const LoadOptions& op
   return 1;
 }
 
-std::map<std::string, std::vector<std::int64_t>> with_doubled_batch(std::map<std::string, std::vector<std::int64_t>> dims) {
-  for (auto& [name, shape] : dims) {
-    if (!shape.empty()) shape[0] *= 2;
+// The inputs at twice the batch; nullopt when a doubled shape would overflow.
+std::optional<InputDims> with_doubled_batch(InputDims inputs) {
+  for (auto& [name, input] : inputs) {
+    if (!input.batched || input.dims.empty()) continue;
+    input.dims[0] *= 2;
+    if (!ir::checked_numel(input.dims)) return std::nullopt;
   }
-  return dims;
+  return inputs;
 }
 
 // Shapes at twice the batch, by value id, for ir::assign_batch_dims. A model that cannot be
 // evaluated at another batch (a fixed Reshape target, say) leaves them unknown.
 ir::ShapesAtDoubleBatch shapes_at_double_batch(const ir::Graph& graph, const std::map<std::string, ir::ValueId>& ids,
                                                const onnx::ModelProto& skeleton,
-                                               const std::map<std::string, std::vector<std::int64_t>>& input_dims) {
+                                               const InputDims& input_dims) {
   ir::ShapesAtDoubleBatch shapes(graph.values().size());
+  auto doubled = with_doubled_batch(input_dims);
+  if (!doubled) return {};
   try {
-    auto doubled = with_doubled_batch(input_dims);
-    TypeMap types = infer_types(with_input_dims(skeleton, doubled), /*strict=*/false);
+    TypeMap types = infer_types(with_input_dims(skeleton, *doubled), /*strict=*/false);
     for (const auto& [name, id] : ids) {
       auto type = types.find(name);
       if (type == types.end() || !type->second.has_tensor_type()) continue;
       auto tensor = to_tensor_type(type->second);
       if (tensor.rank_known) shapes[static_cast<std::size_t>(id)] = tensor.shape;
     }
-    for (const auto& [name, shape] : doubled) shapes[static_cast<std::size_t>(ids.at(name))] = shape;
+    for (const auto& [name, input] : *doubled) shapes[static_cast<std::size_t>(ids.at(name))] = input.dims;
   } catch (const std::exception&) {
     return {};
   }
@@ -443,7 +450,7 @@ Model load_onnx(const std::string& path, const LoadOptions& options) {
   model.format = ModelFormat::kOnnx;
   auto input_dims = resolve_input_dims(path, graph_proto, options, symbolic_batch(graph_proto, options));
   auto inputs = batch_inputs(graph_proto);
-  const auto& first_dims = inputs.empty() ? std::vector<std::int64_t>{} : input_dims.at(inputs.front()->name());
+  const auto& first_dims = inputs.empty() ? std::vector<std::int64_t>{} : input_dims.at(inputs.front()->name()).dims;
   model.batch = first_dims.empty() ? 1 : first_dims.front();
   TypeMap types;
   try {

@@ -1,6 +1,8 @@
 #include "compiler/onnx_shape_arithmetic.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <optional>
 
@@ -17,28 +19,38 @@ struct Known {
 };
 
 constexpr std::size_t kMaxElements = 64;
+// Values are held as doubles; beyond 2^53 they stop being exact, so nothing that large folds.
+constexpr double kMaxExact = 9007199254740992.0;
+
+template <typename T>
+std::vector<std::int64_t> read_values(const onnx::TensorProto& tensor, std::size_t count,
+                                      const google::protobuf::RepeatedField<std::int32_t>* int32s,
+                                      const google::protobuf::RepeatedField<std::int64_t>* int64s) {
+  std::vector<std::int64_t> values(count);
+  if (tensor.has_raw_data()) {
+    if (tensor.raw_data().size() != count * sizeof(T)) return {};
+    for (std::size_t i = 0; i < count; ++i) {
+      T v;
+      std::memcpy(&v, tensor.raw_data().data() + i * sizeof(T), sizeof(T));
+      values[i] = v;
+    }
+    return values;
+  }
+  if (int64s && static_cast<std::size_t>(int64s->size()) == count) return {int64s->begin(), int64s->end()};
+  if (int32s && static_cast<std::size_t>(int32s->size()) == count) return {int32s->begin(), int32s->end()};
+  return {};
+}
 
 std::optional<Known> from_tensor(const TensorProto& tensor) {
+  auto values = small_int_values(tensor, kMaxElements);
+  if (!values) return std::nullopt;
   Known known{{tensor.dims().begin(), tensor.dims().end()}, {}, false};
-  auto read = [&](auto* data, std::size_t count) {
-    for (std::size_t i = 0; i < count; ++i) known.values.push_back(static_cast<double>(data[i]));
-  };
-  const std::string& raw = tensor.raw_data();
-  switch (tensor.data_type()) {
-    case TensorProto::INT64:
-      if (tensor.has_raw_data()) read(reinterpret_cast<const std::int64_t*>(raw.data()), raw.size() / 8);
-      else read(tensor.int64_data().data(), static_cast<std::size_t>(tensor.int64_data_size()));
-      break;
-    case TensorProto::INT32:
-      if (tensor.has_raw_data()) read(reinterpret_cast<const std::int32_t*>(raw.data()), raw.size() / 4);
-      else read(tensor.int32_data().data(), static_cast<std::size_t>(tensor.int32_data_size()));
-      break;
-    default: return std::nullopt;
-  }
-  std::size_t expected = 1;
-  for (auto dim : known.dims) expected *= static_cast<std::size_t>(dim);
-  if (known.values.size() != expected || expected > kMaxElements) return std::nullopt;
+  for (auto v : *values) known.values.push_back(static_cast<double>(v));
   return known;
+}
+
+bool exact(const Known& known) {
+  return std::all_of(known.values.begin(), known.values.end(), [](double v) { return std::fabs(v) <= kMaxExact; });
 }
 
 std::optional<std::int64_t> int_attribute(const onnx::NodeProto& node, const std::string& name) {
@@ -71,13 +83,16 @@ std::optional<Known> shape_of(const OnnxTypeMap& types, const std::string& name,
   return Known{{static_cast<std::int64_t>(values.size())}, values, false};
 }
 
-// Elementwise arithmetic with the broadcasting that shape code uses: equal sizes or a scalar.
+// Elementwise arithmetic as shape code uses it: equal dims, or one operand with a single element
+// (the result then has the dims of the operand of higher rank).
 std::optional<Known> arithmetic(const std::string& op, const Known& a, const Known& b) {
-  if (a.values.size() != b.values.size() && a.values.size() != 1 && b.values.size() != 1) return std::nullopt;
-  Known out = a.values.size() >= b.values.size() ? a : b;
+  if (a.values.empty() || b.values.empty()) return std::nullopt;
+  bool a_single = a.values.size() == 1, b_single = b.values.size() == 1;
+  if (a.dims != b.dims && !a_single && !b_single) return std::nullopt;
+  Known out = (!a_single || (b_single && a.dims.size() >= b.dims.size())) ? a : b;
   out.floating = a.floating || b.floating;
   for (std::size_t i = 0; i < out.values.size(); ++i) {
-    double x = a.values[a.values.size() == 1 ? 0 : i], y = b.values[b.values.size() == 1 ? 0 : i];
+    double x = a.values[a_single ? 0 : i], y = b.values[b_single ? 0 : i];
     if (op == "Add") out.values[i] = x + y;
     else if (op == "Sub") out.values[i] = x - y;
     else if (op == "Mul") out.values[i] = x * y;
@@ -91,6 +106,7 @@ std::optional<Known> gather(const Known& data, const Known& indices) {
   if (data.dims.size() != 1) return std::nullopt;
   Known out{indices.dims, {}, data.floating};
   for (double index : indices.values) {
+    if (std::fabs(index) > kMaxExact) return std::nullopt;
     auto i = static_cast<std::int64_t>(index);
     if (i < 0) i += static_cast<std::int64_t>(data.values.size());
     if (i < 0 || i >= static_cast<std::int64_t>(data.values.size())) return std::nullopt;
@@ -101,13 +117,16 @@ std::optional<Known> gather(const Known& data, const Known& indices) {
 
 std::optional<Known> slice(const Known& data, const std::vector<const Known*>& args) {
   if (data.dims.size() != 1 || args.size() < 2 || !args[0] || !args[1]) return std::nullopt;
+  if (args[0]->values.empty() || args[1]->values.empty()) return std::nullopt;
+  if (args.size() > 3 && args[3] && args[3]->values.empty()) return std::nullopt;
   auto n = static_cast<std::int64_t>(data.values.size());
   auto bound = [&](double v) {
     auto i = static_cast<std::int64_t>(std::max(-1e18, std::min(1e18, v)));
     return std::max<std::int64_t>(0, std::min(n, i < 0 ? i + n : i));
   };
-  std::int64_t step = args.size() > 3 && args[3] ? static_cast<std::int64_t>(args[3]->values.at(0)) : 1;
-  if (step <= 0) return std::nullopt;
+  double step_value = args.size() > 3 && args[3] ? args[3]->values.at(0) : 1;
+  if (step_value < 1 || step_value > kMaxExact) return std::nullopt;
+  auto step = static_cast<std::int64_t>(step_value);
   Known out{{0}, {}, data.floating};
   for (auto i = bound(args[0]->values.at(0)); i < bound(args[1]->values.at(0)); i += step) {
     out.values.push_back(data.values[static_cast<std::size_t>(i)]);
@@ -128,15 +147,26 @@ class Evaluator {
 
   std::optional<Known> evaluate(const onnx::NodeProto& node) const {
     const std::string& op = node.op_type();
-    std::vector<const Known*> in;
-    for (const auto& name : node.input()) in.push_back(name.empty() ? nullptr : find(name));
-    auto all_known = [&] { return std::all_of(in.begin(), in.end(), [](const Known* k) { return k != nullptr; }); };
     if (op == "Shape") return shape_of(types_, node.input(0), node);
-    if (!all_known() && op != "Slice" && op != "Unsqueeze" && op != "Squeeze") return std::nullopt;
+    // An omitted optional input (empty name) is absent; a named one must be known.
+    std::vector<const Known*> in;
+    for (const auto& name : node.input()) {
+      if (name.empty()) {
+        in.push_back(nullptr);
+      } else if (const Known* known = find(name)) {
+        in.push_back(known);
+      } else {
+        return std::nullopt;
+      }
+    }
+    if (in.empty() || !in[0]) return std::nullopt;
+    if ((op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Gather") && (in.size() < 2 || !in[1])) {
+      return std::nullopt;
+    }
     if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") return arithmetic(op, *in[0], *in[1]);
     if (op == "Gather" && int_attribute(node, "axis").value_or(0) == 0) return gather(*in[0], *in[1]);
     if (op == "Concat") return concat(in);
-    if (op == "Slice") return in[0] ? slice(*in[0], {in.begin() + 1, in.end()}) : std::nullopt;
+    if (op == "Slice") return slice(*in[0], {in.begin() + 1, in.end()});
     if (op == "Cast") return cast(node, *in[0]);
     if (op == "Unsqueeze" || op == "Squeeze") return reshaped(node, in);
     return std::nullopt;
@@ -167,7 +197,6 @@ class Evaluator {
 
   // Unsqueeze and Squeeze only change dims; axes come from an attribute (opset < 13) or input 1.
   static std::optional<Known> reshaped(const onnx::NodeProto& node, const std::vector<const Known*>& in) {
-    if (!in[0]) return std::nullopt;
     std::vector<std::int64_t> axes = ints_attribute(node, "axes");
     if (in.size() > 1 && in[1]) {
       for (double a : in[1]->values) axes.push_back(static_cast<std::int64_t>(a));
@@ -175,9 +204,15 @@ class Evaluator {
     Known out = *in[0];
     if (node.op_type() == "Unsqueeze") {
       auto rank = static_cast<std::int64_t>(out.dims.size() + axes.size());
-      for (auto& a : axes) a = a < 0 ? a + rank : a;
+      for (auto& a : axes) {
+        a = a < 0 ? a + rank : a;
+        if (a < 0 || a >= rank) return std::nullopt;
+      }
       std::sort(axes.begin(), axes.end());
-      for (auto a : axes) out.dims.insert(out.dims.begin() + std::min<std::int64_t>(a, static_cast<std::int64_t>(out.dims.size())), 1);
+      for (auto a : axes) {
+        if (a > static_cast<std::int64_t>(out.dims.size())) return std::nullopt;
+        out.dims.insert(out.dims.begin() + a, 1);
+      }
       return out;
     }
     std::vector<std::int64_t> kept;
@@ -195,7 +230,21 @@ class Evaluator {
   std::map<std::string, Known> known_;
 };
 
-onnx::NodeProto constant_node(const std::string& output, const Known& known) {
+std::optional<Known> constant_value(const onnx::NodeProto& node) {
+  if (node.attribute_size() != 1 || node.output_size() != 1) return std::nullopt;
+  const auto& attr = node.attribute(0);
+  if (attr.name() == "value" && attr.has_t()) return from_tensor(attr.t());
+  if (attr.name() == "value_int") return Known{{}, {static_cast<double>(attr.i())}, false};
+  if (attr.name() == "value_ints" && static_cast<std::size_t>(attr.ints_size()) <= kMaxElements) {
+    Known known{{attr.ints_size()}, {}, false};
+    for (auto v : attr.ints()) known.values.push_back(static_cast<double>(v));
+    return known;
+  }
+  return std::nullopt;
+}
+
+// The folded value keeps the element type inference gave the original output.
+onnx::NodeProto constant_node(const std::string& output, const Known& known, int elem_type) {
   onnx::NodeProto node;
   node.set_op_type("Constant");
   node.add_output(output);
@@ -204,17 +253,36 @@ onnx::NodeProto constant_node(const std::string& output, const Known& known) {
   attr->set_type(onnx::AttributeProto::TENSOR);
   auto* tensor = attr->mutable_t();
   for (auto dim : known.dims) tensor->add_dims(dim);
-  if (known.floating) {
-    tensor->set_data_type(TensorProto::FLOAT);
-    for (double v : known.values) tensor->add_float_data(static_cast<float>(v));
-  } else {
-    tensor->set_data_type(TensorProto::INT64);
-    for (double v : known.values) tensor->add_int64_data(static_cast<std::int64_t>(v));
+  tensor->set_data_type(elem_type);
+  for (double v : known.values) {
+    switch (elem_type) {
+      case TensorProto::INT64: tensor->add_int64_data(static_cast<std::int64_t>(v)); break;
+      case TensorProto::INT32: tensor->add_int32_data(static_cast<std::int32_t>(v)); break;
+      case TensorProto::DOUBLE: tensor->add_double_data(v); break;
+      default: tensor->add_float_data(static_cast<float>(v)); break;
+    }
   }
   return node;
 }
 
 }  // namespace
+
+std::optional<std::vector<std::int64_t>> small_int_values(const onnx::TensorProto& tensor, std::size_t max_elements) {
+  if (tensor.data_location() == TensorProto::EXTERNAL) return std::nullopt;
+  std::vector<std::int64_t> dims(tensor.dims().begin(), tensor.dims().end());
+  std::int64_t count = 1;
+  for (auto dim : dims) {
+    if (dim < 0 || __builtin_mul_overflow(count, dim, &count)) return std::nullopt;
+  }
+  if (static_cast<std::size_t>(count) > max_elements) return std::nullopt;
+  auto n = static_cast<std::size_t>(count);
+  std::vector<std::int64_t> values;
+  if (tensor.data_type() == TensorProto::INT64) values = read_values<std::int64_t>(tensor, n, nullptr, &tensor.int64_data());
+  else if (tensor.data_type() == TensorProto::INT32) values = read_values<std::int32_t>(tensor, n, &tensor.int32_data(), nullptr);
+  else return std::nullopt;
+  if (values.size() != n) return std::nullopt;
+  return values;
+}
 
 bool fold_shape_arithmetic(onnx::GraphProto& graph, const OnnxTypeMap& types) {
   Evaluator evaluator(types);
@@ -224,16 +292,20 @@ bool fold_shape_arithmetic(onnx::GraphProto& graph, const OnnxTypeMap& types) {
   bool folded = false;
   for (auto& node : *graph.mutable_node()) {
     if (node.op_type() == "Constant") {
-      if (node.attribute_size() == 1 && node.attribute(0).has_t()) {
-        if (auto known = from_tensor(node.attribute(0).t())) evaluator.remember(node.output(0), *known);
-      }
+      if (auto known = constant_value(node)) evaluator.remember(node.output(0), *known);
       continue;
     }
     if (node.output_size() != 1) continue;
     auto known = evaluator.evaluate(node);
-    if (!known || known->values.size() > kMaxElements) continue;
+    if (!known || known->values.size() > kMaxElements || !exact(*known)) continue;
+    auto type = types.find(node.output(0));
+    int elem_type = type == types.end() ? 0 : type->second.tensor_type().elem_type();
+    if (elem_type != TensorProto::INT64 && elem_type != TensorProto::INT32 && elem_type != TensorProto::FLOAT &&
+        elem_type != TensorProto::DOUBLE) {
+      continue;  // leave values of other or unknown types to inference
+    }
     evaluator.remember(node.output(0), *known);
-    node = constant_node(node.output(0), *known);
+    node = constant_node(node.output(0), *known, elem_type);
     folded = true;
   }
   return folded;

@@ -9,12 +9,19 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace rannc {
 
 using OnnxTypeMap = std::unordered_map<std::string, onnx::TypeProto>;
+
+// The values of an int64 or int32 tensor stored inline with at most `max_elements` elements;
+// nullopt for anything else (other types, external data, bad or large dims).
+std::optional<std::vector<std::int64_t>> small_int_values(const onnx::TensorProto& tensor, std::size_t max_elements);
 
 // Returns true when it replaced at least one node.
 bool fold_shape_arithmetic(onnx::GraphProto& graph, const OnnxTypeMap& types);

@@ -73,7 +73,9 @@ std::optional<at::ScalarType> to_scalar_type(ir::DType dtype) {
 using TensorKey = std::tuple<const void*, std::int64_t, std::vector<std::int64_t>, std::vector<std::int64_t>, int>;
 
 TensorKey key_of(const at::Tensor& t) {
-  return {t.data_ptr(), t.storage_offset(), t.sizes().vec(), t.strides().vec(), static_cast<int>(t.scalar_type())};
+  // Empty tensors have no memory to compare: each is its own weight.
+  const void* where = t.numel() == 0 ? static_cast<const void*>(t.unsafeGetTensorImpl()) : t.data_ptr();
+  return {where, t.storage_offset(), t.sizes().vec(), t.strides().vec(), static_cast<int>(t.scalar_type())};
 }
 
 struct NamedWeight {
@@ -88,8 +90,7 @@ std::map<TensorKey, NamedWeight> distinct_weights(const torch::jit::Module& modu
   std::map<TensorKey, NamedWeight> weights;
   auto add = [&](const std::string& name, const at::Tensor& tensor, bool trainable) {
     if (!tensor.defined()) return;
-    auto key = tensor.numel() == 0 ? TensorKey{nullptr, static_cast<std::int64_t>(order.size()), {}, {}, -1}
-                                   : key_of(tensor);
+    auto key = key_of(tensor);
     if (weights.emplace(key, NamedWeight{name, tensor, trainable}).second) order.push_back(key);
   };
   for (const auto& p : module.named_parameters(/*recurse=*/true)) add(p.name, p.value, true);
@@ -130,7 +131,9 @@ class TorchScriptLowering {
 
  private:
   void resolve_attributes(std::shared_ptr<torch::jit::Graph>& graph) {
-    std::unordered_map<Value*, c10::IValue> objects{{graph->inputs().at(0), module_._ivalue()}};
+    // Each module object reached so far, with its qualified name prefix ("blocks.0.").
+    std::unordered_map<Value*, std::pair<c10::IValue, std::string>> objects{
+        {graph->inputs().at(0), {module_._ivalue(), ""}}};
     std::vector<Node*> resolved;
     for (torch::jit::DepthFirstGraphNodeIterator it(graph); Node* node = it.next();) {
       if (node->kind() == c10::prim::SetAttr) {
@@ -140,10 +143,11 @@ class TorchScriptLowering {
       if (node->kind() != c10::prim::GetAttr) continue;
       auto owner = objects.find(node->input());
       if (owner == objects.end()) continue;  // an attribute of something other than a module
-      const std::string& name = node->s(c10::attr::name);
-      c10::IValue value = owner->second.toObject()->getAttr(name);
+      const auto& [object, prefix] = owner->second;
+      std::string name = prefix + node->s(c10::attr::name);
+      c10::IValue value = object.toObject()->getAttr(node->s(c10::attr::name));
       if (value.isObject()) {
-        objects[node->output()] = value;
+        objects[node->output()] = {value, name + "."};
       } else {
         node->output()->replaceAllUsesWith(lowered_attribute(*graph, node, name, value));
       }
@@ -436,19 +440,11 @@ ir::ShapesAtDoubleBatch shapes_at_double_batch(const ir::Graph& graph, const Tor
   return shapes;
 }
 
-}  // namespace
-
-Model load_torchscript(const std::string& path, const LoadOptions& options) {
+Model load_lowered(const std::string& path, const LoadOptions& options) {
   auto source = std::make_shared<TorchScriptSource>();
   source->module = load_module(path);
   TorchScriptLowering lowering(path, source->module);
-  try {
-    source->graph = lowering.lower(*source);
-  } catch (const InputError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw InputError(path + ": cannot lower forward: " + torch_message(e));
-  }
+  source->graph = lowering.lower(*source);
   auto specs = bind_inputs(path, *source->graph, source->module, options, source->weights.size());
 
   std::vector<c10::IValue> recorded;
@@ -476,6 +472,19 @@ Model load_torchscript(const std::string& path, const LoadOptions& options) {
   ir::assign_batch_dims(model.graph, model.batch, shapes_at_double_batch(model.graph, *source, specs, ids, path));
   model.source = source;
   return model;
+}
+
+}  // namespace
+
+// Any failure inside torch becomes one line that names the file.
+Model load_torchscript(const std::string& path, const LoadOptions& options) {
+  try {
+    return load_lowered(path, options);
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw InputError(path + ": cannot read the TorchScript model: " + torch_message(e));
+  }
 }
 
 }  // namespace rannc

@@ -44,12 +44,11 @@ const KindTable& kind_table() {
          "aten::neg", "aten::abs", "aten::where", "aten::masked_fill", "aten::dropout", "aten::feature_dropout",
          "aten::native_dropout", "aten::square", "aten::pow", "aten::reciprocal", "aten::eq", "aten::ne", "aten::lt",
          "aten::le", "aten::gt", "aten::ge", "aten::logical_not", "aten::bitwise_not", "aten::hardsigmoid",
-         "aten::hardswish", "aten::zeros_like", "aten::ones_like", "aten::fill", "aten::zero", "aten::type_as",
-         "aten::to", "aten::addcmul", "aten::minimum", "aten::maximum", "onnx::Add", "onnx::Sub", "onnx::Mul",
+         "aten::hardswish", "aten::addcmul", "aten::minimum", "aten::maximum", "onnx::Add", "onnx::Sub", "onnx::Mul",
          "onnx::Div", "onnx::Relu", "onnx::LeakyRelu", "onnx::Clip", "onnx::Neg", "onnx::Abs", "onnx::Where",
          "onnx::Dropout", "onnx::Pow", "onnx::Reciprocal", "onnx::Equal", "onnx::Less", "onnx::Greater",
          "onnx::LessOrEqual", "onnx::GreaterOrEqual", "onnx::Not", "onnx::And", "onnx::Or", "onnx::HardSigmoid",
-         "onnx::HardSwish", "onnx::Max", "onnx::Min", "onnx::Sum", "onnx::Cast", "onnx::CastLike", "onnx::PRelu"});
+         "onnx::HardSwish", "onnx::Max", "onnx::Min", "onnx::Sum", "onnx::PRelu"});
     add(t, OpClass::kElementwise, 4,
         {"aten::tanh", "aten::sigmoid", "aten::silu", "aten::exp", "aten::log", "aten::sqrt", "aten::rsqrt",
          "aten::erf", "aten::sin", "aten::cos", "aten::softplus", "aten::mish", "aten::elu", "aten::selu",
@@ -74,10 +73,12 @@ const KindTable& kind_table() {
          "aten::index_select", "aten::gather", "aten::tril", "aten::triu", "aten::clone", "aten::detach",
          "aten::view_as", "aten::flip", "aten::roll", "aten::pad", "aten::constant_pad_nd", "aten::arange",
          "aten::zeros", "aten::ones", "aten::full", "aten::empty", "aten::tensor", "aten::copy",
-         "aten::scalar_tensor", "aten::einsum", "onnx::Reshape", "onnx::Flatten", "onnx::Transpose", "onnx::Concat",
+         "aten::scalar_tensor", "aten::type_as", "aten::to", "aten::zeros_like", "aten::ones_like",
+         "aten::fill", "aten::zero", "onnx::Reshape", "onnx::Flatten", "onnx::Transpose", "onnx::Concat",
          "onnx::Split", "onnx::Slice", "onnx::Squeeze", "onnx::Unsqueeze", "onnx::Expand", "onnx::Tile",
          "onnx::Identity", "onnx::Gather", "onnx::GatherElements", "onnx::GatherND", "onnx::ScatterND",
-         "onnx::Trilu", "onnx::Pad", "onnx::Range", "onnx::ConstantOfShape", "onnx::OneHot", "onnx::Einsum"});
+         "onnx::Trilu", "onnx::Pad", "onnx::Range", "onnx::ConstantOfShape", "onnx::OneHot", "onnx::Cast",
+         "onnx::CastLike"});
     add(t, OpClass::kGlue, 0,
         {"prim::Constant", "prim::ListConstruct", "prim::ListUnpack", "prim::TupleConstruct", "prim::TupleUnpack",
          "prim::TupleIndex", "prim::NumToTensor", "prim::device", "prim::dtype", "prim::GetAttr", "prim::unchecked_cast",
@@ -127,8 +128,10 @@ bool literal_true(const ir::Graph& graph, const ir::Op& op, std::size_t index) {
 
 // The contraction length K of a matrix product: out = 2 * numel(out) * K FLOPs.
 double contraction_length(const ir::Graph& graph, const ir::Op& op) {
-  if (op.kind == "aten::addmm" || op.kind == "aten::baddbmm" || op.kind == "aten::addbmm") {
-    return last_dim(tensor_input(graph, op, 1));
+  if (op.kind == "aten::addmm" || op.kind == "aten::baddbmm") return last_dim(tensor_input(graph, op, 1));
+  if (op.kind == "aten::addbmm") {  // sums the b products into one [n, p] output: K is b * k
+    const auto* batch1 = tensor_input(graph, op, 1);
+    return batch1 && batch1->shape.size() == 3 ? static_cast<double>(batch1->shape[0] * batch1->shape[2]) : 0;
   }
   if (op.kind == "onnx::Gemm") {
     const auto* a = tensor_input(graph, op, 0);

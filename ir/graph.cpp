@@ -7,6 +7,14 @@
 
 namespace rannc::ir {
 
+std::optional<std::int64_t> checked_numel(const std::vector<std::int64_t>& shape) {
+  std::int64_t count = 1;
+  for (auto dim : shape) {
+    if (dim < 0 || __builtin_mul_overflow(count, dim, &count)) return std::nullopt;
+  }
+  return count;
+}
+
 bool TensorType::shape_known() const {
   if (!rank_known) return false;
   for (auto dim : shape) {
@@ -16,13 +24,14 @@ bool TensorType::shape_known() const {
 }
 
 std::int64_t TensorType::numel() const {
-  if (!shape_known()) return 0;
-  std::int64_t count = 1;
-  for (auto dim : shape) count *= dim;
-  return count;
+  if (!rank_known) return 0;
+  return checked_numel(shape).value_or(0);
 }
 
-std::int64_t TensorType::bytes() const { return numel() * dtype_size(dtype); }
+std::int64_t TensorType::bytes() const {
+  std::int64_t bytes = 0;
+  return __builtin_mul_overflow(numel(), std::int64_t{dtype_size(dtype)}, &bytes) ? 0 : bytes;
+}
 
 ValueId Graph::add_value(Value value) {
   value.id = static_cast<ValueId>(values_.size());
@@ -38,6 +47,13 @@ OpId Graph::add_op(std::string kind, std::vector<ValueId> inputs, std::vector<Va
   op.inputs = std::move(inputs);
   op.outputs = std::move(outputs);
   op.source_node = source_node;
+  for (auto ids : {&op.inputs, &op.outputs}) {
+    for (auto id : *ids) {
+      if (id < 0 || static_cast<std::size_t>(id) >= values_.size()) {
+        throw InputError("op " + op.kind + " refers to value " + std::to_string(id) + ", which does not exist");
+      }
+    }
+  }
   for (auto input : op.inputs) value(input).consumers.push_back(op.id);
   for (auto output : op.outputs) {
     if (value(output).producer != kNoId) {
@@ -93,15 +109,8 @@ std::vector<OpId> Graph::topological_order() const {
 }
 
 void Graph::validate() const {
-  auto check_id = [&](ValueId id, const Op& op) {
-    if (id < 0 || static_cast<std::size_t>(id) >= values_.size()) {
-      throw InputError("op " + std::to_string(op.id) + " (" + op.kind + ") refers to a missing value");
-    }
-  };
   for (const auto& op : ops_) {
-    for (auto id : op.inputs) check_id(id, op);
     for (auto id : op.outputs) {
-      check_id(id, op);
       if (value(id).producer != op.id) {
         throw InputError("value '" + value(id).name + "' does not name op " + std::to_string(op.id) +
                          " (" + op.kind + ") as its producer");

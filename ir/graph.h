@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -24,6 +25,10 @@ inline constexpr std::int32_t kNoId = -1;
 using Literal = std::variant<std::monostate, std::int64_t, double, bool, std::string,
                              std::vector<std::int64_t>, std::vector<double>>;
 
+// The element count of a shape; nullopt when a dim is negative (unknown) or the product
+// overflows int64.
+std::optional<std::int64_t> checked_numel(const std::vector<std::int64_t>& shape);
+
 struct TensorType {
   std::vector<std::int64_t> shape;  // a dim of -1 is not known
   DType dtype = DType::kUnknown;
@@ -31,7 +36,7 @@ struct TensorType {
   int batch_dim = -1;  // the dim that scales with the batch size, -1 if none
 
   bool shape_known() const;
-  // Element count and bytes; 0 when the shape is not fully known.
+  // Element count and bytes; 0 when the shape is not fully known (or does not fit int64).
   std::int64_t numel() const;
   std::int64_t bytes() const;
 };

@@ -36,3 +36,12 @@ TEST_CASE("first_line keeps the first non-empty line of a library message") {
   CHECK(first_line("one line  ") == "one line");
   CHECK(first_line("\n\n") == "");
 }
+
+TEST_CASE("input names may contain ':' and shapes must be countable") {
+  auto spec = parse_input_spec("input:0:2x8:float16");
+  CHECK(spec.name == "input:0");
+  CHECK(spec.dims == std::vector<std::int64_t>{2, 8});
+  CHECK(spec.dtype == ir::DType::kFloat16);
+  CHECK(parse_input_spec("input:0:2x8").name == "input:0");
+  CHECK_THROWS_AS(parse_input_spec("x:4000000000x4000000000x4000000000"), InputError);
+}

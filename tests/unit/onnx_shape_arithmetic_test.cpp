@@ -24,11 +24,16 @@ void add_int_initializer(onnx::GraphProto& graph, const std::string& name, std::
   for (auto v : values) tensor->add_int64_data(v);
 }
 
-OnnxTypeMap shape_of_x(std::vector<std::int64_t> dims) {
-  onnx::TypeProto type;
-  type.mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-  for (auto d : dims) type.mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
-  return {{"x", type}};
+// Types as shape inference gives them: x with its dims, every other value int64.
+OnnxTypeMap types_for(const onnx::GraphProto& graph, std::vector<std::int64_t> x_dims) {
+  OnnxTypeMap types;
+  for (const auto& node : graph.node()) {
+    for (const auto& name : node.output()) types[name].mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
+  }
+  auto& x = types["x"];
+  x.mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  for (auto d : x_dims) x.mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+  return types;
 }
 
 std::vector<std::int64_t> constant_values(const onnx::NodeProto& node) {
@@ -58,7 +63,7 @@ TEST_CASE("a channel-shuffle reshape target folds to a constant") {
   add_node(graph, "Concat", {"b1", "groups", "c1", "rest"}, "target");
   add_node(graph, "Reshape", {"x", "target"}, "y");
 
-  CHECK(fold_shape_arithmetic(graph, shape_of_x({8, 116, 28, 28})));
+  CHECK(fold_shape_arithmetic(graph, types_for(graph, {8, 116, 28, 28})));
   CHECK(constant_values(graph.node(0)) == std::vector<std::int64_t>{8, 116, 28, 28});
   CHECK(constant_values(graph.node(3)) == std::vector<std::int64_t>{58});
   CHECK(constant_values(graph.node(6)) == std::vector<std::int64_t>{8, 2, 58, -1});
@@ -75,4 +80,18 @@ TEST_CASE("nothing folds while the shape it starts from is unknown") {
   unknown.mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param("batch");
   CHECK_FALSE(fold_shape_arithmetic(graph, {{"x", unknown}}));
   CHECK(graph.node(0).op_type() == "Shape");
+}
+
+TEST_CASE("malformed shape arithmetic is left alone, never folded out of range") {
+  onnx::GraphProto graph;
+  add_int_initializer(graph, "empty", {});  // dims [0]
+  add_int_initializer(graph, "one", {1}, /*scalar=*/true);
+  add_int_initializer(graph, "far_axis", {-10});
+  add_int_initializer(graph, "huge_index", {INT64_MAX}, /*scalar=*/true);
+  add_int_initializer(graph, "vec", {4, 5});
+  add_node(graph, "Add", {"empty", "one"}, "sum");
+  add_node(graph, "Unsqueeze", {"vec", "far_axis"}, "unsqueezed");
+  add_node(graph, "Gather", {"vec", "huge_index"}, "picked");
+  add_node(graph, "Unsqueeze", {"vec", "unknown_axes"}, "unknown");
+  CHECK_FALSE(fold_shape_arithmetic(graph, types_for(graph, {1})));
 }

@@ -61,12 +61,12 @@ std::shared_ptr<onnx::ModelProto> parse_model(const std::string& path) {
   return proto;
 }
 
-// Rejects ops outside the ONNX standard (custom domains, unknown op types) with a message that
-// names them; the checker would reject them too, but less clearly.
 std::vector<std::int64_t> dims_of(const TensorProto& tensor) { return {tensor.dims().begin(), tensor.dims().end()}; }
 
 std::string canonical_domain(const std::string& domain) { return domain == "ai.onnx" ? "" : domain; }
 
+// Rejects ops outside the ONNX standard (custom domains, unknown op types) with a message that
+// names them; the checker would reject them too, but less clearly.
 void check_ops_known(const std::string& path, const onnx::ModelProto& proto) {
   std::map<std::string, int> opsets;
   for (const auto& import : proto.opset_import()) {

@@ -6,6 +6,8 @@
 #include <map>
 #include <optional>
 
+#include "ir/graph.h"
+
 namespace rannc {
 namespace {
 
@@ -22,23 +24,22 @@ constexpr std::size_t kMaxElements = 64;
 // Values are held as doubles; beyond 2^53 they stop being exact, so nothing that large folds.
 constexpr double kMaxExact = 9007199254740992.0;
 
-template <typename T>
-std::vector<std::int64_t> read_values(const onnx::TensorProto& tensor, std::size_t count,
-                                      const google::protobuf::RepeatedField<std::int32_t>* int32s,
-                                      const google::protobuf::RepeatedField<std::int64_t>* int64s) {
-  std::vector<std::int64_t> values(count);
-  if (tensor.has_raw_data()) {
-    if (tensor.raw_data().size() != count * sizeof(T)) return {};
-    for (std::size_t i = 0; i < count; ++i) {
-      T v;
-      std::memcpy(&v, tensor.raw_data().data() + i * sizeof(T), sizeof(T));
-      values[i] = v;
-    }
-    return values;
+// `count` values of type Raw from raw_data, or else from the typed repeated field; empty when
+// neither holds exactly `count`.
+template <typename Raw, typename Field>
+std::vector<std::int64_t> read_values(const TensorProto& tensor, std::size_t count, const Field& typed) {
+  if (!tensor.has_raw_data()) {
+    if (static_cast<std::size_t>(typed.size()) != count) return {};
+    return {typed.begin(), typed.end()};
   }
-  if (int64s && static_cast<std::size_t>(int64s->size()) == count) return {int64s->begin(), int64s->end()};
-  if (int32s && static_cast<std::size_t>(int32s->size()) == count) return {int32s->begin(), int32s->end()};
-  return {};
+  if (tensor.raw_data().size() != count * sizeof(Raw)) return {};
+  std::vector<std::int64_t> values(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    Raw v;
+    std::memcpy(&v, tensor.raw_data().data() + i * sizeof(Raw), sizeof(Raw));
+    values[i] = v;
+  }
+  return values;
 }
 
 std::optional<Known> from_tensor(const TensorProto& tensor) {
@@ -269,17 +270,17 @@ onnx::NodeProto constant_node(const std::string& output, const Known& known, int
 
 std::optional<std::vector<std::int64_t>> small_int_values(const onnx::TensorProto& tensor, std::size_t max_elements) {
   if (tensor.data_location() == TensorProto::EXTERNAL) return std::nullopt;
-  std::vector<std::int64_t> dims(tensor.dims().begin(), tensor.dims().end());
-  std::int64_t count = 1;
-  for (auto dim : dims) {
-    if (dim < 0 || __builtin_mul_overflow(count, dim, &count)) return std::nullopt;
-  }
-  if (static_cast<std::size_t>(count) > max_elements) return std::nullopt;
-  auto n = static_cast<std::size_t>(count);
+  auto count = ir::checked_numel({tensor.dims().begin(), tensor.dims().end()});
+  if (!count || static_cast<std::size_t>(*count) > max_elements) return std::nullopt;
+  auto n = static_cast<std::size_t>(*count);
   std::vector<std::int64_t> values;
-  if (tensor.data_type() == TensorProto::INT64) values = read_values<std::int64_t>(tensor, n, nullptr, &tensor.int64_data());
-  else if (tensor.data_type() == TensorProto::INT32) values = read_values<std::int32_t>(tensor, n, &tensor.int32_data(), nullptr);
-  else return std::nullopt;
+  if (tensor.data_type() == TensorProto::INT64) {
+    values = read_values<std::int64_t>(tensor, n, tensor.int64_data());
+  } else if (tensor.data_type() == TensorProto::INT32) {
+    values = read_values<std::int32_t>(tensor, n, tensor.int32_data());
+  } else {
+    return std::nullopt;
+  }
   if (values.size() != n) return std::nullopt;
   return values;
 }

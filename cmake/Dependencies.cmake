@@ -2,6 +2,7 @@
 find_package(Torch REQUIRED)
 find_package(ONNX CONFIG REQUIRED)
 find_package(Protobuf REQUIRED)
+find_package(OpenSSL REQUIRED)  # SHA-256 of model files
 find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json 3.11 CONFIG REQUIRED)
 

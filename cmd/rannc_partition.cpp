@@ -6,8 +6,13 @@
 #include <new>
 #include <optional>
 
+#include <unistd.h>
+
 #include "compiler/inspect.h"
 #include "compiler/model.h"
+#include "compiler/profile.h"
+#include "cost_model/device.h"
+#include "cost_model/op_work.h"
 #include "ir/dump.h"
 #include "support/error.h"
 
@@ -34,23 +39,72 @@ void add_model_options(CLI::App& command, ModelOptions& options) {
   command.add_option("--batch", options.batch, "batch size for a symbolic batch dim (default: dim 0 of the first --input)");
 }
 
+void print_json(const nlohmann::json& json, int indent) {
+  std::cout << json.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+}
+
 struct InspectOptions {
   ModelOptions model;
   bool json = false;
   bool dump_ir = false;
+  std::optional<std::string> device;
+  std::string precision = "fp32";
+  std::string optimizer = "adam";
+  std::string profile_db;
 };
 
+// The cost options of inspect, checked before the model is read.
+std::optional<CostQuery> cost_query(const InspectOptions& options) {
+  if (!options.device) return std::nullopt;
+  const cost::DeviceSpec* device = cost::find_device_preset(*options.device);
+  if (!device) throw InputError("--device " + *options.device + ": unknown device preset");
+  CostQuery query{*device, cost::parse_precision(options.precision, "--precision"),
+                  cost::parse_optimizer(options.optimizer, "--optimizer"), {}};
+  cost::check_precision_supported(query.device, query.precision);
+  if (!options.profile_db.empty()) query.profile_db = cost::ProfileDb::load(options.profile_db);
+  return query;
+}
+
+// An op kind without a formula is costed, never silently free, but the user should know.
+void warn_uncosted(const ir::Graph& graph) {
+  auto kinds = cost::uncosted_kinds(graph);
+  if (kinds.empty()) return;
+  std::string list;
+  for (const auto& kind : kinds) list += (list.empty() ? "" : ", ") + kind;
+  std::cerr << "rannc-partition: warning: no cost formula for " << kinds.size() << " op kind(s), costed as memory-bound: "
+            << list << "\n";
+}
+
 int run_inspect(const InspectOptions& options) {
+  auto query = cost_query(options);
   Model model = load_model(options.model.model_path, options.model.to_load_options());
+  if (query) warn_uncosted(model.graph);
   if (options.dump_ir && options.json) {
-    std::cout << ir::graph_to_json(model.graph).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    print_json(ir::graph_to_json(model.graph), 1);
   } else if (options.dump_ir) {
     std::cout << ir::graph_to_text(model.graph);
   } else if (options.json) {
-    std::cout << inspect_json(model).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    print_json(inspect_json(model, query ? &*query : nullptr), 2);
   } else {
-    std::cout << inspect_text(model);
+    std::cout << inspect_text(model, query ? &*query : nullptr);
   }
+  return 0;
+}
+
+struct ProfileCommandOptions {
+  ModelOptions model;
+  ProfileOptions profile;
+  bool json = false;
+};
+
+int run_profile_command(ProfileCommandOptions& options) {
+  options.profile.model_path = options.model.model_path;
+  options.profile.load = options.model.to_load_options();
+  options.profile.progress = !options.json && ::isatty(STDERR_FILENO);
+  if (options.profile.reps < 1) throw InputError("--reps " + std::to_string(options.profile.reps) + ": must be at least 1");
+  ProfileReport report = run_profile(options.profile);
+  if (options.json) print_json(profile_report_json(report), 2);
+  else std::cout << profile_report_text(report);
   return 0;
 }
 
@@ -62,6 +116,18 @@ int run(int argc, char** argv) {
   add_model_options(*inspect_command, inspect.model);
   inspect_command->add_flag("--json", inspect.json, "print JSON (see CONTRACT.md)");
   inspect_command->add_flag("--dump-ir", inspect.dump_ir, "print the lowered IR graph, one op a line (with --json: every value and op as JSON)");
+  inspect_command->add_option("--device", inspect.device, "also predict a training step on this device preset");
+  inspect_command->add_option("--precision", inspect.precision, "fp32, bf16-mixed or fp16-mixed (with --device)");
+  inspect_command->add_option("--optimizer", inspect.optimizer, "sgd, momentum or adam: optimizer state in the memory prediction");
+  inspect_command->add_option("--profile-db", inspect.profile_db, "calibrate the prediction with this profile DB");
+
+  ProfileCommandOptions profile;
+  auto* profile_command = app.add_subcommand("profile", "time each distinct op of a TorchScript model on this machine");
+  add_model_options(*profile_command, profile.model);
+  profile_command->add_option("--profile-db", profile.profile.db_path, "read and extend this profile DB (JSON)");
+  profile_command->add_option("--reps", profile.profile.reps, "timed repetitions per op (default 5)");
+  profile_command->add_flag("--check", profile.profile.check, "also time whole training steps and compare with the prediction");
+  profile_command->add_flag("--json", profile.json, "print the report as JSON");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -71,6 +137,7 @@ int run(int argc, char** argv) {
     throw InputError(first_line(e.what()) + " (see rannc-partition --help)");
   }
   if (inspect_command->parsed()) return run_inspect(inspect);
+  if (profile_command->parsed()) return run_profile_command(profile);
   return 0;
 }
 

@@ -7,7 +7,9 @@
 #include <sstream>
 
 #include "cost_model/op_work.h"
+#include "cost_model/step_estimate.h"
 #include "ir/dump.h"
+#include "support/format.h"
 
 namespace rannc {
 namespace {
@@ -50,34 +52,6 @@ nlohmann::json tensor_list(const ir::Graph& graph, const std::vector<ir::ValueId
   return list;
 }
 
-// "12,345,678"
-std::string with_commas(std::int64_t n) {
-  std::string digits = std::to_string(n);
-  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<std::size_t>(i), ",");
-  return digits;
-}
-
-std::string scaled(double amount, const char* const units[], int count, double step) {
-  int unit = 0;
-  while (amount >= step && unit + 1 < count) {
-    amount /= step;
-    ++unit;
-  }
-  char text[64];
-  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.2f %s", amount, units[unit]);
-  return text;
-}
-
-std::string human_bytes(double bytes) {
-  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  return scaled(bytes, units, 6, 1024);
-}
-
-std::string human_flops(double flops) {
-  static const char* const units[] = {"FLOP", "KFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP"};
-  return scaled(flops, units, 6, 1000);
-}
-
 void print_values(std::ostringstream& out, const char* label, const ir::Graph& graph, const std::vector<ir::ValueId>& ids) {
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const auto& v = graph.value(ids[i]);
@@ -87,12 +61,54 @@ void print_values(std::ostringstream& out, const char* label, const ir::Graph& g
   }
 }
 
+cost::StepEstimate estimate(const Model& model, const CostQuery& query) {
+  const cost::ProfileDb* db = query.profile_db ? &*query.profile_db : nullptr;
+  return cost::estimate_step(model.graph, query.device, query.precision, query.optimizer, db);
+}
+
+nlohmann::json memory_json(const cost::MemoryBreakdown& m) {
+  return {{"weights", m.weights},         {"grads", m.grads},         {"optimizer", m.optimizer},
+          {"activations", m.activations}, {"workspace", m.workspace}, {"comm_buffers", m.comm_buffers},
+          {"total", m.total()}};
+}
+
+nlohmann::json predicted_json(const Model& model, const CostQuery& query) {
+  auto e = estimate(model, query);
+  nlohmann::json by_class = nlohmann::json::object();
+  for (std::size_t i = 0; i < cost::kOpClassCount; ++i) {
+    if (e.ms_by_class[i] > 0) by_class[std::string(cost::op_class_name(static_cast<cost::OpClass>(i)))] = e.ms_by_class[i];
+  }
+  return {{"device", query.device.name},
+          {"precision", cost::precision_name(query.precision)},
+          {"optimizer", cost::optimizer_name(query.optimizer)},
+          {"calibration", e.calibration},
+          {"fwd_ms", e.fwd_ms},
+          {"bwd_ms", e.bwd_ms},
+          {"step_ms", e.fwd_ms + e.bwd_ms},
+          {"ms_by_class", by_class},
+          {"measured_ops", e.measured_ops},
+          {"memory_bytes", memory_json(e.memory)}};
+}
+
+std::string predicted_text(const Model& model, const CostQuery& query) {
+  auto e = estimate(model, query);
+  std::ostringstream out;
+  out << "\npredicted training step on one " << query.device.name << " (" << cost::precision_name(query.precision) << ", "
+      << cost::optimizer_name(query.optimizer) << ", efficiencies: " << e.calibration << ")\n"
+      << "  time     " << human_ms(e.fwd_ms + e.bwd_ms) << "  (forward " << human_ms(e.fwd_ms) << ", backward "
+      << human_ms(e.bwd_ms) << ")\n"
+      << "  memory   " << human_bytes(e.memory.total()) << "  (weights " << human_bytes(e.memory.weights) << ", grads "
+      << human_bytes(e.memory.grads) << ", optimizer " << human_bytes(e.memory.optimizer) << ", activations "
+      << human_bytes(e.memory.activations) << ", workspace " << human_bytes(e.memory.workspace) << ")\n";
+  return out.str();
+}
+
 }  // namespace
 
-nlohmann::json inspect_json(const Model& model) {
+nlohmann::json inspect_json(const Model& model, const CostQuery* cost) {
   const auto& graph = model.graph;
   Totals t = totals(graph);
-  return {{"model", model.path},
+  nlohmann::json json = {{"model", model.path},
           {"format", model_format_name(model.format)},
           {"batch", model.batch},
           {"nodes", graph.ops().size()},
@@ -105,9 +121,11 @@ nlohmann::json inspect_json(const Model& model) {
           {"ops", t.ops},
           {"flops_fwd", t.flops_fwd},
           {"uncosted_ops", t.uncosted_kinds}};
+  if (cost) json["predicted"] = predicted_json(model, *cost);
+  return json;
 }
 
-std::string inspect_text(const Model& model) {
+std::string inspect_text(const Model& model, const CostQuery* cost) {
   const auto& graph = model.graph;
   Totals t = totals(graph);
   std::ostringstream out;
@@ -128,6 +146,7 @@ std::string inspect_text(const Model& model) {
     std::snprintf(line, sizeof line, "%7d  ", count);
     out << line << kind << (t.uncosted_kinds.count(kind) ? "  (no cost formula: costed as memory-bound)" : "") << "\n";
   }
+  if (cost) out << predicted_text(model, *cost);
   return out.str();
 }
 

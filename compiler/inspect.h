@@ -2,15 +2,27 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "compiler/model.h"
+#include "cost_model/memory.h"
+#include "cost_model/profile_db.h"
 
 namespace rannc {
 
-nlohmann::json inspect_json(const Model& model);
+// With --device: predict a training step of the whole model on one device of that kind.
+struct CostQuery {
+  cost::DeviceSpec device;
+  cost::Precision precision = cost::Precision::kFp32;
+  cost::Optimizer optimizer = cost::Optimizer::kAdam;
+  std::optional<cost::ProfileDb> profile_db;
+};
+
+// `cost` may be null; then there is no "predicted" section.
+nlohmann::json inspect_json(const Model& model, const CostQuery* cost);
 
 // The same facts as inspect_json, laid out for a terminal.
-std::string inspect_text(const Model& model);
+std::string inspect_text(const Model& model, const CostQuery* cost);
 
 }  // namespace rannc

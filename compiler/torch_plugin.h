@@ -4,9 +4,13 @@
 // plan) stay fast and small. Only the plugin's sources include torch headers.
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "compiler/model.h"
+#include "cost_model/profile_db.h"
 
 namespace rannc {
 
@@ -17,6 +21,32 @@ class TorchPlugin {
   // The TorchScript frontend: load, inline, lower attribute reads to named parameters and
   // buffers, remove mutation, record shapes by running the graph on the example inputs.
   virtual Model load_torchscript(const std::string& path, const LoadOptions& options) = 0;
+
+  // The profiler (compiler/torch_profiler.cpp). All of it runs on the CPU with libtorch's
+  // default thread count, the way a training step of the model would.
+
+  // Peak sgemm FLOP/s, copy bandwidth and the time of a near-empty op; ops left empty.
+  virtual cost::DeviceProfile measure_device() = 0;
+
+  // Forward and backward time (median of `reps` after a warm-up) and memory of each op of a
+  // model loaded by load_torchscript, run alone on the values a forward pass gives its inputs.
+  // Inputs in `requires_grad` (by ir::ValueId) get gradients. An op that cannot run alone gives
+  // nullopt. `progress` is called after each op.
+  using Progress = std::function<void(std::size_t done, std::size_t total)>;
+  virtual std::vector<std::optional<cost::OpMeasurement>> profile_ops(const Model& model,
+                                                                      const std::vector<ir::OpId>& ops,
+                                                                      const std::vector<bool>& requires_grad, int reps,
+                                                                      const Progress& progress) = 0;
+
+  // One training step of the whole model in libtorch (forward, then backward of the sum of
+  // its floating outputs): the median time of `reps` steps after a warm-up, and the peak
+  // memory: weights, buffers and gradients plus the most allocated during a step.
+  struct StepMeasurement {
+    double step_ms = 0;
+    std::int64_t peak_bytes = 0;
+    int reps = 0;
+  };
+  virtual StepMeasurement measure_training_step(const Model& model, int reps) = 0;
 };
 
 // Loads the plugin once: from $RANNC_TORCH_PLUGIN, else from the executable's folder or

@@ -253,40 +253,6 @@ torch::jit::Module load_module(const std::string& path) {
 
 std::string input_name(const Value* input) { return input->debugNameBase(); }
 
-// Example tensors for the model inputs, from the specs; floats are random with a fixed seed and
-// integer inputs (token ids, indices, offsets) are zeros, which every lookup accepts.
-std::vector<at::Tensor> example_inputs(const std::string& path, const std::vector<InputSpec>& specs, std::int64_t scale) {
-  auto generator = at::detail::createCPUGenerator(/*seed=*/0);
-  std::vector<at::Tensor> tensors;
-  for (const auto& spec : specs) {
-    auto type = to_scalar_type(spec.dtype);
-    if (!type) throw InputError(path + ": --input '" + spec.name + "': dtype " + std::string(ir::dtype_name(spec.dtype)) + " is not supported");
-    auto dims = spec.dims;
-    dims[0] *= scale;
-    auto options = at::TensorOptions().dtype(*type);
-    tensors.push_back(at::isFloatingType(*type) ? at::randn(dims, generator, options) : at::zeros(dims, options));
-  }
-  return tensors;
-}
-
-// Runs a copy of the lowered graph with every node output registered as a graph output and
-// returns those outputs, in node order.
-std::vector<c10::IValue> record_values(torch::jit::Graph& lowered, const std::vector<at::Tensor>& inputs,
-                                       const std::vector<TorchScriptSource::Weight>& weights) {
-  auto graph = lowered.copy();
-  auto original_outputs = graph->outputs().size();
-  for (Node* node : graph->nodes()) {
-    for (Value* output : node->outputs()) graph->registerOutput(output);
-  }
-  torch::jit::Stack stack(inputs.begin(), inputs.end());
-  // Buffers are copied: a training-mode forward updates BatchNorm statistics in place.
-  for (const auto& w : weights) stack.emplace_back(w.trainable ? w.tensor : w.tensor.clone());
-  torch::NoGradGuard no_grad;
-  torch::jit::Code code(graph, "record");
-  torch::jit::InterpreterState(code).run(stack);
-  return {stack.begin() + static_cast<std::ptrdiff_t>(original_outputs), stack.end()};
-}
-
 void set_value_from_ivalue(ir::Value& value, const c10::IValue& recorded) {
   if (recorded.isTensor()) {
     const auto& t = recorded.toTensor();
@@ -470,11 +436,46 @@ Model load_lowered(const std::string& path, const LoadOptions& options) {
   for (const auto& weight : lowering.unused_weights()) model.graph.add_value(weight_value(weight));
   mark_outputs(model.graph, *source->graph, ids);
   ir::assign_batch_dims(model.graph, model.batch, shapes_at_double_batch(model.graph, *source, specs, ids, path));
+  source->specs = specs;
   model.source = source;
   return model;
 }
 
 }  // namespace
+
+// Example tensors for the model inputs, from the specs; floats are random with a fixed seed and
+// integer inputs (token ids, indices, offsets) are zeros, which every lookup accepts.
+std::vector<at::Tensor> example_inputs(const std::string& path, const std::vector<InputSpec>& specs, std::int64_t scale) {
+  auto generator = at::detail::createCPUGenerator(/*seed=*/0);
+  std::vector<at::Tensor> tensors;
+  for (const auto& spec : specs) {
+    auto type = to_scalar_type(spec.dtype);
+    if (!type) throw InputError(path + ": --input '" + spec.name + "': dtype " + std::string(ir::dtype_name(spec.dtype)) + " is not supported");
+    auto dims = spec.dims;
+    dims[0] *= scale;
+    auto options = at::TensorOptions().dtype(*type);
+    tensors.push_back(at::isFloatingType(*type) ? at::randn(dims, generator, options) : at::zeros(dims, options));
+  }
+  return tensors;
+}
+
+// Runs a copy of the lowered graph with every node output registered as a graph output and
+// returns those outputs, in node order.
+std::vector<c10::IValue> record_values(torch::jit::Graph& lowered, const std::vector<at::Tensor>& inputs,
+                                       const std::vector<TorchScriptSource::Weight>& weights) {
+  auto graph = lowered.copy();
+  auto original_outputs = graph->outputs().size();
+  for (Node* node : graph->nodes()) {
+    for (Value* output : node->outputs()) graph->registerOutput(output);
+  }
+  torch::jit::Stack stack(inputs.begin(), inputs.end());
+  // Buffers are copied: a training-mode forward updates BatchNorm statistics in place.
+  for (const auto& w : weights) stack.emplace_back(w.trainable ? w.tensor : w.tensor.clone());
+  torch::NoGradGuard no_grad;
+  torch::jit::Code code(graph, "record");
+  torch::jit::InterpreterState(code).run(stack);
+  return {stack.begin() + static_cast<std::ptrdiff_t>(original_outputs), stack.end()};
+}
 
 // Any failure inside torch becomes one line that names the file.
 Model load_torchscript(const std::string& path, const LoadOptions& options) {

@@ -28,6 +28,17 @@ class TorchScriptSource : public ModelSource {
     bool trainable = false;
   };
   std::vector<Weight> weights;
+  // The example inputs' specs, in the order of the graph's model inputs.
+  std::vector<InputSpec> specs;
 };
+
+// Example tensors for the model inputs: floats random with a fixed seed, integers zero (every
+// lookup accepts index 0). `scale` multiplies the batch dim. `path` names the model in errors.
+std::vector<at::Tensor> example_inputs(const std::string& path, const std::vector<InputSpec>& specs, std::int64_t scale);
+
+// Runs the lowered graph on the inputs and weights and returns every node output, in node
+// order (the order of TorchScriptSource::nodes).
+std::vector<c10::IValue> record_values(torch::jit::Graph& lowered, const std::vector<at::Tensor>& inputs,
+                                       const std::vector<TorchScriptSource::Weight>& weights);
 
 }  // namespace rannc

@@ -1,7 +1,9 @@
 #include "cost_model/op_work.h"
 
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace rannc::cost {
 namespace {
@@ -90,13 +92,56 @@ const KindTable& kind_table() {
   return table;
 }
 
+using KindSet = std::unordered_set<std::string>;
+
+// Outputs alias the first input. aten::reshape and onnx::Reshape copy when the input is not
+// contiguous (as after a transpose), so they are costed as copies.
+const KindSet& view_kinds() {
+  static const KindSet kinds = {
+      "aten::view", "aten::_reshape_alias", "aten::unflatten", "aten::transpose", "aten::permute", "aten::t",
+      "aten::expand", "aten::expand_as", "aten::squeeze", "aten::unsqueeze", "aten::slice", "aten::select",
+      "aten::narrow", "aten::chunk", "aten::split", "aten::split_with_sizes", "aten::unbind", "aten::detach",
+      "aten::view_as", "aten::alias", "onnx::Squeeze", "onnx::Unsqueeze", "onnx::Identity"};
+  return kinds;
+}
+
+const KindSet& saves_output_kinds() {
+  static const KindSet kinds = {"aten::relu", "aten::sigmoid", "aten::tanh", "aten::softmax", "aten::_softmax",
+                                "aten::log_softmax", "aten::_log_softmax", "aten::exp", "aten::sqrt", "aten::rsqrt",
+                                "onnx::Relu", "onnx::Sigmoid", "onnx::Tanh", "onnx::Softmax", "onnx::LogSoftmax",
+                                "onnx::Exp", "onnx::Sqrt"};
+  return kinds;
+}
+
+// Backward needs only shapes (or a small mask): add, subtract, negate, masking, concatenation,
+// sums and means, average pooling, copies and casts.
+const KindSet& saves_nothing_kinds() {
+  static const KindSet kinds = {
+      "aten::add", "aten::sub", "aten::rsub", "aten::neg", "aten::masked_fill", "aten::where", "aten::dropout",
+      "aten::feature_dropout", "aten::native_dropout", "aten::cat", "aten::concat", "aten::stack", "aten::sum",
+      "aten::mean", "aten::avg_pool1d", "aten::avg_pool2d", "aten::avg_pool3d", "aten::adaptive_avg_pool1d",
+      "aten::adaptive_avg_pool2d", "aten::adaptive_avg_pool3d", "aten::clone", "aten::contiguous", "aten::to",
+      "aten::type_as", "aten::reshape", "aten::flatten", "aten::repeat", "aten::pad", "aten::constant_pad_nd",
+      "aten::copy", "aten::tril", "aten::triu", "aten::zeros", "aten::ones", "aten::full", "aten::arange",
+      "aten::zeros_like", "aten::ones_like", "onnx::Add", "onnx::Sub", "onnx::Neg", "onnx::Where", "onnx::Dropout",
+      "onnx::Concat", "onnx::ReduceSum", "onnx::ReduceMean", "onnx::AveragePool", "onnx::GlobalAveragePool",
+      "onnx::Reshape", "onnx::Flatten", "onnx::Transpose", "onnx::Expand", "onnx::Tile", "onnx::Split",
+      "onnx::Slice", "onnx::Cast", "onnx::CastLike", "onnx::Pad", "onnx::Trilu", "onnx::ConstantOfShape",
+      "onnx::Range", "onnx::Sum"};
+  return kinds;
+}
+
+// The functional form of an in-place aten kind (aten::relu_ -> aten::relu).
+std::string functional_kind(const std::string& kind) {
+  if (kind.size() > 1 && kind.back() == '_' && kind.compare(0, 6, "aten::") == 0) return kind.substr(0, kind.size() - 1);
+  return kind;
+}
+
 // In-place variants (aten::relu_) cost what their functional forms cost.
 const KindInfo* lookup(const std::string& kind) {
   const auto& table = kind_table();
   if (auto it = table.find(kind); it != table.end()) return &it->second;
-  if (kind.size() > 1 && kind.back() == '_' && kind.compare(0, 6, "aten::") == 0) {
-    if (auto it = table.find(kind.substr(0, kind.size() - 1)); it != table.end()) return &it->second;
-  }
+  if (auto it = table.find(functional_kind(kind)); it != table.end()) return &it->second;
   return nullptr;
 }
 
@@ -191,6 +236,73 @@ double tensor_bytes(const ir::Graph& graph, const std::vector<ir::ValueId>& ids)
   return bytes;
 }
 
+
+// Reshaping views cost nothing backward; slicing and expanding ones scatter or sum into a
+// gradient of the input's size.
+bool is_reshaping_view(const ir::Op& op) {
+  static const KindSet kinds = {"aten::view", "aten::_reshape_alias", "aten::unflatten", "aten::transpose",
+                                "aten::permute", "aten::t", "aten::squeeze", "aten::unsqueeze", "aten::detach",
+                                "aten::view_as", "aten::alias", "onnx::Squeeze", "onnx::Unsqueeze", "onnx::Identity"};
+  return kinds.count(functional_kind(op.kind)) > 0;
+}
+
+double forward_bias_flops(const ir::Graph& graph, const ir::Op& op) {
+  bool conv = classify(graph, op) == OpClass::kConv;
+  if (conv) return 0;  // conv_flops counts no bias
+  return matmul_flops(graph, op) - 2 * first_output_numel(graph, op) * contraction_length(graph, op);
+}
+
+// The table is input 0 of aten::embedding, aten::embedding_bag and onnx::Gather.
+constexpr std::size_t kEmbeddingWeight = 0;
+
+// Which inputs of an op need a gradient, and how large the gradients are.
+class BackwardInputs {
+ public:
+  BackwardInputs(const ir::Graph& graph, const ir::Op& op, const std::vector<bool>& requires_grad)
+      : graph_(graph), op_(op), requires_grad_(requires_grad) {}
+
+  bool needs_grad(std::size_t input) const {
+    return input < op_.inputs.size() && requires_grad_[static_cast<std::size_t>(op_.inputs[input])];
+  }
+
+  int count_needing_grad() const {
+    int count = 0;
+    for (std::size_t i = 0; i < op_.inputs.size(); ++i) count += needs_grad(i) ? 1 : 0;
+    return count;
+  }
+
+  // The two factors of the product: inputs 1 and 2 of addmm-like kinds, else 0 and 1.
+  double operands_needing_grad(const std::string& kind) const {
+    std::size_t first = has_leading_bias(kind) ? 1 : 0;
+    return (needs_grad(first) ? 1.0 : 0.0) + (needs_grad(first + 1) ? 1.0 : 0.0);
+  }
+
+  bool bias_needs_grad(const std::string& kind) const { return needs_grad(has_leading_bias(kind) ? 0 : 2); }
+
+  double output_grad_bytes() const { return gradient_bytes(op_.outputs, false); }
+  double input_grad_bytes() const { return gradient_bytes(op_.inputs, true); }
+
+ private:
+  static bool has_leading_bias(const std::string& kind) {
+    return kind == "aten::addmm" || kind == "aten::baddbmm" || kind == "aten::addbmm";
+  }
+
+  double gradient_bytes(const std::vector<ir::ValueId>& ids, bool only_needing_grad) const {
+    double bytes = 0;
+    for (auto id : ids) {
+      const auto& value = graph_.value(id);
+      bool counted = value.is_tensor() && ir::is_floating_point(value.type.dtype) &&
+                     (!only_needing_grad || requires_grad_[static_cast<std::size_t>(id)]);
+      if (counted) bytes += static_cast<double>(value.type.bytes());
+    }
+    return bytes;
+  }
+
+  const ir::Graph& graph_;
+  const ir::Op& op_;
+  const std::vector<bool>& requires_grad_;
+};
+
 }  // namespace
 
 std::string_view op_class_name(OpClass op_class) {
@@ -222,7 +334,7 @@ OpClass classify(const ir::Graph& graph, const ir::Op& op) {
 OpWork op_work(const ir::Graph& graph, const ir::Op& op) {
   OpWork work;
   work.op_class = classify(graph, op);
-  if (work.op_class == OpClass::kGlue) return work;
+  if (work.op_class == OpClass::kGlue || is_view(op)) return work;
   work.bytes_fwd = tensor_bytes(graph, op.inputs) + tensor_bytes(graph, op.outputs);
   const KindInfo* info = lookup(op.kind);
   switch (work.op_class) {
@@ -237,6 +349,83 @@ OpWork op_work(const ir::Graph& graph, const ir::Op& op) {
     default: break;
   }
   return work;
+}
+
+OpWork op_work(const ir::Graph& graph, const ir::Op& op, const std::vector<bool>& requires_grad) {
+  OpWork work = op_work(graph, op);
+  if (work.op_class == OpClass::kGlue) return work;
+  BackwardInputs grads{graph, op, requires_grad};
+  if (grads.count_needing_grad() == 0) return work;
+  double grad_out = grads.output_grad_bytes();
+  switch (work.op_class) {
+    case OpClass::kMatMul:
+    case OpClass::kConv: {
+      // One product per operand that needs a gradient, each as large as the forward one.
+      double products = grads.operands_needing_grad(op.kind);
+      double bias = grads.bias_needs_grad(op.kind) ? first_output_numel(graph, op) : 0;
+      work.flops_bwd = products * (work.flops_fwd - forward_bias_flops(graph, op)) + bias;
+      work.bytes_bwd = products * work.bytes_fwd + (bias > 0 ? grad_out : 0);
+      break;
+    }
+    case OpClass::kEmbedding: {
+      // A dense weight gradient: zero the table, then scatter-add the output gradient rows.
+      const auto* weight = tensor_input(graph, op, kEmbeddingWeight);
+      bool weight_grad = weight && grads.needs_grad(kEmbeddingWeight);
+      work.flops_bwd = weight_grad ? first_output_numel(graph, op) : 0;
+      work.bytes_bwd = weight_grad ? 2.0 * static_cast<double>(weight->bytes()) + grad_out : 0;
+      break;
+    }
+    case OpClass::kNorm:
+      work.flops_bwd = 2 * work.flops_fwd;
+      work.bytes_bwd = work.bytes_fwd + grad_out;
+      break;
+    case OpClass::kDataMovement:
+      work.bytes_bwd = is_reshaping_view(op) ? 0 : grad_out + grads.input_grad_bytes();
+      break;
+    case OpClass::kUnknown:
+      work.bytes_bwd = 2 * work.bytes_fwd;  // no formula: assume it reads and writes twice the forward bytes
+      break;
+    default:  // elementwise, softmax, reduction, pool: read the output gradient and what was saved, write input gradients
+      work.flops_bwd = work.flops_fwd;
+      work.bytes_bwd = work.bytes_fwd + grad_out;
+      break;
+  }
+  return work;
+}
+
+std::vector<std::string> uncosted_kinds(const ir::Graph& graph) {
+  std::set<std::string> kinds;
+  for (const auto& op : graph.ops()) {
+    if (classify(graph, op) == OpClass::kUnknown) kinds.insert(op.kind);
+  }
+  return {kinds.begin(), kinds.end()};
+}
+
+bool is_view(const ir::Op& op) { return view_kinds().count(functional_kind(op.kind)) > 0; }
+
+SavedForBackward saved_for_backward(const ir::Graph& graph, const ir::Op& op) {
+  std::string kind = functional_kind(op.kind);
+  if (is_view(op) || saves_nothing_kinds().count(kind)) return SavedForBackward::kNothing;
+  if (saves_output_kinds().count(kind)) return SavedForBackward::kOutput;
+  // x * 2 and x / 8 keep only the scalar.
+  bool scalar_operand = op.inputs.size() >= 2 && !graph.value(op.inputs[1]).is_tensor();
+  if ((kind == "aten::mul" || kind == "aten::div") && scalar_operand) return SavedForBackward::kNothing;
+  if (classify(graph, op) == OpClass::kGlue) return SavedForBackward::kNothing;
+  return SavedForBackward::kInputs;
+}
+
+double extra_saved_bytes(const ir::Graph& graph, const ir::Op& op) {
+  std::string kind = functional_kind(op.kind);
+  double out = first_output_numel(graph, op);
+  if (kind.find("dropout") != std::string::npos || kind == "onnx::Dropout") return out;  // a bool mask
+  if (kind.find("max_pool") != std::string::npos || kind == "onnx::MaxPool") return 8 * out;  // int64 indices
+  if (classify(graph, op) == OpClass::kNorm) {
+    // Mean and inverse std per normalised group: at most one pair per element of the output's first two dims.
+    const auto& y = graph.value(op.outputs.front());
+    double groups = y.is_tensor() && y.type.shape.size() >= 2 ? static_cast<double>(y.type.shape[0] * y.type.shape[1]) : out;
+    return 2 * 4 * groups;
+  }
+  return 0;
 }
 
 }  // namespace rannc::cost

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "ir/graph.h"
 
@@ -34,8 +36,37 @@ struct OpWork {
   OpClass op_class = OpClass::kUnknown;
   double flops_fwd = 0;  // floating-point operations of the forward pass (a multiply-add is 2)
   double bytes_fwd = 0;  // bytes of tensors read and written by the forward pass
+  double flops_bwd = 0;  // the same for the backward pass: gradients of the inputs that need one
+  double bytes_bwd = 0;
 };
 
+// Forward work only.
 OpWork op_work(const ir::Graph& graph, const ir::Op& op);
+
+// Kinds of the graph without a formula (OpClass::kUnknown), sorted: they get a memory-bound
+// estimate, and the commands warn about them.
+std::vector<std::string> uncosted_kinds(const ir::Graph& graph);
+
+// Forward and backward work; `requires_grad` is ir::values_requiring_grad(graph). A matrix
+// product computes one gradient product per operand that requires grad (2x forward for a
+// hidden layer, 1x for the first layer, whose input is data); memory-bound ops read the output
+// gradient and write the input gradients.
+OpWork op_work(const ir::Graph& graph, const ir::Op& op, const std::vector<bool>& requires_grad);
+
+// An op whose outputs alias its first input's storage (view, transpose, slice, ...): it moves
+// no bytes forward, and what it outputs is kept alive by whoever keeps its input.
+bool is_view(const ir::Op& op);
+
+// What autograd keeps of an op for its backward pass, beyond what the memory model counts
+// per op (dropout masks, pooling indices: see the profile DB's retained bytes).
+enum class SavedForBackward : std::uint8_t {
+  kInputs,   // the tensor inputs (matmul, conv, norm, mul, unknown kinds: the safe default)
+  kOutput,   // only the output (relu, sigmoid, tanh, softmax, exp)
+  kNothing,  // nothing batch-sized (add, sub, views, concatenation, sum, mean)
+};
+SavedForBackward saved_for_backward(const ir::Graph& graph, const ir::Op& op);
+
+// Bytes autograd saves that are not tensors of the graph: dropout masks, max-pooling indices.
+double extra_saved_bytes(const ir::Graph& graph, const ir::Op& op);
 
 }  // namespace rannc::cost

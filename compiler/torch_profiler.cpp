@@ -1,0 +1,358 @@
+// The profiler: times and measures ops of a TorchScript model one at a time with libtorch,
+// and whole training steps for comparison. Part of the torch plugin.
+//
+// Each op is cloned into a graph of its own whose inputs are the values a forward pass of the
+// model gives it (constants stay constants), then run forward and backward a few times. Memory
+// comes from a counting CPU allocator installed for the profile run: it must hand out DataPtrs
+// whose data equals their context, or oneDNN convolutions assert (TOOLCHAIN.md, section 5).
+#include <ATen/Parallel.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <mutex>
+#include <unordered_map>
+
+#include "compiler/torch_plugin.h"
+#include "compiler/torchscript_source.h"
+#include "support/error.h"
+
+namespace rannc {
+namespace {
+
+using torch::jit::Node;
+using torch::jit::Value;
+using Clock = std::chrono::steady_clock;
+
+double elapsed_ms(Clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values.empty() ? 0 : values[values.size() / 2];
+}
+
+// Counts the bytes allocated on the CPU: current and peak since the last reset.
+class CountingAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t bytes) const override {
+    void* data = c10::alloc_cpu(bytes);
+    std::lock_guard<std::mutex> lock(mutex_);
+    sizes_[data] = bytes;
+    current_ += static_cast<std::int64_t>(bytes);
+    peak_ = std::max(peak_, current_);
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+
+  std::int64_t current() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return current_;
+  }
+  std::int64_t peak() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return peak_;
+  }
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    peak_ = current_;
+  }
+
+  static CountingAllocator& installed() {
+    static CountingAllocator* allocator = [] {
+      auto* a = new CountingAllocator();  // lives as long as any tensor it allocated
+      c10::SetCPUAllocator(a, /*priority=*/100);
+      return a;
+    }();
+    return *allocator;
+  }
+
+ private:
+  static void release(void* data) {
+    auto& self = installed();
+    {
+      std::lock_guard<std::mutex> lock(self.mutex_);
+      auto it = self.sizes_.find(data);
+      if (it != self.sizes_.end()) {
+        self.current_ -= static_cast<std::int64_t>(it->second);
+        self.sizes_.erase(it);
+      }
+    }
+    c10::free_cpu(data);
+  }
+
+  mutable std::mutex mutex_;
+  mutable std::unordered_map<void*, size_t> sizes_;
+  mutable std::int64_t current_ = 0, peak_ = 0;
+};
+
+std::string cpu_description() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line, model = "unknown CPU";
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      model = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  return model + ", " + std::to_string(at::get_num_threads()) + " threads, libtorch " + TORCH_VERSION;
+}
+
+template <typename Body>
+double median_ms(int reps, Body body) {
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    auto start = Clock::now();
+    body();
+    times.push_back(elapsed_ms(start));
+  }
+  return median(times);
+}
+
+// A value as an op input for profiling: tensors detached from the recording, with a fresh
+// gradient slot when the model computes a gradient for them.
+c10::IValue prepared(const c10::IValue& recorded, bool requires_grad) {
+  auto prepare = [&](const at::Tensor& t) {
+    at::Tensor copy = t.detach();
+    if (requires_grad && copy.is_floating_point()) copy.requires_grad_(true);
+    return copy;
+  };
+  if (recorded.isTensor()) return prepare(recorded.toTensor());
+  if (recorded.isTensorList()) {
+    c10::List<at::Tensor> list;
+    for (const at::Tensor& t : recorded.toTensorVector()) list.push_back(prepare(t));
+    return list;
+  }
+  return recorded;
+}
+
+void collect_tensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
+  if (value.isTensor()) out.push_back(value.toTensor());
+  else if (value.isTensorList()) for (const at::Tensor& t : value.toTensorVector()) out.push_back(t);
+  else if (value.isTuple()) for (const auto& e : value.toTupleRef().elements()) collect_tensors(e, out);
+  else if (value.isList()) for (const auto& e : value.toListRef()) collect_tensors(e, out);
+}
+
+// Between repetitions an activation input loses its gradient, as in the model, where it is not
+// a leaf; a weight keeps its .grad, so backward adds into it as every step after the first does.
+void reset_activation_grads(const torch::jit::Stack& inputs, const std::vector<bool>& is_weight) {
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (is_weight[i]) continue;
+    std::vector<at::Tensor> tensors;
+    collect_tensors(inputs[i], tensors);
+    for (auto& t : tensors) {
+      if (t.requires_grad()) t.mutable_grad().reset();
+    }
+  }
+}
+
+// One op in a graph of its own, with the inputs a forward pass of the model gives it.
+class SingleOp {
+ public:
+  SingleOp(Node* node, const std::unordered_map<const Value*, c10::IValue>& values,
+           const std::function<bool(std::size_t)>& input_requires_grad, const std::function<bool(std::size_t)>& input_is_weight) {
+    auto graph = std::make_shared<torch::jit::Graph>();
+    std::unordered_map<Value*, Value*> env;
+    for (std::size_t i = 0; i < node->inputs().size(); ++i) {
+      Value* input = node->inputs()[i];
+      if (env.count(input)) continue;
+      if (input->node()->kind() == c10::prim::Constant) {
+        env[input] = graph->appendNode(graph->createClone(input->node(), [](Value* v) { return v; }))->output();
+        continue;
+      }
+      env[input] = graph->addInput()->setType(input->type());
+      inputs_.push_back(prepared(values.at(input), input_requires_grad(i)));
+      is_weight_.push_back(input_is_weight(i));
+    }
+    Node* clone = graph->appendNode(graph->createClone(node, [&](Value* v) { return env.at(v); }));
+    for (Value* output : clone->outputs()) graph->registerOutput(output);
+    code_ = std::make_unique<torch::jit::Code>(graph, "profile");
+  }
+
+  torch::jit::Stack forward() const {
+    torch::jit::Stack stack = inputs_;
+    torch::jit::InterpreterState(*code_).run(stack);
+    return stack;
+  }
+
+  void clear_activation_grads() const { reset_activation_grads(inputs_, is_weight_); }
+
+ private:
+  torch::jit::Stack inputs_;
+  std::vector<bool> is_weight_;
+  std::unique_ptr<torch::jit::Code> code_;
+};
+
+struct Differentiable {
+  std::vector<at::Tensor> outputs, grads;
+};
+
+Differentiable differentiable_outputs(const torch::jit::Stack& outputs) {
+  Differentiable d;
+  std::vector<at::Tensor> tensors;
+  for (const auto& output : outputs) collect_tensors(output, tensors);
+  for (const auto& t : tensors) {
+    if (!t.defined() || !t.requires_grad()) continue;
+    d.outputs.push_back(t);
+    d.grads.push_back(at::ones_like(t));
+  }
+  return d;
+}
+
+constexpr double kSlowOpMs = 200;  // ops slower than this are timed fewer times
+
+cost::OpMeasurement measure(const SingleOp& op, int reps) {
+  auto& allocator = CountingAllocator::installed();
+  cost::OpMeasurement m;
+  std::vector<double> fwd_times, bwd_times;
+  auto warm_start = Clock::now();
+  for (int rep = -1; rep < reps; ++rep) {  // rep -1 is the warm-up
+    op.clear_activation_grads();
+    std::int64_t base = allocator.current();
+    allocator.reset_peak();
+    auto start = Clock::now();
+    torch::jit::Stack outputs = op.forward();
+    double fwd = elapsed_ms(start);
+    m.fwd_peak_bytes = allocator.peak() - base;
+    m.retained_bytes = allocator.current() - base;
+    Differentiable d = differentiable_outputs(outputs);
+    std::int64_t before_bwd = allocator.current();
+    allocator.reset_peak();
+    double bwd = 0;
+    if (!d.outputs.empty()) {
+      start = Clock::now();
+      torch::autograd::backward(d.outputs, d.grads);
+      bwd = elapsed_ms(start);
+    }
+    m.bwd_peak_bytes = allocator.peak() - before_bwd;
+    if (rep < 0) {
+      if (elapsed_ms(warm_start) > kSlowOpMs) reps = std::min(reps, 3);
+      continue;
+    }
+    fwd_times.push_back(fwd);
+    bwd_times.push_back(bwd);
+  }
+  m.fwd_ms = median(fwd_times);
+  m.bwd_ms = median(bwd_times);
+  m.reps = reps;
+  return m;
+}
+
+const TorchScriptSource& torchscript_source(const Model& model) {
+  const auto* source = dynamic_cast<const TorchScriptSource*>(model.source.get());
+  if (!source) {
+    throw InputError(model.path + ": the profiler runs TorchScript models; profile the .pt form of this model "
+                     "(its measurements then calibrate the ONNX model's costs too)");
+  }
+  return *source;
+}
+
+// Every value of the lowered graph after one forward pass on the example inputs.
+std::unordered_map<const Value*, c10::IValue> forward_values(const Model& model, const TorchScriptSource& source) {
+  auto inputs = example_inputs(model.path, source.specs, 1);
+  auto recorded = record_values(*source.graph, inputs, source.weights);
+  std::unordered_map<const Value*, c10::IValue> values;
+  const auto& graph_inputs = source.graph->inputs();
+  for (std::size_t i = 0; i < graph_inputs.size(); ++i) {
+    values[graph_inputs[i]] = i < inputs.size() ? c10::IValue(inputs[i]) : c10::IValue(source.weights[i - inputs.size()].tensor);
+  }
+  std::size_t next = 0;
+  for (const Node* node : source.graph->nodes()) {
+    for (const Value* output : node->outputs()) values[output] = recorded.at(next++);
+  }
+  return values;
+}
+
+}  // namespace
+
+cost::DeviceProfile measure_cpu() {
+  CountingAllocator::installed();
+  torch::NoGradGuard no_grad;
+  cost::DeviceProfile device;
+  device.description = cpu_description();
+  constexpr std::int64_t n = 1536;
+  auto a = at::randn({n, n}), b = at::randn({n, n});
+  at::mm(a, b);
+  device.peak_fp32_flops = 2.0 * n * n * n / (median_ms(5, [&] { at::mm(a, b); }) * 1e-3);
+  constexpr std::int64_t elements = 64 * 1024 * 1024;  // 256 MiB
+  auto from = at::randn({elements}), to = at::empty({elements});
+  to.copy_(from);
+  device.mem_bandwidth = 2.0 * elements * 4 / (median_ms(5, [&] { to.copy_(from); }) * 1e-3);
+  auto x = at::ones({4}), y = at::ones({4});
+  constexpr int kTinyOps = 1000;
+  device.op_overhead = median_ms(5, [&] {
+                         for (int i = 0; i < kTinyOps; ++i) at::add(x, y);
+                       }) * 1e-3 / kTinyOps;
+  return device;
+}
+
+std::vector<std::optional<cost::OpMeasurement>> profile_torchscript_ops(const Model& model,
+                                                                        const std::vector<ir::OpId>& ops,
+                                                                        const std::vector<bool>& requires_grad, int reps,
+                                                                        const TorchPlugin::Progress& progress) {
+  const auto& source = torchscript_source(model);
+  CountingAllocator::installed();
+  auto values = forward_values(model, source);
+  std::vector<std::optional<cost::OpMeasurement>> results;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const ir::Op& op = model.graph.op(ops[i]);
+    Node* node = source.nodes.at(static_cast<std::size_t>(op.source_node));
+    try {
+      if (!node->blocks().empty()) throw std::invalid_argument("an op with blocks does not run alone");
+      auto input_value = [&](std::size_t input) -> const ir::Value& { return model.graph.value(op.inputs.at(input)); };
+      SingleOp single(
+          node, values, [&](std::size_t input) { return requires_grad[static_cast<std::size_t>(op.inputs.at(input))]; },
+          [&](std::size_t input) { return input_value(input).is_weight(); });
+      results.emplace_back(measure(single, reps));
+    } catch (const std::exception&) {
+      results.emplace_back(std::nullopt);  // costed by the roofline instead; the caller reports it
+    }
+    if (progress) progress(i + 1, ops.size());
+  }
+  return results;
+}
+
+TorchPlugin::StepMeasurement measure_torchscript_step(const Model& model, int reps) {
+  const auto& source = torchscript_source(model);
+  auto& allocator = CountingAllocator::installed();
+  torch::jit::Module module = source.module;
+  module.train();
+  // The runtime runs stages without the profiling executor's autodiff graphs: plain
+  // interpretation with eager autograd, which is what the per-op measurements add up to.
+  torch::jit::GraphOptimizerEnabledGuard plain(false);
+  std::vector<c10::IValue> inputs;
+  for (auto& t : example_inputs(model.path, source.specs, 1)) inputs.emplace_back(t);
+  auto step = [&] {
+    std::vector<at::Tensor> outputs;
+    collect_tensors(module.forward(inputs), outputs);
+    at::Tensor loss;
+    for (const auto& t : outputs) {
+      if (t.requires_grad()) loss = loss.defined() ? loss + t.sum() : t.sum();
+    }
+    if (loss.defined()) loss.backward();
+  };
+  step();  // warm-up: the executor specialises the graph, gradients get allocated
+  step();
+  std::int64_t state_bytes = 0;
+  for (const auto& w : source.weights) state_bytes += (w.trainable ? 2 : 1) * static_cast<std::int64_t>(w.tensor.nbytes());
+  TorchPlugin::StepMeasurement m;
+  std::int64_t transient = 0;
+  m.step_ms = median_ms(reps, [&] {
+    std::int64_t start = allocator.current();
+    allocator.reset_peak();
+    step();
+    transient = std::max(transient, allocator.peak() - start);
+  });
+  m.peak_bytes = state_bytes + transient;
+  m.reps = reps;
+  return m;
+}
+
+}  // namespace rannc

@@ -1,0 +1,22 @@
+// Calibration: fitting the roofline's efficiency factors to measured op times.
+//
+// For each op class and pass, the measured time minus the launch overhead is compared with the
+// ideal roofline time on the profiled device's measured peaks (sgemm FLOP/s and copy
+// bandwidth). Compute-bound passes fit the class's compute efficiency and memory-bound passes
+// its memory efficiency: efficiency = sum(ideal) / sum(measured), so long ops weigh more than
+// short ones. The overhead is the median time of the forward passes that do almost no work.
+// Classes without enough measurements keep the defaults.
+#pragma once
+
+#include "cost_model/device.h"
+#include "cost_model/profile_db.h"
+#include "cost_model/roofline.h"
+
+namespace rannc::cost {
+
+// The preset with the peaks the profile measured.
+DeviceSpec with_measured_peaks(const DeviceSpec& preset, const DeviceProfile& profile);
+
+Efficiencies calibrate(const DeviceProfile& profile, const Efficiencies& defaults);
+
+}  // namespace rannc::cost

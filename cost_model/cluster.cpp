@@ -1,0 +1,320 @@
+// The cluster from CLI flags or a JSON file. The JSON schema (also in cluster.h and README):
+//
+//   {"nodes": 4, "gpus_per_node": 8,
+//    "device": "h100-80g",   // a preset name, or {"name": "my-gpu", "peak_fp32_tflops": 60,
+//                            //   "peak_half_tflops": 900, "bf16": true, "mem_bandwidth_gbps": 3000,
+//                            //   "mem": "80G", "op_overhead_us": 5}
+//                            //   (all required except bf16, default true, and op_overhead_us, default 5)
+//    "mem": "80G",           // optional: default the device's memory
+//    "intra_node": {"bandwidth_gbps": 450, "latency_us": 3},  // optional: default the device's
+//    "inter_node": {"bandwidth_gbps": 50, "latency_us": 5}}   // optional; required with a custom device
+//
+// gbps means GB/s (10^9 bytes per second). Unknown fields are errors so that typos cannot pass.
+#include "cost_model/cluster.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/error.h"
+
+namespace rannc::cost {
+namespace {
+
+using nlohmann::json;
+
+constexpr double kGiga = 1e9;
+constexpr double kTera = 1e12;
+constexpr double kMicro = 1e-6;
+constexpr double kMaxSizeBytes = 4611686018427387904.0;  // 2^62: far beyond any device, well inside int64
+
+[[noreturn]] void fail(const std::string& message) { throw InputError(message); }
+
+// `text` with control characters escaped (JSON style), so that an error message stays one line.
+std::string one_line(const std::string& text) {
+  std::string quoted = json(text).dump(-1, ' ', false, json::error_handler_t::replace);
+  return quoted.substr(1, quoted.size() - 2);
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+// Bytes per unit of a size suffix ("", "B", "K", "KiB", "KB", ... in any case), or 0 if unknown.
+double unit_bytes(std::string_view unit) {
+  std::string upper(unit);
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (upper.empty() || upper == "B") return 1;
+  auto power = std::string_view("KMGT").find(upper[0]);
+  if (power == std::string_view::npos) return 0;
+  std::string rest = upper.substr(1);
+  if (rest.empty() || rest == "IB") return std::pow(1024.0, power + 1);  // G and GiB are binary
+  if (rest == "B") return std::pow(1000.0, power + 1);                    // GB is decimal
+  return 0;
+}
+
+// Length of the leading unsigned decimal number ("12", "1.5", ".5"), 0 if there is none.
+std::size_t number_length(std::string_view text) {
+  auto digits_from = [&](std::size_t i) {
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+    return i;
+  };
+  std::size_t end = digits_from(0);
+  bool has_digits = end > 0;
+  if (end < text.size() && text[end] == '.') {
+    std::size_t frac_end = digits_from(end + 1);
+    has_digits = has_digits || frac_end > end + 1;
+    end = frac_end;
+  }
+  return has_digits ? end : 0;
+}
+
+std::int64_t checked_mem(std::int64_t bytes, const std::string& what) {
+  if (bytes > kMaxMemBytes) fail(what + ": more than 1 PiB per device");
+  return bytes;
+}
+
+const DeviceSpec& preset_or_fail(const std::string& name, const std::string& what) {
+  if (const DeviceSpec* spec = find_device_preset(name)) return *spec;
+  fail(what + " " + one_line(name) + ": unknown device preset (known: " + join(device_preset_names()) + ")");
+}
+
+// A count of nodes or devices: 1 .. kMaxDevices.
+void check_count(std::int64_t value, const std::string& what) {
+  if (value < 1) fail(what + ": must be at least 1");
+  if (value > kMaxDevices) fail(what + ": must be at most " + std::to_string(kMaxDevices));
+}
+
+// The fields of one JSON object, with errors that name the file and the dotted field path.
+class Fields {
+ public:
+  Fields(const json& object, const std::string& source, std::string path, std::initializer_list<const char*> known)
+      : object_(object), source_(source), path_(std::move(path)) {
+    if (!object.is_object()) {
+      fail(path_.empty() ? source_ + ": must be a JSON object" : label("") + ": must be an object");
+    }
+    for (const auto& item : object.items()) {
+      if (std::none_of(known.begin(), known.end(), [&](const char* k) { return item.key() == k; })) {
+        std::vector<std::string> names(known.begin(), known.end());
+        std::sort(names.begin(), names.end());
+        fail(source_ + ": unknown field '" + one_line(qualified(item.key())) + "' (known: " + join(names) + ")");
+      }
+    }
+  }
+
+  // "FILE: field 'device.mem'"; an empty name labels the object itself.
+  std::string label(const std::string& name) const { return source_ + ": field '" + qualified(name) + "'"; }
+
+  const json* find(const std::string& name) const {
+    auto it = object_.find(name);
+    return it == object_.end() ? nullptr : &*it;
+  }
+
+  const json& need(const std::string& name) const {
+    if (const json* value = find(name)) return *value;
+    fail(source_ + ": missing field '" + qualified(name) + "'");
+  }
+
+  int count(const std::string& name) const {
+    const json& value = need(name);
+    bool positive = value.is_number_unsigned() ? value.get<std::uint64_t>() > 0
+                                               : value.is_number_integer() && value.get<std::int64_t>() > 0;
+    if (!positive) fail(label(name) + ": must be a positive integer");
+    if (value.get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxDevices)) {
+      fail(label(name) + ": must be at most " + std::to_string(kMaxDevices));
+    }
+    return value.get<int>();
+  }
+
+  // A finite number, > 0 or, with allow_zero, >= 0; `fallback` when absent and given.
+  double number(const std::string& name, bool allow_zero = false, std::optional<double> fallback = {}) const {
+    const json* value = fallback ? find(name) : &need(name);
+    if (!value) return *fallback;
+    double x = value->is_number() ? value->get<double>() : -1;
+    if (!std::isfinite(x) || x < 0 || (x == 0 && !allow_zero)) {
+      fail(label(name) + (allow_zero ? ": must be a non-negative number" : ": must be a positive number"));
+    }
+    return x;
+  }
+
+  std::string name_string(const std::string& name) const {
+    const json& value = need(name);
+    if (!value.is_string() || value.get<std::string>().empty()) fail(label(name) + ": must be a non-empty string");
+    return value.get<std::string>();
+  }
+
+  bool flag(const std::string& name, bool fallback) const {
+    const json* value = find(name);
+    if (!value) return fallback;
+    if (!value->is_boolean()) fail(label(name) + ": must be true or false");
+    return value->get<bool>();
+  }
+
+  // Memory per device: a size string as for --mem, or a byte count.
+  std::int64_t mem(const std::string& name) const {
+    const json& value = need(name);
+    std::int64_t bytes = 0;
+    if (value.is_string()) {
+      bytes = parse_size(value.get<std::string>(), label(name));
+    } else if (value.is_number_unsigned() && value.get<std::uint64_t>() > 0) {
+      bytes = static_cast<std::int64_t>(std::min<std::uint64_t>(value.get<std::uint64_t>(), kMaxMemBytes + 1));
+    } else {
+      fail(label(name) + ": must be a size such as \"80G\" or a positive byte count");
+    }
+    return checked_mem(bytes, label(name));
+  }
+
+ private:
+  std::string qualified(const std::string& name) const {
+    if (path_.empty()) return name;
+    return name.empty() ? path_ : path_ + "." + name;
+  }
+
+  const json& object_;
+  const std::string& source_;
+  std::string path_;
+};
+
+Link link_from_json(const json& object, const std::string& source, const std::string& path) {
+  Fields fields(object, source, path, {"bandwidth_gbps", "latency_us"});
+  return Link{fields.number("bandwidth_gbps") * kGiga, fields.number("latency_us", true) * kMicro};
+}
+
+// The optional link `name`; a custom device has no default, so there it is required.
+Link link_field(const Fields& fields, const std::string& source, const std::string& name, const Link* fallback) {
+  if (const json* value = fields.find(name)) return link_from_json(*value, source, name);
+  if (!fallback) fail(fields.label(name) + ": required with a custom device");
+  return *fallback;
+}
+
+DeviceSpec custom_device(const json& object, const std::string& source) {
+  Fields fields(object, source, "device",
+                {"name", "peak_fp32_tflops", "peak_half_tflops", "bf16", "mem_bandwidth_gbps", "mem",
+                 "op_overhead_us"});
+  DeviceSpec device;
+  device.name = fields.name_string("name");
+  device.description = "custom device from " + source;
+  device.peak_fp32_flops = fields.number("peak_fp32_tflops") * kTera;
+  device.peak_half_flops = fields.number("peak_half_tflops") * kTera;
+  device.has_bf16 = fields.flag("bf16", true);
+  device.mem_bandwidth = fields.number("mem_bandwidth_gbps") * kGiga;
+  device.mem_bytes = fields.mem("mem");
+  device.op_overhead = fields.number("op_overhead_us", true, 5.0) * kMicro;
+  return device;
+}
+
+// Rounded to 6 decimals, and whole values as integers, so dumps do not depend on float noise.
+json plain_number(double x) {
+  double rounded = std::round(x * 1e6) / 1e6;
+  if (rounded == std::floor(rounded) && std::abs(rounded) < 1e15) return static_cast<std::int64_t>(rounded);
+  return rounded;
+}
+
+json link_to_json(const Link& link) {
+  return {{"bandwidth_gbps", plain_number(link.bandwidth / kGiga)},
+          {"latency_us", plain_number(link.latency / kMicro)}};
+}
+
+json read_json_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) fail(path + ": no such file");
+  if (std::filesystem::is_directory(path, ec)) fail(path + ": is a directory, not a JSON file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path + ": cannot open the file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) fail(path + ": cannot read the file");
+  try {
+    return json::parse(text.str());
+  } catch (const json::parse_error& e) {
+    fail(path + ": not valid JSON: " + first_line(e.what()));
+  }
+}
+
+}  // namespace
+
+std::int64_t parse_size(std::string_view text, std::string_view what) {
+  const std::string prefix = std::string(what) + " " + one_line(std::string(text)) + ": ";
+  if (text.empty()) fail(std::string(what) + ": empty size (expected e.g. 32G, 80GiB, 512M)");
+  if (text.front() == '-' && number_length(text.substr(1)) > 0) fail(prefix + "must be positive");
+  std::size_t length = number_length(text);
+  double number = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + length, number);
+  if (length == 0 || ec == std::errc::invalid_argument || end != text.data() + length) {
+    fail(prefix + "not a size (expected e.g. 32G, 80GiB, 512M)");
+  }
+  if (ec == std::errc::result_out_of_range) {  // over 1e308, or under 1e-308 when the integer part is 0
+    std::string_view integer_part = text.substr(0, std::min(length, text.find('.')));
+    number = integer_part.find_first_not_of('0') != std::string_view::npos ? HUGE_VAL : 0;
+  }
+  double unit = unit_bytes(text.substr(length));
+  if (unit == 0) fail(prefix + "unknown unit (use B, K, M, G, T, KiB..TiB or KB..TB)");
+  double bytes = std::floor(number * unit);
+  if (bytes > kMaxSizeBytes) fail(prefix + "too large");
+  if (bytes < 1) fail(prefix + "must be positive");
+  return static_cast<std::int64_t>(bytes);
+}
+
+Cluster cluster_from_flags(const ClusterFlags& flags) {
+  if (flags.cluster_file) return load_cluster_file(*flags.cluster_file);
+  int gpus = flags.gpus.value_or(1);
+  check_count(gpus, "--gpus " + std::to_string(gpus));
+  const DeviceSpec& device = preset_or_fail(flags.device.value_or(std::string(kDefaultDevice)), "--device");
+  int per_node = flags.gpus_per_node.value_or(std::min(8, gpus));
+  std::string per_node_flag = "--gpus-per-node " + std::to_string(per_node);
+  check_count(per_node, per_node_flag);
+  if (per_node > gpus) fail(per_node_flag + " is more than --gpus " + std::to_string(gpus));
+  if (gpus % per_node != 0) {
+    fail("--gpus " + std::to_string(gpus) + " is not a multiple of " + per_node_flag +
+         (flags.gpus_per_node ? "" : " (the default; set --gpus-per-node)"));
+  }
+  std::int64_t mem = device.mem_bytes;
+  if (flags.mem) mem = checked_mem(parse_size(*flags.mem, "--mem"), "--mem " + one_line(*flags.mem));
+  return Cluster{device, gpus / per_node, per_node, mem, device.intra_node, device.inter_node};
+}
+
+Cluster cluster_from_json(const json& object, const std::string& source) {
+  Fields fields(object, source, "", {"nodes", "gpus_per_node", "device", "mem", "intra_node", "inter_node"});
+  int nodes = fields.count("nodes");
+  int per_node = fields.count("gpus_per_node");
+  if (std::int64_t{nodes} * per_node > kMaxDevices) {
+    fail(source + ": fields 'nodes' x 'gpus_per_node': more than " + std::to_string(kMaxDevices) + " devices");
+  }
+  const json& device_field = fields.need("device");
+  DeviceSpec device;
+  if (device_field.is_string()) {
+    device = preset_or_fail(device_field.get<std::string>(), fields.label("device"));
+  } else if (device_field.is_object()) {
+    device = custom_device(device_field, source);
+  } else {
+    fail(fields.label("device") + ": must be a preset name or a device object");
+  }
+  bool custom = device_field.is_object();
+  device.intra_node = link_field(fields, source, "intra_node", custom ? nullptr : &device.intra_node);
+  device.inter_node = link_field(fields, source, "inter_node", custom ? nullptr : &device.inter_node);
+  std::int64_t mem = fields.find("mem") ? fields.mem("mem") : device.mem_bytes;
+  return Cluster{device, nodes, per_node, mem, device.intra_node, device.inter_node};
+}
+
+Cluster load_cluster_file(const std::string& path) { return cluster_from_json(read_json_file(path), path); }
+
+json cluster_to_json(const Cluster& cluster) {
+  return {{"gpus", cluster.gpus()},
+          {"nodes", cluster.nodes},
+          {"gpus_per_node", cluster.gpus_per_node},
+          {"mem_bytes", cluster.mem_bytes},
+          {"device", cluster.device.name},
+          {"intra_node", link_to_json(cluster.intra_node)},
+          {"inter_node", link_to_json(cluster.inter_node)}};
+}
+
+}  // namespace rannc::cost

@@ -1,0 +1,84 @@
+// The cluster a plan targets: how many devices, how they are grouped into nodes, how much
+// memory each has and how fast they talk. Built from the CLI flags of CONTRACT.md or from a
+// cluster JSON file (--cluster); every malformed or impossible description is an InputError
+// that names the flag or the JSON field at fault.
+//
+// The cluster JSON file (--cluster), also described in README, "Cluster description":
+//
+//   {"nodes": 4,                 // required, positive integer
+//    "gpus_per_node": 8,         // required, positive integer
+//    "device": "h100-80g",       // required: a preset name, or a custom device object:
+//        // {"name": "my-gpu", "peak_fp32_tflops": 60, "peak_half_tflops": 900, "bf16": true,
+//        //  "mem_bandwidth_gbps": 3000, "mem": "80G", "op_overhead_us": 5}
+//        // every field required except bf16 (default true) and op_overhead_us (default 5)
+//    "mem": "80G",               // optional: memory per device, default the device's
+//    "intra_node": {"bandwidth_gbps": 450, "latency_us": 3},  // optional: default the device's
+//    "inter_node": {"bandwidth_gbps": 50, "latency_us": 5}}   // optional: default the device's
+//
+// gbps is GB/s (10^9 bytes per second, per direction and per device), not Gb/s. A link object
+// needs both of its fields. With a custom device both links are required (it has no defaults).
+// Sizes are strings as for --mem or integer byte counts. Bandwidths, peaks and sizes must be
+// positive; latencies and op_overhead_us may be 0. Unknown fields anywhere are errors, so a typo
+// never passes silently.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "cost_model/device.h"
+
+namespace rannc::cost {
+
+struct Cluster {
+  DeviceSpec device;            // the preset, or a custom device from the JSON file
+  int nodes = 1;
+  int gpus_per_node = 1;
+  std::int64_t mem_bytes = 0;   // memory per device usable by the plan
+  Link intra_node;              // between devices of one node
+  Link inter_node;              // between devices of different nodes
+
+  int gpus() const { return nodes * gpus_per_node; }
+  int node_of(int rank) const { return rank / gpus_per_node; }
+};
+
+// The flags of CONTRACT.md; unset ones take the defaults there.
+struct ClusterFlags {
+  std::optional<int> gpus;              // --gpus, default 1
+  std::optional<std::string> mem;       // --mem, default the device's memory
+  std::optional<int> gpus_per_node;     // --gpus-per-node, default min(8, gpus)
+  std::optional<std::string> device;    // --device, default a100-80g
+  std::optional<std::string> cluster_file;  // --cluster: a JSON file that overrides the four above
+};
+
+inline constexpr std::string_view kDefaultDevice = "a100-80g";
+
+// Sanity bounds of a description: more would be a typo, and keeps nodes * gpus_per_node in an int.
+inline constexpr int kMaxDevices = 1 << 20;
+inline constexpr std::int64_t kMaxMemBytes = std::int64_t{1} << 50;  // 1 PiB per device
+
+// A memory size: "32G" and "32GiB" are 32 * 2^30 bytes, "32GB" is 32 * 10^9; K, M, G, T
+// likewise (unit letters in any case; "B" or no unit is bytes); fractions are allowed ("1.5G")
+// and rounded down to whole bytes. Rejects empty, negative, zero, garbage and more than 2^62
+// bytes with an InputError that reads "WHAT TEXT: reason", e.g. "--mem -5G: must be positive".
+std::int64_t parse_size(std::string_view text, std::string_view what);
+
+// With cluster_file set, the file alone describes the cluster and the other flags are ignored
+// (the file wins; CONTRACT.md: --cluster "overrides the four above").
+Cluster cluster_from_flags(const ClusterFlags& flags);
+
+// The JSON form above; `source` names the file in errors. load_cluster_file also turns a missing
+// or unreadable file and invalid JSON into InputErrors.
+Cluster cluster_from_json(const nlohmann::json& json, const std::string& source);
+Cluster load_cluster_file(const std::string& path);
+
+// What plan.json records of the cluster, plus the links: {"gpus", "nodes", "gpus_per_node",
+// "mem_bytes", "device" (the name), "intra_node" and "inter_node" ({"bandwidth_gbps",
+// "latency_us"})}. Numbers are rounded to 6 decimals and whole ones written as integers, so the
+// output is stable across platforms.
+nlohmann::json cluster_to_json(const Cluster& cluster);
+
+}  // namespace rannc::cost

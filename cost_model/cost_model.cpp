@@ -1,0 +1,84 @@
+#include "cost_model/cost_model.h"
+
+
+#include "cost_model/calibration.h"
+#include "cost_model/op_signature.h"
+#include "ir/requires_grad.h"
+
+namespace rannc::cost {
+namespace {
+
+double weight_bytes(const ir::Graph& graph, const ir::Op& op) {
+  double bytes = 0;
+  for (auto id : op.inputs) {
+    const auto& value = graph.value(id);
+    if (value.is_tensor() && !value.batch_dependent) bytes += static_cast<double>(value.type.bytes());
+  }
+  return bytes;
+}
+
+bool any_output_batch_dependent(const ir::Graph& graph, const ir::Op& op) {
+  for (auto id : op.outputs) {
+    if (graph.value(id).batch_dependent) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+CostModel::CostModel(const ir::Graph& graph, const DeviceSpec& device, Precision precision, const ProfileDb* profile_db)
+    : device_(device), precision_(precision), requires_grad_(ir::values_requiring_grad(graph)) {
+  efficiencies_ = default_efficiencies(device);
+  calibration_ = "defaults";
+  const DeviceProfile* same_device = profile_db ? profile_db->device(device.name) : nullptr;
+  if (same_device) {
+    device_ = with_measured_peaks(device, *same_device);
+    efficiencies_ = calibrate(*same_device, default_efficiencies(device_));
+    calibration_ = "measured";
+  } else if (profile_db && !profile_db->devices().empty()) {
+    // Only the shape of the curve transfers: efficiencies of another device, this device's peaks.
+    const auto& [name, profile] = *profile_db->devices().begin();
+    efficiencies_ = calibrate(profile, efficiencies_);
+    efficiencies_.op_overhead = device.op_overhead;
+    calibration_ = "calibrated on " + name;
+  }
+  ops_.reserve(graph.ops().size());
+  for (const auto& op : graph.ops()) {
+    PerOp per_op;
+    per_op.work = op_work(graph, op, requires_grad_);
+    per_op.weight_bytes = weight_bytes(graph, op);
+    per_op.batch_dependent = any_output_batch_dependent(graph, op);
+    if (same_device && per_op.work.op_class != OpClass::kGlue) {
+      auto it = same_device->ops.find(op_signature(graph, op, requires_grad_));
+      if (it != same_device->ops.end()) per_op.measured = &it->second;
+    }
+    ops_.push_back(per_op);
+  }
+  uncosted_kinds_ = cost::uncosted_kinds(graph);
+}
+
+PassTimes CostModel::scaled_roofline(const PerOp& op, double batch_fraction) const {
+  OpWork work = op.work;
+  if (op.batch_dependent) {
+    auto scale_bytes = [&](double bytes) { return op.weight_bytes + (bytes - op.weight_bytes) * batch_fraction; };
+    work.flops_fwd *= batch_fraction;
+    work.flops_bwd *= batch_fraction;
+    work.bytes_fwd = work.bytes_fwd > 0 ? scale_bytes(work.bytes_fwd) : 0;
+    work.bytes_bwd = work.bytes_bwd > 0 ? scale_bytes(work.bytes_bwd) : 0;
+  }
+  return roofline_times(work, device_, precision_, efficiencies_);
+}
+
+OpCost CostModel::op_cost(ir::OpId id, double batch_fraction) const {
+  const PerOp& op = ops_.at(static_cast<std::size_t>(id));
+  PassTimes roofline = scaled_roofline(op, batch_fraction);
+  if (!op.measured) return {roofline.fwd * 1e3, roofline.bwd * 1e3, CostSource::kRoofline};
+  if (batch_fraction == 1.0) return {op.measured->fwd_ms, op.measured->bwd_ms, CostSource::kMeasured};
+  // Another batch size: the measurement, scaled as the roofline scales.
+  PassTimes at_batch = scaled_roofline(op, 1.0);
+  auto scale = [](double measured, double now, double then) { return then > 0 ? measured * now / then : measured; };
+  return {scale(op.measured->fwd_ms, roofline.fwd, at_batch.fwd), scale(op.measured->bwd_ms, roofline.bwd, at_batch.bwd),
+          CostSource::kMeasured};
+}
+
+}  // namespace rannc::cost

@@ -1,0 +1,65 @@
+// Per-op forward and backward times of a model on a target device: the entry point of the
+// cost model for the partitioner and for `inspect`.
+//
+// Where a profile DB has measurements of the target device, an op whose signature it holds
+// takes the measured times (scaled by the roofline for other batch sizes) and the others take
+// a roofline calibrated on those measurements. A DB of another device only calibrates the
+// efficiency factors. Without a DB the roofline uses default efficiencies.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cost_model/profile_db.h"
+#include "cost_model/roofline.h"
+#include "ir/graph.h"
+
+namespace rannc::cost {
+
+enum class CostSource : std::uint8_t { kMeasured, kRoofline };
+
+struct OpCost {
+  double fwd_ms = 0;
+  double bwd_ms = 0;
+  CostSource source = CostSource::kRoofline;
+};
+
+class CostModel {
+ public:
+  CostModel(const ir::Graph& graph, const DeviceSpec& device, Precision precision, const ProfileDb* profile_db);
+
+  // Times of an op when the batch is `batch_fraction` of the one the graph's shapes were
+  // evaluated at (microbatches are fractions of the batch): batch-dependent work scales, weight
+  // reads do not.
+  OpCost op_cost(ir::OpId op, double batch_fraction = 1.0) const;
+
+  const OpWork& work(ir::OpId op) const { return ops_[static_cast<std::size_t>(op)].work; }
+  const std::vector<bool>& requires_grad() const { return requires_grad_; }
+  // Kinds without a formula, sorted; they are costed as memory-bound.
+  const std::vector<std::string>& uncosted_kinds() const { return uncosted_kinds_; }
+  const DeviceSpec& device() const { return device_; }
+  const Efficiencies& efficiencies() const { return efficiencies_; }
+  Precision precision() const { return precision_; }
+  // How the times were obtained, for reports: "measured", "calibrated on <device>" or "defaults".
+  const std::string& calibration() const { return calibration_; }
+
+ private:
+  struct PerOp {
+    OpWork work;
+    double weight_bytes = 0;  // bytes read that do not scale with the batch
+    bool batch_dependent = false;
+    const OpMeasurement* measured = nullptr;
+  };
+
+  PassTimes scaled_roofline(const PerOp& op, double batch_fraction) const;
+
+  DeviceSpec device_;
+  Precision precision_;
+  Efficiencies efficiencies_;
+  std::string calibration_;
+  std::vector<bool> requires_grad_;
+  std::vector<PerOp> ops_;
+  std::vector<std::string> uncosted_kinds_;
+};
+
+}  // namespace rannc::cost

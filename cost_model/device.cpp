@@ -1,0 +1,104 @@
+#include "cost_model/device.h"
+
+#include <algorithm>
+
+namespace rannc::cost {
+namespace {
+
+constexpr double kTera = 1e12;
+constexpr double kGiga = 1e9;
+constexpr double kMicro = 1e-6;
+constexpr std::int64_t kGiB = std::int64_t{1} << 30;
+constexpr std::int64_t kH200MemBytes = 141'000'000'000;  // the datasheet's "141GB" is decimal
+
+// Latencies are typical NCCL small-message latencies (nccl-tests at a few bytes), not wire latencies:
+// they include the protocol and launch costs a collective pays per step.
+constexpr double kNvlinkLatency = 3 * kMicro;
+constexpr double kInfinibandLatency = 5 * kMicro;
+constexpr double kGpuOpOverhead = 5 * kMicro;  // CUDA kernel launch plus framework dispatch
+
+// Link bandwidths are per direction and per GPU: NVLink is the aggregate of a GPU's links, the
+// network is one NIC per GPU as in DGX systems.
+constexpr Link kNvlink2{150 * kGiga, kNvlinkLatency};   // 6 NVLink2 links x 25 GB/s
+constexpr Link kNvlink3{300 * kGiga, kNvlinkLatency};   // 12 NVLink3 links x 25 GB/s
+constexpr Link kNvlink4{450 * kGiga, kNvlinkLatency};   // 18 NVLink4 links x 25 GB/s
+constexpr Link kIbEdr{100 * kGiga / 8, kInfinibandLatency};  // 100 Gb/s
+constexpr Link kIbHdr{200 * kGiga / 8, kInfinibandLatency};  // 200 Gb/s
+constexpr Link kIbNdr{400 * kGiga / 8, kInfinibandLatency};  // 400 Gb/s
+
+struct Figures {
+  const char* name;
+  const char* description;
+  double fp32_tflops;
+  double half_tflops;
+  bool bf16;
+  double mem_bandwidth_gbps;  // GB/s, 10^9 bytes
+  std::int64_t mem_bytes;
+  Link intra_node;
+  Link inter_node;
+};
+
+DeviceSpec make_spec(const Figures& f) {
+  return DeviceSpec{f.name,
+                    f.description,
+                    f.fp32_tflops * kTera,
+                    f.half_tflops * kTera,
+                    f.bf16,
+                    f.mem_bandwidth_gbps * kGiga,
+                    f.mem_bytes,
+                    kGpuOpOverhead,
+                    f.intra_node,
+                    f.inter_node};
+}
+
+// Dense peaks (no sparsity) from the vendor datasheets:
+//   V100: "NVIDIA Tesla V100 GPU Accelerator" datasheet (SXM2 column).
+//   A100: "NVIDIA A100 Tensor Core GPU" datasheet (SXM columns; the 312 TFLOP/s is BF16/FP16 dense).
+//   H100: "NVIDIA H100 Tensor Core GPU" datasheet (SXM column; 989 TFLOP/s is the dense half of the
+//         1979 TFLOP/s quoted with sparsity).
+//   H200: "NVIDIA H200 Tensor Core GPU" datasheet (SXM column); compute as H100, memory 141 GB
+//         (the datasheet's decimal GB) at 4.8 TB/s.
+// The `cpu` preset was measured on the 2-core development machine (AMD EPYC, libtorch 1.13):
+//   matmul: torch.set_num_threads(2); a = torch.randn(2048, 2048); time a @ a, median of 7 runs t:
+//           2 * 2048^3 / t = 155 GFLOP/s. No tensor cores, so the half peak equals fp32; bf16 runs.
+//   memory: b = torch.empty(512 << 20, dtype=torch.uint8); time b.clone() (reads and writes every
+//           byte), t: 2 * bytes / t = 32 GB/s.
+//   links:  shared memory between processes of one machine ~10 GB/s, 2 us; 10 Gb/s Ethernet
+//           between machines = 1.25 GB/s, 50 us (TCP round trips).
+std::vector<DeviceSpec> make_presets() {
+  std::vector<DeviceSpec> presets{
+      make_spec({"v100-32g", "NVIDIA V100 SXM2 32GB", 15.7, 125, false, 900, 32 * kGiB, kNvlink2, kIbEdr}),
+      make_spec({"a100-40g", "NVIDIA A100 SXM 40GB", 19.5, 312, true, 1555, 40 * kGiB, kNvlink3, kIbHdr}),
+      make_spec({"a100-80g", "NVIDIA A100 SXM 80GB", 19.5, 312, true, 2039, 80 * kGiB, kNvlink3, kIbHdr}),
+      make_spec({"h100-80g", "NVIDIA H100 SXM5 80GB", 67, 989, true, 3350, 80 * kGiB, kNvlink4, kIbNdr}),
+      make_spec({"h200", "NVIDIA H200 SXM 141GB", 67, 989, true, 4800, kH200MemBytes, kNvlink4, kIbNdr}),
+  };
+  DeviceSpec cpu = make_spec({"cpu", "CPU (2-core AMD EPYC development machine, libtorch 1.13)", 0.155, 0.155, true, 32,
+                        24 * kGiB, Link{10 * kGiga, 2 * kMicro}, Link{10 * kGiga / 8, 50 * kMicro}});
+  cpu.op_overhead = 10 * kMicro;  // torch dispatch per op, no launch
+  presets.push_back(cpu);
+  return presets;
+}
+
+const std::vector<DeviceSpec>& presets() {
+  static const std::vector<DeviceSpec> all = make_presets();
+  return all;
+}
+
+}  // namespace
+
+const DeviceSpec* find_device_preset(std::string_view name) {
+  for (const auto& spec : presets()) {
+    if (spec.name == name) return &spec;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> device_preset_names() {
+  std::vector<std::string> names;
+  for (const auto& spec : presets()) names.push_back(spec.name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace rannc::cost

@@ -1,0 +1,40 @@
+// Device presets: the published peak speeds and memory of the accelerators a plan can target.
+//
+// Peaks are dense (no structured sparsity) datasheet figures; the roofline scales them by an
+// efficiency factor per op class (cost_model/roofline.h), and a profile DB can calibrate those
+// factors. The `cpu` preset holds figures measured on the development machine (see device.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rannc::cost {
+
+// A link between two devices: bandwidth per direction and per device, and the latency of one message.
+struct Link {
+  double bandwidth = 0;  // bytes per second
+  double latency = 0;    // seconds
+};
+
+struct DeviceSpec {
+  std::string name;                 // the preset name, e.g. "h100-80g"
+  std::string description;          // e.g. "NVIDIA H100 SXM5 80GB"
+  double peak_fp32_flops = 0;       // FLOP/s in fp32 (no TF32)
+  double peak_half_flops = 0;       // FLOP/s in fp16/bf16 on tensor cores
+  bool has_bf16 = true;             // V100 has fp16 tensor cores but no bf16
+  double mem_bandwidth = 0;         // bytes per second of device memory
+  std::int64_t mem_bytes = 0;       // device memory
+  double op_overhead = 0;           // seconds per op launched (kernel launch or dispatch)
+  Link intra_node;                  // the usual link between devices of one node (NVLink)
+  Link inter_node;                  // the usual network link per device between nodes
+};
+
+// The preset of that name, or nullptr.
+const DeviceSpec* find_device_preset(std::string_view name);
+
+// All preset names, sorted, for error messages and --help.
+std::vector<std::string> device_preset_names();
+
+}  // namespace rannc::cost

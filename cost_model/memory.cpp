@@ -1,0 +1,149 @@
+#include "cost_model/memory.h"
+
+#include <algorithm>
+#include <string>
+
+#include "cost_model/op_work.h"
+#include "support/error.h"
+
+namespace rannc::cost {
+namespace {
+
+constexpr double kGradientBucketBytes = 25.0 * 1024 * 1024;
+
+// Bytes of a tensor as stored during training: floating activations in 16 bits under mixed precision.
+double stored_bytes(const ir::Value& value, Precision precision) {
+  if (!value.is_tensor()) return 0;
+  double bytes = static_cast<double>(value.type.bytes());
+  return ir::is_floating_point(value.type.dtype) ? bytes * activation_byte_scale(precision) : bytes;
+}
+
+// The value whose storage a view's output shares: follow views back to their first input.
+ir::ValueId storage_owner(const ir::Graph& graph, ir::ValueId id) {
+  for (;;) {
+    const auto& value = graph.value(id);
+    if (value.producer == ir::kNoId) return id;
+    const auto& producer = graph.op(value.producer);
+    if (!is_view(producer) || producer.inputs.empty()) return id;
+    id = producer.inputs.front();
+  }
+}
+
+bool needs_backward(const ir::Op& op, const std::vector<bool>& requires_grad) {
+  return std::any_of(op.inputs.begin(), op.inputs.end(),
+                     [&](ir::ValueId id) { return requires_grad[static_cast<std::size_t>(id)]; });
+}
+
+// Values autograd keeps for the backward of `op`: batch-dependent tensors, as weights are
+// counted with the model state.
+std::vector<ir::ValueId> saved_values(const ir::Graph& graph, const ir::Op& op) {
+  std::vector<ir::ValueId> saved;
+  auto saved_kind = saved_for_backward(graph, op);
+  const auto& candidates = saved_kind == SavedForBackward::kInputs ? op.inputs : op.outputs;
+  if (saved_kind == SavedForBackward::kNothing) return saved;
+  for (auto id : candidates) {
+    const auto& value = graph.value(id);
+    if (value.is_tensor() && value.batch_dependent) saved.push_back(storage_owner(graph, id));
+  }
+  return saved;
+}
+
+double op_workspace(const ir::Graph& graph, const ir::Op& op, const std::vector<bool>& requires_grad,
+                    Precision precision) {
+  double bytes = 0;
+  for (auto id : op.outputs) bytes += stored_bytes(graph.value(id), precision);
+  for (auto id : op.inputs) {
+    const auto& value = graph.value(id);
+    if (value.batch_dependent && requires_grad[static_cast<std::size_t>(id)]) bytes += stored_bytes(value, precision);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+std::string_view optimizer_name(Optimizer optimizer) {
+  switch (optimizer) {
+    case Optimizer::kSgd: return "sgd";
+    case Optimizer::kMomentum: return "momentum";
+    case Optimizer::kAdam: return "adam";
+  }
+  return "adam";
+}
+
+Optimizer parse_optimizer(std::string_view name, std::string_view what) {
+  for (auto o : {Optimizer::kSgd, Optimizer::kMomentum, Optimizer::kAdam}) {
+    if (optimizer_name(o) == name) return o;
+  }
+  throw InputError(std::string(what) + " " + std::string(name) + ": unknown optimizer (known: sgd, momentum, adam)");
+}
+
+std::string_view schedule_name(Schedule schedule) { return schedule == Schedule::kGPipe ? "gpipe" : "1f1b"; }
+
+ParamStateBytes param_state_bytes(Optimizer optimizer, Precision precision) {
+  ParamStateBytes bytes;
+  bytes.weights = precision == Precision::kFp32 ? 4 : 2 + 4;
+  bytes.grads = 4;
+  bytes.optimizer = optimizer == Optimizer::kAdam ? 8 : optimizer == Optimizer::kMomentum ? 4 : 0;
+  return bytes;
+}
+
+ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<bool>& requires_grad, Precision precision) {
+  ActivationMemory memory;
+  memory.kept_bytes.assign(graph.ops().size(), 0);
+  memory.workspace_bytes.assign(graph.ops().size(), 0);
+  std::vector<bool> kept(graph.values().size(), false);
+  for (const auto& op : graph.ops()) {
+    memory.workspace_bytes[static_cast<std::size_t>(op.id)] = op_workspace(graph, op, requires_grad, precision);
+    if (!needs_backward(op, requires_grad)) continue;
+    memory.kept_bytes[static_cast<std::size_t>(op.id)] += extra_saved_bytes(graph, op);
+    for (auto id : saved_values(graph, op)) kept[static_cast<std::size_t>(id)] = true;
+  }
+  for (const auto& value : graph.values()) {
+    // Model inputs are kept by the stage that receives them (StageFootprint::input_bytes).
+    if (!kept[static_cast<std::size_t>(value.id)] || value.producer == ir::kNoId) continue;
+    memory.kept_bytes[static_cast<std::size_t>(value.producer)] += stored_bytes(value, precision);
+  }
+  return memory;
+}
+
+StageFootprint whole_model_footprint(const ir::Graph& graph, const ActivationMemory& activations, Precision precision) {
+  StageFootprint footprint;
+  for (auto id : graph.values_with_role(ir::ValueRole::kParam)) {
+    footprint.param_elements += static_cast<double>(graph.value(id).type.numel());
+  }
+  for (auto id : graph.values_with_role(ir::ValueRole::kBuffer)) {
+    footprint.buffer_bytes += static_cast<double>(graph.value(id).type.bytes());
+  }
+  for (auto id : graph.values_with_role(ir::ValueRole::kModelInput)) {
+    footprint.input_bytes += stored_bytes(graph.value(id), precision);
+  }
+  for (auto id : graph.model_outputs()) footprint.output_bytes += stored_bytes(graph.value(id), precision);
+  for (std::size_t i = 0; i < activations.kept_bytes.size(); ++i) {
+    footprint.kept_bytes += activations.kept_bytes[i];
+    footprint.workspace_bytes = std::max(footprint.workspace_bytes, activations.workspace_bytes[i]);
+  }
+  return footprint;
+}
+
+int microbatches_in_flight(const StagePlacement& placement) {
+  if (placement.schedule == Schedule::kGPipe) return placement.microbatches;
+  return std::min(placement.stages - placement.stage_index, placement.microbatches);
+}
+
+MemoryBreakdown stage_memory(const StageFootprint& footprint, const StagePlacement& placement, Optimizer optimizer,
+                             Precision precision) {
+  ParamStateBytes state = param_state_bytes(optimizer, precision);
+  MemoryBreakdown memory;
+  memory.weights = footprint.param_elements * state.weights + footprint.buffer_bytes;
+  memory.grads = footprint.param_elements * state.grads;
+  memory.optimizer = footprint.param_elements * state.optimizer;
+  double in_flight = microbatches_in_flight(placement);
+  double kept_microbatches = placement.recompute ? 1.0 : in_flight;
+  memory.activations = in_flight * footprint.input_bytes + kept_microbatches * footprint.kept_bytes;
+  memory.workspace = footprint.workspace_bytes;
+  memory.comm_buffers = 2 * (footprint.input_bytes + footprint.output_bytes);
+  if (placement.replicas > 1) memory.comm_buffers += std::min(memory.grads, kGradientBucketBytes);
+  return memory;
+}
+
+}  // namespace rannc::cost

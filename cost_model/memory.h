@@ -1,0 +1,78 @@
+// Memory per device: model state (weights, gradients, optimizer state), activations kept for
+// backward times the microbatches in flight, the largest transient of one op, and
+// communication buffers. Every term is an upper estimate: a plan must never run out.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "cost_model/roofline.h"
+#include "ir/graph.h"
+
+namespace rannc::cost {
+
+enum class Optimizer : std::uint8_t { kSgd, kMomentum, kAdam };
+std::string_view optimizer_name(Optimizer optimizer);
+Optimizer parse_optimizer(std::string_view name, std::string_view what);
+
+enum class Schedule : std::uint8_t { k1F1B, kGPipe };
+std::string_view schedule_name(Schedule schedule);
+
+// Bytes per parameter element. fp32: weights 4, gradients 4. Mixed precision: a 16-bit copy
+// of the weights beside the fp32 master (2 + 4), gradients accumulated in fp32 (4). Optimizer
+// state in fp32: momentum 4, Adam 8 (two moments), SGD none.
+struct ParamStateBytes {
+  double weights = 0, grads = 0, optimizer = 0;
+  double total() const { return weights + grads + optimizer; }
+};
+ParamStateBytes param_state_bytes(Optimizer optimizer, Precision precision);
+
+// Activation memory by op at the batch the graph was evaluated at.
+struct ActivationMemory {
+  // Bytes kept from forward to backward, charged to the op that allocated them: its outputs
+  // that a consumer saves for backward (a view's consumers keep the viewed tensor alive), plus
+  // its own saved extras (dropout masks, pooling indices).
+  std::vector<double> kept_bytes;
+  // Bytes alive only while the op runs: the gradients of its outputs and of its activation inputs.
+  std::vector<double> workspace_bytes;
+};
+ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<bool>& requires_grad, Precision precision);
+
+// What the memory model needs of a stage, for one microbatch.
+struct StageFootprint {
+  double param_elements = 0;
+  double buffer_bytes = 0;     // non-trainable tensors (BatchNorm statistics), kept as they are
+  double kept_bytes = 0;       // sum of ActivationMemory::kept_bytes over the stage's ops
+  double input_bytes = 0;      // tensors the stage receives (model inputs or earlier stages' outputs)
+  double output_bytes = 0;     // tensors the stage sends on
+  double workspace_bytes = 0;  // max of ActivationMemory::workspace_bytes over the stage's ops
+};
+
+// The whole model as one stage at the evaluated batch.
+StageFootprint whole_model_footprint(const ir::Graph& graph, const ActivationMemory& activations, Precision precision);
+
+struct StagePlacement {
+  Schedule schedule = Schedule::k1F1B;
+  int stages = 1;
+  int stage_index = 0;
+  int microbatches = 1;
+  int replicas = 1;
+  bool recompute = false;
+};
+
+// 1F1B keeps at most (stages - stage_index) microbatches between their forward and backward;
+// GPipe keeps all of them.
+int microbatches_in_flight(const StagePlacement& placement);
+
+struct MemoryBreakdown {
+  double weights = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0, comm_buffers = 0;
+  double total() const { return weights + grads + optimizer + activations + workspace + comm_buffers; }
+};
+
+// Recomputation keeps only the stage inputs of each microbatch in flight, and the activations
+// of the one microbatch being recomputed. Communication: double-buffered sends and receives of
+// one microbatch, plus a 25 MiB gradient bucket (PyTorch DDP's default) when replicated.
+MemoryBreakdown stage_memory(const StageFootprint& footprint, const StagePlacement& placement, Optimizer optimizer,
+                             Precision precision);
+
+}  // namespace rannc::cost

@@ -1,0 +1,64 @@
+#include "cost_model/roofline.h"
+
+#include <algorithm>
+#include <string>
+
+#include "support/error.h"
+
+namespace rannc::cost {
+
+std::string_view precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16Mixed: return "bf16-mixed";
+    case Precision::kFp16Mixed: return "fp16-mixed";
+  }
+  return "fp32";
+}
+
+Precision parse_precision(std::string_view name, std::string_view what) {
+  for (auto p : {Precision::kFp32, Precision::kBf16Mixed, Precision::kFp16Mixed}) {
+    if (precision_name(p) == name) return p;
+  }
+  throw InputError(std::string(what) + " " + std::string(name) + ": unknown precision (known: fp32, bf16-mixed, fp16-mixed)");
+}
+
+void check_precision_supported(const DeviceSpec& device, Precision precision) {
+  if (precision == Precision::kBf16Mixed && !device.has_bf16) {
+    throw InputError("--precision bf16-mixed: device " + device.name + " has no bf16 support (use fp16-mixed)");
+  }
+}
+
+Efficiencies default_efficiencies(const DeviceSpec& device) {
+  Efficiencies eff;
+  eff.compute.fill(0.5);
+  eff.memory.fill(0.7);
+  eff.compute[static_cast<std::size_t>(OpClass::kMatMul)] = 0.7;
+  eff.compute[static_cast<std::size_t>(OpClass::kConv)] = 0.6;
+  eff.memory[static_cast<std::size_t>(OpClass::kEmbedding)] = 0.5;  // gathers and scatters of rows
+  eff.memory[static_cast<std::size_t>(OpClass::kUnknown)] = 0.5;
+  eff.op_overhead = device.op_overhead;
+  return eff;
+}
+
+double peak_flops(const DeviceSpec& device, Precision precision, OpClass op_class) {
+  bool tensor_cores = op_class == OpClass::kMatMul || op_class == OpClass::kConv;
+  return precision != Precision::kFp32 && tensor_cores ? device.peak_half_flops : device.peak_fp32_flops;
+}
+
+double activation_byte_scale(Precision precision) { return precision == Precision::kFp32 ? 1.0 : 0.5; }
+
+double roofline_seconds(double flops, double bytes, OpClass op_class, const DeviceSpec& device, Precision precision,
+                        const Efficiencies& eff) {
+  if (flops <= 0 && bytes <= 0) return 0;
+  double compute = flops / (peak_flops(device, precision, op_class) * eff.compute_of(op_class));
+  double memory = bytes * activation_byte_scale(precision) / (device.mem_bandwidth * eff.memory_of(op_class));
+  return std::max(compute, memory) + eff.op_overhead;
+}
+
+PassTimes roofline_times(const OpWork& work, const DeviceSpec& device, Precision precision, const Efficiencies& eff) {
+  return {roofline_seconds(work.flops_fwd, work.bytes_fwd, work.op_class, device, precision, eff),
+          roofline_seconds(work.flops_bwd, work.bytes_bwd, work.op_class, device, precision, eff)};
+}
+
+}  // namespace rannc::cost

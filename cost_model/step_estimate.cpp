@@ -1,0 +1,23 @@
+#include "cost_model/step_estimate.h"
+
+namespace rannc::cost {
+
+StepEstimate estimate_step(const ir::Graph& graph, const DeviceSpec& device, Precision precision, Optimizer optimizer,
+                           const ProfileDb* profile_db) {
+  CostModel costs(graph, device, precision, profile_db);
+  StepEstimate estimate;
+  for (const auto& op : graph.ops()) {
+    OpCost cost = costs.op_cost(op.id);
+    estimate.fwd_ms += cost.fwd_ms;
+    estimate.bwd_ms += cost.bwd_ms;
+    estimate.ms_by_class[static_cast<std::size_t>(costs.work(op.id).op_class)] += cost.fwd_ms + cost.bwd_ms;
+    if (cost.source == CostSource::kMeasured) ++estimate.measured_ops;
+  }
+  auto activations = activation_memory(graph, costs.requires_grad(), precision);
+  estimate.memory = stage_memory(whole_model_footprint(graph, activations, precision), StagePlacement{}, optimizer, precision);
+  estimate.uncosted_kinds = costs.uncosted_kinds();
+  estimate.calibration = costs.calibration();
+  return estimate;
+}
+
+}  // namespace rannc::cost

@@ -1,0 +1,26 @@
+// A whole model as one stage on one device: predicted time and memory of a training step.
+// What `inspect` and `profile` report, and what the profile benchmark compares with libtorch.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "cost_model/cost_model.h"
+#include "cost_model/memory.h"
+
+namespace rannc::cost {
+
+struct StepEstimate {
+  double fwd_ms = 0, bwd_ms = 0;
+  std::array<double, kOpClassCount> ms_by_class{};  // forward + backward per op class
+  int measured_ops = 0;                             // ops whose times came from the profile DB
+  MemoryBreakdown memory;                           // at one microbatch of the whole batch
+  std::vector<std::string> uncosted_kinds;
+  std::string calibration;
+};
+
+StepEstimate estimate_step(const ir::Graph& graph, const DeviceSpec& device, Precision precision, Optimizer optimizer,
+                           const ProfileDb* profile_db);
+
+}  // namespace rannc::cost

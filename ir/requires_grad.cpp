@@ -1,0 +1,40 @@
+#include "ir/requires_grad.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+namespace rannc::ir {
+namespace {
+
+// Ops whose floating outputs never carry a gradient.
+bool is_detaching(const std::string& kind) {
+  static const std::set<std::string> kinds = {"aten::detach", "aten::zeros_like", "aten::ones_like", "aten::empty_like",
+                                              "aten::rand_like", "aten::randn_like", "onnx::Shape", "onnx::Size"};
+  return kinds.count(kind) > 0;
+}
+
+}  // namespace
+
+std::vector<bool> values_requiring_grad(const Graph& graph) {
+  std::vector<bool> requires_grad(graph.values().size(), false);
+  for (const auto& value : graph.values()) {
+    if (value.role == ValueRole::kParam) requires_grad[static_cast<std::size_t>(value.id)] = true;
+  }
+  for (OpId id : graph.topological_order()) {
+    const Op& op = graph.op(id);
+    if (is_detaching(op.kind)) continue;
+    bool any = std::any_of(op.inputs.begin(), op.inputs.end(),
+                           [&](ValueId input) { return requires_grad[static_cast<std::size_t>(input)]; });
+    if (!any) continue;
+    for (ValueId output : op.outputs) {
+      const Value& value = graph.value(output);
+      // kOther holds tensor lists and tuples (prim::ListConstruct feeding aten::cat).
+      bool differentiable = value.is_tensor() ? is_floating_point(value.type.dtype) : value.kind == ValueKind::kOther;
+      if (differentiable) requires_grad[static_cast<std::size_t>(output)] = true;
+    }
+  }
+  return requires_grad;
+}
+
+}  // namespace rannc::ir

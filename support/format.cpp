@@ -1,0 +1,45 @@
+#include "support/format.h"
+
+#include <cstdio>
+
+namespace rannc {
+namespace {
+
+std::string scaled(double amount, const char* const units[], int count, double step) {
+  int unit = 0;
+  while (amount >= step && unit + 1 < count) {
+    amount /= step;
+    ++unit;
+  }
+  char text[64];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.2f %s", amount, units[unit]);
+  return text;
+}
+
+}  // namespace
+
+std::string with_commas(std::int64_t n) {
+  std::string digits = std::to_string(n);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<std::size_t>(i), ",");
+  return digits;
+}
+
+std::string human_bytes(double bytes) {
+  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  return scaled(bytes, units, 6, 1024);
+}
+
+std::string human_flops(double flops) {
+  static const char* const units[] = {"FLOP", "KFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP"};
+  return scaled(flops, units, 6, 1000);
+}
+
+
+std::string human_ms(double ms) {
+  char text[64];
+  if (ms >= 1000) std::snprintf(text, sizeof text, "%.3f s", ms / 1000);
+  else std::snprintf(text, sizeof text, ms >= 10 ? "%.1f ms" : "%.3f ms", ms);
+  return text;
+}
+
+}  // namespace rannc

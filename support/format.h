@@ -1,0 +1,18 @@
+// Numbers for people: thousands separators, binary byte units, FLOP units, milliseconds.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace rannc {
+
+// "12,345,678"
+std::string with_commas(std::int64_t n);
+// "1.50 GiB"; bytes below 1 KiB as "512 B".
+std::string human_bytes(double bytes);
+// "735.20 TFLOP"
+std::string human_flops(double flops);
+// "12.3 ms", "1.234 s"
+std::string human_ms(double ms);
+
+}  // namespace rannc

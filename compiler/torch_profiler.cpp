@@ -172,12 +172,22 @@ class SingleOp {
       is_weight_.push_back(input_is_weight(i));
     }
     Node* clone = graph->appendNode(graph->createClone(node, [&](Value* v) { return env.at(v); }));
+    std::string kind = node->kind().toQualString();
+    in_place_ = kind.size() > 1 && kind.back() == '_';
     for (Value* output : clone->outputs()) graph->registerOutput(output);
     code_ = std::make_unique<torch::jit::Code>(graph, "profile");
   }
 
-  torch::jit::Stack forward() const {
+  // The inputs of one run. An in-place op (relu_, add_) writes into its first input, which
+  // autograd refuses for a leaf that requires grad, so it gets a fresh copy, as in the model,
+  // where that input is some earlier op's output.
+  torch::jit::Stack fresh_inputs() const {
     torch::jit::Stack stack = inputs_;
+    if (in_place_ && !stack.empty() && stack.front().isTensor()) stack.front() = stack.front().toTensor().clone();
+    return stack;
+  }
+
+  torch::jit::Stack run(torch::jit::Stack stack) const {
     torch::jit::InterpreterState(*code_).run(stack);
     return stack;
   }
@@ -187,6 +197,7 @@ class SingleOp {
  private:
   torch::jit::Stack inputs_;
   std::vector<bool> is_weight_;
+  bool in_place_ = false;
   std::unique_ptr<torch::jit::Code> code_;
 };
 
@@ -215,10 +226,11 @@ cost::OpMeasurement measure(const SingleOp& op, int reps) {
   auto warm_start = Clock::now();
   for (int rep = -1; rep < reps; ++rep) {  // rep -1 is the warm-up
     op.clear_activation_grads();
+    torch::jit::Stack inputs = op.fresh_inputs();
     std::int64_t base = allocator.current();
     allocator.reset_peak();
     auto start = Clock::now();
-    torch::jit::Stack outputs = op.forward();
+    torch::jit::Stack outputs = op.run(std::move(inputs));
     double fwd = elapsed_ms(start);
     m.fwd_peak_bytes = allocator.peak() - base;
     m.retained_bytes = allocator.current() - base;

@@ -48,13 +48,22 @@ std::vector<ir::ValueId> saved_values(const ir::Graph& graph, const ir::Op& op) 
   return saved;
 }
 
+// While an op runs backward: the gradients of its outputs, of its activation inputs, and the
+// fresh gradient of each weight before it is added into .grad. A weight used by several ops
+// (tied embeddings) also has its first gradient waiting in autograd's buffer for the others.
 double op_workspace(const ir::Graph& graph, const ir::Op& op, const std::vector<bool>& requires_grad,
                     Precision precision) {
   double bytes = 0;
   for (auto id : op.outputs) bytes += stored_bytes(graph.value(id), precision);
   for (auto id : op.inputs) {
     const auto& value = graph.value(id);
-    if (value.batch_dependent && requires_grad[static_cast<std::size_t>(id)]) bytes += stored_bytes(value, precision);
+    if (!requires_grad[static_cast<std::size_t>(id)] || !value.is_tensor()) continue;
+    if (value.batch_dependent) {
+      bytes += stored_bytes(value, precision);
+    } else if (value.role == ir::ValueRole::kParam) {
+      double weight_grad = static_cast<double>(value.type.bytes());
+      bytes += value.consumers.size() > 1 ? 2 * weight_grad : weight_grad;
+    }
   }
   return bytes;
 }

@@ -1,0 +1,188 @@
+// Op signatures, the roofline, the profile DB, calibration and the per-op cost model.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <unistd.h>
+
+#include "cost_model/calibration.h"
+#include "cost_model/cost_model.h"
+#include "cost_model/op_signature.h"
+#include "graph_builders.h"
+#include "ir/batch_dims.h"
+#include "ir/requires_grad.h"
+#include "support/error.h"
+
+using namespace rannc;
+using namespace rannc::ir;
+using Catch::Matchers::Contains;
+using rannc::testing::add_literal;
+using rannc::testing::add_tensor;
+
+namespace {
+
+// x[8,64] -> linear(w[32,64]) -> relu -> y
+struct SmallModel {
+  Graph g;
+  OpId linear = kNoId, relu = kNoId;
+
+  SmallModel() {
+    auto x = add_tensor(g, "x", {8, 64}, ValueRole::kModelInput);
+    auto w = add_tensor(g, "w", {32, 64}, ValueRole::kParam);
+    auto h = add_tensor(g, "h", {8, 32});
+    auto y = add_tensor(g, "y", {8, 32});
+    linear = g.add_op("aten::linear", {x, w, add_literal(g, "none", {}, ValueKind::kNone)}, {h});
+    relu = g.add_op("aten::relu", {h}, {y});
+    g.add_model_output(y);
+    assign_batch_dims(g, 8, {});
+  }
+};
+
+cost::DeviceSpec test_device() {
+  cost::DeviceSpec d;
+  d.name = "test";
+  d.peak_fp32_flops = 1e12;
+  d.peak_half_flops = 8e12;
+  d.mem_bandwidth = 1e11;
+  d.op_overhead = 1e-5;
+  return d;
+}
+
+std::string temp_path(const char* name) { return "/tmp/rannc_test_" + std::to_string(::getpid()) + "_" + name; }
+
+}  // namespace
+
+TEST_CASE("op signatures name kind, dtypes, shapes, grad flags and literal arguments", "[cost]") {
+  SmallModel m;
+  auto grad = values_requiring_grad(m.g);
+  CHECK(cost::op_signature(m.g, m.g.op(m.linear), grad) == "aten::linear(float32[8,64],float32[32,64]*,None)");
+  CHECK(cost::op_signature(m.g, m.g.op(m.relu), grad) == "aten::relu(float32[8,32]*)");
+  Graph g;
+  auto x = add_tensor(g, "x", {2, 3}, ValueRole::kModelInput);
+  auto y = add_tensor(g, "y", {2, 3});
+  auto op = g.add_op("onnx::LeakyRelu", {x}, {y});
+  g.op(op).attrs["alpha"] = 0.25;
+  CHECK(cost::op_signature(g, g.op(op), values_requiring_grad(g)) == "onnx::LeakyRelu(float32[2,3]){alpha=0.25}");
+}
+
+TEST_CASE("roofline: compute-bound on FLOPs, memory-bound on bytes, mixed precision on tensor cores", "[cost]") {
+  auto device = test_device();
+  cost::Efficiencies ideal = cost::default_efficiencies(device);
+  ideal.compute.fill(1.0);
+  ideal.memory.fill(1.0);
+  ideal.op_overhead = 0;
+  CHECK(cost::roofline_seconds(2e12, 1e9, cost::OpClass::kMatMul, device, cost::Precision::kFp32, ideal) == Approx(2.0));
+  CHECK(cost::roofline_seconds(2e12, 1e9, cost::OpClass::kMatMul, device, cost::Precision::kBf16Mixed, ideal) ==
+        Approx(0.25));
+  // Elementwise ops never use tensor cores; their bytes halve under mixed precision.
+  CHECK(cost::roofline_seconds(1e9, 1e11, cost::OpClass::kElementwise, device, cost::Precision::kFp32, ideal) ==
+        Approx(1.0));
+  CHECK(cost::roofline_seconds(1e9, 1e11, cost::OpClass::kElementwise, device, cost::Precision::kFp16Mixed, ideal) ==
+        Approx(0.5));
+  CHECK(cost::roofline_seconds(0, 0, cost::OpClass::kGlue, device, cost::Precision::kFp32, ideal) == 0);
+  cost::DeviceSpec v100 = device;
+  v100.has_bf16 = false;
+  CHECK_THROWS_WITH(cost::check_precision_supported(v100, cost::Precision::kBf16Mixed), Contains("no bf16"));
+  CHECK_THROWS_WITH(cost::parse_precision("fp8", "--precision"), Contains("--precision fp8"));
+}
+
+TEST_CASE("profile DB: round trip, missing file is empty, corrupt files are errors", "[cost]") {
+  std::string path = temp_path("db.json");
+  cost::ProfileDb db;
+  auto& device = db.device_for_update("cpu");
+  device.description = "test cpu";
+  device.peak_fp32_flops = 1e11;
+  device.mem_bandwidth = 2e10;
+  device.op_overhead = 1e-5;
+  cost::OpMeasurement m;
+  m.kind = "aten::relu";
+  m.op_class = "elementwise";
+  m.fwd_ms = 0.5;
+  m.bwd_ms = 0.75;
+  m.retained_bytes = 1024;
+  m.reps = 5;
+  device.ops["aten::relu(float32[8]*)"] = m;
+  db.save(path);
+  auto loaded = cost::ProfileDb::load(path);
+  REQUIRE(loaded.device("cpu"));
+  CHECK(loaded.device("cpu")->ops.at("aten::relu(float32[8]*)").bwd_ms == 0.75);
+  CHECK(loaded.device("cpu")->ops.at("aten::relu(float32[8]*)").retained_bytes == 1024);
+  CHECK(cost::ProfileDb::load(temp_path("absent.json")).devices().empty());
+
+  auto write = [&](const std::string& text) {
+    std::ofstream(path) << text;
+  };
+  write("{\"format\": \"rannc-profile-db\", \"version\": 1, \"devic");
+  CHECK_THROWS_WITH(cost::ProfileDb::load(path), Contains("not valid JSON"));
+  write("{\"format\": \"other\"}");
+  CHECK_THROWS_WITH(cost::ProfileDb::load(path), Contains("corrupt profile DB"));
+  write("{\"format\": \"rannc-profile-db\", \"version\": 7, \"devices\": {}, \"models\": {}}");
+  CHECK_THROWS_WITH(cost::ProfileDb::load(path), Contains("version 7"));
+  write("{\"format\": \"rannc-profile-db\", \"version\": 1, \"devices\": {\"cpu\": {\"description\": \"x\", "
+        "\"peak_fp32_flops\": 1, \"mem_bandwidth\": 1, \"op_overhead\": 0, \"ops\": {\"a\": {\"kind\": 3}}}}, \"models\": {}}");
+  CHECK_THROWS_AS(cost::ProfileDb::load(path), InputError);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("calibration recovers the efficiencies behind measured times", "[cost]") {
+  cost::DeviceProfile profile;
+  profile.peak_fp32_flops = 1e11;
+  profile.mem_bandwidth = 1e10;
+  profile.op_overhead = 0;
+  // Matmuls at 40% of peak, elementwise ops at 25% of bandwidth, no overhead.
+  for (int i = 1; i <= 3; ++i) {
+    cost::OpMeasurement mm;
+    mm.op_class = "matmul";
+    mm.flops_fwd = 1e9 * i;
+    mm.bytes_fwd = 1e6;
+    mm.fwd_ms = mm.flops_fwd / (0.4 * profile.peak_fp32_flops) * 1e3;
+    mm.reps = 1;
+    profile.ops["mm" + std::to_string(i)] = mm;
+    cost::OpMeasurement add;
+    add.op_class = "elementwise";
+    add.flops_fwd = 1e6 * i;
+    add.bytes_fwd = 1e8 * i;
+    add.fwd_ms = add.bytes_fwd / (0.25 * profile.mem_bandwidth) * 1e3;
+    add.reps = 1;
+    profile.ops["add" + std::to_string(i)] = add;
+  }
+  auto eff = cost::calibrate(profile, cost::default_efficiencies(test_device()));
+  CHECK(eff.compute_of(cost::OpClass::kMatMul) == Approx(0.4));
+  CHECK(eff.memory_of(cost::OpClass::kElementwise) == Approx(0.25));
+  // Classes without measurements keep their defaults.
+  CHECK(eff.compute_of(cost::OpClass::kConv) == cost::default_efficiencies(test_device()).compute_of(cost::OpClass::kConv));
+}
+
+TEST_CASE("cost model: measured times for the profiled device, scaled by the roofline for microbatches", "[cost]") {
+  SmallModel m;
+  auto device = test_device();
+  cost::ProfileDb db;
+  auto& profile = db.device_for_update("test");
+  profile.peak_fp32_flops = device.peak_fp32_flops;
+  profile.mem_bandwidth = device.mem_bandwidth;
+  cost::OpMeasurement measured;
+  measured.op_class = "matmul";
+  measured.fwd_ms = 3.0;
+  measured.bwd_ms = 5.0;
+  measured.reps = 1;
+  profile.ops[cost::op_signature(m.g, m.g.op(m.linear), values_requiring_grad(m.g))] = measured;
+
+  cost::CostModel with_db(m.g, device, cost::Precision::kFp32, &db);
+  CHECK(with_db.calibration() == "measured");
+  auto full = with_db.op_cost(m.linear);
+  CHECK(full.source == cost::CostSource::kMeasured);
+  CHECK(full.fwd_ms == 3.0);
+  CHECK(full.bwd_ms == 5.0);
+  auto half = with_db.op_cost(m.linear, 0.5);
+  CHECK(half.fwd_ms < 3.0);
+  CHECK(half.fwd_ms > 1.0);  // the weight read does not halve
+  CHECK(with_db.op_cost(m.relu).source == cost::CostSource::kRoofline);
+
+  cost::CostModel analytic(m.g, device, cost::Precision::kFp32, nullptr);
+  CHECK(analytic.calibration() == "defaults");
+  auto roofline = analytic.op_cost(m.linear);
+  // So small that it is memory-bound: x, w and h move at 70% of the bandwidth.
+  double bytes = 4.0 * (8 * 64 + 32 * 64 + 8 * 32);
+  CHECK(2.0 * 8 * 32 * 64 / (1e12 * 0.7) < bytes / (1e11 * 0.7));
+  CHECK(roofline.fwd_ms == Approx((bytes / (1e11 * 0.7) + 1e-5) * 1e3));
+}

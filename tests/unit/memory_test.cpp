@@ -1,0 +1,101 @@
+// The memory model: model state per parameter, activations kept for backward, microbatches in
+// flight per schedule, recomputation.
+#include <catch2/catch.hpp>
+
+#include "cost_model/memory.h"
+#include "graph_builders.h"
+#include "ir/batch_dims.h"
+#include "ir/requires_grad.h"
+
+using namespace rannc;
+using namespace rannc::ir;
+using rannc::testing::add_literal;
+using rannc::testing::add_tensor;
+
+TEST_CASE("bytes per parameter by optimizer and precision", "[memory]") {
+  CHECK(cost::param_state_bytes(cost::Optimizer::kSgd, cost::Precision::kFp32).total() == 8);
+  CHECK(cost::param_state_bytes(cost::Optimizer::kMomentum, cost::Precision::kFp32).total() == 12);
+  CHECK(cost::param_state_bytes(cost::Optimizer::kAdam, cost::Precision::kFp32).total() == 16);
+  // A 16-bit copy beside the fp32 master, fp32 gradients, two fp32 Adam moments.
+  CHECK(cost::param_state_bytes(cost::Optimizer::kAdam, cost::Precision::kBf16Mixed).total() == 2 + 4 + 4 + 8);
+}
+
+TEST_CASE("activations: saved inputs and outputs, views keep their base, data-only ops keep nothing", "[memory]") {
+  Graph g;
+  auto x = add_tensor(g, "x", {8, 64}, ValueRole::kModelInput);
+  auto w1 = add_tensor(g, "w1", {128, 64}, ValueRole::kParam);
+  auto w2 = add_tensor(g, "w2", {10, 128}, ValueRole::kParam);
+  auto scaled = add_tensor(g, "scaled", {8, 64});
+  auto h = add_tensor(g, "h", {8, 128});
+  auto r = add_tensor(g, "r", {8, 128});
+  auto t = add_tensor(g, "t", {128, 8});
+  auto tt = add_tensor(g, "tt", {8, 128});
+  auto y = add_tensor(g, "y", {8, 10});
+  auto none = add_literal(g, "none", {}, ValueKind::kNone);
+  auto half = add_literal(g, "half", 0.5, ValueKind::kFloat);
+  auto dim0 = add_literal(g, "d0", std::int64_t{0}, ValueKind::kInt);
+  auto dim1 = add_literal(g, "d1", std::int64_t{1}, ValueKind::kInt);
+  auto scale = g.add_op("aten::mul", {x, half}, {scaled});        // no grad needed: keeps nothing
+  auto linear1 = g.add_op("aten::linear", {scaled, w1, none}, {h});  // saves `scaled` (an activation)
+  auto relu = g.add_op("aten::relu", {h}, {r});                      // saves its output r
+  auto transpose = g.add_op("aten::transpose", {r, dim0, dim1}, {t});
+  auto back = g.add_op("aten::transpose", {t, dim0, dim1}, {tt});
+  auto linear2 = g.add_op("aten::linear", {tt, w2, none}, {y});      // saves tt, a view of r
+  g.add_model_output(y);
+  assign_batch_dims(g, 8, {});
+  auto memory = cost::activation_memory(g, values_requiring_grad(g), cost::Precision::kFp32);
+  auto kept = [&](OpId op) { return memory.kept_bytes[static_cast<std::size_t>(op)]; };
+  CHECK(kept(scale) == 8 * 64 * 4);   // charged to the op that allocated `scaled`
+  CHECK(kept(linear1) == 0);          // h: relu saves its output, not its input
+  CHECK(kept(relu) == 8 * 128 * 4);   // r, once, though linear2 saves it through two views
+  CHECK(kept(transpose) == 0);
+  CHECK(kept(back) == 0);
+  CHECK(kept(linear2) == 0);
+  auto bf16 = cost::activation_memory(g, values_requiring_grad(g), cost::Precision::kBf16Mixed);
+  CHECK(bf16.kept_bytes[static_cast<std::size_t>(relu)] == 8 * 128 * 2);
+  // linear2's backward holds dY, dX and the temporary dW.
+  CHECK(memory.workspace_bytes[static_cast<std::size_t>(linear2)] == (8 * 10 + 8 * 128 + 10 * 128) * 4);
+}
+
+TEST_CASE("microbatches in flight: 1F1B keeps stages - s, GPipe keeps all", "[memory]") {
+  cost::StagePlacement p;
+  p.stages = 4;
+  p.microbatches = 8;
+  p.stage_index = 0;
+  CHECK(cost::microbatches_in_flight(p) == 4);
+  p.stage_index = 3;
+  CHECK(cost::microbatches_in_flight(p) == 1);
+  p.microbatches = 2;
+  p.stage_index = 0;
+  CHECK(cost::microbatches_in_flight(p) == 2);
+  p.schedule = cost::Schedule::kGPipe;
+  p.microbatches = 8;
+  CHECK(cost::microbatches_in_flight(p) == 8);
+}
+
+TEST_CASE("stage memory: state, in-flight activations, recomputation, buffers", "[memory]") {
+  cost::StageFootprint f;
+  f.param_elements = 1000;
+  f.buffer_bytes = 100;
+  f.kept_bytes = 5000;
+  f.input_bytes = 200;
+  f.output_bytes = 300;
+  f.workspace_bytes = 700;
+  cost::StagePlacement p;
+  p.stages = 4;
+  p.stage_index = 1;
+  p.microbatches = 8;
+  auto m = cost::stage_memory(f, p, cost::Optimizer::kAdam, cost::Precision::kFp32);
+  CHECK(m.weights == 4000 + 100);
+  CHECK(m.grads == 4000);
+  CHECK(m.optimizer == 8000);
+  CHECK(m.activations == 3 * (200 + 5000));
+  CHECK(m.workspace == 700);
+  CHECK(m.comm_buffers == 2 * (200 + 300));
+  p.recompute = true;
+  auto recomputed = cost::stage_memory(f, p, cost::Optimizer::kAdam, cost::Precision::kFp32);
+  CHECK(recomputed.activations == 3 * 200 + 5000);
+  p.replicas = 2;
+  auto replicated = cost::stage_memory(f, p, cost::Optimizer::kAdam, cost::Precision::kFp32);
+  CHECK(replicated.comm_buffers == 2 * (200 + 300) + 4000);  // the bucket is at most the gradients
+}

@@ -1,5 +1,6 @@
 #include "cost_model/op_work.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -95,13 +96,14 @@ const KindTable& kind_table() {
 using KindSet = std::unordered_set<std::string>;
 
 // Outputs alias the first input. aten::reshape and onnx::Reshape copy when the input is not
-// contiguous (as after a transpose), so they are costed as copies.
+// contiguous (as after a transpose), so they are costed as copies. onnx::Transpose becomes a
+// permute, a view, when a stage is built from ONNX.
 const KindSet& view_kinds() {
   static const KindSet kinds = {
       "aten::view", "aten::_reshape_alias", "aten::unflatten", "aten::transpose", "aten::permute", "aten::t",
       "aten::expand", "aten::expand_as", "aten::squeeze", "aten::unsqueeze", "aten::slice", "aten::select",
       "aten::narrow", "aten::chunk", "aten::split", "aten::split_with_sizes", "aten::unbind", "aten::detach",
-      "aten::view_as", "aten::alias", "onnx::Squeeze", "onnx::Unsqueeze", "onnx::Identity"};
+      "aten::view_as", "aten::alias", "onnx::Squeeze", "onnx::Unsqueeze", "onnx::Identity", "onnx::Transpose"};
   return kinds;
 }
 
@@ -242,7 +244,8 @@ double tensor_bytes(const ir::Graph& graph, const std::vector<ir::ValueId>& ids)
 bool is_reshaping_view(const ir::Op& op) {
   static const KindSet kinds = {"aten::view", "aten::_reshape_alias", "aten::unflatten", "aten::transpose",
                                 "aten::permute", "aten::t", "aten::squeeze", "aten::unsqueeze", "aten::detach",
-                                "aten::view_as", "aten::alias", "onnx::Squeeze", "onnx::Unsqueeze", "onnx::Identity"};
+                                "aten::view_as", "aten::alias", "onnx::Squeeze", "onnx::Unsqueeze", "onnx::Identity",
+                                "onnx::Transpose"};
   return kinds.count(functional_kind(op.kind)) > 0;
 }
 
@@ -303,6 +306,19 @@ class BackwardInputs {
   const std::vector<bool>& requires_grad_;
 };
 
+// Shape arithmetic (ONNX's Shape -> Gather -> Unsqueeze -> Concat chains before a Reshape):
+// every output a short integer vector. It runs on the host in any runtime; the partitioner
+// copies it into each stage that needs it, like aten::size.
+bool computes_shapes(const ir::Graph& graph, const ir::Op& op) {
+  constexpr std::int64_t kLongestShape = 16;
+  if (op.outputs.empty()) return false;
+  return std::all_of(op.outputs.begin(), op.outputs.end(), [&](ir::ValueId id) {
+    const auto& value = graph.value(id);
+    return value.is_tensor() && !ir::is_floating_point(value.type.dtype) && value.type.shape_known() &&
+           value.type.shape.size() <= 1 && value.type.numel() <= kLongestShape;
+  });
+}
+
 }  // namespace
 
 std::string_view op_class_name(OpClass op_class) {
@@ -323,6 +339,7 @@ std::string_view op_class_name(OpClass op_class) {
 }
 
 OpClass classify(const ir::Graph& graph, const ir::Op& op) {
+  if (computes_shapes(graph, op)) return OpClass::kGlue;
   if (op.kind == "onnx::Gather" && !op.inputs.empty()) {
     const auto& data = graph.value(op.inputs.front());
     if (data.is_weight() && ir::is_floating_point(data.type.dtype)) return OpClass::kEmbedding;

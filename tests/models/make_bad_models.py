@@ -181,6 +181,9 @@ def write_all(out_dir):
     write_custom_op_pt(path("custom_op.pt"))
     write_custom_op_onnx(path("custom_op.onnx"))
     write_data_dependent_if(path("data_dependent_if.script.pt"))
+    write_bytes(path("truncated_db.json"), b'{"format": "rannc-profile-db", "version": 1, "devi')
+    write_bytes(path("foreign_db.json"), b'{"format": "something-else", "version": 1}\n')
+    write_bytes(path("bad_cluster.json"), b'{"nodes": 2, "gpus_per_node": 8, "device": "h100-80g", "mem": "-4G"}\n')
 
     def entry(file, description):
         return {"file": file, "input_args": X_ARGS, "description": description}
@@ -196,6 +199,9 @@ def write_all(out_dir):
         "custom_op_onnx": entry("custom_op.onnx", "Relu then op Mystery of domain rannc.test"),
         "data_dependent_if": entry("data_dependent_if.script.pt",
                                    "scripted if on the sign of a tensor sum"),
+        "truncated_db": entry("truncated_db.json", "profile DB cut mid-key"),
+        "foreign_db": entry("foreign_db.json", "JSON that is not a profile DB"),
+        "bad_cluster": entry("bad_cluster.json", "cluster description with negative memory"),
         "mlp_small_pt": entry("mlp_small.pt", "valid traced MLP 8-16-4 (baseline)"),
         "mlp_small_onnx": entry("mlp_small.onnx", "valid ONNX MLP 8-16-4 (baseline)"),
     }

@@ -11,7 +11,7 @@
 #include "compiler/inspect.h"
 #include "compiler/model.h"
 #include "compiler/profile.h"
-#include "cost_model/device.h"
+#include "cost_model/cluster.h"
 #include "cost_model/op_work.h"
 #include "ir/dump.h"
 #include "support/error.h"
@@ -48,6 +48,7 @@ struct InspectOptions {
   bool json = false;
   bool dump_ir = false;
   std::optional<std::string> device;
+  std::optional<std::string> cluster_file;
   std::string precision = "fp32";
   std::string optimizer = "adam";
   std::string profile_db;
@@ -55,10 +56,12 @@ struct InspectOptions {
 
 // The cost options of inspect, checked before the model is read.
 std::optional<CostQuery> cost_query(const InspectOptions& options) {
-  if (!options.device) return std::nullopt;
-  const cost::DeviceSpec* device = cost::find_device_preset(*options.device);
-  if (!device) throw InputError("--device " + *options.device + ": unknown device preset");
-  CostQuery query{*device, cost::parse_precision(options.precision, "--precision"),
+  if (!options.device && !options.cluster_file) return std::nullopt;
+  cost::ClusterFlags flags;
+  flags.device = options.device;
+  flags.cluster_file = options.cluster_file;
+  cost::Cluster cluster = cost::cluster_from_flags(flags);
+  CostQuery query{cluster.device, cost::parse_precision(options.precision, "--precision"),
                   cost::parse_optimizer(options.optimizer, "--optimizer"), {}};
   cost::check_precision_supported(query.device, query.precision);
   if (!options.profile_db.empty()) query.profile_db = cost::ProfileDb::load(options.profile_db);
@@ -117,6 +120,7 @@ int run(int argc, char** argv) {
   inspect_command->add_flag("--json", inspect.json, "print JSON (see CONTRACT.md)");
   inspect_command->add_flag("--dump-ir", inspect.dump_ir, "print the lowered IR graph, one op a line (with --json: every value and op as JSON)");
   inspect_command->add_option("--device", inspect.device, "also predict a training step on this device preset");
+  inspect_command->add_option("--cluster", inspect.cluster_file, "like --device, with the device of this cluster JSON");
   inspect_command->add_option("--precision", inspect.precision, "fp32, bf16-mixed or fp16-mixed (with --device)");
   inspect_command->add_option("--optimizer", inspect.optimizer, "sgd, momentum or adam: optimizer state in the memory prediction");
   inspect_command->add_option("--profile-db", inspect.profile_db, "calibrate the prediction with this profile DB");

@@ -9,8 +9,9 @@ Reference: NVIDIA's Megatron-LM README (Megatron Core performance) reports up to
 FLOP utilisation on H100 for GPT models from 2B to 462B parameters. At the H100 SXM's dense
 BF16 peak of 989 TFLOP/s that is 465 TFLOP/s, and a layer's forward FLOPs are
 24*b*s*h^2 + 4*b*s^2*h (Narayanan et al., SC'21, equation 3 without the head), so the implied
-forward time is FLOPs / 465 TFLOP/s. The same source's activation estimate,
-s*b*h*(34 + 5*a*s/h) bytes per layer, is compared with the memory model's.
+forward time is FLOPs / 465 TFLOP/s. The activations a layer keeps for backward in 16-bit
+training, s*b*h*(34 + 5*a*s/h) bytes (Korthikanti et al., "Reducing Activation Recomputation
+in Large Transformer Models", 2022), are compared with the memory model's.
 
 usage: gpt3_layer_h100.py BINARY SHAPE_ONLY_DIR
 """

@@ -56,15 +56,20 @@ struct InspectOptions {
 
 // The cost options of inspect, checked before the model is read.
 std::optional<CostQuery> cost_query(const InspectOptions& options) {
-  if (!options.device && !options.cluster_file) return std::nullopt;
+  auto precision = cost::parse_precision(options.precision, "--precision");
+  auto optimizer = cost::parse_optimizer(options.optimizer, "--optimizer");
+  bool refines = options.precision != "fp32" || options.optimizer != "adam" || !options.profile_db.empty();
+  if (!options.device && !options.cluster_file) {
+    if (refines) throw InputError("--precision, --optimizer and --profile-db refine a prediction: add --device or --cluster");
+    return std::nullopt;
+  }
   cost::ClusterFlags flags;
   flags.device = options.device;
   flags.cluster_file = options.cluster_file;
   cost::Cluster cluster = cost::cluster_from_flags(flags);
-  CostQuery query{cluster.device, cost::parse_precision(options.precision, "--precision"),
-                  cost::parse_optimizer(options.optimizer, "--optimizer"), {}};
+  CostQuery query{cluster.device, precision, optimizer, {}};
   cost::check_precision_supported(query.device, query.precision);
-  if (!options.profile_db.empty()) query.profile_db = cost::ProfileDb::load(options.profile_db);
+  if (!options.profile_db.empty()) query.profile_db = cost::ProfileDb::load(options.profile_db, /*must_exist=*/true);
   return query;
 }
 

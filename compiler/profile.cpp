@@ -127,7 +127,8 @@ cost::ModelProfile profile_loaded_model(const Model& model, const ProfileOptions
   profile.fwd_ms = estimate.fwd_ms;
   profile.bwd_ms = estimate.bwd_ms;
   profile.peak_bytes = estimate.memory.total();
-  report.signatures = static_cast<int>(groups.size());
+  profile.unprofiled_kinds = report.unprofiled_kinds;
+  profile.unprofiled_signatures = static_cast<int>(groups.size() - profile.signatures.size());
   return profile;
 }
 
@@ -148,7 +149,9 @@ ProfileReport run_profile(const ProfileOptions& options) {
     report.model_loaded = true;
   }
   const cost::ModelProfile& profile = *db.model(key);
-  if (!report.model_loaded) report.signatures = static_cast<int>(profile.signatures.size());
+  report.signatures = static_cast<int>(profile.signatures.size()) + profile.unprofiled_signatures;
+  report.unprofiled_signatures = profile.unprofiled_signatures;
+  report.unprofiled_kinds = profile.unprofiled_kinds;
   report.device = profile.device;
   report.device_description = db.device(profile.device)->description;
   report.ops = profile.ops;
@@ -169,6 +172,7 @@ nlohmann::json profile_report_json(const ProfileReport& r) {
                       {"signatures", r.signatures},
                       {"timed", r.timed},
                       {"unprofiled_kinds", r.unprofiled_kinds},
+                      {"unprofiled_signatures", r.unprofiled_signatures},
                       {"predicted", {{"fwd_ms", r.fwd_ms}, {"bwd_ms", r.bwd_ms}, {"step_ms", r.fwd_ms + r.bwd_ms},
                                      {"peak_bytes", r.peak_bytes}}},
                       {"seconds", r.seconds}};
@@ -183,9 +187,9 @@ std::string profile_report_text(const ProfileReport& r) {
   out << "model        " << r.model_path << "\n"
       << "device       " << r.device << " (" << r.device_description << ")\n"
       << "ops          " << r.ops << " in " << r.signatures << " signatures: " << r.timed << " timed now, "
-      << r.signatures - r.timed << " from the profile DB\n";
+      << r.signatures - r.timed - r.unprofiled_signatures << " from the profile DB\n";
   if (!r.unprofiled_kinds.empty()) {
-    out << "not profiled ";
+    out << "not profiled " << r.unprofiled_signatures << " signatures of ";
     for (const auto& kind : r.unprofiled_kinds) out << kind << " ";
     out << "(cannot run alone; costed by the roofline)\n";
   }

@@ -32,6 +32,7 @@ struct ProfileReport {
   int signatures = 0;              // distinct op signatures among them
   int timed = 0;                   // signatures measured in this run
   std::vector<std::string> unprofiled_kinds;  // kinds of ops that cannot run alone (costed by the roofline)
+  int unprofiled_signatures = 0;
   double fwd_ms = 0, bwd_ms = 0, peak_bytes = 0;  // predicted training step
   std::optional<TorchPlugin::StepMeasurement> measured;
   double seconds = 0;              // wall time of the run

@@ -273,13 +273,31 @@ std::unordered_map<const Value*, c10::IValue> forward_values(const Model& model,
   std::unordered_map<const Value*, c10::IValue> values;
   const auto& graph_inputs = source.graph->inputs();
   for (std::size_t i = 0; i < graph_inputs.size(); ++i) {
-    values[graph_inputs[i]] = i < inputs.size() ? c10::IValue(inputs[i]) : c10::IValue(source.weights[i - inputs.size()].tensor);
+    if (i < inputs.size()) {
+      values[graph_inputs[i]] = inputs[i];
+      continue;
+    }
+    // Buffers are copied: profiling a training-mode batch_norm updates its statistics in place.
+    const auto& weight = source.weights[i - inputs.size()];
+    values[graph_inputs[i]] = weight.trainable ? weight.tensor : weight.tensor.clone();
   }
   std::size_t next = 0;
   for (const Node* node : source.graph->nodes()) {
     for (const Value* output : node->outputs()) values[output] = recorded.at(next++);
   }
   return values;
+}
+
+// Runs a profiling step; a libtorch failure becomes one line naming the model.
+template <typename Step>
+auto naming_the_model(const std::string& path, const char* what, Step step) -> decltype(step()) {
+  try {
+    return step();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw InputError(path + ": " + what + ": " + torch_message(e));
+  }
 }
 
 }  // namespace
@@ -305,33 +323,9 @@ cost::DeviceProfile measure_cpu() {
   return device;
 }
 
-std::vector<std::optional<cost::OpMeasurement>> profile_torchscript_ops(const Model& model,
-                                                                        const std::vector<ir::OpId>& ops,
-                                                                        const std::vector<bool>& requires_grad, int reps,
-                                                                        const TorchPlugin::Progress& progress) {
-  const auto& source = torchscript_source(model);
-  CountingAllocator::installed();
-  auto values = forward_values(model, source);
-  std::vector<std::optional<cost::OpMeasurement>> results;
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    const ir::Op& op = model.graph.op(ops[i]);
-    Node* node = source.nodes.at(static_cast<std::size_t>(op.source_node));
-    try {
-      if (!node->blocks().empty()) throw std::invalid_argument("an op with blocks does not run alone");
-      auto input_value = [&](std::size_t input) -> const ir::Value& { return model.graph.value(op.inputs.at(input)); };
-      SingleOp single(
-          node, values, [&](std::size_t input) { return requires_grad[static_cast<std::size_t>(op.inputs.at(input))]; },
-          [&](std::size_t input) { return input_value(input).is_weight(); });
-      results.emplace_back(measure(single, reps));
-    } catch (const std::exception&) {
-      results.emplace_back(std::nullopt);  // costed by the roofline instead; the caller reports it
-    }
-    if (progress) progress(i + 1, ops.size());
-  }
-  return results;
-}
+namespace {
 
-TorchPlugin::StepMeasurement measure_torchscript_step(const Model& model, int reps) {
+TorchPlugin::StepMeasurement measure_step(const Model& model, int reps) {
   const auto& source = torchscript_source(model);
   auto& allocator = CountingAllocator::installed();
   torch::jit::Module module = source.module;
@@ -365,6 +359,39 @@ TorchPlugin::StepMeasurement measure_torchscript_step(const Model& model, int re
   m.peak_bytes = state_bytes + transient;
   m.reps = reps;
   return m;
+}
+
+}  // namespace
+
+std::vector<std::optional<cost::OpMeasurement>> profile_torchscript_ops(const Model& model,
+                                                                        const std::vector<ir::OpId>& ops,
+                                                                        const std::vector<bool>& requires_grad, int reps,
+                                                                        const TorchPlugin::Progress& progress) {
+  const auto& source = torchscript_source(model);
+  CountingAllocator::installed();
+  auto values = naming_the_model(model.path, "forward fails while profiling",
+                                 [&] { return forward_values(model, source); });
+  std::vector<std::optional<cost::OpMeasurement>> results;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const ir::Op& op = model.graph.op(ops[i]);
+    Node* node = source.nodes.at(static_cast<std::size_t>(op.source_node));
+    try {
+      if (!node->blocks().empty()) throw std::invalid_argument("an op with blocks does not run alone");
+      auto input_value = [&](std::size_t input) -> const ir::Value& { return model.graph.value(op.inputs.at(input)); };
+      SingleOp single(
+          node, values, [&](std::size_t input) { return requires_grad[static_cast<std::size_t>(op.inputs.at(input))]; },
+          [&](std::size_t input) { return input_value(input).is_weight(); });
+      results.emplace_back(measure(single, reps));
+    } catch (const std::exception&) {
+      results.emplace_back(std::nullopt);  // costed by the roofline instead; the caller reports it
+    }
+    if (progress) progress(i + 1, ops.size());
+  }
+  return results;
+}
+
+TorchPlugin::StepMeasurement measure_torchscript_step(const Model& model, int reps) {
+  return naming_the_model(model.path, "a whole training step fails", [&] { return measure_step(model, reps); });
 }
 
 }  // namespace rannc

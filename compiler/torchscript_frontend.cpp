@@ -24,15 +24,16 @@
 #include "support/error.h"
 
 namespace rannc {
-namespace {
-
-using torch::jit::Node;
-using torch::jit::Value;
 
 std::string torch_message(const std::exception& e) {
   if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return first_line(c10_error->what_without_backtrace());
   return first_line(e.what());
 }
+
+namespace {
+
+using torch::jit::Node;
+using torch::jit::Value;
 
 ir::DType to_dtype(at::ScalarType type) {
   switch (type) {

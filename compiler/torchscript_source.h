@@ -32,6 +32,9 @@ class TorchScriptSource : public ModelSource {
   std::vector<InputSpec> specs;
 };
 
+// The first line of a libtorch error, without the C++ backtrace c10::Error carries.
+std::string torch_message(const std::exception& e);
+
 // Example tensors for the model inputs: floats random with a fixed seed, integers zero (every
 // lookup accepts index 0). `scale` multiplies the batch dim. `path` names the model in errors.
 std::vector<at::Tensor> example_inputs(const std::string& path, const std::vector<InputSpec>& specs, std::int64_t scale);

@@ -83,4 +83,15 @@ Efficiencies calibrate(const DeviceProfile& profile, const Efficiencies& default
   return eff;
 }
 
+Efficiencies transfer_relative(const Efficiencies& fitted, const Efficiencies& target_defaults) {
+  Efficiencies eff = target_defaults;
+  double compute_scale = target_defaults.compute_of(OpClass::kMatMul) / fitted.compute_of(OpClass::kMatMul);
+  double memory_scale = target_defaults.memory_of(OpClass::kElementwise) / fitted.memory_of(OpClass::kElementwise);
+  for (std::size_t i = 0; i < kOpClassCount; ++i) {
+    eff.compute[i] = std::clamp(fitted.compute[i] * compute_scale, kMinEfficiency, 1.0);
+    eff.memory[i] = std::clamp(fitted.memory[i] * memory_scale, kMinEfficiency, 1.0);
+  }
+  return eff;
+}
+
 }  // namespace rannc::cost

@@ -19,4 +19,10 @@ DeviceSpec with_measured_peaks(const DeviceSpec& preset, const DeviceProfile& pr
 
 Efficiencies calibrate(const DeviceProfile& profile, const Efficiencies& defaults);
 
+// Efficiencies fitted on one device, carried to another: a CPU's sgemm is near its own measured
+// peak, which says nothing about a GPU's. Only ratios transfer: matmul keeps the target's
+// default compute efficiency and every class keeps its fitted ratio to matmul; memory
+// efficiencies likewise relative to elementwise ops.
+Efficiencies transfer_relative(const Efficiencies& fitted, const Efficiencies& target_defaults);
+
 }  // namespace rannc::cost

@@ -21,6 +21,7 @@ double ring_pass_seconds(double bytes, int n, const Link& link) {
 struct GroupSpan {
   int nodes = 0;     // distinct nodes
   int per_node = 0;  // most ranks on one node
+  int fewest_per_node = 0;  // fewest ranks on one of those nodes
 };
 
 GroupSpan span_of(const Cluster& cluster, const std::vector<int>& ranks) {
@@ -35,7 +36,11 @@ GroupSpan span_of(const Cluster& cluster, const std::vector<int>& ranks) {
   }
   GroupSpan span;
   span.nodes = static_cast<int>(ranks_per_node.size());
-  for (const auto& [node, count] : ranks_per_node) span.per_node = std::max(span.per_node, count);
+  span.fewest_per_node = ranks_per_node.begin()->second;
+  for (const auto& [node, count] : ranks_per_node) {
+    span.per_node = std::max(span.per_node, count);
+    span.fewest_per_node = std::min(span.fewest_per_node, count);
+  }
   return span;
 }
 
@@ -54,8 +59,13 @@ double p2p_seconds(double bytes, const Link& link) { return link.latency + bytes
 double ring_allreduce_seconds(double bytes, int n, const Link& link) { return 2 * ring_pass_seconds(bytes, n, link); }
 
 double hierarchical_allreduce_seconds(double bytes, int per_node, int nodes, const Link& intra, const Link& inter) {
+  return hierarchical_allreduce_seconds(bytes, per_node, per_node, nodes, intra, inter);
+}
+
+double hierarchical_allreduce_seconds(double bytes, int per_node, int fewest_per_node, int nodes, const Link& intra,
+                                      const Link& inter) {
   double reduce_scatter = ring_pass_seconds(bytes, per_node, intra);
-  double shard_allreduce = ring_allreduce_seconds(bytes / per_node, nodes, inter);
+  double shard_allreduce = ring_allreduce_seconds(bytes / fewest_per_node, nodes, inter);
   double all_gather = ring_pass_seconds(bytes, per_node, intra);
   return reduce_scatter + shard_allreduce + all_gather;
 }
@@ -71,7 +81,8 @@ double alltoall_seconds(double bytes_per_rank, int n, const Link& link) {
 double allreduce_seconds(const Cluster& cluster, const std::vector<int>& ranks, double bytes) {
   GroupSpan span = span_of(cluster, ranks);
   if (span.nodes <= 1) return ring_allreduce_seconds(bytes, static_cast<int>(ranks.size()), cluster.intra_node);
-  return hierarchical_allreduce_seconds(bytes, span.per_node, span.nodes, cluster.intra_node, cluster.inter_node);
+  return hierarchical_allreduce_seconds(bytes, span.per_node, span.fewest_per_node, span.nodes, cluster.intra_node,
+                                        cluster.inter_node);
 }
 
 double allgather_seconds(const Cluster& cluster, const std::vector<int>& ranks, double bytes_total) {

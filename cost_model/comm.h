@@ -24,6 +24,10 @@ double ring_allreduce_seconds(double bytes, int n, const Link& link);
 // Allreduce among `per_node` ranks on each of `nodes` nodes: intra-node reduce-scatter,
 // inter-node ring allreduce of the 1/per_node shards, intra-node all-gather.
 double hierarchical_allreduce_seconds(double bytes, int per_node, int nodes, const Link& intra, const Link& inter);
+// Uneven groups: the node with the fewest ranks pushes the largest shards (bytes / fewest)
+// through each of its links; the intra-node passes take as long as on the fullest node.
+double hierarchical_allreduce_seconds(double bytes, int per_node, int fewest_per_node, int nodes, const Link& intra,
+                                      const Link& inter);
 
 // All-gather where every rank ends with `bytes_total` (each contributes bytes_total / n).
 double allgather_seconds(double bytes_total, int n, const Link& link);

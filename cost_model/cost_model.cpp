@@ -36,11 +36,10 @@ CostModel::CostModel(const ir::Graph& graph, const DeviceSpec& device, Precision
     efficiencies_ = calibrate(*same_device, default_efficiencies(device_));
     calibration_ = "measured";
   } else if (profile_db && !profile_db->devices().empty()) {
-    // Only the shape of the curve transfers: efficiencies of another device, this device's peaks.
+    // The first device of the DB by name (a DB usually holds one).
     const auto& [name, profile] = *profile_db->devices().begin();
-    efficiencies_ = calibrate(profile, efficiencies_);
-    efficiencies_.op_overhead = device.op_overhead;
-    calibration_ = "calibrated on " + name;
+    efficiencies_ = transfer_relative(calibrate(profile, efficiencies_), efficiencies_);
+    calibration_ = "relative efficiencies from " + name;
   }
   ops_.reserve(graph.ops().size());
   for (const auto& op : graph.ops()) {

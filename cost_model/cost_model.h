@@ -4,7 +4,8 @@
 // Where a profile DB has measurements of the target device, an op whose signature it holds
 // takes the measured times (scaled by the roofline for other batch sizes) and the others take
 // a roofline calibrated on those measurements. A DB of another device only calibrates the
-// efficiency factors. Without a DB the roofline uses default efficiencies.
+// efficiency factors relative to each other. Without a DB the roofline uses default
+// efficiencies. The model keeps pointers into the DB: the DB must outlive it.
 #pragma once
 
 #include <string>
@@ -40,7 +41,7 @@ class CostModel {
   const DeviceSpec& device() const { return device_; }
   const Efficiencies& efficiencies() const { return efficiencies_; }
   Precision precision() const { return precision_; }
-  // How the times were obtained, for reports: "measured", "calibrated on <device>" or "defaults".
+  // How the times were obtained, for reports: "measured", "relative efficiencies from <device>" or "defaults".
   const std::string& calibration() const { return calibration_; }
 
  private:

@@ -9,8 +9,6 @@
 namespace rannc::cost {
 namespace {
 
-constexpr double kGradientBucketBytes = 25.0 * 1024 * 1024;
-
 // Bytes of a tensor as stored during training: floating activations in 16 bits under mixed precision.
 double stored_bytes(const ir::Value& value, Precision precision) {
   if (!value.is_tensor()) return 0;
@@ -18,15 +16,26 @@ double stored_bytes(const ir::Value& value, Precision precision) {
   return ir::is_floating_point(value.type.dtype) ? bytes * activation_byte_scale(precision) : bytes;
 }
 
-// The value whose storage a view's output shares: follow views back to their first input.
+bool unpacks_list(const ir::Op& op) { return op.kind == "prim::ListUnpack" || op.kind == "prim::TupleUnpack"; }
+
+// The value whose storage a view's output shares: follow views (and the lists that split and
+// chunk return) back to their first input, so a kept chunk keeps its whole base.
 ir::ValueId storage_owner(const ir::Graph& graph, ir::ValueId id) {
   for (;;) {
     const auto& value = graph.value(id);
     if (value.producer == ir::kNoId) return id;
     const auto& producer = graph.op(value.producer);
-    if (!is_view(producer) || producer.inputs.empty()) return id;
+    if (!(is_view(producer) || unpacks_list(producer)) || producer.inputs.empty()) return id;
     id = producer.inputs.front();
   }
+}
+
+// The tensors a value stands for: itself, or the elements of a list built by prim::ListConstruct.
+std::vector<ir::ValueId> tensors_behind(const ir::Graph& graph, ir::ValueId id) {
+  const auto& value = graph.value(id);
+  if (value.is_tensor()) return {id};
+  if (value.producer == ir::kNoId || graph.op(value.producer).kind != "prim::ListConstruct") return {};
+  return graph.op(value.producer).inputs;
 }
 
 bool needs_backward(const ir::Op& op, const std::vector<bool>& requires_grad) {
@@ -41,9 +50,11 @@ std::vector<ir::ValueId> saved_values(const ir::Graph& graph, const ir::Op& op) 
   auto saved_kind = saved_for_backward(graph, op);
   const auto& candidates = saved_kind == SavedForBackward::kInputs ? op.inputs : op.outputs;
   if (saved_kind == SavedForBackward::kNothing) return saved;
-  for (auto id : candidates) {
-    const auto& value = graph.value(id);
-    if (value.is_tensor() && value.batch_dependent) saved.push_back(storage_owner(graph, id));
+  for (auto candidate : candidates) {
+    for (auto id : tensors_behind(graph, candidate)) {
+      const auto& value = graph.value(id);
+      if (value.is_tensor() && value.batch_dependent) saved.push_back(storage_owner(graph, id));
+    }
   }
   return saved;
 }
@@ -151,7 +162,8 @@ MemoryBreakdown stage_memory(const StageFootprint& footprint, const StagePlaceme
   memory.activations = in_flight * footprint.input_bytes + kept_microbatches * footprint.kept_bytes;
   memory.workspace = footprint.workspace_bytes;
   memory.comm_buffers = 2 * (footprint.input_bytes + footprint.output_bytes);
-  if (placement.replicas > 1) memory.comm_buffers += std::min(memory.grads, kGradientBucketBytes);
+  // DDP copies every gradient into its buckets (unless gradient_as_bucket_view is set).
+  if (placement.replicas > 1) memory.comm_buffers += memory.grads;
   return memory;
 }
 

@@ -315,7 +315,7 @@ bool computes_shapes(const ir::Graph& graph, const ir::Op& op) {
   return std::all_of(op.outputs.begin(), op.outputs.end(), [&](ir::ValueId id) {
     const auto& value = graph.value(id);
     return value.is_tensor() && !ir::is_floating_point(value.type.dtype) && value.type.shape_known() &&
-           value.type.shape.size() <= 1 && value.type.numel() <= kLongestShape;
+           value.type.shape.size() <= 1 && value.type.numel() <= kLongestShape && value.type.batch_dim < 0;
   });
 }
 
@@ -434,12 +434,26 @@ SavedForBackward saved_for_backward(const ir::Graph& graph, const ir::Op& op) {
 double extra_saved_bytes(const ir::Graph& graph, const ir::Op& op) {
   std::string kind = functional_kind(op.kind);
   double out = first_output_numel(graph, op);
-  if (kind.find("dropout") != std::string::npos || kind == "onnx::Dropout") return out;  // a bool mask
+  // A mask: bool on CUDA, the float noise tensor on CPU (libtorch 1.13's _dropout_impl): count the larger.
+  if (kind.find("dropout") != std::string::npos || kind == "onnx::Dropout") return 4 * out;
+  // masked_fill and where keep their condition, which is batch-sized when computed from activations.
+  if (kind == "aten::masked_fill" || kind == "aten::where" || kind == "onnx::Where") {
+    double mask = 0;
+    for (auto id : op.inputs) {
+      const auto& value = graph.value(id);
+      if (value.is_tensor() && value.batch_dependent && value.type.dtype == ir::DType::kBool) mask += static_cast<double>(value.type.bytes());
+    }
+    return mask;
+  }
   if (kind.find("max_pool") != std::string::npos || kind == "onnx::MaxPool") return 8 * out;  // int64 indices
   if (classify(graph, op) == OpClass::kNorm) {
-    // Mean and inverse std per normalised group: at most one pair per element of the output's first two dims.
+    // Mean and inverse std per normalised group. Layer norm normalises at least the last dim, so
+    // it has at most numel / last dim groups; batch, instance and group norm at most N x C.
     const auto& y = graph.value(op.outputs.front());
-    double groups = y.is_tensor() && y.type.shape.size() >= 2 ? static_cast<double>(y.type.shape[0] * y.type.shape[1]) : out;
+    if (!y.is_tensor() || !y.type.shape_known() || y.type.shape.size() < 2) return 2 * 4 * out;
+    bool layer_norm = kind.find("layer_norm") != std::string::npos || kind == "onnx::LayerNormalization";
+    double groups = layer_norm ? out / static_cast<double>(std::max<std::int64_t>(y.type.shape.back(), 1))
+                               : static_cast<double>(y.type.shape[0]) * static_cast<double>(y.type.shape[1]);
     return 2 * 4 * groups;
   }
   return 0;

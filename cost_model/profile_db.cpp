@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -40,7 +41,10 @@ OpMeasurement measurement_from_json(const json& j) {
   m.retained_bytes = j.at("retained_bytes").get<std::int64_t>();
   m.bwd_peak_bytes = j.at("bwd_peak_bytes").get<std::int64_t>();
   m.reps = j.at("reps").get<int>();
-  if (m.fwd_ms < 0 || m.bwd_ms < 0 || m.reps < 1) throw std::invalid_argument("negative time or no repetitions");
+  for (double v : {m.flops_fwd, m.bytes_fwd, m.flops_bwd, m.bytes_bwd, m.fwd_ms, m.bwd_ms}) {
+    if (!std::isfinite(v) || v < 0) throw std::invalid_argument("a negative or non-finite number");
+  }
+  if (m.reps < 1) throw std::invalid_argument("no repetitions");
   return m;
 }
 
@@ -76,7 +80,12 @@ json device_to_json(const DeviceProfile& d) {
 json model_to_json(const ModelProfile& m) {
   json signatures = json::object();
   for (const auto& [signature, count] : m.signatures) signatures[signature] = count;
-  return {{"path", m.path},     {"device", m.device}, {"signatures", signatures}, {"ops", m.ops},
+  return {{"path", m.path},
+          {"device", m.device},
+          {"signatures", signatures},
+          {"unprofiled_kinds", m.unprofiled_kinds},
+          {"unprofiled_signatures", m.unprofiled_signatures},
+          {"ops", m.ops},
           {"fwd_ms", m.fwd_ms}, {"bwd_ms", m.bwd_ms}, {"peak_bytes", m.peak_bytes}};
 }
 
@@ -85,6 +94,8 @@ ModelProfile model_from_json(const json& j) {
   m.path = j.at("path").get<std::string>();
   m.device = j.at("device").get<std::string>();
   for (const auto& [signature, count] : j.at("signatures").items()) m.signatures[signature] = count.get<int>();
+  m.unprofiled_kinds = j.at("unprofiled_kinds").get<std::vector<std::string>>();
+  m.unprofiled_signatures = j.at("unprofiled_signatures").get<int>();
   m.ops = j.at("ops").get<int>();
   m.fwd_ms = j.at("fwd_ms").get<double>();
   m.bwd_ms = j.at("bwd_ms").get<double>();
@@ -93,21 +104,28 @@ ModelProfile model_from_json(const json& j) {
 }
 
 json parse_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": is a folder, not a profile DB");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot read the profile DB");
   try {
     return json::parse(in);
   } catch (const json::parse_error& e) {
     throw InputError(path + ": profile DB is not valid JSON: " + first_line(e.what()));
+  } catch (const std::exception& e) {
+    throw InputError(path + ": cannot read the profile DB: " + first_line(e.what()));
   }
 }
 
 }  // namespace
 
-ProfileDb ProfileDb::load(const std::string& path) {
+ProfileDb ProfileDb::load(const std::string& path, bool must_exist) {
   ProfileDb db;
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return db;
+  if (!std::filesystem::exists(path, ec)) {
+    if (must_exist) throw InputError(path + ": no such profile DB");
+    return db;
+  }
   json j = parse_file(path);
   try {
     if (!j.is_object() || j.value("format", "") != kFormat) throw std::invalid_argument("not a rannc-profile-db file");
@@ -143,7 +161,7 @@ void ProfileDb::save(const std::string& path) const {
   std::string temporary = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out << j.dump(1) << "\n";
+    out << j.dump(1, ' ', false, json::error_handler_t::replace) << "\n";
     if (!out.flush()) {
       std::remove(temporary.c_str());
       throw InputError(path + ": cannot write the profile DB");

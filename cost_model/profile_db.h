@@ -7,13 +7,14 @@
 //                        "op_overhead": ..., "ops": {SIGNATURE: {"kind", "class", "flops_fwd",
 //                        "bytes_fwd", "flops_bwd", "bytes_bwd", "fwd_ms", "bwd_ms",
 //                        "fwd_peak_bytes", "retained_bytes", "bwd_peak_bytes", "reps"}}}},
-//    "models": {KEY: {"path", "device", "signatures": {SIGNATURE: count}, "ops", "fwd_ms",
-//                     "bwd_ms", "peak_bytes"}}}
+//    "models": {KEY: {"path", "device", "signatures": {SIGNATURE: count}, "unprofiled_kinds",
+//                     "unprofiled_signatures", "ops", "fwd_ms", "bwd_ms", "peak_bytes"}}}
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace rannc::cost {
 
@@ -42,7 +43,9 @@ struct DeviceProfile {
 struct ModelProfile {
   std::string path;                        // where the model was when profiled (informative)
   std::string device;                      // the DeviceProfile it was measured on
-  std::map<std::string, int> signatures;   // op signature -> ops with it in the model
+  std::map<std::string, int> signatures;   // measured op signature -> ops with it in the model
+  std::vector<std::string> unprofiled_kinds;  // kinds of the signatures that could not run alone
+  int unprofiled_signatures = 0;
   int ops = 0;                             // ops with a cost (not glue)
   double fwd_ms = 0, bwd_ms = 0;           // predicted forward and backward of one training step
   double peak_bytes = 0;                   // predicted peak memory of that step on one device
@@ -50,9 +53,9 @@ struct ModelProfile {
 
 class ProfileDb {
  public:
-  // An empty DB when the file does not exist; InputError naming the file when it is not a
-  // readable profile DB of this version.
-  static ProfileDb load(const std::string& path);
+  // An empty DB when the file does not exist (unless `must_exist`: commands that only read a
+  // DB); InputError naming the file when it is not a readable profile DB of this version.
+  static ProfileDb load(const std::string& path, bool must_exist = false);
   // Writes to a temporary file beside `path` and renames it over, so a crash leaves the old DB.
   void save(const std::string& path) const;
 

@@ -20,7 +20,8 @@ std::string scaled(double amount, const char* const units[], int count, double s
 
 std::string with_commas(std::int64_t n) {
   std::string digits = std::to_string(n);
-  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<std::size_t>(i), ",");
+  int first_digit = n < 0 ? 1 : 0;
+  for (int i = static_cast<int>(digits.size()) - 3; i > first_digit; i -= 3) digits.insert(static_cast<std::size_t>(i), ",");
   return digits;
 }
 

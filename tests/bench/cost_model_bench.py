@@ -37,7 +37,7 @@ def main():
           f" {'1st run s':>9} {'2nd run s':>9} {'2nd timed':>9}")
     with tempfile.TemporaryDirectory() as tmp:
         for name, spec in MODELS:
-            db = os.path.join(tmp, "db.json")
+            db = os.path.join(tmp, name + ".db.json")  # a fresh DB per model
             first, first_s = profile(args.binary, os.path.join(args.samples, name), spec, db, check=True)
             second, second_s = profile(args.binary, os.path.join(args.samples, name), spec, db, check=False)
             pred, meas = first["predicted"], first["measured"]

@@ -90,7 +90,13 @@ TEST_CASE("embeddings: a lookup has no FLOPs, a bag adds its rows; Gather of a w
   auto dim = add_tensor(g, "dim", {}, ValueRole::kIntermediate, DType::kInt64);
   auto index = add_tensor(g, "index", {}, ValueRole::kBuffer, DType::kInt64);
   auto glue = g.add_op("onnx::Gather", {shape, index}, {dim});
-  CHECK(work_of(g, glue).op_class == cost::OpClass::kDataMovement);
+  CHECK(work_of(g, glue).op_class == cost::OpClass::kGlue);  // shape arithmetic, like aten::size
+  auto token_ids = add_tensor(g, "rows", {4}, ValueRole::kIntermediate, DType::kInt64);
+  g.value(token_ids).type.batch_dim = 0;  // four token ids at batch 4: data, not a shape
+  auto picked = add_tensor(g, "picked", {4}, ValueRole::kIntermediate, DType::kInt64);
+  g.value(picked).type.batch_dim = 0;
+  auto data_gather = g.add_op("onnx::Gather", {token_ids, index}, {picked});
+  CHECK(work_of(g, data_gather).op_class == cost::OpClass::kDataMovement);
 }
 
 TEST_CASE("elementwise, norm, softmax and in-place variants") {

@@ -34,10 +34,10 @@ Totals totals(const ir::Graph& graph) {
   }
   for (const auto& op : graph.ops()) {
     ++t.ops[op.kind];
-    auto work = cost::op_work(graph, op);
-    t.flops_fwd += work.flops_fwd;
-    if (work.op_class == cost::OpClass::kUnknown) t.uncosted_kinds.insert(op.kind);
+    t.flops_fwd += cost::op_work(graph, op).flops_fwd;
   }
+  auto uncosted = cost::uncosted_kinds(graph);
+  t.uncosted_kinds.insert(uncosted.begin(), uncosted.end());
   return t;
 }
 

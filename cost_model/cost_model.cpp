@@ -53,7 +53,6 @@ CostModel::CostModel(const ir::Graph& graph, const DeviceSpec& device, Precision
     }
     ops_.push_back(per_op);
   }
-  uncosted_kinds_ = cost::uncosted_kinds(graph);
 }
 
 PassTimes CostModel::scaled_roofline(const PerOp& op, double batch_fraction) const {

@@ -36,8 +36,6 @@ class CostModel {
 
   const OpWork& work(ir::OpId op) const { return ops_[static_cast<std::size_t>(op)].work; }
   const std::vector<bool>& requires_grad() const { return requires_grad_; }
-  // Kinds without a formula, sorted; they are costed as memory-bound.
-  const std::vector<std::string>& uncosted_kinds() const { return uncosted_kinds_; }
   const DeviceSpec& device() const { return device_; }
   const Efficiencies& efficiencies() const { return efficiencies_; }
   Precision precision() const { return precision_; }
@@ -60,7 +58,6 @@ class CostModel {
   std::string calibration_;
   std::vector<bool> requires_grad_;
   std::vector<PerOp> ops_;
-  std::vector<std::string> uncosted_kinds_;
 };
 
 }  // namespace rannc::cost

@@ -127,7 +127,7 @@ const KindSet& saves_nothing_kinds() {
       "aten::copy", "aten::tril", "aten::triu", "aten::zeros", "aten::ones", "aten::full", "aten::arange",
       "aten::zeros_like", "aten::ones_like", "onnx::Add", "onnx::Sub", "onnx::Neg", "onnx::Where", "onnx::Dropout",
       "onnx::Concat", "onnx::ReduceSum", "onnx::ReduceMean", "onnx::AveragePool", "onnx::GlobalAveragePool",
-      "onnx::Reshape", "onnx::Flatten", "onnx::Transpose", "onnx::Expand", "onnx::Tile", "onnx::Split",
+      "onnx::Reshape", "onnx::Flatten", "onnx::Expand", "onnx::Tile", "onnx::Split",
       "onnx::Slice", "onnx::Cast", "onnx::CastLike", "onnx::Pad", "onnx::Trilu", "onnx::ConstantOfShape",
       "onnx::Range", "onnx::Sum"};
   return kinds;
@@ -190,12 +190,15 @@ double contraction_length(const ir::Graph& graph, const ir::Op& op) {
   return last_dim(tensor_input(graph, op, 0));
 }
 
+// The products alone, without the bias addition: what each gradient of an operand costs too.
+double product_flops(const ir::Graph& graph, const ir::Op& op) {
+  return 2 * first_output_numel(graph, op) * contraction_length(graph, op);
+}
+
 double matmul_flops(const ir::Graph& graph, const ir::Op& op) {
-  double out = first_output_numel(graph, op);
-  double flops = 2 * out * contraction_length(graph, op);
   bool bias = (op.kind == "aten::linear" && has_value(graph, op, 2)) || op.kind == "aten::addmm" ||
               op.kind == "aten::baddbmm" || op.kind == "aten::addbmm" || (op.kind == "onnx::Gemm" && has_value(graph, op, 2));
-  return bias ? flops + out : flops;
+  return product_flops(graph, op) + (bias ? first_output_numel(graph, op) : 0);
 }
 
 bool is_transposed_conv(const ir::Graph& graph, const ir::Op& op) {
@@ -239,20 +242,13 @@ double tensor_bytes(const ir::Graph& graph, const std::vector<ir::ValueId>& ids)
 }
 
 
-// Reshaping views cost nothing backward; slicing and expanding ones scatter or sum into a
+// Reshaping views cost nothing backward; these slicing and expanding ones scatter or sum into a
 // gradient of the input's size.
-bool is_reshaping_view(const ir::Op& op) {
-  static const KindSet kinds = {"aten::view", "aten::_reshape_alias", "aten::unflatten", "aten::transpose",
-                                "aten::permute", "aten::t", "aten::squeeze", "aten::unsqueeze", "aten::detach",
-                                "aten::view_as", "aten::alias", "onnx::Squeeze", "onnx::Unsqueeze", "onnx::Identity",
-                                "onnx::Transpose"};
+bool is_slicing_view(const ir::Op& op) {
+  static const KindSet kinds = {"aten::expand",  "aten::expand_as", "aten::slice",           "aten::select",
+                                "aten::narrow",  "aten::chunk",     "aten::split",           "aten::split_with_sizes",
+                                "aten::unbind"};
   return kinds.count(functional_kind(op.kind)) > 0;
-}
-
-double forward_bias_flops(const ir::Graph& graph, const ir::Op& op) {
-  bool conv = classify(graph, op) == OpClass::kConv;
-  if (conv) return 0;  // conv_flops counts no bias
-  return matmul_flops(graph, op) - 2 * first_output_numel(graph, op) * contraction_length(graph, op);
 }
 
 // The table is input 0 of aten::embedding, aten::embedding_bag and onnx::Gather.
@@ -380,7 +376,8 @@ OpWork op_work(const ir::Graph& graph, const ir::Op& op, const std::vector<bool>
       // One product per operand that needs a gradient, each as large as the forward one.
       double products = grads.operands_needing_grad(op.kind);
       double bias = grads.bias_needs_grad(op.kind) ? first_output_numel(graph, op) : 0;
-      work.flops_bwd = products * (work.flops_fwd - forward_bias_flops(graph, op)) + bias;
+      double product = work.op_class == OpClass::kConv ? work.flops_fwd : product_flops(graph, op);
+      work.flops_bwd = products * product + bias;
       work.bytes_bwd = products * work.bytes_fwd + (bias > 0 ? grad_out : 0);
       break;
     }
@@ -397,7 +394,7 @@ OpWork op_work(const ir::Graph& graph, const ir::Op& op, const std::vector<bool>
       work.bytes_bwd = work.bytes_fwd + grad_out;
       break;
     case OpClass::kDataMovement:
-      work.bytes_bwd = is_reshaping_view(op) ? 0 : grad_out + grads.input_grad_bytes();
+      work.bytes_bwd = is_view(op) && !is_slicing_view(op) ? 0 : grad_out + grads.input_grad_bytes();
       break;
     case OpClass::kUnknown:
       work.bytes_bwd = 2 * work.bytes_fwd;  // no formula: assume it reads and writes twice the forward bytes

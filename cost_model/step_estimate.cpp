@@ -15,7 +15,6 @@ StepEstimate estimate_step(const ir::Graph& graph, const DeviceSpec& device, Pre
   }
   auto activations = activation_memory(graph, costs.requires_grad(), precision);
   estimate.memory = stage_memory(whole_model_footprint(graph, activations, precision), StagePlacement{}, optimizer, precision);
-  estimate.uncosted_kinds = costs.uncosted_kinds();
   estimate.calibration = costs.calibration();
   return estimate;
 }

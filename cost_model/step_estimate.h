@@ -16,7 +16,6 @@ struct StepEstimate {
   std::array<double, kOpClassCount> ms_by_class{};  // forward + backward per op class
   int measured_ops = 0;                             // ops whose times came from the profile DB
   MemoryBreakdown memory;                           // at one microbatch of the whole batch
-  std::vector<std::string> uncosted_kinds;
   std::string calibration;
 };
 

@@ -10,6 +10,7 @@
 
 #include "compiler/inspect.h"
 #include "compiler/model.h"
+#include "compiler/partition.h"
 #include "compiler/profile.h"
 #include "cost_model/cluster.h"
 #include "cost_model/op_work.h"
@@ -116,9 +117,49 @@ int run_profile_command(ProfileCommandOptions& options) {
   return 0;
 }
 
+struct PartitionCommandOptions {
+  ModelOptions model;
+  PartitionOptions partition;
+  bool json = false;
+};
+
+// The default verb's options live on the top-level app: `rannc-partition MODEL --gpus N ...`.
+void add_partition_options(CLI::App& app, PartitionCommandOptions& options) {
+  add_model_options(app, options.model);
+  app.get_option("MODEL")->required(false);
+  auto& flags = options.partition.cluster;
+  app.add_option("--gpus", flags.gpus, "total devices in the job (default 1)");
+  app.add_option("--mem", flags.mem, "memory per device, e.g. 32G, 80GiB, 512M (default: the device's)");
+  app.add_option("--gpus-per-node", flags.gpus_per_node, "devices per node (default min(8, gpus))");
+  app.add_option("--device", flags.device, "device preset (default a100-80g)");
+  app.add_option("--cluster", flags.cluster_file, "cluster description JSON (overrides the four above)");
+  auto& p = options.partition;
+  app.add_option("--stages", p.stages, "force the number of pipeline stages");
+  app.add_option("--microbatches", p.microbatches, "force the microbatch count per pipeline");
+  app.add_option("--schedule", p.schedule, "1f1b (default) or gpipe");
+  app.add_option("--optimizer", p.optimizer, "sgd, momentum or adam (default): optimizer state memory");
+  app.add_option("--precision", p.precision, "fp32 (default), bf16-mixed or fp16-mixed");
+  app.add_option("-o,--out", p.out_dir, "output folder (default rannc-out)");
+  app.add_option("--profile-db", p.profile_db, "calibrate the costs with this profile DB");
+  app.add_flag("--json", options.json, "print the plan summary as JSON");
+}
+
+int run_partition_command(PartitionCommandOptions& options) {
+  if (options.model.model_path.empty()) throw InputError("MODEL is required (see rannc-partition --help)");
+  options.partition.model_path = options.model.model_path;
+  options.partition.load = options.model.to_load_options();
+  PartitionReport report = run_partition(options.partition);
+  if (options.json) print_json(report.summary, 2);
+  else std::cout << report.text;
+  return 0;
+}
+
 int run(int argc, char** argv) {
-  CLI::App app{"rannc-partition: plans hybrid pipeline/data-parallel training of a model on a cluster"};
-  app.require_subcommand(1);
+  CLI::App app{"rannc-partition: plans hybrid pipeline/data-parallel training of a model on a cluster\n"
+               "usage: rannc-partition MODEL [--gpus N --mem SIZE ...] | inspect | profile"};
+  app.require_subcommand(0, 1);
+  PartitionCommandOptions partition;
+  add_partition_options(app, partition);
   InspectOptions inspect;
   auto* inspect_command = app.add_subcommand("inspect", "show the ops, parameters, shapes and FLOPs of a model");
   add_model_options(*inspect_command, inspect.model);
@@ -147,7 +188,7 @@ int run(int argc, char** argv) {
   }
   if (inspect_command->parsed()) return run_inspect(inspect);
   if (profile_command->parsed()) return run_profile_command(profile);
-  return 0;
+  return run_partition_command(partition);
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "support/error.h"
+#include "support/stable_number.h"
 
 namespace rannc::cost {
 namespace {
@@ -212,16 +213,9 @@ DeviceSpec custom_device(const json& object, const std::string& source) {
   return device;
 }
 
-// Rounded to 6 decimals, and whole values as integers, so dumps do not depend on float noise.
-json plain_number(double x) {
-  double rounded = std::round(x * 1e6) / 1e6;
-  if (rounded == std::floor(rounded) && std::abs(rounded) < 1e15) return static_cast<std::int64_t>(rounded);
-  return rounded;
-}
-
 json link_to_json(const Link& link) {
-  return {{"bandwidth_gbps", plain_number(link.bandwidth / kGiga)},
-          {"latency_us", plain_number(link.latency / kMicro)}};
+  return {{"bandwidth_gbps", stable_number(link.bandwidth / kGiga)},
+          {"latency_us", stable_number(link.latency / kMicro)}};
 }
 
 json read_json_file(const std::string& path) {

@@ -9,13 +9,6 @@
 namespace rannc::cost {
 namespace {
 
-// Bytes of a tensor as stored during training: floating activations in 16 bits under mixed precision.
-double stored_bytes(const ir::Value& value, Precision precision) {
-  if (!value.is_tensor()) return 0;
-  double bytes = static_cast<double>(value.type.bytes());
-  return ir::is_floating_point(value.type.dtype) ? bytes * activation_byte_scale(precision) : bytes;
-}
-
 bool unpacks_list(const ir::Op& op) { return op.kind == "prim::ListUnpack" || op.kind == "prim::TupleUnpack"; }
 
 // The value whose storage a view's output shares: follow views (and the lists that split and
@@ -59,27 +52,37 @@ std::vector<ir::ValueId> saved_values(const ir::Graph& graph, const ir::Op& op) 
   return saved;
 }
 
-// While an op runs backward: the gradients of its outputs, of its activation inputs, and the
+// While an op runs backward: the gradients of its outputs and of its activation inputs, and the
 // fresh gradient of each weight before it is added into .grad. A weight used by several ops
 // (tied embeddings) also has its first gradient waiting in autograd's buffer for the others.
-double op_workspace(const ir::Graph& graph, const ir::Op& op, const std::vector<bool>& requires_grad,
-                    Precision precision) {
-  double bytes = 0;
-  for (auto id : op.outputs) bytes += stored_bytes(graph.value(id), precision);
+struct OpWorkspace {
+  double activation_grads = 0, weight_grads = 0;
+};
+
+OpWorkspace op_workspace(const ir::Graph& graph, const ir::Op& op, const std::vector<bool>& requires_grad,
+                         Precision precision) {
+  OpWorkspace workspace;
+  for (auto id : op.outputs) workspace.activation_grads += stored_bytes(graph.value(id), precision);
   for (auto id : op.inputs) {
     const auto& value = graph.value(id);
     if (!requires_grad[static_cast<std::size_t>(id)] || !value.is_tensor()) continue;
     if (value.batch_dependent) {
-      bytes += stored_bytes(value, precision);
+      workspace.activation_grads += stored_bytes(value, precision);
     } else if (value.role == ir::ValueRole::kParam) {
       double weight_grad = static_cast<double>(value.type.bytes());
-      bytes += value.consumers.size() > 1 ? 2 * weight_grad : weight_grad;
+      workspace.weight_grads += value.consumers.size() > 1 ? 2 * weight_grad : weight_grad;
     }
   }
-  return bytes;
+  return workspace;
 }
 
 }  // namespace
+
+double stored_bytes(const ir::Value& value, Precision precision) {
+  if (!value.is_tensor()) return 0;
+  double bytes = static_cast<double>(value.type.bytes());
+  return ir::is_floating_point(value.type.dtype) ? bytes * activation_byte_scale(precision) : bytes;
+}
 
 std::string_view optimizer_name(Optimizer optimizer) {
   switch (optimizer) {
@@ -111,9 +114,12 @@ ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<boo
   ActivationMemory memory;
   memory.kept_bytes.assign(graph.ops().size(), 0);
   memory.workspace_bytes.assign(graph.ops().size(), 0);
+  memory.weight_grad_bytes.assign(graph.ops().size(), 0);
   std::vector<bool> kept(graph.values().size(), false);
   for (const auto& op : graph.ops()) {
-    memory.workspace_bytes[static_cast<std::size_t>(op.id)] = op_workspace(graph, op, requires_grad, precision);
+    OpWorkspace workspace = op_workspace(graph, op, requires_grad, precision);
+    memory.workspace_bytes[static_cast<std::size_t>(op.id)] = workspace.activation_grads + workspace.weight_grads;
+    memory.weight_grad_bytes[static_cast<std::size_t>(op.id)] = workspace.weight_grads;
     if (!needs_backward(op, requires_grad)) continue;
     memory.kept_bytes[static_cast<std::size_t>(op.id)] += extra_saved_bytes(graph, op);
     for (auto id : saved_values(graph, op)) kept[static_cast<std::size_t>(id)] = true;
@@ -152,18 +158,23 @@ int microbatches_in_flight(const StagePlacement& placement) {
 
 MemoryBreakdown stage_memory(const StageFootprint& footprint, const StagePlacement& placement, Optimizer optimizer,
                              Precision precision) {
+  return stage_memory(footprint, microbatches_in_flight(placement), placement.recompute, placement.replicas > 1,
+                      optimizer, precision);
+}
+
+MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_flight, bool recompute, bool replicated,
+                             Optimizer optimizer, Precision precision) {
   ParamStateBytes state = param_state_bytes(optimizer, precision);
   MemoryBreakdown memory;
   memory.weights = footprint.param_elements * state.weights + footprint.buffer_bytes;
   memory.grads = footprint.param_elements * state.grads;
   memory.optimizer = footprint.param_elements * state.optimizer;
-  double in_flight = microbatches_in_flight(placement);
-  double kept_microbatches = placement.recompute ? 1.0 : in_flight;
+  double kept_microbatches = recompute ? 1.0 : in_flight;
   memory.activations = in_flight * footprint.input_bytes + kept_microbatches * footprint.kept_bytes;
   memory.workspace = footprint.workspace_bytes;
   memory.comm_buffers = 2 * (footprint.input_bytes + footprint.output_bytes);
   // DDP copies every gradient into its buckets (unless gradient_as_bucket_view is set).
-  if (placement.replicas > 1) memory.comm_buffers += memory.grads;
+  if (replicated) memory.comm_buffers += memory.grads;
   return memory;
 }
 

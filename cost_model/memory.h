@@ -27,14 +27,21 @@ struct ParamStateBytes {
 };
 ParamStateBytes param_state_bytes(Optimizer optimizer, Precision precision);
 
+// Bytes of a tensor as stored during training: floating activations in 16 bits under mixed
+// precision; 0 for non-tensors.
+double stored_bytes(const ir::Value& value, Precision precision);
+
 // Activation memory by op at the batch the graph was evaluated at.
 struct ActivationMemory {
   // Bytes kept from forward to backward, charged to the op that allocated them: its outputs
   // that a consumer saves for backward (a view's consumers keep the viewed tensor alive), plus
   // its own saved extras (dropout masks, pooling indices).
   std::vector<double> kept_bytes;
-  // Bytes alive only while the op runs: the gradients of its outputs and of its activation inputs.
+  // Bytes alive only while the op runs: the gradients of its outputs and of its activation inputs,
+  // and the fresh gradients of the weights it reads.
   std::vector<double> workspace_bytes;
+  // The part of workspace_bytes that does not scale with the batch: the fresh weight gradients.
+  std::vector<double> weight_grad_bytes;
 };
 ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<bool>& requires_grad, Precision precision);
 
@@ -74,5 +81,8 @@ struct MemoryBreakdown {
 // one microbatch, plus a 25 MiB gradient bucket (PyTorch DDP's default) when replicated.
 MemoryBreakdown stage_memory(const StageFootprint& footprint, const StagePlacement& placement, Optimizer optimizer,
                              Precision precision);
+// The same with the microbatches in flight given directly (the partitioner's form).
+MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_flight, bool recompute, bool replicated,
+                             Optimizer optimizer, Precision precision);
 
 }  // namespace rannc::cost

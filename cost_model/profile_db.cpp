@@ -1,13 +1,13 @@
 #include "cost_model/profile_db.h"
 
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
+#include "support/atomic_file.h"
 #include "support/error.h"
 
 namespace rannc::cost {
@@ -158,21 +158,7 @@ void ProfileDb::save(const std::string& path) const {
   json models = json::object();
   for (const auto& [key, model] : models_) models[key] = model_to_json(model);
   json j = {{"format", kFormat}, {"version", kVersion}, {"devices", devices}, {"models", models}};
-  std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out << j.dump(1, ' ', false, json::error_handler_t::replace) << "\n";
-    if (!out.flush()) {
-      std::remove(temporary.c_str());
-      throw InputError(path + ": cannot write the profile DB");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) {
-    std::remove(temporary.c_str());
-    throw InputError(path + ": cannot write the profile DB: " + ec.message());
-  }
+  write_file_atomically(path, j.dump(1, ' ', false, json::error_handler_t::replace) + "\n", "the profile DB");
 }
 
 const ModelProfile* ProfileDb::model(const std::string& key) const {

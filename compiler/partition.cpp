@@ -1,0 +1,142 @@
+#include "compiler/partition.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "cost_model/cost_model.h"
+#include "cost_model/profile_db.h"
+#include "emit/plan_json.h"
+#include "partitioner/planner.h"
+#include "support/atomic_file.h"
+#include "support/error.h"
+#include "support/format.h"
+#include "support/sha256.h"
+#include "support/stable_number.h"
+
+namespace rannc {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+cost::Schedule parse_schedule(const std::string& name) {
+  for (auto schedule : {cost::Schedule::k1F1B, cost::Schedule::kGPipe})
+    if (cost::schedule_name(schedule) == name) return schedule;
+  throw InputError("--schedule " + name + ": unknown schedule (known: 1f1b, gpipe)");
+}
+
+void check_positive(const std::optional<int>& value, const char* flag) {
+  if (value && *value < 1) throw InputError(std::string(flag) + " " + std::to_string(*value) + ": must be at least 1");
+}
+
+// Every request option checked before the model is read, so a typo fails fast.
+partition::PlanRequest request_from(const PartitionOptions& options) {
+  partition::PlanRequest request;
+  request.cluster = cost::cluster_from_flags(options.cluster);
+  request.schedule = parse_schedule(options.schedule);
+  request.optimizer = cost::parse_optimizer(options.optimizer, "--optimizer");
+  request.precision = cost::parse_precision(options.precision, "--precision");
+  cost::check_precision_supported(request.cluster.device, request.precision);
+  check_positive(options.stages, "--stages");
+  check_positive(options.microbatches, "--microbatches");
+  request.stages = options.stages;
+  request.microbatches = options.microbatches;
+  if (options.stages && *options.stages > request.cluster.gpus()) {
+    throw InputError("--stages " + std::to_string(*options.stages) + ": more stages than the " +
+                     std::to_string(request.cluster.gpus()) + " devices");
+  }
+  return request;
+}
+
+std::string plan_path_in(const std::string& out_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec || !std::filesystem::is_directory(out_dir)) throw InputError(out_dir + ": cannot create the output folder");
+  return (std::filesystem::path(out_dir) / "plan.json").string();
+}
+
+std::string stage_line(const partition::PlanResult& result, const nlohmann::json& stage, std::int64_t limit) {
+  const auto& planned = result.plan.stages[stage["id"].get<std::size_t>()];
+  char line[256];
+  std::snprintf(line, sizeof line, "%5d  %7s  %8s  %9s  %9s  %10s / %-10s", stage["id"].get<int>(),
+                (std::to_string(planned.option.begin) + "-" + std::to_string(planned.option.end - 1)).c_str(),
+                (std::to_string(planned.option.replicas) + " x " + std::to_string(result.plan.config.pipelines)).c_str(),
+                human_ms(planned.option.fwd_ms).c_str(), human_ms(planned.option.bwd_ms).c_str(),
+                human_bytes(planned.memory.total()).c_str(), human_bytes(static_cast<double>(limit)).c_str());
+  return std::string(line) + (planned.option.recompute ? "  recompute" : "") + "  " + stage["op_range"].get<std::string>();
+}
+
+std::string plan_text(const partition::PlanResult& result, const nlohmann::json& plan, const std::string& path,
+                      const partition::PlanRequest& request) {
+  const auto& p = result.plan;
+  std::ostringstream out;
+  out << "plan       " << path << "\n"
+      << "layout     " << p.stages.size() << " stage(s) x " << p.config.pipelines << " pipeline(s) on "
+      << request.cluster.gpus() << " " << request.cluster.device.name << " (" << request.cluster.nodes << " node(s) of "
+      << request.cluster.gpus_per_node << "), " << cost::schedule_name(p.config.schedule) << ", "
+      << p.config.microbatches << " microbatch(es) of " << p.config.microbatch_size << "\n\n"
+      << "stage   blocks  replicas  fwd / mb   bwd / mb   memory / device vs limit   ops\n";
+  for (const auto& stage : plan["stages"]) out << stage_line(result, stage, request.cluster.mem_bytes) << "\n";
+  char summary[256];
+  std::snprintf(summary, sizeof summary, "\npredicted  step %s, %.1f samples/s, bubble %.0f%%, lower bound %s, efficiency %.0f%%\n",
+                human_ms(p.predicted.iteration_ms).c_str(), p.predicted.samples_per_s, 100 * p.predicted.bubble_fraction,
+                human_ms(p.predicted.lower_bound_ms).c_str(), 100 * p.predicted.efficiency());
+  out << summary;
+  if (p.unused_devices > 0) out << "unused     " << p.unused_devices << " device(s): " << p.unused_reason << "\n";
+  return out.str();
+}
+
+nlohmann::json summary_json(const partition::PlanResult& result, const std::string& path, const partition::PlanRequest& request,
+                            double load_ms, double total_ms) {
+  const auto& p = result.plan;
+  const auto& t = result.times;
+  return {{"plan", path},
+          {"stages", p.stages.size()},
+          {"pipelines", p.config.pipelines},
+          {"microbatches", p.config.microbatches},
+          {"microbatch_size", p.config.microbatch_size},
+          {"iteration_ms", stable_number(p.predicted.iteration_ms)},
+          {"lower_bound_ms", stable_number(p.predicted.lower_bound_ms)},
+          {"efficiency", stable_number(p.predicted.efficiency())},
+          {"bubble_fraction", stable_number(p.predicted.bubble_fraction)},
+          {"peak_mem_bytes", stable_number(p.predicted.peak_mem_bytes)},
+          {"mem_limit_bytes", request.cluster.mem_bytes},
+          {"unused_devices", p.unused_devices},
+          {"units", result.partitioning.units.units.size()},
+          {"blocks", result.partitioning.blocking.count()},
+          {"configs_searched", result.configs_searched},
+          {"planning_ms",
+           {{"load", load_ms}, {"units", t.units_ms}, {"coarsen", t.coarsen_ms}, {"costs", t.costs_ms},
+            {"search", t.search_ms}, {"simulate", t.simulate_ms}, {"total", total_ms}}}};
+}
+
+}  // namespace
+
+PartitionReport run_partition(const PartitionOptions& options) {
+  auto start = Clock::now();
+  partition::PlanRequest request = request_from(options);
+  std::optional<cost::ProfileDb> db;
+  if (!options.profile_db.empty()) db = cost::ProfileDb::load(options.profile_db, /*must_exist=*/true);
+  std::string plan_path = plan_path_in(options.out_dir);
+
+  Model model = load_model(options.model_path, options.load);
+  request.global_batch = requested_batch(options.load).value_or(model.batch);
+  double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+
+  cost::CostModel costs(model.graph, request.cluster.device, request.precision, db ? &*db : nullptr);
+  auto result = partition::plan_model(model.graph, model.batch, costs, request);
+  emit::ModelFacts facts{options.model_path, sha256_of_file(options.model_path),
+                         std::string(model_format_name(model.format)), model.batch};
+  nlohmann::json plan = emit::plan_to_json(model.graph, facts, request, result);
+  write_file_atomically(plan_path, plan.dump(1) + "\n", "the plan");
+  double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+
+  PartitionReport report;
+  report.plan_path = plan_path;
+  report.summary = summary_json(result, plan_path, request, load_ms, total_ms);
+  report.text = plan_text(result, plan, plan_path, request);
+  return report;
+}
+
+}  // namespace rannc

@@ -1,0 +1,36 @@
+// The partition verb (the default): load the model, cost it on the cluster's device, plan,
+// write OUT/plan.json and report the plan as a table or as JSON.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "compiler/model.h"
+#include "cost_model/cluster.h"
+
+namespace rannc {
+
+struct PartitionOptions {
+  std::string model_path;
+  LoadOptions load;
+  cost::ClusterFlags cluster;
+  std::string out_dir = "rannc-out";
+  std::string schedule = "1f1b";
+  std::string optimizer = "adam";
+  std::string precision = "fp32";
+  std::optional<int> stages;
+  std::optional<int> microbatches;
+  std::string profile_db;
+};
+
+struct PartitionReport {
+  std::string plan_path;
+  nlohmann::json summary;  // what --json prints
+  std::string text;        // the table printed otherwise
+};
+
+// Throws InputError for bad options or input, Error(kCannotMeet) when no plan fits.
+PartitionReport run_partition(const PartitionOptions& options);
+
+}  // namespace rannc

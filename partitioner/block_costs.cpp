@@ -1,0 +1,158 @@
+#include "partitioner/block_costs.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+namespace rannc::partition {
+namespace {
+
+// The distinct ops of each block (glue copied into several of its units counts once).
+std::vector<std::vector<ir::OpId>> ops_by_block(const ir::Graph& graph, const UnitGraph& units, const Blocking& blocking) {
+  std::vector<std::vector<ir::OpId>> ops(blocking.count());
+  std::vector<int> stamp(graph.ops().size(), -1);
+  for (int block = 0; block < blocking.count(); ++block) {
+    for (int i = blocking.begin(block); i < blocking.end(block); ++i) {
+      for (auto op : units.units[blocking.order[i]].ops) {
+        if (stamp[op] == block) continue;
+        stamp[op] = block;
+        ops[block].push_back(op);
+      }
+    }
+  }
+  return ops;
+}
+
+void add_block(std::vector<int>& blocks, int block) {
+  if (blocks.empty() || blocks.back() != block) blocks.push_back(block);
+}
+
+void cost_ops(const std::vector<std::vector<ir::OpId>>& ops, const cost::CostModel& costs,
+              const cost::ActivationMemory& activations, BlockCosts& result) {
+  std::size_t sizes = result.samples.size();
+  for (const auto& block_ops : ops) {
+    std::vector<double> fwd(sizes, 0), bwd(sizes, 0), workspace(sizes, 0);
+    double kept = 0;
+    for (auto op : block_ops) {
+      kept += activations.kept_bytes[op];
+      double fixed = activations.weight_grad_bytes[op], scaled = activations.workspace_bytes[op] - fixed;
+      for (std::size_t i = 0; i < sizes; ++i) {
+        double fraction = result.samples[i] / result.evaluated_batch;
+        cost::OpCost cost = costs.op_cost(op, fraction);
+        fwd[i] += cost.fwd_ms;
+        bwd[i] += cost.bwd_ms;
+        workspace[i] = std::max(workspace[i], fixed + fraction * scaled);
+      }
+    }
+    result.fwd_ms.push_back(fwd);
+    result.bwd_ms.push_back(bwd);
+    result.workspace_bytes.push_back(workspace);
+    result.kept_bytes.push_back(kept);
+  }
+}
+
+void collect_weights(const ir::Graph& graph, const std::vector<std::vector<ir::OpId>>& ops, BlockCosts& result) {
+  std::map<ir::ValueId, BlockCosts::Weight> weights;
+  for (int block = 0; block < static_cast<int>(ops.size()); ++block) {
+    for (auto op : ops[block]) {
+      for (auto input : graph.op(op).inputs) {
+        const auto& value = graph.value(input);
+        if (!value.is_tensor() || !value.is_weight()) continue;
+        auto& weight = weights[input];
+        if (value.role == ir::ValueRole::kParam) weight.param_elements = static_cast<double>(value.type.numel());
+        else weight.buffer_bytes = static_cast<double>(value.type.bytes());
+        add_block(weight.blocks, block);
+      }
+    }
+  }
+  for (auto& [_, weight] : weights) result.weights.push_back(std::move(weight));
+}
+
+void collect_tensors(const ir::Graph& graph, const UnitGraph& units, const Blocking& blocking, cost::Precision precision,
+                     BlockCosts& result) {
+  std::vector<int> block_of_unit(units.units.size());
+  for (int block = 0; block < blocking.count(); ++block)
+    for (int i = blocking.begin(block); i < blocking.end(block); ++i) block_of_unit[blocking.order[i]] = block;
+  for (const auto& crossing : units.tensors) {
+    BlockCosts::Tensor tensor;
+    tensor.bytes = cost::stored_bytes(graph.value(crossing.value), precision);
+    tensor.producer = crossing.producer < 0 ? -1 : block_of_unit[crossing.producer];
+    tensor.model_output = crossing.model_output;
+    for (int unit : crossing.consumers) {
+      int block = block_of_unit[unit];
+      if (block != tensor.producer) tensor.consumers.push_back(block);
+    }
+    std::sort(tensor.consumers.begin(), tensor.consumers.end());
+    tensor.consumers.erase(std::unique(tensor.consumers.begin(), tensor.consumers.end()), tensor.consumers.end());
+    if (!tensor.consumers.empty() || tensor.model_output) result.tensors.push_back(std::move(tensor));
+  }
+}
+
+}  // namespace
+
+int BlockCosts::sample_index(int microbatch_samples) const {
+  auto it = std::lower_bound(samples.begin(), samples.end(), microbatch_samples);
+  if (it == samples.end() || *it != microbatch_samples)
+    throw std::out_of_range("microbatch of " + std::to_string(microbatch_samples) + " samples was not costed");
+  return static_cast<int>(it - samples.begin());
+}
+
+BlockCosts block_costs(const ir::Graph& graph, const UnitGraph& units, const Blocking& blocking,
+                       const cost::CostModel& costs, const cost::ActivationMemory& activations, std::int64_t evaluated_batch,
+                       std::vector<int> samples) {
+  std::sort(samples.begin(), samples.end());
+  samples.erase(std::unique(samples.begin(), samples.end()), samples.end());
+  BlockCosts result;
+  result.evaluated_batch = static_cast<double>(evaluated_batch);
+  result.samples = samples;
+  auto ops = ops_by_block(graph, units, blocking);
+  cost_ops(ops, costs, activations, result);
+  collect_weights(graph, ops, result);
+  collect_tensors(graph, units, blocking, costs.precision(), result);
+  return result;
+}
+
+RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
+  std::size_t cells = static_cast<std::size_t>(count_) * static_cast<std::size_t>(count_ + 1);
+  for (auto* table : {&param_elements_, &buffer_bytes_, &received_bytes_, &model_input_bytes_, &sent_bytes_})
+    table->assign(cells, 0);
+  // Each table first gets the amount added at the first block it applies to, then a running sum over end.
+  auto cell = [&](std::vector<double>& table, int begin, int end) -> double& { return table[begin * (count_ + 1) + end]; };
+  // A range [begin, end) holds a weight when the first block at or after begin that reads it is before end.
+  for (const auto& weight : blocks.weights) {
+    for (int begin = 0; begin < count_; ++begin) {
+      auto first = std::lower_bound(weight.blocks.begin(), weight.blocks.end(), begin);
+      if (first == weight.blocks.end()) break;
+      cell(param_elements_, begin, *first + 1) += weight.param_elements;
+      cell(buffer_bytes_, begin, *first + 1) += weight.buffer_bytes;
+    }
+  }
+  // Tensors produced before begin (or model inputs) and read in the range.
+  for (const auto& tensor : blocks.tensors) {
+    auto& table = tensor.producer < 0 ? model_input_bytes_ : received_bytes_;
+    for (int begin = tensor.producer + 1; begin < count_; ++begin) {
+      auto first = std::lower_bound(tensor.consumers.begin(), tensor.consumers.end(), begin);
+      if (first == tensor.consumers.end()) break;
+      cell(table, begin, *first + 1) += tensor.bytes;
+    }
+  }
+  // Tensors produced in the range and read after it: produced at p, last read at c, they leave
+  // every range [begin, end) with begin <= p < end <= c (always, for model outputs).
+  for (const auto& tensor : blocks.tensors) {
+    if (tensor.producer < 0) continue;
+    int last = tensor.model_output ? count_ : tensor.consumers.back();
+    for (int begin = 0; begin <= tensor.producer; ++begin) {
+      cell(sent_bytes_, begin, tensor.producer + 1) += tensor.bytes;
+      if (last + 1 <= count_) cell(sent_bytes_, begin, last + 1) -= tensor.bytes;
+    }
+  }
+  for (auto* table : {&param_elements_, &buffer_bytes_, &received_bytes_, &model_input_bytes_, &sent_bytes_}) {
+    for (int begin = 0; begin < count_; ++begin)
+      for (int end = begin + 1; end <= count_; ++end) cell(*table, begin, end) += cell(*table, begin, end - 1);
+  }
+  kept_prefix_.assign(static_cast<std::size_t>(count_) + 1, 0);
+  for (int block = 0; block < count_; ++block) kept_prefix_[block + 1] = kept_prefix_[block] + blocks.kept_bytes[block];
+}
+
+}  // namespace rannc::partition

@@ -1,0 +1,70 @@
+// What the stage search knows of a sequence of blocks: the time and memory of each block at
+// every per-replica microbatch size it may run at, and the weights and tensors that tie blocks
+// together. Built from a model by block_costs(); tests fill it directly.
+#pragma once
+
+#include <vector>
+
+#include "cost_model/cost_model.h"
+#include "cost_model/memory.h"
+#include "partitioner/coarsen.h"
+
+namespace rannc::partition {
+
+struct BlockCosts {
+  double evaluated_batch = 1;     // the batch the byte counts below are at
+  std::vector<int> samples;       // per-replica microbatch sizes costed, ascending
+  // [block][index into samples]
+  std::vector<std::vector<double>> fwd_ms, bwd_ms, workspace_bytes;
+  std::vector<double> kept_bytes;  // [block] activations kept for backward, at evaluated_batch
+
+  // A parameter or buffer, with the blocks that read it (a stage holds it once however many of
+  // its blocks read it; tied weights appear in every stage that reads them).
+  struct Weight {
+    double param_elements = 0;  // trainable elements (0 for a buffer)
+    double buffer_bytes = 0;    // bytes of a non-trainable tensor
+    std::vector<int> blocks;    // ascending, without repeats
+  };
+  std::vector<Weight> weights;
+
+  // A tensor passed between blocks or from the model's inputs, as stored (bytes at evaluated_batch).
+  struct Tensor {
+    double bytes = 0;
+    int producer = -1;           // block, -1 for a model input
+    std::vector<int> consumers;  // blocks, ascending, without repeats, excluding the producer
+    bool model_output = false;
+  };
+  std::vector<Tensor> tensors;
+
+  int count() const { return static_cast<int>(fwd_ms.size()); }
+  // Index of a microbatch size in `samples`; throws std::out_of_range for one not costed.
+  int sample_index(int microbatch_samples) const;
+};
+
+// Costs every block of `blocking` at each size in `samples` (sorted and deduplicated here).
+BlockCosts block_costs(const ir::Graph& graph, const UnitGraph& units, const Blocking& blocking,
+                       const cost::CostModel& costs, const cost::ActivationMemory& activations, std::int64_t evaluated_batch,
+                       std::vector<int> samples);
+
+// Per-stage sums over a contiguous range of blocks [begin, end), for all ranges at once.
+class RangeTable {
+ public:
+  explicit RangeTable(const BlockCosts& blocks);
+
+  double param_elements(int begin, int end) const { return at(param_elements_, begin, end); }
+  double buffer_bytes(int begin, int end) const { return at(buffer_bytes_, begin, end); }
+  // Tensors received from earlier blocks (sent point-to-point between stages).
+  double received_bytes(int begin, int end) const { return at(received_bytes_, begin, end); }
+  // Model inputs read by the range (loaded by the stage itself).
+  double model_input_bytes(int begin, int end) const { return at(model_input_bytes_, begin, end); }
+  // Tensors produced in the range and read after it, or model outputs.
+  double sent_bytes(int begin, int end) const { return at(sent_bytes_, begin, end); }
+  double kept_bytes(int begin, int end) const { return kept_prefix_[end] - kept_prefix_[begin]; }
+
+ private:
+  double at(const std::vector<double>& table, int begin, int end) const { return table[begin * (count_ + 1) + end]; }
+  int count_;
+  std::vector<double> param_elements_, buffer_bytes_, received_bytes_, model_input_bytes_, sent_bytes_, kept_prefix_;
+};
+
+}  // namespace rannc::partition

@@ -1,0 +1,256 @@
+#include "partitioner/planner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "cost_model/comm.h"
+#include "support/error.h"
+#include "support/format.h"
+
+namespace rannc::partition {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double elapsed_ms(Clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+}
+
+std::vector<int> divisors(std::int64_t n) {
+  std::vector<int> result;
+  for (std::int64_t d = 1; d <= n && d <= std::numeric_limits<int>::max(); ++d)
+    if (n % d == 0) result.push_back(static_cast<int>(d));
+  return result;
+}
+
+// Pipelines sit on identical node groups: D divides a node's devices or is a whole number of nodes.
+bool tiles_nodes(int pipeline_devices, const cost::Cluster& cluster) {
+  int per_node = cluster.gpus_per_node;
+  return pipeline_devices <= per_node ? per_node % pipeline_devices == 0 : pipeline_devices % per_node == 0;
+}
+
+// Every per-replica microbatch size some config may run.
+std::vector<int> sample_sizes(const std::vector<SearchConfig>& configs) {
+  std::set<int> sizes;
+  for (const auto& config : configs)
+    for (int r = 1; r <= config.pipeline_devices; ++r)
+      if (config.microbatch_size % r == 0) sizes.insert(config.microbatch_size / r);
+  return {sizes.begin(), sizes.end()};
+}
+
+double whole_step_ms(const ir::Graph& graph, const cost::CostModel& costs, double fraction) {
+  double ms = 0;
+  for (const auto& op : graph.ops()) {
+    auto cost = costs.op_cost(op.id, fraction);
+    ms += cost.fwd_ms + cost.bwd_ms;
+  }
+  return ms;
+}
+
+// For memory suggestions: the most memory-friendly config of each pipeline width (the most
+// microbatches; recomputation is an option of every stage anyway).
+bool any_config_fits(const SearchContext& context, const std::vector<SearchConfig>& configs) {
+  std::vector<SearchConfig> widest;
+  for (const auto& config : configs) {
+    if (!widest.empty() && widest.back().pipeline_devices == config.pipeline_devices) widest.back() = config;
+    else widest.push_back(config);
+  }
+  for (const auto& config : widest)
+    if (has_pipeline(StageOptions(context, config))) return true;
+  return false;
+}
+
+cost::Cluster with_devices(cost::Cluster cluster, int devices) {
+  if (devices <= cluster.gpus_per_node) cluster.gpus_per_node = devices, cluster.nodes = 1;
+  else cluster.nodes = devices / cluster.gpus_per_node;
+  return cluster;
+}
+
+// What would fit: the least devices (doubling) at this memory, the least memory at this count.
+std::string what_would_fit(const ir::Graph& graph, const UnitGraph& units, const Blocking& blocking,
+                           const cost::CostModel& costs, std::int64_t evaluated_batch, const PlanRequest& request) {
+  auto fits = [&](const cost::Cluster& cluster) {
+    PlanRequest trial = request;
+    trial.cluster = cluster;
+    auto configs = candidate_configs(trial);
+    if (configs.empty()) return false;
+    auto activations = cost::activation_memory(graph, costs.requires_grad(), request.precision);
+    BlockCosts blocks = block_costs(graph, units, blocking, costs, activations, evaluated_batch, sample_sizes(configs));
+    RangeTable ranges(blocks);
+    SearchContext context{&blocks, &ranges, &trial.cluster, request.optimizer, request.precision};
+    return any_config_fits(context, configs);
+  };
+  std::string advice;
+  const cost::Cluster& cluster = request.cluster;
+  for (int devices = cluster.gpus() * 2; devices <= cost::kMaxDevices; devices *= 2) {
+    if (fits(with_devices(cluster, devices))) {
+      advice = "at least " + std::to_string(devices) + " devices of " + human_bytes(static_cast<double>(cluster.mem_bytes));
+      break;
+    }
+  }
+  double low = static_cast<double>(cluster.mem_bytes), high = low;
+  cost::Cluster trial = cluster;
+  for (trial.mem_bytes = static_cast<std::int64_t>(high * 2); trial.mem_bytes <= cost::kMaxMemBytes;
+       trial.mem_bytes *= 2) {
+    if (fits(trial)) {
+      high = static_cast<double>(trial.mem_bytes);
+      break;
+    }
+    low = static_cast<double>(trial.mem_bytes);
+  }
+  if (high > low) {
+    while (high / low > 1.02) {
+      trial.mem_bytes = static_cast<std::int64_t>(std::sqrt(low * high));
+      (fits(trial) ? high : low) = static_cast<double>(trial.mem_bytes);
+    }
+    if (!advice.empty()) advice += ", or ";
+    advice += human_bytes(high) + " per device on " + std::to_string(cluster.gpus());
+  }
+  return advice.empty() ? "no device count or memory size up to the limits fits it" : "it would fit on " + advice;
+}
+
+}  // namespace
+
+std::vector<SearchConfig> candidate_configs(const PlanRequest& request) {
+  std::vector<SearchConfig> configs;
+  const int devices = request.cluster.gpus();
+  for (int width : divisors(devices)) {
+    if (!tiles_nodes(width, request.cluster)) continue;
+    if (request.stages && *request.stages > width) continue;
+    int pipelines = devices / width;
+    if (request.global_batch % pipelines != 0) continue;
+    std::int64_t per_pipeline = request.global_batch / pipelines;
+    for (int microbatches : divisors(per_pipeline)) {
+      if (request.microbatches && microbatches != *request.microbatches) continue;
+      SearchConfig config;
+      config.pipelines = pipelines;
+      config.pipeline_devices = width;
+      config.microbatches = microbatches;
+      config.microbatch_size = static_cast<int>(per_pipeline / microbatches);
+      config.schedule = request.schedule;
+      config.stages = request.stages;
+      configs.push_back(config);
+    }
+  }
+  return configs;
+}
+
+std::optional<ConfigChoice> search_configs(const SearchContext& context, const std::vector<SearchConfig>& configs,
+                                           int* searched) {
+  std::optional<ConfigChoice> best;
+  double beat = std::numeric_limits<double>::infinity();
+  for (const auto& config : configs) {
+    StageOptions options(context, config);
+    if (searched) ++*searched;
+    auto solution = search_pipeline(options, beat);
+    if (!solution) continue;
+    beat = solution->objective_ms();
+    best = ConfigChoice{config, *solution};
+  }
+  return best;
+}
+
+Plan place_and_simulate(const SearchContext& context, const ConfigChoice& choice, std::int64_t global_batch,
+                        double lower_bound_ms) {
+  const SearchConfig& config = choice.config;
+  const cost::Cluster& cluster = *context.cluster;
+  StageOptions options(context, config);
+  Plan plan;
+  plan.config = config;
+  plan.global_batch = global_batch;
+  plan.search_objective_ms = choice.solution.objective_ms();
+  std::vector<SimulatedStage> simulated;
+  std::vector<int> replicas;
+  int offset = 0;
+  for (const auto& option : choice.solution.stages) {
+    PlannedStage stage;
+    stage.option = option;
+    for (int p = 0; p < config.pipelines; ++p)
+      for (int i = 0; i < option.replicas; ++i) stage.ranks.push_back(p * config.pipeline_devices + offset + i);
+    double grad_bytes = context.ranges->param_elements(option.begin, option.end) *
+                        cost::param_state_bytes(context.optimizer, context.precision).grads;
+    if (grad_bytes > 0) stage.allreduce_ms = cost::allreduce_seconds(cluster, stage.ranks, grad_bytes) * 1e3;
+    simulated.push_back({option.fwd_ms, option.bwd_ms, option.p2p_ms / 2, stage.allreduce_ms});
+    replicas.push_back(option.replicas);
+    offset += option.replicas;
+    plan.stages.push_back(std::move(stage));
+  }
+  plan.simulation = simulate(simulated, replicas, config.microbatches, config.schedule);
+  for (std::size_t s = 0; s < plan.stages.size(); ++s) {
+    auto& stage = plan.stages[s];
+    stage.in_flight = plan.simulation.max_in_flight[s];
+    stage.memory = options.memory(stage.option.begin, stage.option.end, stage.option.replicas, stage.option.recompute,
+                                  stage.in_flight);
+    plan.predicted.peak_mem_bytes = std::max(plan.predicted.peak_mem_bytes, stage.memory.total());
+    for (int i = 0; i < static_cast<int>(stage.ranks.size()); ++i) {
+      int rank = stage.ranks[i];
+      plan.ranks.push_back({rank, cluster.node_of(rank), rank % cluster.gpus_per_node, static_cast<int>(s), i});
+    }
+  }
+  std::sort(plan.ranks.begin(), plan.ranks.end(), [](const RankPlacement& a, const RankPlacement& b) { return a.rank < b.rank; });
+  plan.unused_devices = config.pipelines * (config.pipeline_devices - offset);
+  if (plan.unused_devices > 0) {
+    plan.unused_reason = "no stage runs faster with more replicas of its " + std::to_string(config.microbatch_size) +
+                         "-sample microbatches (replica counts divide the microbatch) once their gradient allreduce is counted";
+  }
+  plan.predicted.iteration_ms = plan.simulation.iteration_ms;
+  plan.predicted.samples_per_s = plan.simulation.iteration_ms > 0 ? global_batch / (plan.simulation.iteration_ms / 1e3) : 0;
+  plan.predicted.bubble_fraction = plan.simulation.bubble_fraction;
+  plan.predicted.lower_bound_ms = lower_bound_ms;
+  return plan;
+}
+
+PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, const cost::CostModel& costs,
+                      const PlanRequest& request) {
+  PlanResult result;
+  auto start = Clock::now();
+  result.partitioning.units = build_units(graph);
+  const UnitGraph& units = result.partitioning.units;
+  std::vector<double> unit_ms(units.units.size(), 0);
+  for (std::size_t u = 0; u < units.units.size(); ++u) {
+    for (auto op : units.units[u].ops) {
+      auto cost = costs.op_cost(op);
+      unit_ms[u] += cost.fwd_ms + cost.bwd_ms;
+    }
+  }
+  result.times.units_ms = elapsed_ms(start);
+
+  start = Clock::now();
+  result.partitioning.blocking = coarsen(graph, units, unit_ms, request.max_blocks);
+  result.times.coarsen_ms = elapsed_ms(start);
+
+  auto configs = candidate_configs(request);
+  if (configs.empty()) {
+    throw Error(ExitStatus::kCannotMeet, "no pipeline layout splits a batch of " + std::to_string(request.global_batch) +
+                                             " samples evenly over " + std::to_string(request.cluster.gpus()) +
+                                             " devices with the forced stage and microbatch counts");
+  }
+  start = Clock::now();
+  auto activations = cost::activation_memory(graph, costs.requires_grad(), request.precision);
+  result.partitioning.blocks = block_costs(graph, units, result.partitioning.blocking, costs, activations,
+                                           evaluated_batch, sample_sizes(configs));
+  RangeTable ranges(result.partitioning.blocks);
+  result.times.costs_ms = elapsed_ms(start);
+
+  start = Clock::now();
+  SearchContext context{&result.partitioning.blocks, &ranges, &request.cluster, request.optimizer, request.precision};
+  auto choice = search_configs(context, configs, &result.configs_searched);
+  result.times.search_ms = elapsed_ms(start);
+  if (!choice) {
+    throw Error(ExitStatus::kCannotMeet,
+                "the model does not fit in " + std::to_string(request.cluster.gpus()) + " devices of " +
+                    human_bytes(static_cast<double>(request.cluster.mem_bytes)) + ": " +
+                    what_would_fit(graph, units, result.partitioning.blocking, costs, evaluated_batch, request));
+  }
+  start = Clock::now();
+  double fraction = static_cast<double>(request.global_batch) / static_cast<double>(evaluated_batch);
+  double lower_bound = whole_step_ms(graph, costs, fraction) / request.cluster.gpus();
+  result.plan = place_and_simulate(context, *choice, request.global_batch, lower_bound);
+  result.times.simulate_ms = elapsed_ms(start);
+  return result;
+}
+
+}  // namespace rannc::partition

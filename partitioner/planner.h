@@ -1,0 +1,106 @@
+// The planner: from atomic units to a placed, simulated plan.
+//
+//   units (units.h) -> blocks (coarsen.h) -> block costs (block_costs.h)
+//     -> for every config (pipelines x microbatches): stage search (stage_search.h)
+//     -> rank placement -> simulation (simulate.h)
+//
+// Configs: a pipeline spans D devices where D divides the devices of a node or is a whole
+// number of nodes, so the P = N / D pipeline replicas sit on identical node groups; the
+// microbatch count M divides the samples per pipeline. The best config by the search's
+// objective wins; the plan then reports the simulated step.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cost_model/cluster.h"
+#include "cost_model/cost_model.h"
+#include "cost_model/memory.h"
+#include "partitioner/block_costs.h"
+#include "partitioner/coarsen.h"
+#include "partitioner/simulate.h"
+#include "partitioner/stage_search.h"
+#include "partitioner/units.h"
+
+namespace rannc::partition {
+
+struct PlanRequest {
+  cost::Cluster cluster;
+  std::int64_t global_batch = 1;
+  cost::Schedule schedule = cost::Schedule::k1F1B;
+  cost::Optimizer optimizer = cost::Optimizer::kAdam;
+  cost::Precision precision = cost::Precision::kFp32;
+  std::optional<int> stages;        // --stages
+  std::optional<int> microbatches;  // --microbatches
+  int max_blocks = 192;             // coarsening target
+};
+
+struct PlannedStage {
+  StageOption option;             // blocks, replicas per pipeline, recompute, times per microbatch
+  std::vector<int> ranks;         // every replica of every pipeline, ascending
+  int in_flight = 0;              // microbatches kept between forward and backward
+  cost::MemoryBreakdown memory;   // per device
+  double allreduce_ms = 0;        // among its actual ranks
+};
+
+struct RankPlacement {
+  int rank = 0, node = 0, local_rank = 0, stage = 0, replica = 0;
+};
+
+struct Prediction {
+  double iteration_ms = 0, samples_per_s = 0, bubble_fraction = 0, lower_bound_ms = 0, peak_mem_bytes = 0;
+  double efficiency() const { return iteration_ms > 0 ? lower_bound_ms / iteration_ms : 0; }
+};
+
+struct Plan {
+  SearchConfig config;
+  std::int64_t global_batch = 1;
+  std::vector<PlannedStage> stages;
+  std::vector<RankPlacement> ranks;
+  Simulation simulation;
+  Prediction predicted;
+  double search_objective_ms = 0;
+  int unused_devices = 0;
+  std::string unused_reason;  // why some devices carry no stage
+};
+
+// Wall time of each planning phase, for the benchmark.
+struct PhaseTimes {
+  double units_ms = 0, coarsen_ms = 0, costs_ms = 0, search_ms = 0, simulate_ms = 0;
+};
+
+// Everything the planner derived from the model, which emit needs to write the stages out.
+struct Partitioning {
+  UnitGraph units;
+  Blocking blocking;
+  BlockCosts blocks;
+};
+
+// Throws Error(kCannotMeet) with what would fit when no config has a plan that fits in memory.
+struct PlanResult {
+  Partitioning partitioning;
+  Plan plan;
+  PhaseTimes times;
+  int configs_searched = 0;
+};
+PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, const cost::CostModel& costs,
+                      const PlanRequest& request);
+
+// The configs a request allows, in search order.
+std::vector<SearchConfig> candidate_configs(const PlanRequest& request);
+
+// The best pipeline over all configs: the config, its solution and the options it came from.
+struct ConfigChoice {
+  SearchConfig config;
+  PipelineSolution solution;
+};
+std::optional<ConfigChoice> search_configs(const SearchContext& context, const std::vector<SearchConfig>& configs,
+                                           int* searched = nullptr);
+
+// Places the chosen pipeline on ranks and simulates it.
+Plan place_and_simulate(const SearchContext& context, const ConfigChoice& choice, std::int64_t global_batch,
+                        double lower_bound_ms);
+
+}  // namespace rannc::partition

@@ -1,0 +1,75 @@
+#include "partitioner/simulate.h"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+namespace rannc::partition {
+
+std::vector<std::pair<int, bool>> stage_task_order(cost::Schedule schedule, int stage, int stages, int microbatches) {
+  std::vector<std::pair<int, bool>> order;
+  int warmup = schedule == cost::Schedule::kGPipe ? microbatches : std::min(stages - stage - 1, microbatches);
+  for (int m = 0; m < warmup; ++m) order.push_back({m, false});
+  for (int m = 0; m + warmup < microbatches; ++m) {
+    order.push_back({m + warmup, false});
+    order.push_back({m, true});
+  }
+  for (int m = microbatches - warmup; m < microbatches; ++m) order.push_back({m, true});
+  return order;
+}
+
+Simulation simulate(const std::vector<SimulatedStage>& stages, const std::vector<int>& replicas, int microbatches,
+                    cost::Schedule schedule) {
+  const int count = static_cast<int>(stages.size());
+  constexpr double kNotYet = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> fwd_end(count, std::vector<double>(microbatches, kNotYet));
+  std::vector<std::vector<double>> bwd_end = fwd_end;
+  std::vector<std::vector<std::pair<int, bool>>> orders;
+  for (int s = 0; s < count; ++s) orders.push_back(stage_task_order(schedule, s, count, microbatches));
+  std::vector<std::size_t> next(count, 0);
+  std::vector<double> free_at(count, 0);
+  Simulation result;
+  result.busy_ms.assign(count, 0);
+  result.max_in_flight.assign(count, 0);
+  std::vector<int> in_flight(count, 0);
+  // When is a task's input there? Forward: the previous stage's output has arrived; backward:
+  // this stage's forward is done and the next stage's input gradient has arrived.
+  auto ready_at = [&](int s, int m, bool backward) {
+    if (!backward) return s == 0 ? 0.0 : fwd_end[s - 1][m] + stages[s].transfer_ms;
+    double from_next = s + 1 == count ? 0.0 : bwd_end[s + 1][m] + stages[s + 1].transfer_ms;
+    return std::max(fwd_end[s][m], from_next);
+  };
+  for (std::size_t done = 0, total = static_cast<std::size_t>(count) * 2 * microbatches; done < total;) {
+    // Run the runnable task that can start earliest (ties: the lowest stage), as the hardware would.
+    int pick = -1;
+    double pick_start = kNotYet;
+    for (int s = 0; s < count; ++s) {
+      if (next[s] == orders[s].size()) continue;
+      auto [m, backward] = orders[s][next[s]];
+      double start = std::max(free_at[s], ready_at(s, m, backward));
+      if (start < pick_start) pick = s, pick_start = start;
+    }
+    if (pick < 0) throw std::logic_error("pipeline simulation deadlocked");
+    auto [m, backward] = orders[pick][next[pick]++];
+    double length = backward ? stages[pick].bwd_ms : stages[pick].fwd_ms;
+    double end = pick_start + length;
+    (backward ? bwd_end : fwd_end)[pick][m] = end;
+    free_at[pick] = end;
+    result.busy_ms[pick] += length;
+    in_flight[pick] += backward ? -1 : 1;
+    result.max_in_flight[pick] = std::max(result.max_in_flight[pick], in_flight[pick]);
+    result.tasks.push_back({pick, m, backward, pick_start, end});
+    ++done;
+  }
+  double busy = 0, ranks = 0;
+  for (int s = 0; s < count; ++s) {
+    result.finish_ms.push_back(free_at[s] + stages[s].allreduce_ms);
+    result.iteration_ms = std::max(result.iteration_ms, result.finish_ms.back());
+    busy += result.busy_ms[s] * replicas[s];
+    ranks += replicas[s];
+  }
+  if (result.iteration_ms > 0 && ranks > 0) result.bubble_fraction = 1 - busy / (ranks * result.iteration_ms);
+  return result;
+}
+
+}  // namespace rannc::partition

@@ -1,0 +1,294 @@
+#include "partitioner/stage_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "cost_model/comm.h"
+
+namespace rannc::partition {
+namespace {
+
+constexpr double kMs = 1e3;
+
+// The ranks of a stage with r replicas per pipeline, as the placement lays them out: the first
+// r devices of every pipeline. Collective times depend only on how these spread over nodes.
+std::vector<int> canonical_ranks(const SearchConfig& config, int replicas) {
+  std::vector<int> ranks;
+  for (int p = 0; p < config.pipelines; ++p)
+    for (int i = 0; i < replicas; ++i) ranks.push_back(p * config.pipeline_devices + i);
+  return ranks;
+}
+
+// A pipeline inside one node talks over the intra-node link, else (conservatively) the network.
+const cost::Link& pipeline_link(const cost::Cluster& cluster, const SearchConfig& config) {
+  return config.pipeline_devices <= cluster.gpus_per_node ? cluster.intra_node : cluster.inter_node;
+}
+
+}  // namespace
+
+int in_flight(cost::Schedule schedule, int stages_after, int microbatches) {
+  if (schedule == cost::Schedule::kGPipe) return microbatches;
+  return std::min(stages_after + 1, microbatches);
+}
+
+StageOptions::StageOptions(const SearchContext& context, const SearchConfig& config)
+    : context_(context), config_(config) {
+  const BlockCosts& blocks = *context.blocks;
+  const RangeTable& ranges = *context.ranges;
+  for (int r = 1; r <= config.pipeline_devices; ++r) {
+    if (config.microbatch_size % r != 0) continue;
+    replica_choices_.push_back(r);
+    // Collective times are affine in the bytes: keep the fixed part and the slope.
+    auto ranks = canonical_ranks(config, r);
+    double fixed = cost::allreduce_seconds(*context.cluster, ranks, 0);
+    double per_gb = cost::allreduce_seconds(*context.cluster, ranks, 1e9) - fixed;
+    allreduce_fixed_ms_.push_back(fixed * kMs);
+    allreduce_ms_per_byte_.push_back(per_gb * kMs / 1e9);
+  }
+  double state_per_element = cost::param_state_bytes(context.optimizer, context.precision).total();
+  double limit = static_cast<double>(context.cluster->mem_bytes);
+  by_begin_.resize(static_cast<std::size_t>(blocks.count()));
+  for (int begin = 0; begin < blocks.count(); ++begin) {
+    for (int replicas : replica_choices_) {
+      int sample = blocks.sample_index(config.microbatch_size / replicas);
+      double fwd = 0, bwd = 0, workspace = 0;
+      for (int end = begin + 1; end <= blocks.count(); ++end) {
+        // Weights only grow with the range: once they alone overflow, every longer range does too.
+        if (ranges.param_elements(begin, end) * state_per_element + ranges.buffer_bytes(begin, end) > limit) break;
+        fwd += blocks.fwd_ms[end - 1][sample];
+        bwd += blocks.bwd_ms[end - 1][sample];
+        workspace = std::max(workspace, blocks.workspace_bytes[end - 1][sample]);
+        for (bool recompute : {false, true}) {
+          auto option = evaluate(begin, end, replicas, recompute, fwd, bwd, workspace);
+          if (option) by_begin_[begin].push_back(*option);
+        }
+      }
+    }
+  }
+}
+
+cost::StageFootprint StageOptions::footprint(int begin, int end, int replicas) const {
+  const RangeTable& ranges = *context_.ranges;
+  double fraction = (config_.microbatch_size / replicas) / context_.blocks->evaluated_batch;
+  cost::StageFootprint footprint;
+  footprint.param_elements = ranges.param_elements(begin, end);
+  footprint.buffer_bytes = ranges.buffer_bytes(begin, end);
+  footprint.kept_bytes = ranges.kept_bytes(begin, end) * fraction;
+  footprint.input_bytes = (ranges.received_bytes(begin, end) + ranges.model_input_bytes(begin, end)) * fraction;
+  footprint.output_bytes = ranges.sent_bytes(begin, end) * fraction;
+  return footprint;
+}
+
+std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replicas, bool recompute, double fwd,
+                                                  double bwd, double workspace) const {
+  cost::StageFootprint stage = footprint(begin, end, replicas);
+  stage.workspace_bytes = workspace;
+  bool replicated = config_.pipelines * replicas > 1;
+  double limit = static_cast<double>(context_.cluster->mem_bytes);
+  auto fits = [&](int n) {
+    return cost::stage_memory(stage, n, recompute, replicated, context_.optimizer, context_.precision).total() <= limit;
+  };
+  if (!fits(1)) return std::nullopt;
+  // Memory grows with the microbatches in flight: the largest count that fits, by bisection.
+  int low = 1, high = config_.microbatches;
+  while (low < high) {
+    int mid = (low + high + 1) / 2;
+    if (fits(mid)) low = mid;
+    else high = mid - 1;
+  }
+  StageOption option;
+  option.begin = begin;
+  option.end = end;
+  option.replicas = replicas;
+  option.recompute = recompute;
+  option.max_in_flight = low;
+  option.fwd_ms = fwd;
+  option.bwd_ms = bwd + (recompute ? fwd : 0);
+  double fraction = (config_.microbatch_size / replicas) / context_.blocks->evaluated_batch;
+  double received = context_.ranges->received_bytes(begin, end) * fraction;
+  if (received > 0) option.p2p_ms = 2 * cost::p2p_seconds(received, pipeline_link(*context_.cluster, config_)) * kMs;
+  std::size_t choice = static_cast<std::size_t>(
+      std::find(replica_choices_.begin(), replica_choices_.end(), replicas) - replica_choices_.begin());
+  double grad_bytes = stage.param_elements * cost::param_state_bytes(context_.optimizer, context_.precision).grads;
+  if (grad_bytes > 0) option.allreduce_ms = allreduce_fixed_ms_[choice] + allreduce_ms_per_byte_[choice] * grad_bytes;
+  option.t_ms = option.fwd_ms + option.bwd_ms + option.p2p_ms;
+  option.term_ms = (config_.microbatches - 1) * option.t_ms + option.allreduce_ms;
+  return option;
+}
+
+const StageOption* StageOptions::find(int begin, int end, int replicas, bool recompute) const {
+  for (const auto& option : by_begin_[begin]) {
+    if (option.end == end && option.replicas == replicas && option.recompute == recompute) return &option;
+  }
+  return nullptr;
+}
+
+cost::MemoryBreakdown StageOptions::memory(int begin, int end, int replicas, bool recompute, int in_flight) const {
+  cost::StageFootprint stage = footprint(begin, end, replicas);
+  int sample = context_.blocks->sample_index(config_.microbatch_size / replicas);
+  for (int block = begin; block < end; ++block)
+    stage.workspace_bytes = std::max(stage.workspace_bytes, context_.blocks->workspace_bytes[block][sample]);
+  return cost::stage_memory(stage, in_flight, recompute, config_.pipelines * replicas > 1, context_.optimizer,
+                            context_.precision);
+}
+
+std::optional<PipelineSolution> evaluate_pipeline(const StageOptions& options, std::vector<StageOption> stages) {
+  const SearchConfig& config = options.config();
+  int stage_count = static_cast<int>(stages.size());
+  if (config.stages && *config.stages != stage_count) return std::nullopt;
+  PipelineSolution solution;
+  int devices = 0;
+  for (int s = 0; s < stage_count; ++s) {
+    const StageOption& stage = stages[s];
+    if (in_flight(config.schedule, stage_count - 1 - s, config.microbatches) > stage.max_in_flight) return std::nullopt;
+    devices += stage.replicas;
+    solution.sum_ms += stage.t_ms;
+    solution.largest_term_ms = std::max(solution.largest_term_ms, stage.term_ms);
+  }
+  if (devices > config.pipeline_devices) return std::nullopt;
+  solution.stages = std::move(stages);
+  return solution;
+}
+
+namespace {
+
+// The dynamic program for one bound. A state is a suffix of the blocks: (first block, devices it
+// uses); its frontier holds, per count of stages in the suffix (capped where it no longer
+// matters), the least sum of stage times, keeping only entries not beaten by one with fewer stages.
+class BoundedProgram {
+ public:
+  explicit BoundedProgram(const StageOptions& options)
+      : options_(options),
+        config_(options.config()),
+        blocks_(options.block_count()),
+        frontier_(static_cast<std::size_t>(blocks_ + 1), std::vector<std::vector<Entry>>(config_.pipeline_devices + 1)),
+        reachable_(static_cast<std::size_t>(blocks_ + 1)) {
+    cap_ = config_.stages ? *config_.stages : config_.schedule == cost::Schedule::kGPipe ? 1 : config_.microbatches;
+  }
+
+  // The least sum of stage times with every stage term below `bound` (strictly).
+  std::optional<PipelineSolution> solve(double bound);
+
+ private:
+  struct Entry {
+    int stages = 0;
+    double sum = 0;
+    int option = -1;        // index into options.from(first block)
+    int next_devices = -1;  // state after the first stage
+    int next_stages = -1;
+  };
+  void relax(int begin, int option_index, const StageOption& option);
+  void insert(std::vector<Entry>& entries, const Entry& entry) const;
+  PipelineSolution rebuild(int devices, const Entry& entry) const;
+
+  const StageOptions& options_;
+  const SearchConfig& config_;
+  int blocks_;
+  int cap_;
+  std::vector<std::vector<std::vector<Entry>>> frontier_;  // [first block][devices]
+  std::vector<std::vector<int>> reachable_;                // devices with a non-empty frontier, per first block
+};
+
+void BoundedProgram::insert(std::vector<Entry>& entries, const Entry& entry) const {
+  // With a forced stage count only equal counts compare; otherwise fewer stages after a stage
+  // is never worse for memory, so an entry with no more stages and no more time dominates.
+  bool forced = config_.stages.has_value();
+  auto beats = [&](const Entry& a, const Entry& b) {
+    return (forced ? a.stages == b.stages : a.stages <= b.stages) && a.sum <= b.sum;
+  };
+  for (const auto& existing : entries)
+    if (beats(existing, entry)) return;
+  entries.erase(std::remove_if(entries.begin(), entries.end(), [&](const Entry& e) { return beats(entry, e); }),
+                entries.end());
+  auto at = std::lower_bound(entries.begin(), entries.end(), entry,
+                             [](const Entry& a, const Entry& b) { return a.stages < b.stages; });
+  entries.insert(at, entry);
+}
+
+void BoundedProgram::relax(int begin, int option_index, const StageOption& option) {
+  auto& targets = frontier_[begin];
+  for (int devices_after : reachable_[option.end]) {
+    int devices = devices_after + option.replicas;
+    if (devices > config_.pipeline_devices) continue;
+    for (const auto& after : frontier_[option.end][devices_after]) {
+      // Entries are sorted by stage count, and the microbatches in flight only grow with it.
+      if (in_flight(config_.schedule, after.stages, config_.microbatches) > option.max_in_flight) break;
+      int stages = after.stages + 1;
+      if (config_.stages ? stages > cap_ : false) continue;
+      insert(targets[devices], {std::min(stages, cap_), after.sum + option.t_ms, option_index, devices_after,
+                                after.stages});
+    }
+  }
+}
+
+std::optional<PipelineSolution> BoundedProgram::solve(double bound) {
+  for (auto& by_devices : frontier_)
+    for (auto& entries : by_devices) entries.clear();
+  frontier_[blocks_][0].push_back({0, 0, -1, -1, -1});
+  reachable_[blocks_] = {0};
+  for (int begin = blocks_ - 1; begin >= 0; --begin) {
+    const auto& list = options_.from(begin);
+    for (int i = 0; i < static_cast<int>(list.size()); ++i)
+      if (list[i].term_ms < bound) relax(begin, i, list[i]);
+    reachable_[begin].clear();
+    for (int devices = 0; devices <= config_.pipeline_devices; ++devices)
+      if (!frontier_[begin][devices].empty()) reachable_[begin].push_back(devices);
+  }
+  const Entry* best = nullptr;
+  int best_devices = 0;
+  for (int devices : reachable_[0]) {
+    for (const auto& entry : frontier_[0][devices]) {
+      if (entry.stages < 1 || (config_.stages && entry.stages != *config_.stages)) continue;
+      if (!best || entry.sum < best->sum) best = &entry, best_devices = devices;
+    }
+  }
+  if (!best) return std::nullopt;
+  return rebuild(best_devices, *best);
+}
+
+PipelineSolution BoundedProgram::rebuild(int devices, const Entry& first) const {
+  PipelineSolution solution;
+  int begin = 0;
+  const Entry* entry = &first;
+  while (begin < blocks_) {
+    const StageOption& option = options_.from(begin)[entry->option];
+    solution.stages.push_back(option);
+    solution.sum_ms += option.t_ms;
+    solution.largest_term_ms = std::max(solution.largest_term_ms, option.term_ms);
+    begin = option.end;
+    devices = entry->next_devices;
+    int stages = entry->next_stages;
+    const auto& entries = frontier_[begin][devices];
+    entry = &*std::find_if(entries.begin(), entries.end(), [&](const Entry& e) { return e.stages == stages; });
+  }
+  return solution;
+}
+
+}  // namespace
+
+bool has_pipeline(const StageOptions& options) {
+  return BoundedProgram(options).solve(std::numeric_limits<double>::infinity()).has_value();
+}
+
+std::optional<PipelineSolution> search_pipeline(const StageOptions& options, double beat_ms) {
+  const SearchConfig& config = options.config();
+  double least_term = std::numeric_limits<double>::infinity();
+  for (int begin = 0; begin < options.block_count(); ++begin)
+    for (const auto& option : options.from(begin)) least_term = std::min(least_term, option.term_ms);
+  int most_stages = config.stages ? *config.stages : std::min(config.pipeline_devices, options.block_count());
+  BoundedProgram program(options);
+  std::optional<PipelineSolution> best;
+  auto solution = program.solve(std::numeric_limits<double>::infinity());
+  while (solution) {
+    if (solution->objective_ms() < beat_ms) beat_ms = solution->objective_ms(), best = solution;
+    // Later rounds only raise the sum; their largest term is at least the least option's and
+    // (M - 1) times the mean stage time.
+    double spread = (config.microbatches - 1) * solution->sum_ms / most_stages;
+    if (solution->sum_ms + std::max(least_term, spread) >= beat_ms) break;
+    solution = program.solve(solution->largest_term_ms);
+  }
+  return best;
+}
+
+}  // namespace rannc::partition

@@ -1,0 +1,110 @@
+// Stage search: cuts the block sequence into pipeline stages (contiguous block ranges), gives
+// each stage a replica count and a recomputation flag, under the memory limit of a device.
+//
+// One search covers one SearchConfig: P identical pipelines of D devices each (the pipelines
+// are data-parallel copies of each other across node groups), M microbatches of b samples per
+// pipeline and step. A stage over blocks [begin, end) with r replicas runs b / r samples per
+// replica and microbatch; per microbatch it takes
+//
+//   t = fwd + bwd (+ fwd again when recomputing) + 2 x p2p(inputs received from earlier stages)
+//
+// and after its last backward it allreduces its gradients among its P x r replicas (AR). The
+// iteration time of the pipeline is modelled as
+//
+//   T = sum_s t_s + max_s ((M - 1) t_s + AR_s)
+//
+// the fill and drain of every stage plus the steady state of the slowest one, whose gradient
+// allreduce cannot overlap; a faster stage's allreduce overlaps the slower stage's work. The
+// max-plus-sum objective is not separable, so the search is exact by enumerating the bound:
+// for a bound g on the stage terms (M - 1) t_s + AR_s, a dynamic program over (first block,
+// devices used, stages after) finds the least sum of t_s. Starting from no bound, each round
+// bounds strictly below the previous solution's largest term, which visits every Pareto point
+// of (largest term, sum) in turn; it stops once no later point can beat the best objective.
+//
+// Memory: 1F1B keeps min(stages after + 1, M) microbatches in flight at a stage, GPipe all M;
+// the dynamic program tracks the stages after each suffix (capped at M) to check this exactly.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "cost_model/cluster.h"
+#include "cost_model/memory.h"
+#include "partitioner/block_costs.h"
+
+namespace rannc::partition {
+
+struct SearchConfig {
+  int pipelines = 1;          // P: identical pipeline replicas
+  int pipeline_devices = 1;   // D: devices of one pipeline
+  int microbatches = 1;       // M per pipeline and step
+  int microbatch_size = 1;    // b: samples per microbatch
+  cost::Schedule schedule = cost::Schedule::k1F1B;
+  std::optional<int> stages;  // force the stage count
+};
+
+// The model and the cluster the configs are searched on.
+struct SearchContext {
+  const BlockCosts* blocks = nullptr;
+  const RangeTable* ranges = nullptr;
+  const cost::Cluster* cluster = nullptr;
+  cost::Optimizer optimizer = cost::Optimizer::kAdam;
+  cost::Precision precision = cost::Precision::kFp32;
+};
+
+struct StageOption {
+  int begin = 0, end = 0, replicas = 1;
+  bool recompute = false;
+  double fwd_ms = 0, bwd_ms = 0;  // per microbatch and replica; bwd includes the recomputed forward
+  double p2p_ms = 0;              // receiving inputs and sending their gradients back
+  double allreduce_ms = 0;
+  double t_ms = 0;                // fwd + bwd + p2p
+  double term_ms = 0;             // (M - 1) t + allreduce
+  int max_in_flight = 0;          // microbatches in flight that fit in memory
+};
+
+// Every stage option of a config that fits in memory with one microbatch in flight, by first block.
+class StageOptions {
+ public:
+  StageOptions(const SearchContext& context, const SearchConfig& config);
+
+  const std::vector<StageOption>& from(int begin) const { return by_begin_[begin]; }
+  // nullptr when the option does not fit in memory at all.
+  const StageOption* find(int begin, int end, int replicas, bool recompute) const;
+  std::vector<int> replica_choices() const { return replica_choices_; }
+  cost::MemoryBreakdown memory(int begin, int end, int replicas, bool recompute, int in_flight) const;
+  int block_count() const { return static_cast<int>(by_begin_.size()); }
+  const SearchConfig& config() const { return config_; }
+
+ private:
+  cost::StageFootprint footprint(int begin, int end, int replicas) const;
+  std::optional<StageOption> evaluate(int begin, int end, int replicas, bool recompute, double fwd, double bwd,
+                                      double workspace) const;
+  SearchContext context_;
+  SearchConfig config_;
+  std::vector<int> replica_choices_;
+  std::vector<double> allreduce_fixed_ms_, allreduce_ms_per_byte_;  // by index in replica_choices_
+  std::vector<std::vector<StageOption>> by_begin_;
+};
+
+struct PipelineSolution {
+  std::vector<StageOption> stages;
+  double sum_ms = 0;         // sum of t_s
+  double largest_term_ms = 0;  // max of (M - 1) t_s + AR_s
+  double objective_ms() const { return sum_ms + largest_term_ms; }
+};
+
+// The objective of a given pipeline (for tests and the baselines): nullopt if a stage does not
+// fit with the microbatches it keeps in flight.
+std::optional<PipelineSolution> evaluate_pipeline(const StageOptions& options, std::vector<StageOption> stages);
+
+// The best pipeline of a config whose objective is below `beat_ms`, or nullopt.
+std::optional<PipelineSolution> search_pipeline(const StageOptions& options, double beat_ms);
+
+// Whether any pipeline of the config fits in memory (one round of the dynamic program).
+bool has_pipeline(const StageOptions& options);
+
+// Microbatches a stage keeps in flight: 1F1B min(stages after + 1, M), GPipe M.
+int in_flight(cost::Schedule schedule, int stages_after, int microbatches);
+
+}  // namespace rannc::partition

@@ -143,6 +143,7 @@ std::optional<ConfigChoice> search_configs(const SearchContext& context, const s
   std::optional<ConfigChoice> best;
   double beat = std::numeric_limits<double>::infinity();
   for (const auto& config : configs) {
+    if (config.microbatches * balanced_ms(context, config) >= beat) continue;
     StageOptions options(context, config);
     if (searched) ++*searched;
     auto solution = search_pipeline(options, beat);

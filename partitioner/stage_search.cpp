@@ -32,6 +32,15 @@ int in_flight(cost::Schedule schedule, int stages_after, int microbatches) {
   return std::min(stages_after + 1, microbatches);
 }
 
+double balanced_ms(const SearchContext& context, const SearchConfig& config) {
+  const BlockCosts& blocks = *context.blocks;
+  int whole_microbatch = blocks.sample_index(config.microbatch_size);
+  double work = 0;
+  for (int block = 0; block < blocks.count(); ++block)
+    work += blocks.fwd_ms[block][whole_microbatch] + blocks.bwd_ms[block][whole_microbatch];
+  return work / config.pipeline_devices;
+}
+
 StageOptions::StageOptions(const SearchContext& context, const SearchConfig& config)
     : context_(context), config_(config) {
   const BlockCosts& blocks = *context.blocks;
@@ -46,6 +55,7 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
     allreduce_fixed_ms_.push_back(fixed * kMs);
     allreduce_ms_per_byte_.push_back(per_gb * kMs / 1e9);
   }
+  balanced_ms_ = partition::balanced_ms(context, config);
   double state_per_element = cost::param_state_bytes(context.optimizer, context.precision).total();
   double limit = static_cast<double>(context.cluster->mem_bytes);
   by_begin_.resize(static_cast<std::size_t>(blocks.count()));
@@ -59,10 +69,12 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
         fwd += blocks.fwd_ms[end - 1][sample];
         bwd += blocks.bwd_ms[end - 1][sample];
         workspace = std::max(workspace, blocks.workspace_bytes[end - 1][sample]);
-        for (bool recompute : {false, true}) {
-          auto option = evaluate(begin, end, replicas, recompute, fwd, bwd, workspace);
-          if (option) by_begin_[begin].push_back(*option);
-        }
+        auto plain = evaluate(begin, end, replicas, false, fwd, bwd, workspace);
+        if (plain) by_begin_[begin].push_back(*plain);
+        // Recomputing only costs time: it is worth an option when it lets more microbatches fly.
+        auto recomputed = evaluate(begin, end, replicas, true, fwd, bwd, workspace);
+        if (recomputed && (!plain || recomputed->max_in_flight > plain->max_in_flight))
+          by_begin_[begin].push_back(*recomputed);
       }
     }
   }
@@ -117,18 +129,28 @@ std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replic
   return option;
 }
 
-const StageOption* StageOptions::find(int begin, int end, int replicas, bool recompute) const {
-  for (const auto& option : by_begin_[begin]) {
-    if (option.end == end && option.replicas == replicas && option.recompute == recompute) return &option;
+double StageOptions::largest_workspace(int begin, int end, int replicas) const {
+  int sample = context_.blocks->sample_index(config_.microbatch_size / replicas);
+  double workspace = 0;
+  for (int block = begin; block < end; ++block)
+    workspace = std::max(workspace, context_.blocks->workspace_bytes[block][sample]);
+  return workspace;
+}
+
+std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replicas, bool recompute) const {
+  if (std::find(replica_choices_.begin(), replica_choices_.end(), replicas) == replica_choices_.end()) return std::nullopt;
+  int sample = context_.blocks->sample_index(config_.microbatch_size / replicas);
+  double fwd = 0, bwd = 0;
+  for (int block = begin; block < end; ++block) {
+    fwd += context_.blocks->fwd_ms[block][sample];
+    bwd += context_.blocks->bwd_ms[block][sample];
   }
-  return nullptr;
+  return evaluate(begin, end, replicas, recompute, fwd, bwd, largest_workspace(begin, end, replicas));
 }
 
 cost::MemoryBreakdown StageOptions::memory(int begin, int end, int replicas, bool recompute, int in_flight) const {
   cost::StageFootprint stage = footprint(begin, end, replicas);
-  int sample = context_.blocks->sample_index(config_.microbatch_size / replicas);
-  for (int block = begin; block < end; ++block)
-    stage.workspace_bytes = std::max(stage.workspace_bytes, context_.blocks->workspace_bytes[block][sample]);
+  stage.workspace_bytes = largest_workspace(begin, end, replicas);
   return cost::stage_memory(stage, in_flight, recompute, config_.pipelines * replicas > 1, context_.optimizer,
                             context_.precision);
 }
@@ -282,9 +304,9 @@ std::optional<PipelineSolution> search_pipeline(const StageOptions& options, dou
   auto solution = program.solve(std::numeric_limits<double>::infinity());
   while (solution) {
     if (solution->objective_ms() < beat_ms) beat_ms = solution->objective_ms(), best = solution;
-    // Later rounds only raise the sum; their largest term is at least the least option's and
-    // (M - 1) times the mean stage time.
-    double spread = (config.microbatches - 1) * solution->sum_ms / most_stages;
+    // Later rounds only raise the sum; their largest term is at least the least option's,
+    // (M - 1) times the mean stage time, and (M - 1) times the balanced share of the work.
+    double spread = (config.microbatches - 1) * std::max(solution->sum_ms / most_stages, options.balanced_ms());
     if (solution->sum_ms + std::max(least_term, spread) >= beat_ms) break;
     solution = program.solve(solution->largest_term_ms);
   }

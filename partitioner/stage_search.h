@@ -68,24 +68,35 @@ class StageOptions {
  public:
   StageOptions(const SearchContext& context, const SearchConfig& config);
 
+  // The options the search considers (recomputation only where it lets more microbatches fly).
   const std::vector<StageOption>& from(int begin) const { return by_begin_[begin]; }
-  // nullptr when the option does not fit in memory at all.
-  const StageOption* find(int begin, int end, int replicas, bool recompute) const;
-  std::vector<int> replica_choices() const { return replica_choices_; }
+  // Any stage, evaluated afresh; nullopt when it does not fit in memory with one microbatch in
+  // flight, or its replica count does not divide the microbatch.
+  std::optional<StageOption> evaluate(int begin, int end, int replicas, bool recompute) const;
+  const std::vector<int>& replica_choices() const { return replica_choices_; }
   cost::MemoryBreakdown memory(int begin, int end, int replicas, bool recompute, int in_flight) const;
   int block_count() const { return static_cast<int>(by_begin_.size()); }
+  // The work of one microbatch spread evenly over the pipeline's devices: no stage time t_s is
+  // shorter (splitting a microbatch over replicas never makes the total work smaller), so no
+  // step is shorter than M times it.
+  double balanced_ms() const { return balanced_ms_; }
   const SearchConfig& config() const { return config_; }
 
  private:
   cost::StageFootprint footprint(int begin, int end, int replicas) const;
   std::optional<StageOption> evaluate(int begin, int end, int replicas, bool recompute, double fwd, double bwd,
                                       double workspace) const;
+  double largest_workspace(int begin, int end, int replicas) const;
   SearchContext context_;
   SearchConfig config_;
   std::vector<int> replica_choices_;
   std::vector<double> allreduce_fixed_ms_, allreduce_ms_per_byte_;  // by index in replica_choices_
   std::vector<std::vector<StageOption>> by_begin_;
+  double balanced_ms_ = 0;
 };
+
+// balanced_ms() without building the options, to skip configs that cannot win.
+double balanced_ms(const SearchContext& context, const SearchConfig& config);
 
 struct PipelineSolution {
   std::vector<StageOption> stages;

@@ -1,0 +1,102 @@
+#include <catch2/catch.hpp>
+
+#include "graph_builders.h"
+#include "ir/batch_dims.h"
+#include "partitioner/coarsen.h"
+#include "partitioner/units.h"
+
+namespace rannc::partition {
+namespace {
+
+using testing::add_tensor;
+
+// x -> linear(w.t()) -> relu -> ... : a chain of `layers` linear+relu pairs whose weights pass
+// through a transpose (a param-only chain), plus an aten::size glue read by the last op.
+ir::Graph chain(int layers) {
+  ir::Graph graph;
+  auto x = add_tensor(graph, "x", {8, 16}, ir::ValueRole::kModelInput);
+  for (int i = 0; i < layers; ++i) {
+    auto w = add_tensor(graph, "w" + std::to_string(i), {16, 16}, ir::ValueRole::kParam);
+    auto wt = add_tensor(graph, "wt" + std::to_string(i), {16, 16});
+    graph.add_op("aten::t", {w}, {wt});
+    auto y = add_tensor(graph, "y" + std::to_string(i), {8, 16});
+    graph.add_op("aten::matmul", {x, wt}, {y});
+    auto z = add_tensor(graph, "z" + std::to_string(i), {8, 16});
+    graph.add_op("aten::relu", {y}, {z});
+    x = z;
+  }
+  graph.add_model_output(x);
+  ir::propagate_batch_dependence(graph);
+  return graph;
+}
+
+}  // namespace
+
+TEST_CASE("units are batch ops with their weight chains copied in", "[units]") {
+  ir::Graph graph = chain(3);
+  UnitGraph units = build_units(graph);
+  REQUIRE(units.units.size() == 6);  // matmul and relu per layer; the transposes are glue
+  for (const auto& unit : units.units) {
+    const auto& anchor = graph.op(unit.anchor);
+    CHECK((anchor.kind == "aten::matmul" || anchor.kind == "aten::relu"));
+    CHECK(unit.ops.back() == unit.anchor);
+    if (anchor.kind == "aten::matmul") CHECK(unit.ops.size() == 2);
+  }
+  // Only batch tensors cross: x, then y and z of each layer.
+  for (const auto& tensor : units.tensors) CHECK(graph.value(tensor.value).batch_dependent);
+  CHECK(units.tensors.size() == 1 + 2 * 3);
+  CHECK(units.tensors.back().model_output);
+}
+
+TEST_CASE("a model without batch ops cannot be partitioned", "[units]") {
+  ir::Graph graph;
+  auto w = add_tensor(graph, "w", {4}, ir::ValueRole::kParam);
+  auto y = add_tensor(graph, "y", {4});
+  graph.add_op("aten::relu", {w}, {y});
+  graph.add_model_output(y);
+  ir::propagate_batch_dependence(graph);
+  CHECK_THROWS_WITH(build_units(graph), Catch::Contains("nothing to partition"));
+}
+
+TEST_CASE("METIS seeding guards one part and parts of a few units", "[coarsen]") {
+  std::vector<UnitEdge> edges{{0, 1, 10}, {1, 2, 10}, {2, 3, 10}};
+  std::vector<double> ms{1, 1, 1, 1};
+  CHECK(metis_parts(4, edges, ms, 1) == std::vector<int>{0, 0, 0, 0});
+  CHECK(metis_parts(4, edges, ms, 4) == std::vector<int>{0, 1, 2, 3});
+  CHECK(metis_parts(4, edges, ms, 9) == std::vector<int>{0, 1, 2, 3});
+}
+
+TEST_CASE("coarsening gives a sequence of blocks in a topological order", "[coarsen]") {
+  ir::Graph graph = chain(40);
+  UnitGraph units = build_units(graph);
+  std::vector<double> ms(units.units.size(), 1.0);
+  for (int target : {1, 5, 20, 80, 200}) {
+    Blocking blocking = coarsen(graph, units, ms, target);
+    INFO("target " << target);
+    CHECK(blocking.count() <= std::max(target, 1));
+    CHECK(blocking.count() >= std::min<int>(target, static_cast<int>(units.units.size())) / 2);
+    // Every unit once, and every tensor flows forward in the sequence.
+    std::vector<int> position(units.units.size(), -1);
+    for (int i = 0; i < static_cast<int>(blocking.order.size()); ++i) position[blocking.order[i]] = i;
+    CHECK(std::count(position.begin(), position.end(), -1) == 0);
+    for (const auto& tensor : units.tensors)
+      for (int consumer : tensor.consumers)
+        if (tensor.producer >= 0) CHECK(position[tensor.producer] < position[consumer]);
+  }
+}
+
+TEST_CASE("repeated layers come out as equal blocks", "[coarsen]") {
+  ir::Graph graph = chain(40);
+  UnitGraph units = build_units(graph);
+  std::vector<double> ms;
+  for (const auto& unit : units.units) ms.push_back(graph.op(unit.anchor).kind == "aten::matmul" ? 3.0 : 1.0);
+  Blocking blocking = coarsen(graph, units, ms, 20);
+  REQUIRE(blocking.count() == 20);
+  for (int b = 0; b < blocking.count(); ++b) {
+    INFO("block " << b);
+    CHECK(blocking.end(b) - blocking.begin(b) == 4);  // two whole layers
+    CHECK(graph.op(units.units[blocking.order[blocking.begin(b)]].anchor).kind == "aten::matmul");
+  }
+}
+
+}  // namespace rannc::partition

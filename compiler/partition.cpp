@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 
 #include "cost_model/cost_model.h"
@@ -119,6 +120,9 @@ PartitionReport run_partition(const PartitionOptions& options) {
   std::optional<cost::ProfileDb> db;
   if (!options.profile_db.empty()) db = cost::ProfileDb::load(options.profile_db, /*must_exist=*/true);
   std::string plan_path = plan_path_in(options.out_dir);
+  auto batch = requested_batch(options.load);
+  if (batch && *batch > std::numeric_limits<int>::max())
+    throw InputError("--batch " + std::to_string(*batch) + ": larger than a plan supports (2^31 - 1)");
 
   Model model = load_model(options.model_path, options.load);
   request.global_batch = requested_batch(options.load).value_or(model.batch);

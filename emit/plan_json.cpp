@@ -146,7 +146,8 @@ json stage_json(const ir::Graph& graph, const PlanResult& result, const StageMap
       {"file", "stage_" + std::to_string(s) + ".pt"},
       {"ranks", stage.ranks},
       {"replicas", stage.ranks.size()},
-      {"blocks", {stage.option.begin, stage.option.end}},
+      {"replicas_per_pipeline", stage.option.replicas},
+      {"blocks", {stage.option.begin, stage.option.end}},  // half-open [begin, end)
       {"op_range", op_label(graph, units.units[first_unit].anchor) + " .. " + op_label(graph, units.units[last_unit].anchor)},
       {"ops", map.ops[s]},
       {"inputs", inputs},
@@ -216,7 +217,9 @@ json plan_to_json(const ir::Graph& graph, const ModelFacts& model, const partiti
         {"efficiency", stable_number(plan.predicted.efficiency())},
         {"peak_mem_bytes", stable_number(plan.predicted.peak_mem_bytes)}}},
   };
-  if (plan.unused_devices > 0) document["unused_devices"] = {{"count", plan.unused_devices}, {"reason", plan.unused_reason}};
+  if (plan.unused_devices > 0) {
+    document["unused_devices"] = {{"count", plan.unused_devices}, {"ranks", plan.unused_ranks}, {"reason", plan.unused_reason}};
+  }
   return document;
 }
 

@@ -140,7 +140,7 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
   // Tensors produced in the range and read after it: produced at p, last read at c, they leave
   // every range [begin, end) with begin <= p < end <= c (always, for model outputs).
   for (const auto& tensor : blocks.tensors) {
-    if (tensor.producer < 0) continue;
+    if (tensor.producer < 0 || (tensor.consumers.empty() && !tensor.model_output)) continue;
     int last = tensor.model_output ? count_ : tensor.consumers.back();
     for (int begin = 0; begin <= tensor.producer; ++begin) {
       cell(sent_bytes_, begin, tensor.producer + 1) += tensor.bytes;

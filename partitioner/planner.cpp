@@ -19,11 +19,16 @@ double elapsed_ms(Clock::time_point since) {
   return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
 }
 
+// Ascending divisors of n (n fits an int: the request checks the batch).
 std::vector<int> divisors(std::int64_t n) {
-  std::vector<int> result;
-  for (std::int64_t d = 1; d <= n && d <= std::numeric_limits<int>::max(); ++d)
-    if (n % d == 0) result.push_back(static_cast<int>(d));
-  return result;
+  std::vector<int> small, large;
+  for (std::int64_t d = 1; d * d <= n; ++d) {
+    if (n % d != 0) continue;
+    small.push_back(static_cast<int>(d));
+    if (d * d != n) large.push_back(static_cast<int>(n / d));
+  }
+  small.insert(small.end(), large.rbegin(), large.rend());
+  return small;
 }
 
 // Pipelines sit on identical node groups: D divides a node's devices or is a whole number of nodes.
@@ -75,7 +80,7 @@ std::string what_would_fit(const ir::Graph& graph, const UnitGraph& units, const
   auto fits = [&](const cost::Cluster& cluster) {
     PlanRequest trial = request;
     trial.cluster = cluster;
-    auto configs = candidate_configs(trial);
+    auto configs = candidate_configs(trial, blocking.count());
     if (configs.empty()) return false;
     auto activations = cost::activation_memory(graph, costs.requires_grad(), request.precision);
     BlockCosts blocks = block_costs(graph, units, blocking, costs, activations, evaluated_batch, sample_sizes(configs));
@@ -85,7 +90,9 @@ std::string what_would_fit(const ir::Graph& graph, const UnitGraph& units, const
   };
   std::string advice;
   const cost::Cluster& cluster = request.cluster;
-  for (int devices = cluster.gpus() * 2; devices <= cost::kMaxDevices; devices *= 2) {
+  // Beyond one device per sample and block, more devices cannot help.
+  double useful = static_cast<double>(request.global_batch) * blocking.count();
+  for (int devices = cluster.gpus() * 2; devices <= cost::kMaxDevices && devices <= useful; devices *= 2) {
     if (fits(with_devices(cluster, devices))) {
       advice = "at least " + std::to_string(devices) + " devices of " + human_bytes(static_cast<double>(cluster.mem_bytes));
       break;
@@ -114,7 +121,7 @@ std::string what_would_fit(const ir::Graph& graph, const UnitGraph& units, const
 
 }  // namespace
 
-std::vector<SearchConfig> candidate_configs(const PlanRequest& request) {
+std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int blocks) {
   std::vector<SearchConfig> configs;
   const int devices = request.cluster.gpus();
   for (int width : divisors(devices)) {
@@ -130,6 +137,8 @@ std::vector<SearchConfig> candidate_configs(const PlanRequest& request) {
       config.pipeline_devices = width;
       config.microbatches = microbatches;
       config.microbatch_size = static_cast<int>(per_pipeline / microbatches);
+      // A pipeline has at most one stage per block and a stage at most one replica per sample.
+      if (static_cast<std::int64_t>(width) > static_cast<std::int64_t>(blocks) * config.microbatch_size) continue;
       config.schedule = request.schedule;
       config.stages = request.stages;
       configs.push_back(config);
@@ -193,6 +202,8 @@ Plan place_and_simulate(const SearchContext& context, const ConfigChoice& choice
   }
   std::sort(plan.ranks.begin(), plan.ranks.end(), [](const RankPlacement& a, const RankPlacement& b) { return a.rank < b.rank; });
   plan.unused_devices = config.pipelines * (config.pipeline_devices - offset);
+  for (int p = 0; p < config.pipelines; ++p)
+    for (int i = offset; i < config.pipeline_devices; ++i) plan.unused_ranks.push_back(p * config.pipeline_devices + i);
   if (plan.unused_devices > 0) {
     plan.unused_reason = "no stage runs faster with more replicas of its " + std::to_string(config.microbatch_size) +
                          "-sample microbatches (replica counts divide the microbatch) once their gradient allreduce is counted";
@@ -219,11 +230,16 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
   }
   result.times.units_ms = elapsed_ms(start);
 
+  int units_count = static_cast<int>(units.units.size());
+  if (request.stages && *request.stages > units_count) {
+    throw Error(ExitStatus::kCannotMeet, "--stages " + std::to_string(*request.stages) + ": the model has only " +
+                                             std::to_string(units_count) + " ops that can start a stage");
+  }
   start = Clock::now();
-  result.partitioning.blocking = coarsen(graph, units, unit_ms, request.max_blocks);
+  result.partitioning.blocking = coarsen(graph, units, unit_ms, std::max(request.max_blocks, request.stages.value_or(1)));
   result.times.coarsen_ms = elapsed_ms(start);
 
-  auto configs = candidate_configs(request);
+  auto configs = candidate_configs(request, result.partitioning.blocking.count());
   if (configs.empty()) {
     throw Error(ExitStatus::kCannotMeet, "no pipeline layout splits a batch of " + std::to_string(request.global_batch) +
                                              " samples evenly over " + std::to_string(request.cluster.gpus()) +

@@ -63,6 +63,7 @@ struct Plan {
   Prediction predicted;
   double search_objective_ms = 0;
   int unused_devices = 0;
+  std::vector<int> unused_ranks;
   std::string unused_reason;  // why some devices carry no stage
 };
 
@@ -88,8 +89,8 @@ struct PlanResult {
 PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, const cost::CostModel& costs,
                       const PlanRequest& request);
 
-// The configs a request allows, in search order.
-std::vector<SearchConfig> candidate_configs(const PlanRequest& request);
+// The configs a request allows on a sequence of `blocks` blocks, in search order.
+std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int blocks);
 
 // The best pipeline over all configs: the config, its solution and the options it came from.
 struct ConfigChoice {

@@ -304,7 +304,7 @@ std::optional<PipelineSolution> search_pipeline(const StageOptions& options, dou
   auto solution = program.solve(std::numeric_limits<double>::infinity());
   while (solution) {
     if (solution->objective_ms() < beat_ms) beat_ms = solution->objective_ms(), best = solution;
-    // Later rounds only raise the sum; their largest term is at least the least option's,
+    // Later rounds never lower the sum; their largest term is at least the least option's,
     // (M - 1) times the mean stage time, and (M - 1) times the balanced share of the work.
     double spread = (config.microbatches - 1) * std::max(solution->sum_ms / most_stages, options.balanced_ms());
     if (solution->sum_ms + std::max(least_term, spread) >= beat_ms) break;

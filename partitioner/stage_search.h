@@ -8,7 +8,9 @@
 //
 //   t = fwd + bwd (+ fwd again when recomputing) + 2 x p2p(inputs received from earlier stages)
 //
-// and after its last backward it allreduces its gradients among its P x r replicas (AR). The
+// and after its last backward it allreduces its gradients among its P x r replicas (AR; costed as
+// if its replicas were the first r devices of each pipeline: a stage placed across a node
+// boundary may take longer, which the simulation of the placed plan then reports). The
 // iteration time of the pipeline is modelled as
 //
 //   T = sum_s t_s + max_s ((M - 1) t_s + AR_s)
@@ -53,7 +55,8 @@ struct SearchContext {
 };
 
 struct StageOption {
-  int begin = 0, end = 0, replicas = 1;
+  int begin = 0, end = 0;  // blocks [begin, end)
+  int replicas = 1;        // per pipeline
   bool recompute = false;
   double fwd_ms = 0, bwd_ms = 0;  // per microbatch and replica; bwd includes the recomputed forward
   double p2p_ms = 0;              // receiving inputs and sending their gradients back
@@ -76,9 +79,10 @@ class StageOptions {
   const std::vector<int>& replica_choices() const { return replica_choices_; }
   cost::MemoryBreakdown memory(int begin, int end, int replicas, bool recompute, int in_flight) const;
   int block_count() const { return static_cast<int>(by_begin_.size()); }
-  // The work of one microbatch spread evenly over the pipeline's devices: no stage time t_s is
-  // shorter (splitting a microbatch over replicas never makes the total work smaller), so no
-  // step is shorter than M times it.
+  // The work of one microbatch spread evenly over the pipeline's devices: the longest stage time
+  // is never shorter (splitting a microbatch over r replicas never makes the work smaller:
+  // r * c(b / r) >= c(b) for the roofline's fixed overheads and weight reads), so no step is
+  // shorter than M times it.
   double balanced_ms() const { return balanced_ms_; }
   const SearchConfig& config() const { return config_; }
 

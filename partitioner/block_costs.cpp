@@ -91,6 +91,19 @@ void collect_tensors(const ir::Graph& graph, const UnitGraph& units, const Block
 
 }  // namespace
 
+std::vector<double> unit_step_ms(const UnitGraph& units, const cost::CostModel& costs) {
+  std::vector<double> ms;
+  for (const auto& unit : units.units) {
+    double total = 0;
+    for (auto op : unit.ops) {
+      auto cost = costs.op_cost(op);
+      total += cost.fwd_ms + cost.bwd_ms;
+    }
+    ms.push_back(total);
+  }
+  return ms;
+}
+
 int BlockCosts::sample_index(int microbatch_samples) const {
   auto it = std::lower_bound(samples.begin(), samples.end(), microbatch_samples);
   if (it == samples.end() || *it != microbatch_samples)

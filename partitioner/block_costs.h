@@ -41,6 +41,9 @@ struct BlockCosts {
   int sample_index(int microbatch_samples) const;
 };
 
+// Forward + backward time of each unit at the evaluated batch (the coarsening's vertex weights).
+std::vector<double> unit_step_ms(const UnitGraph& units, const cost::CostModel& costs);
+
 // Costs every block of `blocking` at each size in `samples` (sorted and deduplicated here).
 BlockCosts block_costs(const ir::Graph& graph, const UnitGraph& units, const Blocking& blocking,
                        const cost::CostModel& costs, const cost::ActivationMemory& activations, std::int64_t evaluated_batch,

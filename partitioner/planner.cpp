@@ -221,13 +221,7 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
   auto start = Clock::now();
   result.partitioning.units = build_units(graph);
   const UnitGraph& units = result.partitioning.units;
-  std::vector<double> unit_ms(units.units.size(), 0);
-  for (std::size_t u = 0; u < units.units.size(); ++u) {
-    for (auto op : units.units[u].ops) {
-      auto cost = costs.op_cost(op);
-      unit_ms[u] += cost.fwd_ms + cost.bwd_ms;
-    }
-  }
+  std::vector<double> unit_ms = unit_step_ms(units, costs);
   result.times.units_ms = elapsed_ms(start);
 
   int units_count = static_cast<int>(units.units.size());

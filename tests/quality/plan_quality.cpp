@@ -1,17 +1,22 @@
-// Plan quality against the splits users get today, on the GPT-style sample whose embedding and
-// tied LM head (vocabulary 8192, hidden 128) outweigh its transformer layers:
+// Plan quality on real sample models, in two checks:
 //
-//   uniform layers  Megatron-LM's split: the same number of transformer layers per stage, the
-//                   embedding with the first stage and the head with the last;
-//   by parameters   DeepSpeed's default (partition_method="parameters"): contiguous stages with
-//                   the most balanced parameter counts (the tied weight counted where it is read).
+// splits GPT_MODEL
+//   Plans of the GPT-style sample, whose embedding and tied LM head (vocabulary 8192, hidden 128)
+//   outweigh its transformer layers, against the splits users get today:
+//     uniform layers  Megatron-LM's split: the same number of transformer layers per stage, the
+//                     embedding with the first stage and the head with the last;
+//     by parameters   DeepSpeed's default (partition_method="parameters"): contiguous stages with
+//                     the most balanced parameter counts (the tied weight counted where it is read).
+//   All three are costed by the same model on the same config (S stages of one device each, one
+//   pipeline, M microbatches) and simulated; ours must be strictly faster than both.
 //
-// All three are costed by the same model on the same config (S stages of one device each, one
-// pipeline, M microbatches) and simulated; ours must be strictly faster than both.
-//
-// usage: baseline_splits GPT_MODEL
+// repeats MODEL.onnx BLOCKS
+//   Repeated layers must come out of coarsening as equal blocks: 90% of the blocks repeat with a
+//   period of at most 16 blocks (same unit count, same time).
+#include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <regex>
 #include <string>
 
@@ -19,10 +24,32 @@
 #include "cost_model/cost_model.h"
 #include "cost_model/device.h"
 #include "partitioner/planner.h"
-#include "support/error.h"
 
 namespace rannc::partition {
 namespace {
+
+struct Loaded {
+  Model model;
+  cost::Cluster cluster;  // one A100-80GB; the checks set the device count
+  std::unique_ptr<cost::CostModel> costs;
+  UnitGraph units;
+  std::vector<double> unit_ms;
+};
+
+Loaded load(const std::string& path, std::int64_t batch) {
+  LoadOptions options;
+  options.batch = batch;
+  Loaded loaded{load_model(path, options), {}, nullptr, {}, {}};
+  auto& cluster = loaded.cluster;
+  cluster.device = *cost::find_device_preset("a100-80g");
+  cluster.mem_bytes = cluster.device.mem_bytes;
+  cluster.intra_node = cluster.device.intra_node;
+  cluster.inter_node = cluster.device.inter_node;
+  loaded.costs = std::make_unique<cost::CostModel>(loaded.model.graph, cluster.device, cost::Precision::kFp32, nullptr);
+  loaded.units = build_units(loaded.model.graph);
+  loaded.unit_ms = unit_step_ms(loaded.units, *loaded.costs);
+  return loaded;
+}
 
 constexpr int kBatch = 64, kMicrobatches = 8;
 
@@ -95,23 +122,13 @@ std::string describe(const PipelineSolution& solution) {
   return text;
 }
 
-int compare(const std::string& path) {
-  LoadOptions load;
-  load.batch = kBatch;
-  Model model = load_model(path, load);
-  cost::Cluster cluster;
-  cluster.device = *cost::find_device_preset("a100-80g");
-  cluster.mem_bytes = cluster.device.mem_bytes;
-  cluster.intra_node = cluster.device.intra_node;
-  cluster.inter_node = cluster.device.inter_node;
-  cost::CostModel costs(model.graph, cluster.device, cost::Precision::kFp32, nullptr);
-  UnitGraph units = build_units(model.graph);
-  std::vector<double> unit_ms;
-  for (const auto& unit : units.units) {
-    double ms = 0;
-    for (auto op : unit.ops) ms += costs.op_cost(op).fwd_ms + costs.op_cost(op).bwd_ms;
-    unit_ms.push_back(ms);
-  }
+int compare_splits(const std::string& path) {
+  Loaded loaded = load(path, kBatch);
+  const Model& model = loaded.model;
+  const UnitGraph& units = loaded.units;
+  const cost::CostModel& costs = *loaded.costs;
+  cost::Cluster& cluster = loaded.cluster;
+  const auto& unit_ms = loaded.unit_ms;
   // One block per unit, so every split below can be expressed.
   Blocking blocking = coarsen(model.graph, units, unit_ms, static_cast<int>(units.units.size()));
   auto activations = cost::activation_memory(model.graph, costs.requires_grad(), cost::Precision::kFp32);
@@ -144,22 +161,59 @@ int compare(const std::string& path) {
       ok = ok && split->objective_ms() > ours->objective_ms() && gain > 0.01;
     }
   }
-  if (!ok) std::fprintf(stderr, "baseline_splits: a naive split was not beaten by more than 1%%\n");
+  if (!ok) std::fprintf(stderr, "plan_quality: a naive split was not beaten by more than 1%%\n");
   return ok ? 0 : 1;
+}
+
+struct BlockShape {
+  int units = 0;
+  double ms = 0;
+  bool operator==(const BlockShape& other) const {
+    return units == other.units && std::abs(ms - other.ms) <= 1e-9 * std::max(1.0, ms);
+  }
+};
+
+int check_repeats(const std::string& path, int target) {
+  Loaded loaded = load(path, 8);
+  const auto& unit_ms = loaded.unit_ms;
+  Blocking blocking = coarsen(loaded.model.graph, loaded.units, unit_ms, target);
+  std::vector<BlockShape> shapes;
+  for (int b = 0; b < blocking.count(); ++b) {
+    BlockShape shape{blocking.end(b) - blocking.begin(b), 0};
+    for (int i = blocking.begin(b); i < blocking.end(b); ++i) shape.ms += unit_ms[blocking.order[i]];
+    shapes.push_back(shape);
+  }
+  // Some period p (at most 16 blocks) must repeat for at least 90% of the blocks: the embedding,
+  // the head and a layer merged to meet the block count may differ.
+  for (int period = 1; period <= 16; ++period) {
+    int repeating = 0;
+    for (int b = 0; b + period < blocking.count(); ++b) repeating += shapes[b] == shapes[b + period];
+    if (repeating >= 0.9 * blocking.count()) {
+      std::printf("ok: %d of %d blocks repeat every %d block(s):", repeating, blocking.count(), period);
+      for (int b = blocking.count() / 2; b < blocking.count() / 2 + period; ++b)
+        std::printf(" %d units %.3f ms", shapes[b].units, shapes[b].ms);
+      std::printf("\n");
+      return 0;
+    }
+  }
+  std::fprintf(stderr, "plan_quality: the blocks of %s do not repeat:", path.c_str());
+  for (const auto& shape : shapes) std::fprintf(stderr, " %d/%.3f", shape.units, shape.ms);
+  std::fprintf(stderr, "\n");
+  return 1;
 }
 
 }  // namespace
 }  // namespace rannc::partition
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: baseline_splits GPT_MODEL\n");
-    return 2;
-  }
+  std::string check = argc > 1 ? argv[1] : "";
   try {
-    return rannc::partition::compare(argv[1]);
+    if (check == "splits" && argc == 3) return rannc::partition::compare_splits(argv[2]);
+    if (check == "repeats" && argc == 4) return rannc::partition::check_repeats(argv[2], std::stoi(argv[3]));
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "baseline_splits: %s\n", e.what());
+    std::fprintf(stderr, "plan_quality: %s\n", e.what());
     return 2;
   }
+  std::fprintf(stderr, "usage: plan_quality splits GPT_MODEL | plan_quality repeats MODEL.onnx BLOCKS\n");
+  return 2;
 }

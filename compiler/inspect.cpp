@@ -66,12 +66,6 @@ cost::StepEstimate estimate(const Model& model, const CostQuery& query) {
   return cost::estimate_step(model.graph, query.device, query.precision, query.optimizer, db);
 }
 
-nlohmann::json memory_json(const cost::MemoryBreakdown& m) {
-  return {{"weights", m.weights},         {"grads", m.grads},         {"optimizer", m.optimizer},
-          {"activations", m.activations}, {"workspace", m.workspace}, {"comm_buffers", m.comm_buffers},
-          {"total", m.total()}};
-}
-
 nlohmann::json predicted_json(const Model& model, const CostQuery& query) {
   auto e = estimate(model, query);
   nlohmann::json by_class = nlohmann::json::object();
@@ -87,7 +81,7 @@ nlohmann::json predicted_json(const Model& model, const CostQuery& query) {
           {"step_ms", e.fwd_ms + e.bwd_ms},
           {"ms_by_class", by_class},
           {"measured_ops", e.measured_ops},
-          {"memory_bytes", memory_json(e.memory)}};
+          {"memory_bytes", cost::memory_to_json(e.memory)}};
 }
 
 std::string predicted_text(const Model& model, const CostQuery& query) {

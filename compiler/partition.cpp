@@ -21,12 +21,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-cost::Schedule parse_schedule(const std::string& name) {
-  for (auto schedule : {cost::Schedule::k1F1B, cost::Schedule::kGPipe})
-    if (cost::schedule_name(schedule) == name) return schedule;
-  throw InputError("--schedule " + name + ": unknown schedule (known: 1f1b, gpipe)");
-}
-
 void check_positive(const std::optional<int>& value, const char* flag) {
   if (value && *value < 1) throw InputError(std::string(flag) + " " + std::to_string(*value) + ": must be at least 1");
 }
@@ -35,7 +29,7 @@ void check_positive(const std::optional<int>& value, const char* flag) {
 partition::PlanRequest request_from(const PartitionOptions& options) {
   partition::PlanRequest request;
   request.cluster = cost::cluster_from_flags(options.cluster);
-  request.schedule = parse_schedule(options.schedule);
+  request.schedule = cost::parse_schedule(options.schedule, "--schedule");
   request.optimizer = cost::parse_optimizer(options.optimizer, "--optimizer");
   request.precision = cost::parse_precision(options.precision, "--precision");
   cost::check_precision_supported(request.cluster.device, request.precision);

@@ -5,6 +5,8 @@
 
 #include "cost_model/op_work.h"
 #include "support/error.h"
+#include "support/named_choice.h"
+#include "support/stable_number.h"
 
 namespace rannc::cost {
 namespace {
@@ -94,13 +96,15 @@ std::string_view optimizer_name(Optimizer optimizer) {
 }
 
 Optimizer parse_optimizer(std::string_view name, std::string_view what) {
-  for (auto o : {Optimizer::kSgd, Optimizer::kMomentum, Optimizer::kAdam}) {
-    if (optimizer_name(o) == name) return o;
-  }
-  throw InputError(std::string(what) + " " + std::string(name) + ": unknown optimizer (known: sgd, momentum, adam)");
+  return parse_named_choice(name, what, "optimizer", {Optimizer::kSgd, Optimizer::kMomentum, Optimizer::kAdam},
+                            optimizer_name);
 }
 
 std::string_view schedule_name(Schedule schedule) { return schedule == Schedule::kGPipe ? "gpipe" : "1f1b"; }
+
+Schedule parse_schedule(std::string_view name, std::string_view what) {
+  return parse_named_choice(name, what, "schedule", {Schedule::k1F1B, Schedule::kGPipe}, schedule_name);
+}
 
 ParamStateBytes param_state_bytes(Optimizer optimizer, Precision precision) {
   ParamStateBytes bytes;
@@ -151,9 +155,20 @@ StageFootprint whole_model_footprint(const ir::Graph& graph, const ActivationMem
   return footprint;
 }
 
+nlohmann::json memory_to_json(const MemoryBreakdown& m) {
+  return {{"weights", stable_number(m.weights)},         {"grads", stable_number(m.grads)},
+          {"optimizer", stable_number(m.optimizer)},     {"activations", stable_number(m.activations)},
+          {"workspace", stable_number(m.workspace)},     {"comm_buffers", stable_number(m.comm_buffers)},
+          {"total", stable_number(m.total())}};
+}
+
 int microbatches_in_flight(const StagePlacement& placement) {
-  if (placement.schedule == Schedule::kGPipe) return placement.microbatches;
-  return std::min(placement.stages - placement.stage_index, placement.microbatches);
+  return microbatches_in_flight(placement.schedule, placement.stages - placement.stage_index - 1, placement.microbatches);
+}
+
+int microbatches_in_flight(Schedule schedule, int stages_after, int microbatches) {
+  if (schedule == Schedule::kGPipe) return microbatches;
+  return std::min(stages_after + 1, microbatches);
 }
 
 MemoryBreakdown stage_memory(const StageFootprint& footprint, const StagePlacement& placement, Optimizer optimizer,

@@ -3,6 +3,7 @@
 // communication buffers. Every term is an upper estimate: a plan must never run out.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <vector>
 
@@ -17,6 +18,7 @@ Optimizer parse_optimizer(std::string_view name, std::string_view what);
 
 enum class Schedule : std::uint8_t { k1F1B, kGPipe };
 std::string_view schedule_name(Schedule schedule);
+Schedule parse_schedule(std::string_view name, std::string_view what);
 
 // Bytes per parameter element. fp32: weights 4, gradients 4. Mixed precision: a 16-bit copy
 // of the weights beside the fp32 master (2 + 4), gradients accumulated in fp32 (4). Optimizer
@@ -70,11 +72,16 @@ struct StagePlacement {
 // 1F1B keeps at most (stages - stage_index) microbatches between their forward and backward;
 // GPipe keeps all of them.
 int microbatches_in_flight(const StagePlacement& placement);
+// The same for a stage followed by `stages_after` stages.
+int microbatches_in_flight(Schedule schedule, int stages_after, int microbatches);
 
 struct MemoryBreakdown {
   double weights = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0, comm_buffers = 0;
   double total() const { return weights + grads + optimizer + activations + workspace + comm_buffers; }
 };
+// {"weights", "grads", "optimizer", "activations", "workspace", "comm_buffers", "total"} in bytes,
+// as stable numbers (support/stable_number.h).
+nlohmann::json memory_to_json(const MemoryBreakdown& memory);
 
 // Recomputation keeps only the stage inputs of each microbatch in flight, and the activations
 // of the one microbatch being recomputed. Communication: double-buffered sends and receives of

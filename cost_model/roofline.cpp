@@ -4,6 +4,7 @@
 #include <string>
 
 #include "support/error.h"
+#include "support/named_choice.h"
 
 namespace rannc::cost {
 
@@ -17,10 +18,8 @@ std::string_view precision_name(Precision precision) {
 }
 
 Precision parse_precision(std::string_view name, std::string_view what) {
-  for (auto p : {Precision::kFp32, Precision::kBf16Mixed, Precision::kFp16Mixed}) {
-    if (precision_name(p) == name) return p;
-  }
-  throw InputError(std::string(what) + " " + std::string(name) + ": unknown precision (known: fp32, bf16-mixed, fp16-mixed)");
+  return parse_named_choice(name, what, "precision", {Precision::kFp32, Precision::kBf16Mixed, Precision::kFp16Mixed},
+                            precision_name);
 }
 
 void check_precision_supported(const DeviceSpec& device, Precision precision) {

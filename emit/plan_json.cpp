@@ -56,7 +56,7 @@ struct StageTensors {
   std::vector<std::vector<const partition::CrossingTensor*>> inputs, outputs;  // per stage, by value id
 };
 
-StageTensors stage_tensors(const ir::Graph& graph, const PlanResult& result, const StageMap& map) {
+StageTensors stage_tensors(const PlanResult& result, const StageMap& map) {
   std::size_t stages = result.plan.stages.size();
   StageTensors tensors{std::vector<std::vector<const partition::CrossingTensor*>>(stages),
                        std::vector<std::vector<const partition::CrossingTensor*>>(stages)};
@@ -71,7 +71,6 @@ StageTensors stage_tensors(const ir::Graph& graph, const PlanResult& result, con
   auto by_value = [](const partition::CrossingTensor* a, const partition::CrossingTensor* b) { return a->value < b->value; };
   for (auto* lists : {&tensors.inputs, &tensors.outputs})
     for (auto& list : *lists) std::sort(list.begin(), list.end(), by_value);
-  (void)graph;
   return tensors;
 }
 
@@ -106,12 +105,6 @@ json weights_json(const ir::Graph& graph, const std::map<ir::ValueId, std::set<i
 std::string op_label(const ir::Graph& graph, ir::OpId id) {
   const auto& op = graph.op(id);
   return op.kind + (op.outputs.empty() ? "" : " " + graph.value(op.outputs.front()).name);
-}
-
-json memory_json(const cost::MemoryBreakdown& m) {
-  return {{"weights", stable_number(m.weights)},         {"grads", stable_number(m.grads)},
-          {"optimizer", stable_number(m.optimizer)},     {"activations", stable_number(m.activations)},
-          {"workspace", stable_number(m.workspace)},     {"comm_buffers", stable_number(m.comm_buffers)}};
 }
 
 json stage_json(const ir::Graph& graph, const PlanResult& result, const StageMap& map, const StageTensors& tensors,
@@ -163,7 +156,7 @@ json stage_json(const ir::Graph& graph, const PlanResult& result, const StageMap
         {"allreduce_ms", stable_number(stage.allreduce_ms)},
         {"in_flight", stage.in_flight},
         {"mem_bytes", stable_number(stage.memory.total())},
-        {"memory", memory_json(stage.memory)}}},
+        {"memory", cost::memory_to_json(stage.memory)}}},
   };
 }
 
@@ -190,7 +183,7 @@ json plan_to_json(const ir::Graph& graph, const ModelFacts& model, const partiti
                   const PlanResult& result) {
   const auto& plan = result.plan;
   StageMap map = map_stages(graph, result);
-  StageTensors tensors = stage_tensors(graph, result, map);
+  StageTensors tensors = stage_tensors(result, map);
   auto shared = weight_stages(graph, map);
   json stages = json::array();
   for (int s = 0; s < static_cast<int>(plan.stages.size()); ++s) stages.push_back(stage_json(graph, result, map, tensors, shared, s));

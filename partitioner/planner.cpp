@@ -76,13 +76,13 @@ cost::Cluster with_devices(cost::Cluster cluster, int devices) {
 
 // What would fit: the least devices (doubling) at this memory, the least memory at this count.
 std::string what_would_fit(const ir::Graph& graph, const UnitGraph& units, const Blocking& blocking,
-                           const cost::CostModel& costs, std::int64_t evaluated_batch, const PlanRequest& request) {
+                           const cost::CostModel& costs, const cost::ActivationMemory& activations,
+                           std::int64_t evaluated_batch, const PlanRequest& request) {
   auto fits = [&](const cost::Cluster& cluster) {
     PlanRequest trial = request;
     trial.cluster = cluster;
     auto configs = candidate_configs(trial, blocking.count());
     if (configs.empty()) return false;
-    auto activations = cost::activation_memory(graph, costs.requires_grad(), request.precision);
     BlockCosts blocks = block_costs(graph, units, blocking, costs, activations, evaluated_batch, sample_sizes(configs));
     RangeTable ranges(blocks);
     SearchContext context{&blocks, &ranges, &trial.cluster, request.optimizer, request.precision};
@@ -254,7 +254,7 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
     throw Error(ExitStatus::kCannotMeet,
                 "the model does not fit in " + std::to_string(request.cluster.gpus()) + " devices of " +
                     human_bytes(static_cast<double>(request.cluster.mem_bytes)) + ": " +
-                    what_would_fit(graph, units, result.partitioning.blocking, costs, evaluated_batch, request));
+                    what_would_fit(graph, units, result.partitioning.blocking, costs, activations, evaluated_batch, request));
   }
   start = Clock::now();
   double fraction = static_cast<double>(request.global_batch) / static_cast<double>(evaluated_batch);

@@ -27,11 +27,6 @@ const cost::Link& pipeline_link(const cost::Cluster& cluster, const SearchConfig
 
 }  // namespace
 
-int in_flight(cost::Schedule schedule, int stages_after, int microbatches) {
-  if (schedule == cost::Schedule::kGPipe) return microbatches;
-  return std::min(stages_after + 1, microbatches);
-}
-
 double balanced_ms(const SearchContext& context, const SearchConfig& config) {
   const BlockCosts& blocks = *context.blocks;
   int whole_microbatch = blocks.sample_index(config.microbatch_size);
@@ -163,7 +158,8 @@ std::optional<PipelineSolution> evaluate_pipeline(const StageOptions& options, s
   int devices = 0;
   for (int s = 0; s < stage_count; ++s) {
     const StageOption& stage = stages[s];
-    if (in_flight(config.schedule, stage_count - 1 - s, config.microbatches) > stage.max_in_flight) return std::nullopt;
+    int kept = cost::microbatches_in_flight(config.schedule, stage_count - 1 - s, config.microbatches);
+    if (kept > stage.max_in_flight) return std::nullopt;
     devices += stage.replicas;
     solution.sum_ms += stage.t_ms;
     solution.largest_term_ms = std::max(solution.largest_term_ms, stage.term_ms);
@@ -235,7 +231,7 @@ void BoundedProgram::relax(int begin, int option_index, const StageOption& optio
     if (devices > config_.pipeline_devices) continue;
     for (const auto& after : frontier_[option.end][devices_after]) {
       // Entries are sorted by stage count, and the microbatches in flight only grow with it.
-      if (in_flight(config_.schedule, after.stages, config_.microbatches) > option.max_in_flight) break;
+      if (cost::microbatches_in_flight(config_.schedule, after.stages, config_.microbatches) > option.max_in_flight) break;
       int stages = after.stages + 1;
       if (config_.stages ? stages > cap_ : false) continue;
       insert(targets[devices], {std::min(stages, cap_), after.sum + option.t_ms, option_index, devices_after,

@@ -119,7 +119,4 @@ std::optional<PipelineSolution> search_pipeline(const StageOptions& options, dou
 // Whether any pipeline of the config fits in memory (one round of the dynamic program).
 bool has_pipeline(const StageOptions& options);
 
-// Microbatches a stage keeps in flight: 1F1B min(stages after + 1, M), GPipe M.
-int in_flight(cost::Schedule schedule, int stages_after, int microbatches);
-
 }  // namespace rannc::partition

@@ -147,10 +147,10 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
 }
 
 TEST_CASE("the in-flight count follows the schedule", "[stage_search]") {
-  CHECK(in_flight(cost::Schedule::k1F1B, 0, 8) == 1);
-  CHECK(in_flight(cost::Schedule::k1F1B, 3, 8) == 4);
-  CHECK(in_flight(cost::Schedule::k1F1B, 20, 8) == 8);
-  CHECK(in_flight(cost::Schedule::kGPipe, 0, 8) == 8);
+  CHECK(cost::microbatches_in_flight(cost::Schedule::k1F1B, 0, 8) == 1);
+  CHECK(cost::microbatches_in_flight(cost::Schedule::k1F1B, 3, 8) == 4);
+  CHECK(cost::microbatches_in_flight(cost::Schedule::k1F1B, 20, 8) == 8);
+  CHECK(cost::microbatches_in_flight(cost::Schedule::kGPipe, 0, 8) == 8);
 }
 
 namespace {

@@ -12,6 +12,8 @@
 #include "compiler/model.h"
 #include "compiler/partition.h"
 #include "compiler/profile.h"
+#include "compiler/show.h"
+#include "compiler/verify.h"
 #include "cost_model/cluster.h"
 #include "cost_model/op_work.h"
 #include "ir/dump.h"
@@ -141,6 +143,7 @@ void add_partition_options(CLI::App& app, PartitionCommandOptions& options) {
   app.add_option("--precision", p.precision, "fp32 (default), bf16-mixed or fp16-mixed");
   app.add_option("-o,--out", p.out_dir, "output folder (default rannc-out)");
   app.add_option("--profile-db", p.profile_db, "calibrate the costs with this profile DB");
+  app.add_flag("--plan-only", p.plan_only, "write plan.json without stage files (a model whose weights are not in the file)");
   app.add_flag("--json", options.json, "print the plan summary as JSON");
 }
 
@@ -154,9 +157,45 @@ int run_partition_command(PartitionCommandOptions& options) {
   return 0;
 }
 
+struct VerifyCommandOptions {
+  VerifyOptions verify;
+  std::string model_path;
+  bool json = false;
+};
+
+void add_verify_command(CLI::App& app, VerifyCommandOptions& options, CLI::App*& command) {
+  command = app.add_subcommand("verify", "chain the stage files and compare outputs and gradients with the model");
+  command->add_option("PLAN", options.verify.plan_path, "plan.json written by the partition")->required();
+  command->add_option("--model", options.model_path, "the model, when it is no longer at the plan's path");
+  command->add_option("--tolerance", options.verify.tolerance, "largest relative difference accepted (default 1e-5)");
+  command->add_option("--seed", options.verify.seed, "seed of the random inputs and output gradients (default 0)");
+  command->add_flag("--json", options.json, "print the result as JSON");
+}
+
+// Exit 1 when a difference is beyond the tolerance (CONTRACT.md: the request is not met).
+int run_verify_command(VerifyCommandOptions& options) {
+  if (!options.model_path.empty()) options.verify.model_path = options.model_path;
+  VerifyOutcome outcome = run_verify(options.verify);
+  if (options.json) print_json(outcome.summary, 2);
+  else std::cout << outcome.text;
+  return outcome.passed ? 0 : static_cast<int>(ExitStatus::kCannotMeet);
+}
+
+struct ShowOptions {
+  std::string plan_path;
+  bool json = false;
+};
+
+int run_show(const ShowOptions& options) {
+  emit::PlanFile plan = emit::read_plan_file(options.plan_path);
+  if (options.json) print_json(show_json(plan), 2);
+  else std::cout << show_text(plan);
+  return 0;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"rannc-partition: plans hybrid pipeline/data-parallel training of a model on a cluster\n"
-               "usage: rannc-partition MODEL [--gpus N --mem SIZE ...] | inspect | profile"};
+               "usage: rannc-partition MODEL [--gpus N --mem SIZE ...] | inspect | profile | show | verify"};
   app.require_subcommand(0, 1);
   PartitionCommandOptions partition;
   add_partition_options(app, partition);
@@ -178,6 +217,13 @@ int run(int argc, char** argv) {
   profile_command->add_option("--reps", profile.profile.reps, "timed repetitions per op (default 5)");
   profile_command->add_flag("--check", profile.profile.check, "also time whole training steps and compare with the prediction");
   profile_command->add_flag("--json", profile.json, "print the report as JSON");
+  ShowOptions show;
+  auto* show_command = app.add_subcommand("show", "summarise a plan.json: stages, ranks per node, predicted time and memory");
+  show_command->add_option("PLAN", show.plan_path, "plan.json written by the partition verb")->required();
+  show_command->add_flag("--json", show.json, "print a JSON summary");
+  VerifyCommandOptions verify;
+  CLI::App* verify_command = nullptr;
+  add_verify_command(app, verify, verify_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -188,6 +234,8 @@ int run(int argc, char** argv) {
   }
   if (inspect_command->parsed()) return run_inspect(inspect);
   if (profile_command->parsed()) return run_profile_command(profile);
+  if (show_command->parsed()) return run_show(show);
+  if (verify_command->parsed()) return run_verify_command(verify);
   return run_partition_command(partition);
 }
 

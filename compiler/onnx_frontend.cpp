@@ -26,23 +26,7 @@ using onnx::TensorProto;
 // them to follow Reshape/Expand targets, and the IR records them as literals.
 constexpr int kSmallTensor = 64;
 
-ir::DType to_dtype(int elem_type) {
-  switch (elem_type) {
-    case TensorProto::FLOAT: return ir::DType::kFloat32;
-    case TensorProto::DOUBLE: return ir::DType::kFloat64;
-    case TensorProto::FLOAT16: return ir::DType::kFloat16;
-    case TensorProto::BFLOAT16: return ir::DType::kBFloat16;
-    case TensorProto::INT64: return ir::DType::kInt64;
-    case TensorProto::INT32: return ir::DType::kInt32;
-    case TensorProto::INT16: return ir::DType::kInt16;
-    case TensorProto::INT8: return ir::DType::kInt8;
-    case TensorProto::UINT8: return ir::DType::kUInt8;
-    case TensorProto::BOOL: return ir::DType::kBool;
-    case TensorProto::COMPLEX64: return ir::DType::kComplex64;
-    case TensorProto::COMPLEX128: return ir::DType::kComplex128;
-    default: return ir::DType::kUnknown;
-  }
-}
+ir::DType to_dtype(int elem_type) { return ir::dtype_from_onnx(elem_type).value_or(ir::DType::kUnknown); }
 
 std::string op_kind(const onnx::NodeProto& node) {
   bool default_domain = node.domain().empty() || node.domain() == "ai.onnx";

@@ -1,5 +1,6 @@
 #include "compiler/partition.h"
 
+#include "compiler/stage_files.h"
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -8,6 +9,9 @@
 
 #include "cost_model/cost_model.h"
 #include "cost_model/profile_db.h"
+#include "emit/launch_files.h"
+#include "emit/pictures.h"
+#include "emit/plan_file.h"
 #include "emit/plan_json.h"
 #include "partitioner/planner.h"
 #include "support/atomic_file.h"
@@ -106,6 +110,22 @@ nlohmann::json summary_json(const partition::PlanResult& result, const std::stri
             {"search", t.search_ms}, {"simulate", t.simulate_ms}, {"total", total_ms}}}};
 }
 
+// The files beside plan.json for people and schedulers. They are made from the plan as a reader
+// sees it (read back and checked), so they cannot describe anything plan.json does not say.
+void write_companion_files(const nlohmann::json& document, const std::string& plan_path, const partition::Plan& plan) {
+  emit::PlanFile file = emit::plan_from_json(document, plan_path);
+  auto beside = [&](const char* name) { return (std::filesystem::path(plan_path).parent_path() / name).string(); };
+  std::string launch = beside("launch.sh");
+  write_file_atomically(launch, emit::launch_script(file), "the launch script");
+  std::error_code ec;
+  namespace fs = std::filesystem;
+  fs::permissions(launch, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add, ec);
+  if (ec) throw InputError(launch + ": cannot make it executable: " + ec.message());
+  write_file_atomically(beside("job.sbatch"), emit::sbatch_script(file), "the SLURM job");
+  write_file_atomically(beside("schedule.svg"), emit::schedule_svg(plan, emit::plan_title(file)), "the schedule picture");
+  write_file_atomically(beside("stages.dot"), emit::stages_dot(file), "the stage graph");
+}
+
 }  // namespace
 
 PartitionReport run_partition(const PartitionOptions& options) {
@@ -124,10 +144,14 @@ PartitionReport run_partition(const PartitionOptions& options) {
 
   cost::CostModel costs(model.graph, request.cluster.device, request.precision, db ? &*db : nullptr);
   auto result = partition::plan_model(model.graph, model.batch, costs, request);
+  auto layouts = emit::stage_layouts(model.graph, result);
+  // Stage files first: plan.json, which names them, appears only once they are all written.
+  if (!options.plan_only) write_stage_files(model, layouts, options.out_dir);
   emit::ModelFacts facts{options.model_path, sha256_of_file(options.model_path),
                          std::string(model_format_name(model.format)), model.batch};
-  nlohmann::json plan = emit::plan_to_json(model.graph, facts, request, result);
+  nlohmann::json plan = emit::plan_to_json(model.graph, facts, request, result, layouts);
   write_file_atomically(plan_path, plan.dump(1) + "\n", "the plan");
+  write_companion_files(plan, plan_path, result.plan);
   double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 
   PartitionReport report;

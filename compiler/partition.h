@@ -22,6 +22,7 @@ struct PartitionOptions {
   std::optional<int> stages;
   std::optional<int> microbatches;
   std::string profile_db;
+  bool plan_only = false;  // write plan.json without stage files
 };
 
 struct PartitionReport {

@@ -1,6 +1,10 @@
 // The torch plugin's entry point: the one symbol the loader looks up.
 #include "compiler/torch_plugin.h"
 
+#include "compiler/torchscript_source.h"
+#include "emit/torchscript_stages.h"
+#include "support/error.h"
+
 namespace rannc {
 
 // torchscript_frontend.cpp
@@ -12,8 +16,22 @@ std::vector<std::optional<cost::OpMeasurement>> profile_torchscript_ops(const Mo
                                                                         const std::vector<bool>& requires_grad, int reps,
                                                                         const TorchPlugin::Progress& progress);
 TorchPlugin::StepMeasurement measure_torchscript_step(const Model& model, int reps);
+// torch_verify.cpp
+TorchPlugin::VerifyReport verify_stages(const TorchPlugin::VerifyRequest& request);
 
 namespace {
+
+// Saves to `path`; a libtorch failure becomes one line naming `what`.
+template <typename Build>
+void save_module(const std::string& what, const std::string& path, const Build& build) {
+  try {
+    build().save(path);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw InputError(what + ": " + torch_message(e));
+  }
+}
 
 class TorchPluginImpl : public TorchPlugin {
  public:
@@ -29,6 +47,15 @@ class TorchPluginImpl : public TorchPlugin {
   StepMeasurement measure_training_step(const Model& model, int reps) override {
     return measure_torchscript_step(model, reps);
   }
+  void save_torchscript_stage(const Model& model, const emit::StageLayout& stage, const std::string& path) override {
+    save_module("stage " + std::to_string(stage.id) + ": cannot build the stage file", path,
+                [&] { return emit::torchscript_stage_module(model, stage); });
+  }
+  void save_source_stage(const emit::StageSource& stage, const std::string& path) override {
+    save_module(path + ": the generated TorchScript does not compile", path,
+                [&] { return emit::source_stage_module(stage, "Stage"); });
+  }
+  VerifyReport verify(const VerifyRequest& request) override { return verify_stages(request); }
 };
 
 }  // namespace

@@ -5,12 +5,16 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "compiler/model.h"
 #include "cost_model/profile_db.h"
+#include "emit/onnx_stage_source.h"
+#include "emit/plan_file.h"
+#include "emit/stage_layout.h"
 
 namespace rannc {
 
@@ -47,6 +51,35 @@ class TorchPlugin {
     int reps = 0;
   };
   virtual StepMeasurement measure_training_step(const Model& model, int reps) = 0;
+
+  // Stage files (emit/torchscript_stages.cpp). A TorchScript model's stage is its own nodes
+  // cloned into a new module; an ONNX model's is generated source compiled with define().
+  // Both save to `path`; errors are InputError naming the stage.
+  virtual void save_torchscript_stage(const Model& model, const emit::StageLayout& stage, const std::string& path) = 0;
+  virtual void save_source_stage(const emit::StageSource& stage, const std::string& path) = 0;
+
+  // verify (compiler/torch_verify.cpp): chains the plan's stage files over one pipeline's
+  // microbatches and compares forward outputs and parameter gradients with the unpartitioned
+  // model. For an ONNX model, `reference` is the whole model as one generated stage and
+  // `reference_names` maps its attribute names to the model's weight names.
+  struct VerifyRequest {
+    const Model* model = nullptr;
+    const emit::PlanFile* plan = nullptr;
+    std::optional<emit::StageSource> reference;
+    std::map<std::string, std::string> reference_names;
+    std::uint64_t seed = 0;
+  };
+  struct Difference {
+    std::string what;  // "output logits", "gradient tok_emb.weight"
+    double max_abs = 0, max_rel = 0;
+  };
+  struct VerifyReport {
+    std::int64_t samples = 0;       // one pipeline's share of the global batch
+    std::int64_t reference_chunk = 0;  // samples per reference forward (see torch_verify.cpp)
+    std::vector<Difference> outputs, gradients;
+    std::vector<std::string> problems;  // parameters missing on one side, shape mismatches
+  };
+  virtual VerifyReport verify(const VerifyRequest& request) = 0;
 };
 
 // Loads the plugin once: from $RANNC_TORCH_PLUGIN, else from the executable's folder or

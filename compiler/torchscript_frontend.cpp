@@ -26,8 +26,32 @@
 namespace rannc {
 
 std::string torch_message(const std::exception& e) {
-  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return first_line(c10_error->what_without_backtrace());
-  return first_line(e.what());
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string text = c10_error ? c10_error->what_without_backtrace() : e.what();
+  // The TorchScript interpreter puts a TorchScript traceback first and the error last.
+  constexpr std::string_view kInterpreter = "The following operation failed in the TorchScript interpreter.";
+  if (text.rfind(kInterpreter, 0) == 0) {
+    auto end = text.find_last_not_of(" \n");
+    auto begin = text.rfind('\n', end);
+    if (end != std::string::npos && begin != std::string::npos) return text.substr(begin + 1, end - begin);
+  }
+  return first_line(text);
+}
+
+std::optional<at::ScalarType> to_scalar_type(ir::DType dtype) {
+  switch (dtype) {
+    case ir::DType::kFloat32: return at::kFloat;
+    case ir::DType::kFloat64: return at::kDouble;
+    case ir::DType::kFloat16: return at::kHalf;
+    case ir::DType::kBFloat16: return at::kBFloat16;
+    case ir::DType::kInt64: return at::kLong;
+    case ir::DType::kInt32: return at::kInt;
+    case ir::DType::kInt16: return at::kShort;
+    case ir::DType::kInt8: return at::kChar;
+    case ir::DType::kUInt8: return at::kByte;
+    case ir::DType::kBool: return at::kBool;
+    default: return std::nullopt;
+  }
 }
 
 namespace {
@@ -50,22 +74,6 @@ ir::DType to_dtype(at::ScalarType type) {
     case at::kComplexFloat: return ir::DType::kComplex64;
     case at::kComplexDouble: return ir::DType::kComplex128;
     default: return ir::DType::kUnknown;
-  }
-}
-
-std::optional<at::ScalarType> to_scalar_type(ir::DType dtype) {
-  switch (dtype) {
-    case ir::DType::kFloat32: return at::kFloat;
-    case ir::DType::kFloat64: return at::kDouble;
-    case ir::DType::kFloat16: return at::kHalf;
-    case ir::DType::kBFloat16: return at::kBFloat16;
-    case ir::DType::kInt64: return at::kLong;
-    case ir::DType::kInt32: return at::kInt;
-    case ir::DType::kInt16: return at::kShort;
-    case ir::DType::kInt8: return at::kChar;
-    case ir::DType::kUInt8: return at::kByte;
-    case ir::DType::kBool: return at::kBool;
-    default: return std::nullopt;
   }
 }
 

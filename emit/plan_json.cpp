@@ -12,91 +12,29 @@ namespace {
 using nlohmann::json;
 using partition::PlanResult;
 
-// Which stage runs each unit, and the ops of each stage.
-struct StageMap {
-  std::vector<int> stage_of_unit;
-  std::vector<std::vector<ir::OpId>> ops;  // per stage, in graph order, without repeats
-};
-
-StageMap map_stages(const ir::Graph& graph, const PlanResult& result) {
-  const auto& blocking = result.partitioning.blocking;
-  const auto& units = result.partitioning.units;
-  StageMap map;
-  map.stage_of_unit.assign(units.units.size(), -1);
-  map.ops.resize(result.plan.stages.size());
-  std::vector<int> stamp(graph.ops().size(), -1);
-  for (int s = 0; s < static_cast<int>(result.plan.stages.size()); ++s) {
-    const auto& option = result.plan.stages[s].option;
-    for (int i = blocking.begin(option.begin); i < blocking.end(option.end - 1); ++i) {
-      int unit = blocking.order[i];
-      map.stage_of_unit[unit] = s;
-      for (auto op : units.units[unit].ops) {
-        if (stamp[op] == s) continue;
-        stamp[op] = s;
-        map.ops[s].push_back(op);
-      }
-    }
-    std::sort(map.ops[s].begin(), map.ops[s].end());
-  }
-  return map;
-}
-
-// A tensor's shape on one replica for one microbatch: the batch dim holds `samples`.
+// A tensor's shape on one replica for one microbatch: the batch dim holds `samples` (when
+// `samples` is negative, the shape stays as evaluated).
 json replica_shape(const ir::Value& value, int samples) {
   auto shape = value.type.shape;
-  if (value.type.batch_dim >= 0 && value.type.batch_dim < static_cast<int>(shape.size())) shape[value.type.batch_dim] = samples;
+  if (samples >= 0 && value.type.batch_dim >= 0 && value.type.batch_dim < static_cast<int>(shape.size())) shape[value.type.batch_dim] = samples;
   return shape;
 }
 
+// batch_dim is where the runtime slices a microbatch among replicas (-1: not batched).
 json tensor_json(const ir::Value& value, int samples) {
-  return {{"name", value.name}, {"shape", replica_shape(value, samples)}, {"dtype", std::string(ir::dtype_name(value.type.dtype))}};
+  return {{"name", value.name},
+          {"shape", replica_shape(value, samples)},
+          {"dtype", std::string(ir::dtype_name(value.type.dtype))},
+          {"batch_dim", value.type.batch_dim}};
 }
 
-struct StageTensors {
-  std::vector<std::vector<const partition::CrossingTensor*>> inputs, outputs;  // per stage, by value id
-};
-
-StageTensors stage_tensors(const PlanResult& result, const StageMap& map) {
-  std::size_t stages = result.plan.stages.size();
-  StageTensors tensors{std::vector<std::vector<const partition::CrossingTensor*>>(stages),
-                       std::vector<std::vector<const partition::CrossingTensor*>>(stages)};
-  for (const auto& tensor : result.partitioning.units.tensors) {
-    int producer = tensor.producer < 0 ? -1 : map.stage_of_unit[tensor.producer];
-    std::set<int> readers;
-    for (int unit : tensor.consumers)
-      if (map.stage_of_unit[unit] != producer) readers.insert(map.stage_of_unit[unit]);
-    for (int stage : readers) tensors.inputs[stage].push_back(&tensor);
-    if (producer >= 0 && (!readers.empty() || tensor.model_output)) tensors.outputs[producer].push_back(&tensor);
-  }
-  auto by_value = [](const partition::CrossingTensor* a, const partition::CrossingTensor* b) { return a->value < b->value; };
-  for (auto* lists : {&tensors.inputs, &tensors.outputs})
-    for (auto& list : *lists) std::sort(list.begin(), list.end(), by_value);
-  return tensors;
-}
-
-// The weights each stage reads, and the stages that share each (tied weights).
-std::map<ir::ValueId, std::set<int>> weight_stages(const ir::Graph& graph, const StageMap& map) {
-  std::map<ir::ValueId, std::set<int>> stages;
-  for (int s = 0; s < static_cast<int>(map.ops.size()); ++s)
-    for (auto op : map.ops[s])
-      for (auto input : graph.op(op).inputs)
-        if (graph.value(input).is_weight() && graph.value(input).is_tensor()) stages[input].insert(s);
-  return stages;
-}
-
-json weights_json(const ir::Graph& graph, const std::map<ir::ValueId, std::set<int>>& shared, int stage, ir::ValueRole role) {
+json weights_json(const ir::Graph& graph, const std::vector<StageWeight>& weights) {
   json list = json::array();
-  for (const auto& [id, stages] : shared) {
-    const auto& value = graph.value(id);
-    if (value.role != role || !stages.count(stage)) continue;
-    json entry = {{"name", value.name}, {"numel", value.type.numel()}, {"bytes", value.type.bytes()}};
-    if (role == ir::ValueRole::kParam) entry["stage_name"] = "p" + std::to_string(list.size());
-    if (stages.size() > 1) {
-      json others = json::array();
-      for (int other : stages)
-        if (other != stage) others.push_back(other);
-      entry["shared_with"] = others;
-    }
+  for (const auto& weight : weights) {
+    const auto& value = graph.value(weight.value);
+    json entry = {{"name", value.name}, {"stage_name", weight.stage_name}, {"numel", value.type.numel()},
+                  {"bytes", value.type.bytes()}};
+    if (!weight.shared_with.empty()) entry["shared_with"] = weight.shared_with;
     list.push_back(entry);
   }
   return list;
@@ -107,46 +45,43 @@ std::string op_label(const ir::Graph& graph, ir::OpId id) {
   return op.kind + (op.outputs.empty() ? "" : " " + graph.value(op.outputs.front()).name);
 }
 
-json stage_json(const ir::Graph& graph, const PlanResult& result, const StageMap& map, const StageTensors& tensors,
-                const std::map<ir::ValueId, std::set<int>>& shared, int s) {
+json stage_json(const ir::Graph& graph, const PlanResult& result, const StageLayout& layout) {
+  int s = layout.id;
   const auto& stage = result.plan.stages[s];
   const auto& config = result.plan.config;
   int samples = config.microbatch_size / stage.option.replicas;
   const auto& units = result.partitioning.units;
   const auto& blocking = result.partitioning.blocking;
   json inputs = json::array(), outputs = json::array();
-  for (const auto* tensor : tensors.inputs[s]) {
-    json entry = tensor_json(graph.value(tensor->value), samples);
-    if (tensor->producer < 0) {
-      entry["source"] = {{"model_input", graph.value(tensor->value).name}};
+  for (const auto& input : layout.inputs) {
+    json entry = tensor_json(graph.value(input.value), samples);
+    if (input.from_stage < 0) {
+      entry["source"] = {{"model_input", graph.value(input.value).name}};
     } else {
-      int from = map.stage_of_unit[tensor->producer];
-      const auto& sent = tensors.outputs[from];
-      auto index = std::find(sent.begin(), sent.end(), tensor) - sent.begin();
-      entry["source"] = {{"stage", from}, {"output", index}};
+      entry["source"] = {{"stage", input.from_stage}, {"output", input.from_output}};
     }
     inputs.push_back(entry);
   }
-  for (const auto* tensor : tensors.outputs[s]) {
-    json entry = tensor_json(graph.value(tensor->value), samples);
-    if (tensor->model_output) entry["model_output"] = true;
+  for (const auto& output : layout.outputs) {
+    json entry = tensor_json(graph.value(output.value), samples);
+    if (output.model_output) entry["model_output"] = true;
     outputs.push_back(entry);
   }
   int first_unit = blocking.order[blocking.begin(stage.option.begin)];
   int last_unit = blocking.order[blocking.end(stage.option.end - 1) - 1];
   return {
       {"id", s},
-      {"file", "stage_" + std::to_string(s) + ".pt"},
+      {"file", layout.file},
       {"ranks", stage.ranks},
       {"replicas", stage.ranks.size()},
       {"replicas_per_pipeline", stage.option.replicas},
       {"blocks", {stage.option.begin, stage.option.end}},  // half-open [begin, end)
       {"op_range", op_label(graph, units.units[first_unit].anchor) + " .. " + op_label(graph, units.units[last_unit].anchor)},
-      {"ops", map.ops[s]},
+      {"ops", layout.ops},
       {"inputs", inputs},
       {"outputs", outputs},
-      {"params", weights_json(graph, shared, s, ir::ValueRole::kParam)},
-      {"buffers", weights_json(graph, shared, s, ir::ValueRole::kBuffer)},
+      {"params", weights_json(graph, layout.params)},
+      {"buffers", weights_json(graph, layout.buffers)},
       {"recompute", stage.option.recompute},
       {"offload", false},
       {"predicted",
@@ -173,20 +108,20 @@ json model_json(const ir::Graph& graph, const ModelFacts& model) {
     params += graph.value(id).type.numel();
     param_bytes += graph.value(id).type.bytes();
   }
+  // The example inputs the model was evaluated with, so verify can load it again.
+  json inputs = json::array();
+  for (auto id : graph.values_with_role(ir::ValueRole::kModelInput)) inputs.push_back(tensor_json(graph.value(id), -1));
   return {{"path", model.path}, {"sha256", model.sha256}, {"format", model.format}, {"params", params},
-          {"param_bytes", param_bytes}, {"evaluated_batch", model.evaluated_batch}};
+          {"param_bytes", param_bytes}, {"evaluated_batch", model.evaluated_batch}, {"inputs", inputs}};
 }
 
 }  // namespace
 
 json plan_to_json(const ir::Graph& graph, const ModelFacts& model, const partition::PlanRequest& request,
-                  const PlanResult& result) {
+                  const PlanResult& result, const std::vector<StageLayout>& layouts) {
   const auto& plan = result.plan;
-  StageMap map = map_stages(graph, result);
-  StageTensors tensors = stage_tensors(result, map);
-  auto shared = weight_stages(graph, map);
   json stages = json::array();
-  for (int s = 0; s < static_cast<int>(plan.stages.size()); ++s) stages.push_back(stage_json(graph, result, map, tensors, shared, s));
+  for (const auto& layout : layouts) stages.push_back(stage_json(graph, result, layout));
   json document = {
       {"format", kPlanFormat},
       {"version", kPlanVersion},

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ir/graph.h"
+#include "emit/stage_layout.h"
 #include "partitioner/planner.h"
 
 namespace rannc::emit {
@@ -23,6 +24,6 @@ inline constexpr const char* kPlanFormat = "rannc-plan";
 inline constexpr int kPlanVersion = 1;
 
 nlohmann::json plan_to_json(const ir::Graph& graph, const ModelFacts& model, const partition::PlanRequest& request,
-                            const partition::PlanResult& result);
+                            const partition::PlanResult& result, const std::vector<StageLayout>& layouts);
 
 }  // namespace rannc::emit

@@ -63,4 +63,22 @@ bool is_floating_point(DType dtype) {
          dtype == DType::kBFloat16;
 }
 
+std::optional<DType> dtype_from_onnx(int elem_type) {
+  switch (elem_type) {
+    case 1: return DType::kFloat32;
+    case 2: return DType::kUInt8;
+    case 3: return DType::kInt8;
+    case 5: return DType::kInt16;
+    case 6: return DType::kInt32;
+    case 7: return DType::kInt64;
+    case 9: return DType::kBool;
+    case 10: return DType::kFloat16;
+    case 11: return DType::kFloat64;
+    case 14: return DType::kComplex64;
+    case 15: return DType::kComplex128;
+    case 16: return DType::kBFloat16;
+    default: return std::nullopt;
+  }
+}
+
 }  // namespace rannc::ir

@@ -32,6 +32,10 @@ std::optional<DType> parse_dtype(std::string_view name);
 // Bytes per element; 0 for kUnknown.
 int dtype_size(DType dtype);
 
+// The dtype of an ONNX TensorProto.DataType code (stable numbers of the ONNX spec, so the IR
+// needs no ONNX headers); nullopt for types the IR does not have (strings, unsigned > 8 bit).
+std::optional<DType> dtype_from_onnx(int elem_type);
+
 bool is_floating_point(DType dtype);
 
 }  // namespace rannc::ir

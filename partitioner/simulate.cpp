@@ -5,6 +5,33 @@
 #include <stdexcept>
 
 namespace rannc::partition {
+namespace {
+
+// The transfer a finished task starts: a forward sends its outputs to the next stage, a
+// backward sends its input gradients to the previous one. Both take the receiving side's
+// transfer_ms (see SimulatedStage), as ready_at in simulate() assumes.
+void record_transfer(Simulation& result, const std::vector<SimulatedStage>& stages, int stage, int microbatch,
+                     bool backward, double sent_ms) {
+  int to = backward ? stage - 1 : stage + 1;
+  if (to < 0 || to >= static_cast<int>(stages.size())) return;
+  double length = stages[backward ? stage : to].transfer_ms;
+  if (length <= 0) return;
+  auto kind = backward ? TaskKind::kGradientTransfer : TaskKind::kActivationTransfer;
+  result.tasks.push_back({to, microbatch, kind, sent_ms, sent_ms + length, stage});
+}
+
+}  // namespace
+
+const char* task_kind_name(TaskKind kind) {
+  switch (kind) {
+    case TaskKind::kForward: return "forward";
+    case TaskKind::kBackward: return "backward";
+    case TaskKind::kActivationTransfer: return "activation transfer";
+    case TaskKind::kGradientTransfer: return "gradient transfer";
+    case TaskKind::kAllreduce: return "gradient allreduce";
+  }
+  return "task";
+}
 
 std::vector<std::pair<int, bool>> stage_task_order(cost::Schedule schedule, int stage, int stages, int microbatches) {
   std::vector<std::pair<int, bool>> order;
@@ -58,12 +85,14 @@ Simulation simulate(const std::vector<SimulatedStage>& stages, const std::vector
     result.busy_ms[pick] += length;
     in_flight[pick] += backward ? -1 : 1;
     result.max_in_flight[pick] = std::max(result.max_in_flight[pick], in_flight[pick]);
-    result.tasks.push_back({pick, m, backward, pick_start, end});
+    result.tasks.push_back({pick, m, backward ? TaskKind::kBackward : TaskKind::kForward, pick_start, end});
+    record_transfer(result, stages, pick, m, backward, end);
     ++done;
   }
   double busy = 0, ranks = 0;
   for (int s = 0; s < count; ++s) {
     result.finish_ms.push_back(free_at[s] + stages[s].allreduce_ms);
+    if (stages[s].allreduce_ms > 0) result.tasks.push_back({s, -1, TaskKind::kAllreduce, free_at[s], result.finish_ms.back()});
     result.iteration_ms = std::max(result.iteration_ms, result.finish_ms.back());
     busy += result.busy_ms[s] * replicas[s];
     ranks += replicas[s];

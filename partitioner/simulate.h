@@ -5,6 +5,7 @@
 // allreduces its gradients. All pipelines are identical, so one is simulated.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "cost_model/memory.h"
@@ -17,11 +18,25 @@ struct SimulatedStage {
   double allreduce_ms = 0;
 };
 
-// One box of the timeline, for reports and pictures.
+// What a box of the timeline is. Compute and the allreduce occupy the stage; transfers run
+// beside compute (their own stream) and only delay the task that waits for them.
+enum class TaskKind : std::uint8_t {
+  kForward,
+  kBackward,
+  kActivationTransfer,  // a microbatch's inputs arriving from the previous stage
+  kGradientTransfer,    // the gradients of a stage's outputs arriving from the next stage
+  kAllreduce,           // the stage's gradients among its replicas, after its last backward
+};
+const char* task_kind_name(TaskKind kind);
+
+// One box of the timeline, for reports and pictures. Zero-length transfers and allreduces
+// are not recorded.
 struct SimulatedTask {
-  int stage = 0, microbatch = 0;
-  bool backward = false;
+  int stage = 0;       // the stage that computes, or receives the transfer
+  int microbatch = 0;  // -1 for the allreduce
+  TaskKind kind = TaskKind::kForward;
   double start_ms = 0, end_ms = 0;
+  int peer = -1;       // transfers: the stage that sends
 };
 
 struct Simulation {
@@ -29,7 +44,7 @@ struct Simulation {
   std::vector<double> busy_ms;        // per stage: compute time in the step
   std::vector<double> finish_ms;      // per stage: end of its gradient allreduce
   std::vector<int> max_in_flight;     // per stage: most microbatches between forward and backward
-  std::vector<SimulatedTask> tasks;   // in the order they were scheduled
+  std::vector<SimulatedTask> tasks;   // in the order they were scheduled; the allreduces last
   double bubble_fraction = 0;         // idle share of the step, over the stages' replicas
 };
 

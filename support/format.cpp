@@ -1,5 +1,6 @@
 #include "support/format.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace rannc {
@@ -40,6 +41,19 @@ std::string human_ms(double ms) {
   char text[64];
   if (ms >= 1000) std::snprintf(text, sizeof text, "%.3f s", ms / 1000);
   else std::snprintf(text, sizeof text, ms >= 10 ? "%.1f ms" : "%.3f ms", ms);
+  return text;
+}
+
+std::string ranges_text(std::vector<int> numbers) {
+  std::sort(numbers.begin(), numbers.end());
+  std::string text;
+  for (std::size_t i = 0; i < numbers.size();) {
+    std::size_t j = i;
+    while (j + 1 < numbers.size() && numbers[j + 1] <= numbers[j] + 1) ++j;
+    text += (text.empty() ? "" : ",") + std::to_string(numbers[i]);
+    if (numbers[j] != numbers[i]) text += "-" + std::to_string(numbers[j]);
+    i = j + 1;
+  }
   return text;
 }
 

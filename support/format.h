@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace rannc {
 
@@ -14,5 +15,7 @@ std::string human_bytes(double bytes);
 std::string human_flops(double flops);
 // "12.3 ms", "1.234 s"
 std::string human_ms(double ms);
+// Ranks and the like as runs: {0, 1, 2, 3, 8} -> "0-3,8" (sorted first).
+std::string ranges_text(std::vector<int> numbers);
 
 }  // namespace rannc

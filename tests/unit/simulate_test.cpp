@@ -2,6 +2,8 @@
 
 #include "partitioner/simulate.h"
 
+#include <string>
+
 namespace rannc::partition {
 
 TEST_CASE("1F1B over equal stages takes (M + S - 1) slots and keeps S - s microbatches", "[simulate]") {
@@ -30,6 +32,38 @@ TEST_CASE("transfers delay neighbours and the allreduce ends the step", "[simula
   CHECK(result.iteration_ms == Approx(10.0));
   // Stage 0 has two replicas busy 2 ms each, stage 1 one: 6 of 3 x 10 rank-ms.
   CHECK(result.bubble_fraction == Approx(1 - 6.0 / 30.0));
+}
+
+TEST_CASE("the timeline records transfers and the allreduce beside compute", "[simulate]") {
+  std::vector<SimulatedStage> stages{{1.0, 1.0, 0.0, 5.0}, {1.0, 1.0, 0.5, 0.0}};
+  auto result = simulate(stages, {2, 1}, 1, cost::Schedule::k1F1B);
+  struct Box {
+    int stage, microbatch;
+    TaskKind kind;
+    double start, end;
+    int peer;
+  };
+  // F0, activations 0 -> 1, F1, B1, gradients 1 -> 0, B0, then stage 0's allreduce (stage 1
+  // has one replica: no allreduce box).
+  std::vector<Box> expected{{0, 0, TaskKind::kForward, 0, 1, -1},
+                            {1, 0, TaskKind::kActivationTransfer, 1, 1.5, 0},
+                            {1, 0, TaskKind::kForward, 1.5, 2.5, -1},
+                            {1, 0, TaskKind::kBackward, 2.5, 3.5, -1},
+                            {0, 0, TaskKind::kGradientTransfer, 3.5, 4, 1},
+                            {0, 0, TaskKind::kBackward, 4, 5, -1},
+                            {0, -1, TaskKind::kAllreduce, 5, 10, -1}};
+  REQUIRE(result.tasks.size() == expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    INFO("task " << i);
+    const auto& task = result.tasks[i];
+    CHECK(task.stage == expected[i].stage);
+    CHECK(task.microbatch == expected[i].microbatch);
+    CHECK(task.kind == expected[i].kind);
+    CHECK(task.start_ms == Approx(expected[i].start));
+    CHECK(task.end_ms == Approx(expected[i].end));
+    CHECK(task.peer == expected[i].peer);
+  }
+  CHECK(std::string(task_kind_name(TaskKind::kAllreduce)) == "gradient allreduce");
 }
 
 TEST_CASE("a slow stage sets the steady state", "[simulate]") {

@@ -1,0 +1,176 @@
+#include "compiler/show.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "support/format.h"
+#include "support/stable_number.h"
+
+namespace rannc {
+namespace {
+
+using emit::PlanFile;
+using emit::PlanStage;
+
+std::string plural(std::int64_t n, const std::string& noun, const std::string& nouns = "") {
+  return std::to_string(n) + " " + (n == 1 ? noun : nouns.empty() ? noun + "s" : nouns);
+}
+
+// Of a memory limit: rounded down, so a stage just under its limit never shows 100%.
+std::string percent_of_limit(double fraction) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.0f%%", std::floor(100 * fraction + 1e-9));
+  return text;
+}
+
+// A stage's ranks by the node they sit on (rank r is on node r / K).
+std::map<int, std::vector<int>> ranks_by_node(const std::vector<int>& ranks, int gpus_per_node) {
+  std::map<int, std::vector<int>> nodes;
+  for (int rank : ranks) nodes[rank / gpus_per_node].push_back(rank);
+  return nodes;
+}
+
+// "node 0: 0-3; node 1: 8-11"
+std::string node_ranks_text(const std::vector<int>& ranks, int gpus_per_node) {
+  std::string text;
+  for (const auto& [node, on_node] : ranks_by_node(ranks, gpus_per_node))
+    text += (text.empty() ? "" : "; ") + ("node " + std::to_string(node) + ": " + ranges_text(on_node));
+  return text;
+}
+
+std::string blocks_text(const PlanStage& stage) {
+  if (stage.blocks.size() != 2) return "-";
+  return std::to_string(stage.blocks[0]) + "-" + std::to_string(stage.blocks[1] - 1);
+}
+
+double memory_fraction(const PlanFile& plan, double bytes) {
+  return plan.mem_bytes > 0 ? bytes / static_cast<double>(plan.mem_bytes) : 0;
+}
+
+// A table whose columns are as wide as their widest cell; the last column is left ragged.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header, std::string right_aligned)
+      : right_(std::move(right_aligned)) { rows_.push_back(std::move(header)); }
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+
+  std::string text() const {
+    std::vector<std::size_t> widths(rows_.front().size(), 0);
+    for (const auto& row : rows_)
+      for (std::size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+    std::ostringstream out;
+    for (const auto& row : rows_) {
+      std::string line;
+      for (std::size_t c = 0; c < row.size(); ++c) {
+        std::string pad(widths[c] - row[c].size(), ' ');
+        bool last = c + 1 == row.size();
+        line += (c ? "  " : "") + (right_[c] == 'r' ? pad + row[c] : row[c] + (last ? "" : pad));
+      }
+      out << line << "\n";
+    }
+    return out.str();
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+  std::string right_;  // per column: 'r' right-aligned, 'l' left
+};
+
+std::string stage_table(const PlanFile& plan) {
+  Table table({"stage", "blocks", "replicas", "ranks", "recompute", "fwd / mb", "bwd / mb", "memory / rank vs limit", "ops"},
+              "rrlllrrll");
+  for (const auto& stage : plan.stages) {
+    table.add({std::to_string(stage.id), blocks_text(stage),
+               std::to_string(stage.replicas_per_pipeline) + " x " + std::to_string(plan.pipelines),
+               node_ranks_text(stage.ranks, plan.gpus_per_node), stage.recompute ? "yes" : "no",
+               human_ms(stage.predicted_fwd_ms), human_ms(stage.predicted_bwd_ms),
+               human_bytes(stage.predicted_mem_bytes) + " / " + human_bytes(static_cast<double>(plan.mem_bytes)) + " (" +
+                   percent_of_limit(memory_fraction(plan, stage.predicted_mem_bytes)) + ")",
+               stage.op_range});
+  }
+  return table.text();
+}
+
+std::string unused_text(const PlanFile& plan) {
+  if (plan.unused_ranks.empty()) return "none";
+  return plural(static_cast<std::int64_t>(plan.unused_ranks.size()), "device") + " (" +
+         node_ranks_text(plan.unused_ranks, plan.gpus_per_node) + "): " + plan.unused_reason;
+}
+
+nlohmann::json stage_json(const PlanFile& plan, const PlanStage& stage) {
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const auto& [node, ranks] : ranks_by_node(stage.ranks, plan.gpus_per_node))
+    nodes.push_back({{"node", node}, {"ranks", ranks}});
+  nlohmann::json entry = {{"id", stage.id},
+                          {"replicas", stage.ranks.size()},
+                          {"replicas_per_pipeline", stage.replicas_per_pipeline},
+                          {"nodes", nodes},
+                          {"recompute", stage.recompute},
+                          {"fwd_ms", stable_number(stage.predicted_fwd_ms)},
+                          {"bwd_ms", stable_number(stage.predicted_bwd_ms)},
+                          {"mem_bytes", stable_number(stage.predicted_mem_bytes)},
+                          {"mem_fraction", stable_number(memory_fraction(plan, stage.predicted_mem_bytes))}};
+  if (!stage.op_range.empty()) entry["op_range"] = stage.op_range;
+  if (stage.blocks.size() == 2) entry["blocks"] = stage.blocks;
+  return entry;
+}
+
+}  // namespace
+
+std::string show_text(const PlanFile& plan) {
+  std::ostringstream out;
+  out << "plan       " << plan.path << "\n"
+      << "model      " << plan.model_path << " (" << plan.model_format << ", " << with_commas(plan.model_params)
+      << " params, sha256 " << plan.model_sha256.substr(0, 12) << ")\n"
+      << "cluster    " << plan.gpus << " x " << plan.device << " in " << plural(plan.nodes, "node") << " of "
+      << plan.gpus_per_node << ", " << human_bytes(static_cast<double>(plan.mem_bytes)) << " per device\n"
+      << "batch      " << plan.global_batch << " = " << plural(plan.pipelines, "pipeline") << " x "
+      << plural(plan.microbatches, "microbatch", "microbatches") << " x " << plural(plan.microbatch_size, "sample") << ", "
+      << plan.schedule << ", " << plan.optimizer << ", " << plan.precision << "\n"
+      << "layout     " << plural(static_cast<std::int64_t>(plan.stages.size()), "stage") << " x "
+      << plural(plan.pipelines, "pipeline") << " on " << plural(static_cast<std::int64_t>(plan.ranks.size()), "rank")
+      << "\n\n"
+      << stage_table(plan) << "\n";
+  char summary[256];
+  std::snprintf(summary, sizeof summary, "predicted  step %s, %.1f samples/s, bubble %.0f%%, lower bound %s, efficiency %.0f%%\n",
+                human_ms(plan.iteration_ms).c_str(), plan.samples_per_s, 100 * plan.bubble_fraction,
+                human_ms(plan.lower_bound_ms).c_str(), 100 * plan.efficiency);
+  out << summary << "peak       " << human_bytes(plan.peak_mem_bytes) << " per device of "
+      << human_bytes(static_cast<double>(plan.mem_bytes)) << " (" << percent_of_limit(memory_fraction(plan, plan.peak_mem_bytes))
+      << ")\n"
+      << "unused     " << unused_text(plan) << "\n";
+  return out.str();
+}
+
+nlohmann::json show_json(const PlanFile& plan) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& stage : plan.stages) stages.push_back(stage_json(plan, stage));
+  return {{"plan", plan.path},
+          {"model", {{"path", plan.model_path}, {"format", plan.model_format}, {"params", plan.model_params}}},
+          {"cluster",
+           {{"gpus", plan.gpus}, {"nodes", plan.nodes}, {"gpus_per_node", plan.gpus_per_node}, {"device", plan.device},
+            {"mem_bytes", plan.mem_bytes}}},
+          {"batch",
+           {{"global", plan.global_batch}, {"pipelines", plan.pipelines}, {"microbatches", plan.microbatches},
+            {"microbatch_size", plan.microbatch_size}}},
+          {"schedule", plan.schedule},
+          {"optimizer", plan.optimizer},
+          {"precision", plan.precision},
+          {"ranks", plan.ranks.size()},
+          {"stages", stages},
+          {"predicted",
+           {{"iteration_ms", stable_number(plan.iteration_ms)},
+            {"samples_per_s", stable_number(plan.samples_per_s)},
+            {"bubble_fraction", stable_number(plan.bubble_fraction)},
+            {"lower_bound_ms", stable_number(plan.lower_bound_ms)},
+            {"efficiency", stable_number(plan.efficiency)},
+            {"peak_mem_bytes", stable_number(plan.peak_mem_bytes)},
+            {"peak_mem_fraction", stable_number(memory_fraction(plan, plan.peak_mem_bytes))}}},
+          {"unused_devices",
+           {{"count", plan.unused_ranks.size()}, {"ranks", plan.unused_ranks}, {"reason", plan.unused_reason}}}};
+}
+
+}  // namespace rannc

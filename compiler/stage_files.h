@@ -1,0 +1,17 @@
+// Writing the stage files of a plan (CONTRACT.md "Stage files") beside plan.json.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compiler/model.h"
+#include "emit/stage_layout.h"
+
+namespace rannc {
+
+// One TorchScript file per stage, each written under a temporary name and renamed, so a
+// failure leaves no half-written file. Throws InputError for an ONNX op without a mapping or
+// weights that are not in the file (a shape-only model: plan it with --plan-only).
+void write_stage_files(const Model& model, const std::vector<emit::StageLayout>& stages, const std::string& folder);
+
+}  // namespace rannc

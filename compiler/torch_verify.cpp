@@ -1,0 +1,448 @@
+// verify (part of the torch plugin): the stage files, chained as the runtime chains them, must
+// compute what the model computes.
+//
+// One pipeline's share of a step (microbatches x microbatch size samples) runs through the
+// stages: each microbatch is cut into per-replica slices for every stage, as the runtime cuts
+// it, forward stage by stage, then backward in reverse with each stage's input gradients
+// handed to the stage that produced the input. The reference is the unpartitioned model run
+// on chunks of the same samples, with gradients accumulated. Both backward passes start from
+// the same random output gradients, so every parameter gradient is compared, not just a loss.
+//
+// Ops that mix samples (train-mode BatchNorm) and outputs without a batch dim (a loss) see a
+// stage's replica slice; the reference then runs on chunks of that same size, which must
+// therefore agree across such stages.
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "compiler/torch_plugin.h"
+#include "compiler/torchscript_source.h"
+#include "emit/torchscript_stages.h"
+#include "support/error.h"
+
+namespace rannc {
+namespace {
+
+using Tensors = std::vector<at::Tensor>;
+using Report = TorchPlugin::VerifyReport;
+
+at::Tensor slice(const at::Tensor& t, int batch_dim, std::int64_t begin, std::int64_t length) {
+  return batch_dim < 0 ? t : t.narrow(batch_dim, begin, length);
+}
+
+at::Tensor join(const Tensors& parts, int batch_dim) {
+  if (parts.size() == 1 || batch_dim < 0) return parts.front();
+  return at::cat(parts, batch_dim);
+}
+
+Tensors tuple_tensors(const c10::IValue& value, const std::string& what) {
+  Tensors tensors;
+  auto add = [&](const c10::IValue& v) {
+    if (!v.isTensor()) throw InputError(what + " returns a " + v.tagKind() + " where the plan has a tensor");
+    tensors.push_back(v.toTensor());
+  };
+  if (value.isTuple()) {
+    for (const auto& element : value.toTupleRef().elements()) add(element);
+  } else {
+    add(value);
+  }
+  return tensors;
+}
+
+// A leaf that collects its gradient: floating stage inputs only.
+at::Tensor as_leaf(const at::Tensor& t) {
+  auto leaf = t.detach();
+  if (at::isFloatingType(leaf.scalar_type())) leaf.requires_grad_(true);
+  return leaf;
+}
+
+// Backward from `outputs` with `grads` where both are defined and the output has a graph.
+void backward(const Tensors& outputs, const Tensors& grads) {
+  Tensors roots, seeds;
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    if (!grads[i].defined() || !outputs[i].requires_grad()) continue;
+    roots.push_back(outputs[i]);
+    seeds.push_back(grads[i]);
+  }
+  if (!roots.empty()) torch::autograd::backward(roots, seeds);
+}
+
+void accumulate(at::Tensor& sum, const at::Tensor& term) {
+  if (!term.defined()) return;
+  sum = sum.defined() ? sum + term : term.clone();
+}
+
+// The samples both sides see, and the output gradients both start backward from.
+struct Workload {
+  std::int64_t samples = 0, microbatch = 0, chunk = 0;
+  std::map<std::string, at::Tensor> inputs;        // model inputs, `samples` along their batch dim
+  std::map<std::string, at::Tensor> seeds;         // batched model outputs, `samples` along the batch dim
+  std::map<std::string, Tensors> chunk_seeds;      // other model outputs: one per reference chunk
+};
+
+// Integer inputs are indices more often than not: keep them below the smallest table any
+// embedding-like op reads, so every lookup is valid (and gradients reach many rows).
+std::int64_t index_bound(const ir::Graph& graph) {
+  static const std::set<std::string> kLookups = {"aten::embedding", "aten::embedding_bag", "aten::_embedding_bag",
+                                                 "onnx::Gather"};
+  std::int64_t bound = std::numeric_limits<std::int64_t>::max();
+  for (const auto& op : graph.ops()) {
+    if (!kLookups.count(op.kind) || op.inputs.empty()) continue;
+    const auto& table = graph.value(op.inputs.front());
+    if (table.is_weight() && !table.type.shape.empty()) bound = std::min(bound, table.type.shape.front());
+  }
+  return bound == std::numeric_limits<std::int64_t>::max() ? 2 : std::max<std::int64_t>(bound, 1);
+}
+
+at::Tensor random_tensor(const emit::PlanTensor& tensor, std::vector<std::int64_t> shape, at::Generator& generator,
+                         std::int64_t bound) {
+  auto dtype = ir::parse_dtype(tensor.dtype);
+  auto type = dtype ? to_scalar_type(*dtype) : std::nullopt;
+  if (!type) throw InputError("verify: tensor '" + tensor.name + "' has dtype " + tensor.dtype + ", which it cannot make");
+  auto options = at::TensorOptions().dtype(*type);
+  if (at::isFloatingType(*type)) return at::randn(shape, generator, options);
+  if (*type == at::kBool) return at::randint(0, 2, shape, generator, options);
+  return at::randint(0, bound, shape, generator, options);
+}
+
+std::vector<std::int64_t> with_batch(std::vector<std::int64_t> shape, int batch_dim, std::int64_t samples) {
+  if (batch_dim >= 0) shape.at(static_cast<std::size_t>(batch_dim)) = samples;
+  return shape;
+}
+
+// The model outputs as the plan lists them, by name.
+std::map<std::string, const emit::PlanTensor*> model_outputs(const emit::PlanFile& plan) {
+  std::map<std::string, const emit::PlanTensor*> outputs;
+  for (const auto& stage : plan.stages)
+    for (const auto& output : stage.outputs)
+      if (output.model_output) outputs[output.name] = &output;
+  return outputs;
+}
+
+bool mixes_samples(const torch::jit::Module& module) {
+  for (const auto* node : module.get_method("forward").graph()->nodes())
+    if (std::string(node->kind().toQualString()).find("batch_norm") != std::string::npos) return true;
+  return false;
+}
+
+// Samples per reference forward: a stage's replica slice where that slice is observable (see
+// the top of the file), else a whole microbatch.
+std::int64_t reference_chunk(const emit::PlanFile& plan, const std::vector<torch::jit::Module>& stages) {
+  std::int64_t chunk = 0;
+  std::string first;
+  for (std::size_t s = 0; s < plan.stages.size(); ++s) {
+    const auto& stage = plan.stages[s];
+    bool loss_output = std::any_of(stage.outputs.begin(), stage.outputs.end(),
+                                   [](const auto& o) { return o.model_output && o.batch_dim < 0; });
+    if (!loss_output && !mixes_samples(stages[s])) continue;
+    std::int64_t slice = plan.microbatch_size / stage.replicas_per_pipeline;
+    if (chunk != 0 && slice != chunk) {
+      throw InputError("verify: " + first + " and stage " + std::to_string(s) + " see batches of " +
+                       std::to_string(chunk) + " and " + std::to_string(slice) +
+                       " samples (BatchNorm or a batch-reduced output): no single-process run computes that");
+    }
+    chunk = slice;
+    first = "stage " + std::to_string(s);
+  }
+  return chunk != 0 ? chunk : plan.microbatch_size;
+}
+
+Workload make_workload(const TorchPlugin::VerifyRequest& request, std::int64_t chunk) {
+  const auto& plan = *request.plan;
+  Workload work;
+  work.microbatch = plan.microbatch_size;
+  work.samples = static_cast<std::int64_t>(plan.microbatches) * plan.microbatch_size;
+  work.chunk = chunk;
+  auto generator = at::detail::createCPUGenerator(request.seed);
+  auto bound = index_bound(request.model->graph);
+  for (const auto& input : plan.model_inputs)
+    work.inputs[input.name] = random_tensor(input, with_batch(input.shape, input.batch_dim, work.samples), generator, bound);
+  for (const auto& [name, output] : model_outputs(plan)) {
+    if (!at::isFloatingType(*to_scalar_type(*ir::parse_dtype(output->dtype)))) continue;
+    if (output->batch_dim >= 0) {
+      work.seeds[name] = random_tensor(*output, with_batch(output->shape, output->batch_dim, work.samples), generator, bound);
+    } else {
+      for (std::int64_t c = 0; c < work.samples / chunk; ++c)
+        work.chunk_seeds[name].push_back(random_tensor(*output, output->shape, generator, bound));
+    }
+  }
+  return work;
+}
+
+// The seed for samples [begin, begin + length) of one model output; undefined when the output
+// takes no gradient (integers).
+at::Tensor seed_for(const Workload& work, const std::string& name, int batch_dim, std::int64_t begin,
+                    std::int64_t length) {
+  if (auto it = work.seeds.find(name); it != work.seeds.end()) return slice(it->second, batch_dim, begin, length);
+  if (auto it = work.chunk_seeds.find(name); it != work.chunk_seeds.end()) return it->second.at(begin / work.chunk);
+  return {};
+}
+
+// Outputs by name, one tensor per piece in sample order; gradients by weight name.
+struct RunResult {
+  std::map<std::string, Tensors> outputs;
+  std::map<std::string, at::Tensor> gradients;
+};
+
+c10::IValue run_forward(torch::jit::Module& module, const Tensors& inputs, const std::string& what) {
+  try {
+    return module.forward(std::vector<c10::IValue>(inputs.begin(), inputs.end()));
+  } catch (const std::exception& e) {
+    throw InputError(what + " fails on its inputs: " + torch_message(e));
+  }
+}
+
+// The reference: the unpartitioned model, chunk by chunk.
+class Reference {
+ public:
+  explicit Reference(const TorchPlugin::VerifyRequest& request) : request_(request) {
+    if (request.reference) {
+      module_ = emit::source_stage_module(*request.reference, "Reference");
+    } else {
+      module_ = torch::jit::load(request.model->path);
+    }
+    for (auto id : request.model->graph.model_outputs()) output_names_.push_back(request.model->graph.value(id).name);
+  }
+
+  RunResult run(const Workload& work) {
+    RunResult result;
+    const auto& plan = *request_.plan;
+    auto outputs = model_outputs(plan);
+    for (std::int64_t begin = 0; begin < work.samples; begin += work.chunk) {
+      Tensors inputs;
+      for (const auto& input : plan.model_inputs)
+        inputs.push_back(slice(work.inputs.at(input.name), input.batch_dim, begin, work.chunk));
+      auto values = tuple_tensors(run_forward(module_, inputs, "the model"), "the model");
+      if (values.size() != output_names_.size()) throw InputError("verify: the model returns a different number of outputs than its plan");
+      Tensors seeds;
+      for (std::size_t k = 0; k < values.size(); ++k) {
+        const auto& name = output_names_[k];
+        int batch_dim = outputs.count(name) ? outputs.at(name)->batch_dim : -1;
+        seeds.push_back(seed_for(work, name, batch_dim, begin, work.chunk));
+        result.outputs[name].push_back(values[k].detach());
+      }
+      backward(values, seeds);
+    }
+    collect_gradients(result);
+    return result;
+  }
+
+ private:
+  // A tied weight is one tensor under two names; the plan knows it by the first.
+  void collect_gradients(RunResult& result) {
+    std::set<const void*> seen;
+    for (const auto& p : module_.named_parameters(/*recurse=*/true)) {
+      if (!seen.insert(p.value.unsafeGetTensorImpl()).second) continue;
+      std::string name = p.name;
+      if (request_.reference) name = request_.reference_names.at(p.name);
+      result.gradients[name] = p.value.grad();
+    }
+  }
+
+  const TorchPlugin::VerifyRequest& request_;
+  torch::jit::Module module_;
+  std::vector<std::string> output_names_;
+};
+
+// The plan's stages chained over the microbatches, each cut into per-replica slices.
+class Pipeline {
+ public:
+  Pipeline(const emit::PlanFile& plan, std::vector<torch::jit::Module> modules)
+      : plan_(plan), modules_(std::move(modules)), consumers_(plan.stages.size()) {
+    for (const auto& stage : plan.stages) {
+      consumers_[stage.id].resize(stage.outputs.size());
+      for (std::size_t i = 0; i < stage.inputs.size(); ++i) {
+        const auto& input = stage.inputs[i];
+        if (input.from_stage >= 0) consumers_[input.from_stage][input.from_output].push_back({stage.id, static_cast<int>(i)});
+      }
+    }
+  }
+
+  RunResult run(const Workload& work) {
+    RunResult result;
+    for (std::int64_t m = 0; m < plan_.microbatches; ++m) run_microbatch(work, m * work.microbatch, result);
+    for (std::size_t s = 0; s < plan_.stages.size(); ++s) {
+      for (const auto& param : plan_.stages[s].params)
+        accumulate(result.gradients[param.name], modules_[s].attr(param.stage_name).toTensor().grad());
+    }
+    return result;
+  }
+
+ private:
+  struct Consumer {
+    int stage = 0, input = 0;
+  };
+  // One microbatch in flight: per stage, per replica, the leaves fed in and the outputs.
+  struct Microbatch {
+    std::vector<std::vector<Tensors>> inputs, outputs;  // [stage][replica][index]
+    std::vector<Tensors> joined_outputs;                 // [stage][output], the whole microbatch
+    std::vector<Tensors> joined_input_grads;             // [stage][input], the whole microbatch
+  };
+
+  std::int64_t slice_length(const emit::PlanStage& stage) const {
+    return plan_.microbatch_size / stage.replicas_per_pipeline;
+  }
+
+  void run_microbatch(const Workload& work, std::int64_t first_sample, RunResult& result) {
+    auto stages = plan_.stages.size();
+    Microbatch mb{std::vector<std::vector<Tensors>>(stages), std::vector<std::vector<Tensors>>(stages),
+                  std::vector<Tensors>(stages), std::vector<Tensors>(stages)};
+    for (const auto& stage : plan_.stages) forward(work, first_sample, stage, mb, result);
+    for (auto s = stages; s-- > 0;) backward_stage(work, first_sample, plan_.stages[s], mb);
+  }
+
+  at::Tensor whole_input(const Workload& work, std::int64_t first_sample, const emit::PlanTensor& input,
+                         const Microbatch& mb) const {
+    if (input.model_input) return slice(work.inputs.at(*input.model_input), input.batch_dim, first_sample, work.microbatch);
+    return mb.joined_outputs[input.from_stage][input.from_output];
+  }
+
+  void forward(const Workload& work, std::int64_t first_sample, const emit::PlanStage& stage, Microbatch& mb,
+               RunResult& result) {
+    auto length = slice_length(stage);
+    std::string what = "stage " + std::to_string(stage.id) + " (" + stage.file + ")";
+    for (int j = 0; j < stage.replicas_per_pipeline; ++j) {
+      Tensors leaves;
+      for (const auto& input : stage.inputs)
+        leaves.push_back(as_leaf(slice(whole_input(work, first_sample, input, mb), input.batch_dim, j * length, length)));
+      auto outputs = tuple_tensors(run_forward(modules_[stage.id], leaves, what), what);
+      if (outputs.size() != stage.outputs.size()) {
+        throw InputError("verify: " + what + " returns " + std::to_string(outputs.size()) + " tensors; the plan lists " +
+                         std::to_string(stage.outputs.size()));
+      }
+      mb.inputs[stage.id].push_back(std::move(leaves));
+      mb.outputs[stage.id].push_back(std::move(outputs));
+    }
+    for (std::size_t o = 0; o < stage.outputs.size(); ++o) {
+      Tensors parts;
+      for (const auto& replica : mb.outputs[stage.id]) parts.push_back(replica[o].detach());
+      const auto& output = stage.outputs[o];
+      mb.joined_outputs[stage.id].push_back(join(parts, output.batch_dim));
+      if (!output.model_output) continue;
+      auto& pieces = result.outputs[output.name];
+      if (output.batch_dim >= 0) {
+        pieces.push_back(mb.joined_outputs[stage.id].back());
+      } else {
+        pieces.insert(pieces.end(), parts.begin(), parts.end());
+      }
+    }
+  }
+
+  // The gradient arriving at output `o` of replica `j`: the model's seed if it is a model output,
+  // plus what every stage that reads it sends back.
+  at::Tensor output_grad(const Workload& work, std::int64_t first_sample, const emit::PlanStage& stage, std::size_t o,
+                         int j, const Microbatch& mb) const {
+    const auto& output = stage.outputs[o];
+    auto length = slice_length(stage);
+    at::Tensor grad;
+    if (output.model_output) grad = seed_for(work, output.name, output.batch_dim, first_sample + j * length, length);
+    for (const auto& consumer : consumers_[stage.id][o]) {
+      const auto& sent = mb.joined_input_grads[consumer.stage][consumer.input];
+      if (sent.defined()) accumulate(grad, slice(sent, output.batch_dim, j * length, length));
+    }
+    return grad;
+  }
+
+  void backward_stage(const Workload& work, std::int64_t first_sample, const emit::PlanStage& stage, Microbatch& mb) {
+    for (int j = 0; j < stage.replicas_per_pipeline; ++j) {
+      Tensors grads;
+      for (std::size_t o = 0; o < stage.outputs.size(); ++o) grads.push_back(output_grad(work, first_sample, stage, o, j, mb));
+      backward(mb.outputs[stage.id][j], grads);
+    }
+    for (std::size_t i = 0; i < stage.inputs.size(); ++i) {
+      Tensors parts;
+      bool any = false;
+      for (const auto& replica : mb.inputs[stage.id]) {
+        const auto& grad = replica[i].grad();
+        any = any || grad.defined();
+        parts.push_back(grad.defined() ? grad : at::zeros_like(replica[i]));
+      }
+      mb.joined_input_grads[stage.id].push_back(any ? join(parts, stage.inputs[i].batch_dim) : at::Tensor());
+    }
+  }
+
+  const emit::PlanFile& plan_;
+  std::vector<torch::jit::Module> modules_;
+  std::vector<std::vector<std::vector<Consumer>>> consumers_;  // [stage][output] -> readers
+};
+
+TorchPlugin::Difference compare(const std::string& what, const Tensors& ours, const Tensors& reference,
+                                 int batch_dim, std::vector<std::string>& problems) {
+  auto a = batch_dim >= 0 ? at::cat(ours, batch_dim) : at::stack(ours);
+  auto b = batch_dim >= 0 ? at::cat(reference, batch_dim) : at::stack(reference);
+  if (a.sizes() != b.sizes()) {
+    problems.push_back(what + ": shape " + c10::str(a.sizes()) + " against the model's " + c10::str(b.sizes()));
+    return {what, 0, 0};
+  }
+  auto diff = (a.to(at::kDouble) - b.to(at::kDouble)).abs();
+  double max_abs = diff.numel() ? diff.max().item<double>() : 0;
+  double scale = b.numel() ? b.to(at::kDouble).abs().max().item<double>() : 0;
+  double max_rel = max_abs == 0 ? 0 : max_abs / std::max(scale, std::numeric_limits<double>::min());
+  return {what, max_abs, max_rel};
+}
+
+void compare_outputs(const emit::PlanFile& plan, const RunResult& ours, const RunResult& reference, Report& report) {
+  for (const auto& [name, output] : model_outputs(plan)) {
+    if (!reference.outputs.count(name)) {
+      report.problems.push_back("output " + name + ": the plan has it, the model does not return it");
+      continue;
+    }
+    report.outputs.push_back(compare("output " + name, ours.outputs.at(name), reference.outputs.at(name),
+                                     output->batch_dim, report.problems));
+  }
+  for (const auto& [name, values] : reference.outputs)
+    if (!ours.outputs.count(name)) report.problems.push_back("output " + name + ": no stage returns it");
+}
+
+void compare_gradients(const RunResult& ours, const RunResult& reference, Report& report) {
+  for (const auto& [name, grad] : reference.gradients) {
+    auto it = ours.gradients.find(name);
+    if (it == ours.gradients.end()) {
+      if (grad.defined()) report.problems.push_back("gradient " + name + ": the model has one, no stage holds the parameter");
+      continue;
+    }
+    auto zero_if_undefined = [&](const at::Tensor& g) { return g.defined() ? g : at::zeros_like(it->second.defined() ? it->second : grad); };
+    if (!grad.defined() && !it->second.defined()) continue;
+    report.gradients.push_back(compare("gradient " + name, {zero_if_undefined(it->second)}, {zero_if_undefined(grad)}, 0,
+                                       report.problems));
+  }
+  for (const auto& [name, grad] : ours.gradients)
+    if (!reference.gradients.count(name)) report.problems.push_back("gradient " + name + ": a stage holds it, the model has no such parameter");
+}
+
+std::vector<torch::jit::Module> load_stages(const emit::PlanFile& plan) {
+  std::vector<torch::jit::Module> modules;
+  for (const auto& stage : plan.stages) {
+    auto path = plan.stage_path(stage);
+    try {
+      modules.push_back(torch::jit::load(path));
+    } catch (const std::exception& e) {
+      throw InputError(path + ": cannot load the stage file: " + torch_message(e));
+    }
+  }
+  return modules;
+}
+
+}  // namespace
+
+TorchPlugin::VerifyReport verify_stages(const TorchPlugin::VerifyRequest& request) {
+  // The profiling executor would re-specialise the graphs between runs; verify runs them as saved.
+  torch::jit::setGraphExecutorOptimize(false);
+  const auto& plan = *request.plan;
+  auto modules = load_stages(plan);
+  Report report;
+  report.reference_chunk = reference_chunk(plan, modules);
+  auto work = make_workload(request, report.reference_chunk);
+  report.samples = work.samples;
+  auto ours = Pipeline(plan, std::move(modules)).run(work);
+  auto reference = Reference(request).run(work);
+  compare_outputs(plan, ours, reference, report);
+  compare_gradients(ours, reference, report);
+  return report;
+}
+
+}  // namespace rannc

@@ -1,0 +1,85 @@
+#include "emit/launch_files.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+#include "support/format.h"
+
+namespace rannc::emit {
+namespace {
+
+// Only these characters reach the scripts from the plan, so no model name can break the
+// shell's parsing (or SLURM's).
+std::string shell_safe(const std::string& text) {
+  std::string safe;
+  for (char c : text) {
+    bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_';
+    safe += plain ? c : '_';
+  }
+  return safe.empty() ? "model" : safe;
+}
+
+std::string plural(int n, const char* noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); }
+
+// Ranks fill nodes in order (rank r is local rank r % K of node r / K).
+int used_nodes(const PlanFile& plan) { return (launched_ranks(plan) + plan.gpus_per_node - 1) / plan.gpus_per_node; }
+int ranks_per_node(const PlanFile& plan) { return std::min(launched_ranks(plan), plan.gpus_per_node); }
+
+// What both scripts say about the job in their header comment.
+std::string job_comment(const PlanFile& plan) {
+  std::ostringstream out;
+  out << "# " << shell_safe(std::filesystem::path(plan.model_path).filename().string()) << ": "
+      << plural(static_cast<int>(plan.stages.size()), "stage") << " x " << plural(plan.pipelines, "pipeline") << " = "
+      << plural(launched_ranks(plan), "rank") << " on " << plural(used_nodes(plan), "node") << " of "
+      << plan.gpus_per_node << " " << shell_safe(plan.device) << "\n";
+  if (!plan.unused_ranks.empty())
+    out << "# " << plural(static_cast<int>(plan.unused_ranks.size()), "device") << " of the cluster ("
+        << ranges_text(plan.unused_ranks) << ") " << (plan.unused_ranks.size() == 1 ? "carries" : "carry")
+        << " no stage and get" << (plan.unused_ranks.size() == 1 ? "s" : "") << " no rank.\n";
+  return out.str();
+}
+
+}  // namespace
+
+int launched_ranks(const PlanFile& plan) { return static_cast<int>(plan.ranks.size()); }
+
+std::string launch_script(const PlanFile& plan) {
+  std::ostringstream out;
+  out << "#!/usr/bin/env bash\n"
+      << "# Runs the plan beside this script under MPI, from any working directory.\n"
+      << job_comment(plan)
+      << "# usage: launch.sh [rannc-run options: --steps N --data DIR --report FILE ...]\n"
+      << "# MPIRUN (default mpirun, e.g. \"mpirun --hostfile hosts\" across nodes) and RANNC_RUN\n"
+      << "# (default rannc-run on PATH) override the launcher and the runtime.\n"
+      << "set -euo pipefail\n"
+      << "here=\"$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\"\n"
+      << "exec ${MPIRUN:-mpirun} -np " << launched_ranks(plan) << " \"${RANNC_RUN:-rannc-run}\" \"$here/plan.json\" \"$@\"\n";
+  return out.str();
+}
+
+std::string sbatch_script(const PlanFile& plan) {
+  std::ostringstream out;
+  out << "#!/usr/bin/env bash\n"
+      << "#SBATCH --job-name=rannc-" << shell_safe(std::filesystem::path(plan.model_path).stem().string()) << "\n"
+      << "#SBATCH --nodes=" << used_nodes(plan) << "\n"
+      << "#SBATCH --ntasks=" << launched_ranks(plan) << "\n"
+      << "#SBATCH --ntasks-per-node=" << ranks_per_node(plan) << "\n"
+      << "#SBATCH --gpus-per-node=" << ranks_per_node(plan) << "\n"
+      << "# A SLURM job of the plan in this folder, one task per rank and one GPU per task.\n"
+      << job_comment(plan)
+      << "# usage: cd OUT && sbatch job.sbatch [rannc-run options]; RANNC_PLAN and RANNC_RUN override\n"
+      << "# the plan and the runtime.\n"
+      << "set -euo pipefail\n"
+      << "# sbatch runs a copy of this script from its spool folder, so the plan is looked for in\n"
+      << "# the folder the job was submitted from.\n"
+      << "plan=\"${RANNC_PLAN:-${SLURM_SUBMIT_DIR:-$PWD}/plan.json}\"\n"
+      << "if [[ ! -f \"$plan\" ]]; then\n"
+      << "  echo \"job.sbatch: $plan not found: submit from the plan's folder or set RANNC_PLAN\" >&2\n"
+      << "  exit 2\n"
+      << "fi\n"
+      << "srun --ntasks=" << launched_ranks(plan) << " \"${RANNC_RUN:-rannc-run}\" \"$plan\" \"$@\"\n";
+  return out.str();
+}
+
+}  // namespace rannc::emit

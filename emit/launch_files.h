@@ -1,0 +1,21 @@
+// Files that start a plan's job: launch.sh (mpirun on an allocation or one machine) and
+// job.sbatch (a SLURM batch job). Both sit beside plan.json and find it relative to themselves,
+// so the output folder can be moved or copied to the cluster as a whole.
+#pragma once
+
+#include <string>
+
+#include "emit/plan_file.h"
+
+namespace rannc::emit {
+
+// The ranks a plan runs (devices that carry no stage get none).
+int launched_ranks(const PlanFile& plan);
+
+// `mpirun -np R rannc-run plan.json "$@"`, from any working directory.
+std::string launch_script(const PlanFile& plan);
+
+// A SLURM job of the plan's nodes, one task per rank, one GPU per task.
+std::string sbatch_script(const PlanFile& plan);
+
+}  // namespace rannc::emit

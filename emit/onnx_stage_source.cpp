@@ -1,0 +1,1216 @@
+#include "emit/onnx_stage_source.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+
+#include "support/error.h"
+
+// How the generated source is written:
+// - Every ONNX value is a Tensor variable, shape values included (Shape gives a CPU int64
+//   tensor computed from the input at run time), so the stage works at any batch size.
+// - The source is compiled by Module::define, whose resolver knows only `torch` (aten ops):
+//   no torch.nn.functional, no torch.jit.annotate, no torch.long. Dtypes are written as
+//   ScalarType numbers and int lists from tensors use annotated assignments
+//   (`_l0: List[int] = t.tolist()`).
+// - Inputs that only steer an op (axes, split sizes, Slice bounds) are read at generation
+//   time when they are constants; shape tensors (Reshape/Expand targets) always at run time.
+namespace rannc::emit {
+namespace {
+
+using onnx::TensorProto;
+
+// ---------------------------------------------------------------------------------------------
+// Tensor data and literals
+// ---------------------------------------------------------------------------------------------
+
+// c10::ScalarType numbers: the resolver of Module::define has no torch.float32.
+int scalar_type(ir::DType dtype) {
+  switch (dtype) {
+    case ir::DType::kUInt8: return 0;
+    case ir::DType::kInt8: return 1;
+    case ir::DType::kInt16: return 2;
+    case ir::DType::kInt32: return 3;
+    case ir::DType::kInt64: return 4;
+    case ir::DType::kFloat16: return 5;
+    case ir::DType::kFloat32: return 6;
+    case ir::DType::kFloat64: return 7;
+    case ir::DType::kComplex64: return 9;
+    case ir::DType::kComplex128: return 10;
+    case ir::DType::kBool: return 11;
+    case ir::DType::kBFloat16: return 15;
+    case ir::DType::kUnknown: break;
+  }
+  throw std::logic_error("internal error: no ScalarType for an unknown dtype");
+}
+
+bool is_integral(ir::DType dtype) {
+  return dtype == ir::DType::kInt64 || dtype == ir::DType::kInt32 || dtype == ir::DType::kInt16 ||
+         dtype == ir::DType::kInt8 || dtype == ir::DType::kUInt8 || dtype == ir::DType::kBool;
+}
+
+std::vector<std::int64_t> dims_of(const TensorProto& tensor) { return {tensor.dims().begin(), tensor.dims().end()}; }
+
+std::int64_t numel_of(const TensorProto& tensor) {
+  std::int64_t n = 1;
+  for (auto d : tensor.dims()) n *= d;
+  return n;
+}
+
+// Copies `count` values of a typed repeated field, each narrowed to `width` little-endian bytes
+// (ONNX stores int8..int32, bool and the 16-bit floats' bits in int32_data).
+template <typename Field>
+bool copy_field(const Field& field, std::size_t count, std::size_t width, std::string& out) {
+  if (static_cast<std::size_t>(field.size()) != count) return false;
+  out.assign(count * width, '\0');
+  for (std::size_t i = 0; i < count; ++i) {
+    auto value = field.Get(static_cast<int>(i));
+    std::memcpy(&out[i * width], &value, width);
+  }
+  return true;
+}
+
+std::string external_bytes(const TensorProto& tensor, std::size_t bytes, const std::string& model_path) {
+  std::string location;
+  std::int64_t offset = 0, length = static_cast<std::int64_t>(bytes);
+  for (const auto& entry : tensor.external_data()) {
+    if (entry.key() == "location") location = entry.value();
+    if (entry.key() == "offset") offset = std::stoll(entry.value());
+    if (entry.key() == "length") length = std::stoll(entry.value());
+  }
+  auto file = std::filesystem::path(model_path).parent_path() / location;
+  std::error_code ec;
+  if (location.empty() || !std::filesystem::is_regular_file(file, ec)) {
+    throw InputError(model_path + ": the data of weight '" + tensor.name() + "' is in external file '" + location +
+                     "', which is not available; plan with --plan-only");
+  }
+  std::string data(bytes, '\0');
+  std::ifstream in(file, std::ios::binary);
+  in.seekg(offset);
+  if (length != static_cast<std::int64_t>(bytes) || !in.read(data.data(), static_cast<std::streamsize>(bytes))) {
+    throw InputError(model_path + ": external file '" + location + "' does not hold the " + std::to_string(bytes) +
+                     " bytes of weight '" + tensor.name() + "'");
+  }
+  return data;
+}
+
+// The elements of a tensor as raw little-endian bytes of its dtype.
+std::string tensor_bytes(const TensorProto& tensor, ir::DType dtype, const std::string& model_path) {
+  auto numel = static_cast<std::size_t>(numel_of(tensor));
+  auto width = static_cast<std::size_t>(ir::dtype_size(dtype));
+  if (tensor.data_location() == TensorProto::EXTERNAL) return external_bytes(tensor, numel * width, model_path);
+  if (tensor.has_raw_data() || numel == 0) {
+    if (tensor.raw_data().size() == numel * width) return tensor.raw_data();
+  } else {
+    std::string out;
+    bool complex = dtype == ir::DType::kComplex64 || dtype == ir::DType::kComplex128;
+    std::size_t count = complex ? 2 * numel : numel, part = complex ? width / 2 : width;
+    bool ok = false;
+    switch (dtype) {
+      case ir::DType::kFloat32:
+      case ir::DType::kComplex64: ok = copy_field(tensor.float_data(), count, part, out); break;
+      case ir::DType::kFloat64:
+      case ir::DType::kComplex128: ok = copy_field(tensor.double_data(), count, part, out); break;
+      case ir::DType::kInt64: ok = copy_field(tensor.int64_data(), count, part, out); break;
+      default: ok = copy_field(tensor.int32_data(), count, part, out); break;
+    }
+    if (ok) return out;
+  }
+  throw InputError(model_path + ": tensor '" + tensor.name() + "' does not hold the " + std::to_string(numel) +
+                   " elements its dims give");
+}
+
+// Element i of raw bytes as a number, for inline literals and constant ints.
+double element_as_double(const std::string& bytes, ir::DType dtype, std::size_t i) {
+  auto read = [&](auto sample) {
+    decltype(sample) value;
+    std::memcpy(&value, bytes.data() + i * sizeof(value), sizeof(value));
+    return static_cast<double>(value);
+  };
+  switch (dtype) {
+    case ir::DType::kFloat32: return read(float{});
+    case ir::DType::kFloat64: return read(double{});
+    case ir::DType::kInt32: return read(std::int32_t{});
+    case ir::DType::kInt16: return read(std::int16_t{});
+    case ir::DType::kInt8: return read(std::int8_t{});
+    case ir::DType::kUInt8:
+    case ir::DType::kBool: return read(std::uint8_t{});
+    default: throw std::logic_error("internal error: no scalar read for this dtype");
+  }
+}
+
+std::int64_t element_as_int(const std::string& bytes, ir::DType dtype, std::size_t i) {
+  if (dtype != ir::DType::kInt64) return static_cast<std::int64_t>(element_as_double(bytes, dtype, i));
+  std::int64_t value;
+  std::memcpy(&value, bytes.data() + i * sizeof(value), sizeof(value));
+  return value;
+}
+
+std::string int_literal(std::int64_t v) {
+  // -2^63 has no literal: its magnitude does not fit the lexer's int.
+  if (v == INT64_MIN) return "(-9223372036854775807 - 1)";
+  return std::to_string(v);
+}
+
+// The shortest decimal that reads back as the same float (or double): 1e-05 rather than
+// 9.99999975e-06, so that attributes stored as float32 give the values torch itself used.
+std::string float_literal(double v, bool single = true) {
+  if (std::isnan(v)) return "float(\"nan\")";
+  if (std::isinf(v)) return v > 0 ? "float(\"inf\")" : "float(\"-inf\")";
+  char buffer[40];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buffer, sizeof buffer, "%.*g", precision, v);
+    bool same = single ? std::strtof(buffer, nullptr) == static_cast<float>(v) : std::strtod(buffer, nullptr) == v;
+    if (same) break;
+  }
+  std::string text = buffer;
+  if (text.find_first_of(".e") == std::string::npos) text += ".0";  // a float, not an int
+  return text;
+}
+
+std::string join(const std::vector<std::string>& items, const char* separator = ", ") {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) out += (i ? separator : "") + items[i];
+  return out;
+}
+
+std::string int_list_literal(const std::vector<std::int64_t>& values) {
+  std::vector<std::string> items;
+  for (auto v : values) items.push_back(int_literal(v));
+  return "[" + join(items) + "]";
+}
+
+// Replaces {0}, {1}, ... in a pattern by the given arguments.
+std::string format(const std::string& pattern, const std::vector<std::string>& args) {
+  std::string out;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '{' && i + 2 < pattern.size() && pattern[i + 2] == '}') {
+      out += args.at(static_cast<std::size_t>(pattern[i + 1] - '0'));
+      i += 2;
+    } else {
+      out += pattern[i];
+    }
+  }
+  return out;
+}
+
+// A valid, readable TorchScript name for an ONNX value name: "onnx::Add_12" -> "v_onnx__Add_12".
+std::string sanitize(const std::string& name) {
+  std::string out = "v_";
+  for (char c : name) out += std::isalnum(static_cast<unsigned char>(c)) || c == '_' ? c : '_';
+  return out;
+}
+
+// Constant values small enough to write into the source: scalars, and int/bool tensors up to
+// this many elements (shape vectors, axes). Larger ones become "c<i>" buffers.
+constexpr std::int64_t kInlineInts = 16;
+// Int tensors up to this size are read at generation time when an op needs their values.
+constexpr std::int64_t kKnownInts = 64;
+
+// ---------------------------------------------------------------------------------------------
+// The stage emitter
+// ---------------------------------------------------------------------------------------------
+
+class StageEmitter;
+
+// What a mapping sees of one ONNX node: its inputs as expressions, its outputs as variables,
+// its attributes, and the means to write lines.
+class Node {
+ public:
+  Node(StageEmitter& emitter, const onnx::NodeProto& node, const ir::Op& op, int index)
+      : e_(emitter), node_(node), op_(op), index_(index) {}
+
+  const onnx::NodeProto& proto() const { return node_; }
+  int inputs() const { return node_.input_size(); }
+  int outputs() const { return node_.output_size(); }
+  bool has(int i) const { return i < node_.input_size() && !node_.input(i).empty(); }
+  std::string in(int i) const;
+  std::string out(int i) const;
+  bool used(int i) const;  // whether anything reads output i
+  void assign(int i, const std::string& expr) const { line(out(i) + " = " + expr); }
+  void line(const std::string& text) const;
+  std::string temp(const std::string& prefix) const;
+
+  // What the IR knows of input i: rank, dtype; and its values when it is a small int constant.
+  std::optional<int> rank(int i) const;
+  std::optional<std::vector<std::int64_t>> shape(int i) const;  // dims of -1 are unknown
+  ir::DType dtype(int i) const;
+  std::optional<std::vector<std::int64_t>> known_ints(int i) const;
+  // Input i as a List[int] expression: a literal when known, else converted at run time.
+  std::string int_list(int i) const;
+  // The device of the stage's data (for ops that create tensors from nothing but a shape).
+  std::string device_arg() const;
+  int opset() const;
+
+  const onnx::AttributeProto* attr(const std::string& name) const;
+  std::int64_t attr_int(const std::string& name, std::int64_t fallback) const;
+  double attr_float(const std::string& name, double fallback) const;
+  std::optional<std::vector<std::int64_t>> attr_ints(const std::string& name) const;
+  std::string attr_string(const std::string& name, const std::string& fallback) const;
+
+  // Axes from input i (newer opsets) or the attribute (older ones).
+  std::optional<std::vector<std::int64_t>> axes(int input, const std::string& attribute = "axes") const;
+  // Axis normalised against `rank_of_input`'s rank; a run-time expression when the rank is unknown.
+  std::string axis(std::int64_t axis, int rank_of_input, int extra = 0) const;
+
+  [[noreturn]] void unsupported(const std::string& why) const;
+  StageEmitter& emitter() const { return e_; }
+
+ private:
+  StageEmitter& e_;
+  const onnx::NodeProto& node_;
+  const ir::Op& op_;
+  int index_;
+};
+
+using Mapping = std::function<void(const Node&)>;
+const std::map<std::string, Mapping>& mappings();
+
+class StageEmitter {
+ public:
+  StageEmitter(const std::string& path, const onnx::ModelProto& model, const ir::Graph& graph, const StageLayout& stage)
+      : path_(path), model_(model), graph_(graph), stage_(stage) {
+    index_constants();
+    for (const auto& import : model.opset_import()) {
+      if (import.domain().empty() || import.domain() == "ai.onnx") opset_ = static_cast<int>(import.version());
+    }
+  }
+
+  StageSource run() {
+    StageSource source;
+    add_weights(source);
+    std::vector<std::string> args, returns, types;
+    for (const auto& input : stage_.inputs) args.push_back(bind(input.value) + ": Tensor");
+    for (auto id : stage_.ops) emit_op(id);
+    for (const auto& output : stage_.outputs) {
+      returns.push_back(expr(output.value));
+      types.push_back("Tensor");
+    }
+    std::string tuple = returns.size() == 1 ? "(" + returns[0] + ",)" : "(" + join(returns) + ")";
+    std::string header = "def forward(self" + std::string(args.empty() ? "" : ", ") + join(args) + ") -> Tuple[" +
+                         (types.empty() ? "()" : join(types)) + "]:\n";
+    source.forward = header + body_ + "    return " + tuple + "\n";
+    for (auto& constant : constants_) source.attributes.push_back(std::move(constant));
+    return source;
+  }
+
+  // --- used by Node ---
+  const std::string& path() const { return path_; }
+  const ir::Graph& graph() const { return graph_; }
+  int opset() const { return opset_; }
+  void line(const std::string& text) { body_ += "    " + text + "\n"; }
+  std::string temp(const std::string& prefix) { return prefix + std::to_string(temps_++); }
+
+  std::string expr(ir::ValueId id) const {
+    if (auto it = names_.find(id); it != names_.end()) return it->second;
+    if (auto it = weights_.find(id); it != weights_.end()) return "self." + it->second;
+    throw std::logic_error("internal error: stage " + std::to_string(stage_.id) + " reads '" +
+                           graph_.value(id).name + "', which is neither its input, nor made by its ops, nor its weight");
+  }
+
+  // A fresh variable for a value, named after it.
+  std::string bind(ir::ValueId id) {
+    if (auto it = names_.find(id); it != names_.end()) return it->second;
+    const auto& name = graph_.value(id).name;
+    std::string base = name.empty() ? "v__" + std::to_string(id) : sanitize(name), unique = base;
+    for (int n = 1; !taken_.insert(unique).second; ++n) unique = base + "_" + std::to_string(n);
+    return names_[id] = unique;
+  }
+
+  const TensorProto* constant(const std::string& name) const {
+    auto it = constants_by_name_.find(name);
+    return it == constants_by_name_.end() ? nullptr : it->second;
+  }
+
+  std::optional<std::vector<std::int64_t>> known_ints(const std::string& name) const {
+    const auto* tensor = constant(name);
+    if (!tensor || tensor->data_location() == TensorProto::EXTERNAL || numel_of(*tensor) > kKnownInts) return std::nullopt;
+    auto dtype = ir::dtype_from_onnx(tensor->data_type());
+    if (dtype != ir::DType::kInt64 && dtype != ir::DType::kInt32) return std::nullopt;
+    auto bytes = tensor_bytes(*tensor, *dtype, path_);
+    std::vector<std::int64_t> values;
+    for (std::int64_t i = 0; i < numel_of(*tensor); ++i) values.push_back(element_as_int(bytes, *dtype, i));
+    return values;
+  }
+
+  // A constant tensor as an expression: inline when small, else a new "c<i>" buffer.
+  std::string constant_expr(const TensorProto& tensor) {
+    auto dtype = ir::dtype_from_onnx(tensor.data_type());
+    if (!dtype) throw InputError(path_ + ": constant '" + tensor.name() + "' has ONNX data type " +
+                                 std::to_string(tensor.data_type()) + ", which TorchScript has no tensor type for");
+    auto bytes = tensor_bytes(tensor, *dtype, path_);
+    if (auto literal = inline_literal(tensor, *dtype, bytes)) return *literal;
+    StageAttribute attribute{"c" + std::to_string(constants_.size()), false, *dtype, dims_of(tensor), std::move(bytes)};
+    constants_.push_back(std::move(attribute));
+    return "self." + constants_.back().stage_name;
+  }
+
+  std::string device_arg() const {
+    if (!stage_.inputs.empty()) return ", device=" + names_.at(stage_.inputs.front().value) + ".device";
+    if (!weights_.empty()) return ", device=self." + weights_.begin()->second + ".device";
+    return "";
+  }
+
+ private:
+  // Initializers and Constant nodes by output name, for values an op needs at generation time.
+  void index_constants() {
+    for (const auto& init : model_.graph().initializer()) constants_by_name_[init.name()] = &init;
+    for (const auto& node : model_.graph().node()) {
+      if (node.op_type() != "Constant" || node.output_size() != 1) continue;
+      if (auto tensor = constant_node_tensor(node)) constants_by_name_[node.output(0)] = tensor;
+    }
+  }
+
+  // The tensor a Constant node holds, whichever of its attribute forms it uses.
+  const TensorProto* constant_node_tensor(const onnx::NodeProto& node) {
+    for (const auto& a : node.attribute()) {
+      if (a.name() == "value") return &a.t();
+      TensorProto tensor;
+      tensor.set_name(node.output(0));
+      if (a.name() == "value_float") {
+        tensor.set_data_type(TensorProto::FLOAT);
+        tensor.add_float_data(a.f());
+      } else if (a.name() == "value_floats") {
+        tensor.set_data_type(TensorProto::FLOAT);
+        tensor.add_dims(a.floats_size());
+        for (auto f : a.floats()) tensor.add_float_data(f);
+      } else if (a.name() == "value_int") {
+        tensor.set_data_type(TensorProto::INT64);
+        tensor.add_int64_data(a.i());
+      } else if (a.name() == "value_ints") {
+        tensor.set_data_type(TensorProto::INT64);
+        tensor.add_dims(a.ints_size());
+        for (auto i : a.ints()) tensor.add_int64_data(i);
+      } else {
+        continue;
+      }
+      synthesized_.push_back(std::move(tensor));
+      return &synthesized_.back();
+    }
+    return nullptr;
+  }
+
+  std::optional<std::string> inline_literal(const TensorProto& tensor, ir::DType dtype, const std::string& bytes) {
+    auto dims = dims_of(tensor);
+    auto numel = numel_of(tensor);
+    std::string type = ", dtype=" + std::to_string(scalar_type(dtype)) + ")";
+    if (numel == 0) return "torch.zeros(" + int_list_literal(dims) + type;
+    bool floating = dtype == ir::DType::kFloat32 || dtype == ir::DType::kFloat64;
+    if (!(floating && numel == 1) && !(is_integral(dtype) && numel <= kInlineInts)) return std::nullopt;
+    std::vector<std::string> items;
+    for (std::int64_t i = 0; i < numel; ++i) {
+      if (floating) items.push_back(float_literal(element_as_double(bytes, dtype, i), dtype == ir::DType::kFloat32));
+      else if (dtype == ir::DType::kBool) items.push_back(element_as_int(bytes, dtype, i) ? "True" : "False");
+      else items.push_back(int_literal(element_as_int(bytes, dtype, i)));
+    }
+    if (dims.empty()) return "torch.tensor(" + items[0] + type;
+    std::string flat = "torch.tensor([" + join(items) + "]" + type;
+    return dims.size() == 1 ? flat : flat + ".reshape(" + int_list_literal(dims) + ")";
+  }
+
+  // One attribute per weight of the layout, parameters first, with the initializer's data.
+  void add_weights(StageSource& source) {
+    std::map<std::string, const TensorProto*> initializers;
+    for (const auto& init : model_.graph().initializer()) initializers[init.name()] = &init;
+    auto add = [&](const StageWeight& weight, bool trainable) {
+      const auto& name = graph_.value(weight.value).name;
+      auto it = initializers.find(name);
+      if (it == initializers.end()) throw std::logic_error("internal error: weight '" + name + "' is no initializer");
+      auto dtype = ir::dtype_from_onnx(it->second->data_type());
+      if (!dtype) throw InputError(path_ + ": weight '" + name + "' has ONNX data type " +
+                                   std::to_string(it->second->data_type()) + ", which TorchScript has no tensor type for");
+      source.attributes.push_back(
+          {weight.stage_name, trainable, *dtype, dims_of(*it->second), tensor_bytes(*it->second, *dtype, path_)});
+      weights_[weight.value] = weight.stage_name;
+    };
+    for (const auto& weight : stage_.params) add(weight, true);
+    for (const auto& weight : stage_.buffers) add(weight, false);
+  }
+
+  void emit_op(ir::OpId id) {
+    const auto& op = graph_.op(id);
+    const auto& nodes = model_.graph().node();
+    if (op.source_node < 0 || op.source_node >= nodes.size()) {
+      throw std::logic_error("internal error: IR op " + std::to_string(id) + " has no ONNX node");
+    }
+    int index = static_cast<int>(op.source_node);
+    const auto& node = nodes[index];
+    bool default_domain = node.domain().empty() || node.domain() == "ai.onnx";
+    auto mapping = mappings().find(node.op_type());
+    Node view(*this, node, op, index);
+    if (!default_domain || mapping == mappings().end()) {
+      std::string type = default_domain ? node.op_type() : node.domain() + "::" + node.op_type();
+      throw InputError(path_ + ": ONNX op '" + type + "' (node " + node_label(node, index) +
+                       ") has no TorchScript mapping; plan with --plan-only");
+    }
+    mapping->second(view);
+  }
+
+ public:
+  static std::string node_label(const onnx::NodeProto& node, int index) {
+    return node.name().empty() ? "#" + std::to_string(index) : node.name();
+  }
+
+ private:
+  const std::string& path_;
+  const onnx::ModelProto& model_;
+  const ir::Graph& graph_;
+  const StageLayout& stage_;
+  int opset_ = 0;
+  std::map<ir::ValueId, std::string> names_;  // stage inputs and values made by stage ops
+  std::map<ir::ValueId, std::string> weights_;  // value -> stage_name
+  std::set<std::string> taken_;
+  std::map<std::string, const TensorProto*> constants_by_name_;
+  std::deque<TensorProto> synthesized_;  // Constant nodes' value_int(s)/value_float(s) as tensors
+  std::vector<StageAttribute> constants_;
+  std::string body_;
+  int temps_ = 0;
+};
+
+// --- Node members that need the emitter ---
+
+std::string Node::in(int i) const {
+  if (!has(i)) unsupported("lacks its input " + std::to_string(i));
+  return e_.expr(op_.inputs.at(static_cast<std::size_t>(i)));
+}
+
+std::string Node::out(int i) const { return e_.bind(op_.outputs.at(static_cast<std::size_t>(i))); }
+
+bool Node::used(int i) const {
+  if (i >= node_.output_size() || node_.output(i).empty()) return false;
+  const auto& value = e_.graph().value(op_.outputs.at(static_cast<std::size_t>(i)));
+  return !value.consumers.empty() || value.model_output;
+}
+
+void Node::line(const std::string& text) const { e_.line(text); }
+std::string Node::temp(const std::string& prefix) const { return e_.temp(prefix); }
+std::string Node::device_arg() const { return e_.device_arg(); }
+int Node::opset() const { return e_.opset(); }
+
+std::optional<int> Node::rank(int i) const {
+  if (!has(i)) return std::nullopt;
+  const auto& value = e_.graph().value(op_.inputs.at(static_cast<std::size_t>(i)));
+  if (!value.is_tensor() || !value.type.rank_known) return std::nullopt;
+  return static_cast<int>(value.type.shape.size());
+}
+
+std::optional<std::vector<std::int64_t>> Node::shape(int i) const {
+  if (!rank(i)) return std::nullopt;
+  return e_.graph().value(op_.inputs.at(static_cast<std::size_t>(i))).type.shape;
+}
+
+ir::DType Node::dtype(int i) const {
+  if (!has(i)) return ir::DType::kUnknown;
+  return e_.graph().value(op_.inputs.at(static_cast<std::size_t>(i))).type.dtype;
+}
+
+std::optional<std::vector<std::int64_t>> Node::known_ints(int i) const {
+  return has(i) ? e_.known_ints(node_.input(i)) : std::nullopt;
+}
+
+std::string Node::int_list(int i) const {
+  if (auto values = known_ints(i); values && !values->empty()) return int_list_literal(*values);
+  std::string list = temp("_l");
+  line(list + ": List[int] = " + in(i) + ".tolist()");
+  return list;
+}
+
+const onnx::AttributeProto* Node::attr(const std::string& name) const {
+  for (const auto& a : node_.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+std::int64_t Node::attr_int(const std::string& name, std::int64_t fallback) const {
+  const auto* a = attr(name);
+  return a ? a->i() : fallback;
+}
+
+double Node::attr_float(const std::string& name, double fallback) const {
+  const auto* a = attr(name);
+  return a ? a->f() : fallback;
+}
+
+std::optional<std::vector<std::int64_t>> Node::attr_ints(const std::string& name) const {
+  const auto* a = attr(name);
+  if (!a) return std::nullopt;
+  return std::vector<std::int64_t>(a->ints().begin(), a->ints().end());
+}
+
+std::string Node::attr_string(const std::string& name, const std::string& fallback) const {
+  const auto* a = attr(name);
+  return a ? a->s() : fallback;
+}
+
+std::optional<std::vector<std::int64_t>> Node::axes(int input, const std::string& attribute) const {
+  if (has(input)) {
+    auto values = known_ints(input);
+    if (!values) unsupported("takes its " + attribute + " from a tensor computed at run time");
+    return values;
+  }
+  return attr_ints(attribute);
+}
+
+std::string Node::axis(std::int64_t axis, int rank_of_input, int extra) const {
+  if (axis >= 0) return std::to_string(axis);
+  if (auto r = rank(rank_of_input)) return std::to_string(axis + *r + extra);
+  return "(" + in(rank_of_input) + ".dim() + " + std::to_string(axis + extra) + ")";
+}
+
+void Node::unsupported(const std::string& why) const {
+  throw InputError(e_.path() + ": ONNX op '" + node_.op_type() + "' (node " + StageEmitter::node_label(node_, index_) +
+                   ") " + why + ", which has no TorchScript mapping; plan with --plan-only");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The mappings, one per ONNX op type
+// ---------------------------------------------------------------------------------------------
+
+// Ops that are one aten call on their inputs: {0}, {1}, ... stand for the input expressions.
+const std::map<std::string, std::string> kElementwise = {
+    {"Identity", "{0}"},
+    {"Relu", "torch.relu({0})"},
+    {"Sigmoid", "torch.sigmoid({0})"},
+    {"Tanh", "torch.tanh({0})"},
+    {"Erf", "torch.erf({0})"},
+    {"Neg", "torch.neg({0})"},
+    {"Abs", "torch.abs({0})"},
+    {"Sqrt", "torch.sqrt({0})"},
+    {"Exp", "torch.exp({0})"},
+    {"Log", "torch.log({0})"},
+    {"Reciprocal", "torch.reciprocal({0})"},
+    {"Floor", "torch.floor({0})"},
+    {"Ceil", "torch.ceil({0})"},
+    {"Round", "torch.round({0})"},  // both round half to even
+    {"Sign", "torch.sign({0})"},
+    {"Sin", "torch.sin({0})"},
+    {"Cos", "torch.cos({0})"},
+    {"Not", "torch.logical_not({0})"},
+    {"HardSwish", "torch.hardswish({0})"},
+    {"Add", "torch.add({0}, {1})"},
+    {"Sub", "torch.sub({0}, {1})"},
+    {"Mul", "torch.mul({0}, {1})"},
+    {"Pow", "torch.pow({0}, {1})"},
+    {"MatMul", "torch.matmul({0}, {1})"},
+    {"Equal", "torch.eq({0}, {1})"},
+    {"Less", "torch.lt({0}, {1})"},
+    {"LessOrEqual", "torch.le({0}, {1})"},
+    {"Greater", "torch.gt({0}, {1})"},
+    {"GreaterOrEqual", "torch.ge({0}, {1})"},
+    {"And", "torch.logical_and({0}, {1})"},
+    {"Or", "torch.logical_or({0}, {1})"},
+    {"Xor", "torch.logical_xor({0}, {1})"},
+    {"Where", "torch.where({0}, {1}, {2})"},
+    {"CastLike", "{0}.to({1}.dtype)"},
+};
+
+void map_elementwise(const Node& n) {
+  const auto& pattern = kElementwise.at(n.proto().op_type());
+  std::vector<std::string> args;
+  for (int i = 0; i < n.inputs(); ++i) args.push_back(n.in(i));
+  n.assign(0, format(pattern, args));
+}
+
+// Sum/Max/Min take any number of inputs: a chain of binary calls.
+void map_variadic(const Node& n) {
+  static const std::map<std::string, std::string> kBinary = {
+      {"Sum", "torch.add"}, {"Max", "torch.maximum"}, {"Min", "torch.minimum"}};
+  std::string expr = n.in(0);
+  for (int i = 1; i < n.inputs(); ++i) expr = kBinary.at(n.proto().op_type()) + "(" + expr + ", " + n.in(i) + ")";
+  n.assign(0, expr);
+}
+
+// ONNX Div of integers truncates; torch.div would give floats.
+void map_div(const Node& n) {
+  auto a = n.in(0), b = n.in(1);
+  auto dtype = n.dtype(0);
+  if (dtype == ir::DType::kUnknown) {
+    n.assign(0, "torch.div(" + a + ", " + b + ") if " + a + ".is_floating_point() else torch.div(" + a + ", " + b +
+                    ", rounding_mode=\"trunc\")");
+  } else {
+    n.assign(0, "torch.div(" + a + ", " + b + (is_integral(dtype) ? ", rounding_mode=\"trunc\")" : ")"));
+  }
+}
+
+void map_mod(const Node& n) {
+  n.assign(0, std::string(n.attr_int("fmod", 0) ? "torch.fmod(" : "torch.remainder(") + n.in(0) + ", " + n.in(1) + ")");
+}
+
+void map_constant(const Node& n) {
+  const auto* tensor = n.emitter().constant(n.proto().output(0));
+  if (!tensor) n.unsupported("holds a sparse, string or graph value");
+  n.assign(0, n.emitter().constant_expr(*tensor));
+}
+
+// Shape is computed from the tensor at run time: it must follow the microbatch size.
+void map_shape(const Node& n) {
+  std::string range;
+  if (n.attr("start") || n.attr("end")) {
+    range = "[" + (n.attr("start") ? std::to_string(n.attr_int("start", 0)) : "") + ":" +
+            (n.attr("end") ? std::to_string(n.attr_int("end", 0)) : "") + "]";
+  }
+  n.assign(0, "torch.tensor(" + n.in(0) + ".size()" + range + ", dtype=4)");
+}
+
+void map_size(const Node& n) { n.assign(0, "torch.tensor(" + n.in(0) + ".numel(), dtype=4)"); }
+
+int scalar_type_of_onnx(const Node& n, int elem_type) {
+  auto dtype = ir::dtype_from_onnx(elem_type);
+  if (!dtype) n.unsupported("converts to ONNX data type " + std::to_string(elem_type));
+  return scalar_type(*dtype);
+}
+
+void map_cast(const Node& n) {
+  n.assign(0, n.in(0) + ".to(" + std::to_string(scalar_type_of_onnx(n, static_cast<int>(n.attr_int("to", 1)))) + ")");
+}
+
+void map_constant_of_shape(const Node& n) {
+  std::string value = "0.0";
+  int type = 6;
+  if (const auto* a = n.attr("value")) {
+    auto dtype = ir::dtype_from_onnx(a->t().data_type());
+    if (!dtype || numel_of(a->t()) != 1) n.unsupported("has a value that is not a one-element tensor");
+    auto bytes = tensor_bytes(a->t(), *dtype, n.emitter().path());
+    type = scalar_type(*dtype);
+    if (*dtype == ir::DType::kBool) value = element_as_int(bytes, *dtype, 0) ? "True" : "False";
+    else if (is_integral(*dtype)) value = int_literal(element_as_int(bytes, *dtype, 0));
+    else if (*dtype == ir::DType::kFloat32 || *dtype == ir::DType::kFloat64)
+      value = float_literal(element_as_double(bytes, *dtype, 0), *dtype == ir::DType::kFloat32);
+    else n.unsupported("fills with a value of ONNX data type " + std::to_string(a->t().data_type()));
+  }
+  std::string shape = n.int_list(0);
+  n.assign(0, "torch.full(" + shape + ", " + value + ", dtype=" + std::to_string(type) + n.device_arg() + ")");
+}
+
+// Gather = index_select on the flattened indices, reshaped to data[:axis] + indices + data[axis+1:];
+// a constant scalar index is a select. Both keep the gradient of an embedding table.
+void map_gather(const Node& n) {
+  auto data = n.in(0), indices = n.in(1);
+  auto axis_attr = n.attr_int("axis", 0);
+  auto known = n.known_ints(1);
+  if (known && n.rank(1) == 0) {
+    n.assign(0, "torch.select(" + data + ", " + std::to_string(axis_attr) + ", " + int_literal(known->at(0)) + ")");
+    return;
+  }
+  bool non_negative = known && std::all_of(known->begin(), known->end(), [](auto v) { return v >= 0; });
+  std::string index = indices;
+  auto axis = n.axis(axis_attr, 0);
+  if (!non_negative) {
+    index = n.temp("_t");
+    n.line(index + " = torch.where(" + indices + " < 0, " + indices + " + " + data + ".size(" + axis + "), " + indices +
+           ")");
+  }
+  std::string selected = "torch.index_select(" + data + ", " + axis + ", " + index + ".reshape(-1).to(" + data +
+                         ".device))";
+  if (n.rank(1) == 1) {
+    n.assign(0, selected);
+    return;
+  }
+  auto after = axis_attr >= 0 || n.rank(0) ? std::to_string(std::stoll(axis) + 1) : axis + " + 1";
+  n.assign(0, selected + ".reshape(" + data + ".size()[:" + axis + "] + " + indices + ".size() + " + data +
+                  ".size()[" + after + ":])");
+}
+
+void map_gather_elements(const Node& n) {
+  n.assign(0, "torch.gather(" + n.in(0) + ", " + std::to_string(n.attr_int("axis", 0)) + ", " + n.in(1) + ")");
+}
+
+void map_transpose(const Node& n) {
+  auto perm = n.attr_ints("perm");
+  if (!perm) {
+    auto rank = n.rank(0);
+    if (!rank) n.unsupported("reverses the dims of a tensor of unknown rank");
+    perm.emplace();
+    for (int d = *rank - 1; d >= 0; --d) perm->push_back(d);
+  }
+  n.assign(0, "torch.permute(" + n.in(0) + ", " + int_list_literal(*perm) + ")");
+}
+
+// Reshape's 0 copies the input's dim (unless allowzero): substituted in the literal, or by a loop
+// over the target computed at run time.
+void map_reshape(const Node& n) {
+  auto data = n.in(0);
+  bool copy_zeros = n.attr_int("allowzero", 0) == 0;
+  auto known = n.known_ints(1);
+  if (known && !known->empty()) {
+    std::vector<std::string> items;
+    for (std::size_t i = 0; i < known->size(); ++i) {
+      bool copy = copy_zeros && (*known)[i] == 0;
+      items.push_back(copy ? data + ".size(" + std::to_string(i) + ")" : int_literal((*known)[i]));
+    }
+    n.assign(0, data + ".reshape([" + join(items) + "])");
+    return;
+  }
+  std::string shape = n.int_list(1);
+  if (copy_zeros) {
+    std::string i = n.temp("_i");
+    n.line("for " + i + " in range(len(" + shape + ")):");
+    n.line("    if " + shape + "[" + i + "] == 0:");
+    n.line("        " + shape + "[" + i + "] = " + data + ".size(" + i + ")");
+  }
+  n.assign(0, data + ".reshape(" + shape + ")");
+}
+
+void map_flatten(const Node& n) {
+  auto x = n.in(0);
+  auto axis_attr = n.attr_int("axis", 1);
+  auto rank = n.rank(0);
+  if (axis_attr < 0 && !rank) n.unsupported("has a negative axis on a tensor of unknown rank");
+  auto axis = axis_attr < 0 ? axis_attr + *rank : axis_attr;
+  if (axis == 0) return n.assign(0, x + ".reshape([1, -1])");
+  if (rank && axis == *rank) return n.assign(0, x + ".reshape([-1, 1])");
+  std::string inner = "torch.flatten(" + x + ", " + std::to_string(axis) + ")";
+  n.assign(0, axis == 1 ? inner : "torch.flatten(" + inner + ", 0, " + std::to_string(axis - 1) + ")");
+}
+
+// Unsqueeze inserts at output positions: in ascending order; a single axis maps directly (torch
+// counts a negative dim from the output's end too).
+void map_unsqueeze(const Node& n) {
+  auto axes = *n.axes(1);
+  std::string expr = n.in(0);
+  if (axes.size() == 1) return n.assign(0, "torch.unsqueeze(" + expr + ", " + std::to_string(axes[0]) + ")");
+  auto rank = n.rank(0);
+  for (auto& a : axes) {
+    if (a < 0 && !rank) n.unsupported("has negative axes on a tensor of unknown rank");
+    if (a < 0) a += *rank + static_cast<std::int64_t>(axes.size());
+  }
+  std::sort(axes.begin(), axes.end());
+  for (auto a : axes) expr = "torch.unsqueeze(" + expr + ", " + std::to_string(a) + ")";
+  n.assign(0, expr);
+}
+
+void map_squeeze(const Node& n) {
+  auto axes = n.axes(1);
+  std::string expr = n.in(0);
+  if (!axes || axes->empty()) return n.assign(0, "torch.squeeze(" + expr + ")");
+  auto rank = n.rank(0);
+  for (auto& a : *axes) {
+    if (a < 0 && !rank) n.unsupported("has negative axes on a tensor of unknown rank");
+    if (a < 0) a += *rank;
+  }
+  std::sort(axes->rbegin(), axes->rend());  // from the last, so earlier positions stay put
+  for (auto a : *axes) expr = "torch.squeeze(" + expr + ", " + std::to_string(a) + ")";
+  n.assign(0, expr);
+}
+
+void map_concat(const Node& n) {
+  std::vector<std::string> parts;
+  for (int i = 0; i < n.inputs(); ++i) parts.push_back(n.in(i));
+  n.assign(0, "torch.cat([" + join(parts) + "], " + std::to_string(n.attr_int("axis", 0)) + ")");
+}
+
+// Split sizes: the second input (opset 13+), the attribute (older), else equal parts, the last
+// one smaller (opset 18's num_outputs).
+void map_split(const Node& n) {
+  auto x = n.in(0);
+  auto axis = std::to_string(n.attr_int("axis", 0));
+  std::string parts = n.temp("_s"), call;
+  if (n.has(1)) {
+    call = "torch.split_with_sizes(" + x + ", " + n.int_list(1) + ", " + axis + ")";
+  } else if (auto sizes = n.attr_ints("split")) {
+    call = "torch.split_with_sizes(" + x + ", " + int_list_literal(*sizes) + ", " + axis + ")";
+  } else {
+    auto count = std::to_string(n.outputs());
+    call = "torch.split(" + x + ", (" + x + ".size(" + axis + ") + " + count + " - 1) // " + count + ", " + axis + ")";
+  }
+  n.line(parts + " = " + call);
+  for (int i = 0; i < n.outputs(); ++i) n.assign(i, parts + "[" + std::to_string(i) + "]");
+}
+
+// Slice bounds may be computed at run time; axes and steps must be constants.
+void map_slice(const Node& n) {
+  if (n.opset() < 10) n.unsupported("takes its bounds from attributes (opset < 10)");
+  auto known_starts = n.known_ints(1), known_ends = n.known_ints(2);
+  auto axes = n.has(3) ? n.known_ints(3) : std::nullopt;
+  auto steps = n.has(4) ? n.known_ints(4) : std::nullopt;
+  if ((n.has(3) && !axes) || (n.has(4) && !steps)) n.unsupported("takes axes or steps computed at run time");
+  std::size_t count = axes ? axes->size() : known_starts ? known_starts->size() : known_ends ? known_ends->size() : 0;
+  if (count == 0) n.unsupported("takes bounds of unknown length without axes");
+  // Bound k: the constant, else element k of the list converted at run time.
+  auto bound = [&](int input, const std::optional<std::vector<std::int64_t>>& known) {
+    std::vector<std::string> items;
+    std::string list = known ? "" : n.int_list(input);
+    for (std::size_t k = 0; k < count; ++k)
+      items.push_back(known ? int_literal(known->at(k)) : list + "[" + std::to_string(k) + "]");
+    return items;
+  };
+  auto starts = bound(1, known_starts), ends = bound(2, known_ends);
+  std::string expr = n.in(0);
+  for (std::size_t k = 0; k < count; ++k) {
+    auto step = steps ? steps->at(k) : 1;
+    if (step <= 0) n.unsupported("has a step that is not positive");
+    auto axis = axes ? axes->at(k) : static_cast<std::int64_t>(k);
+    expr = "torch.slice(" + expr + ", " + n.axis(axis, 0) + ", " + starts[k] + ", " + ends[k] + ", " +
+           std::to_string(step) + ")";
+  }
+  n.assign(0, expr);
+}
+
+// ONNX Expand broadcasts both ways; torch expand keeps a dim only for -1, so target dims of 1
+// over existing dims become -1 and missing leading dims are kept.
+void map_expand(const Node& n) {
+  auto x = n.in(0);
+  std::string shape = n.temp("_l"), offset = n.temp("_o"), i = n.temp("_i");
+  n.line(shape + ": List[int] = " + n.in(1) + ".tolist()");
+  n.line(offset + " = len(" + shape + ") - " + x + ".dim()");
+  n.line("for " + i + " in range(len(" + shape + ")):");
+  n.line("    if " + shape + "[" + i + "] == 1 and " + i + " >= " + offset + ":");
+  n.line("        " + shape + "[" + i + "] = -1");
+  n.line("if " + offset + " < 0:");
+  n.line("    " + shape + " = [-1] * (-" + offset + ") + " + shape);
+  n.assign(0, x + ".expand(" + shape + ")");
+}
+
+void map_tile(const Node& n) { n.assign(0, n.in(0) + ".repeat(" + n.int_list(1) + ")"); }
+
+void map_range(const Node& n) {
+  auto start = n.in(0);
+  n.assign(0, "torch.arange(" + start + ".item(), " + n.in(1) + ".item(), " + n.in(2) + ".item(), dtype=" + start +
+                  ".dtype, device=" + start + ".device)");
+}
+
+void map_gemm(const Node& n) {
+  auto a = n.attr_int("transA", 0) ? "torch.t(" + n.in(0) + ")" : n.in(0);
+  auto b = n.attr_int("transB", 0) ? "torch.t(" + n.in(1) + ")" : n.in(1);
+  double alpha = n.attr_float("alpha", 1.0), beta = n.attr_float("beta", 1.0);
+  if (!n.has(2)) {
+    std::string product = "torch.mm(" + a + ", " + b + ")";
+    return n.assign(0, alpha == 1.0 ? product : "torch.mul(" + product + ", " + float_literal(alpha) + ")");
+  }
+  std::string scale;
+  if (beta != 1.0) scale += ", beta=" + float_literal(beta);
+  if (alpha != 1.0) scale += ", alpha=" + float_literal(alpha);
+  n.assign(0, "torch.addmm(" + n.in(2) + ", " + a + ", " + b + scale + ")");
+}
+
+// Kernel, strides, dilations and pads of Conv and the pools.
+struct Window {
+  int spatial = 0;
+  std::vector<std::int64_t> kernel, strides, dilations, begin, end;
+};
+
+void same_pads(const Node& n, bool upper, Window& w);
+
+Window window_of(const Node& n, int weight_input) {
+  Window w;
+  if (auto kernel = n.attr_ints("kernel_shape")) {
+    w.kernel = *kernel;
+  } else if (auto weight = n.shape(weight_input); weight && weight->size() > 2) {
+    w.kernel.assign(weight->begin() + 2, weight->end());  // Conv may leave it to the weight
+  }
+  if (w.kernel.empty()) n.unsupported("has no kernel_shape");
+  w.spatial = static_cast<int>(w.kernel.size());
+  auto ones = std::vector<std::int64_t>(w.spatial, 1);
+  w.strides = n.attr_ints("strides").value_or(ones);
+  w.dilations = n.attr_ints("dilations").value_or(ones);
+  auto pads = n.attr_ints("pads").value_or(std::vector<std::int64_t>(2 * w.spatial, 0));
+  if (pads.size() != 2 * w.kernel.size() || w.strides.size() != w.kernel.size() ||
+      w.dilations.size() != w.kernel.size()) {
+    n.unsupported("has pads, strides or dilations that do not match its kernel");
+  }
+  w.begin.assign(pads.begin(), pads.begin() + w.spatial);
+  w.end.assign(pads.begin() + w.spatial, pads.end());
+  auto auto_pad = n.attr_string("auto_pad", "NOTSET");
+  if (auto_pad == "VALID") {
+    w.begin.assign(w.spatial, 0);
+    w.end.assign(w.spatial, 0);
+  } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    same_pads(n, auto_pad == "SAME_UPPER", w);
+  }
+  return w;
+}
+
+// SAME pads from the input's spatial dims, which do not scale with the batch, so the inferred
+// shape holds at any microbatch size.
+void same_pads(const Node& n, bool upper, Window& w) {
+  auto input = n.shape(0);
+  if (!input || input->size() != static_cast<std::size_t>(w.spatial) + 2) n.unsupported("pads SAME on an unknown shape");
+  for (int d = 0; d < w.spatial; ++d) {
+    auto size = (*input)[2 + d], stride = w.strides[d];
+    if (size <= 0) n.unsupported("pads SAME on an unknown shape");
+    auto out = (size + stride - 1) / stride;
+    auto total = std::max<std::int64_t>((out - 1) * stride + (w.kernel[d] - 1) * w.dilations[d] + 1 - size, 0);
+    auto small = total / 2;
+    w.begin[d] = upper ? small : total - small;
+    w.end[d] = total - w.begin[d];
+  }
+}
+
+// Pads that differ at the two ends are applied with constant_pad_nd (last dim first, as F.pad).
+std::string padded_input(const Node& n, Window& w, const std::string& fill) {
+  if (w.begin == w.end) return n.in(0);
+  std::vector<std::int64_t> pad;
+  for (int d = w.spatial - 1; d >= 0; --d) {
+    pad.push_back(w.begin[d]);
+    pad.push_back(w.end[d]);
+  }
+  w.begin.assign(w.spatial, 0);
+  w.end.assign(w.spatial, 0);
+  return "torch.constant_pad_nd(" + n.in(0) + ", " + int_list_literal(pad) + ", " + fill + ")";
+}
+
+void check_spatial(const Node& n, const Window& w) {
+  if (w.spatial < 1 || w.spatial > 3) n.unsupported("has " + std::to_string(w.spatial) + " spatial dims");
+}
+
+// Constant-mode Pad with constant pads (what exports of F.pad and pooling give).
+void map_pad(const Node& n) {
+  if (n.opset() < 11) n.unsupported("takes its pads from attributes (opset < 11)");
+  if (n.attr_string("mode", "constant") != "constant") n.unsupported("pads in a mode other than constant");
+  auto pads = n.known_ints(1);
+  auto rank = n.rank(0);
+  if (!pads || !rank || n.has(3)) n.unsupported("has pads computed at run time or axes");
+  if (pads->size() != 2 * static_cast<std::size_t>(*rank)) n.unsupported("has pads that do not match its input");
+  std::vector<std::int64_t> torch_pads;  // last dim first, begin and end of each
+  for (int d = *rank - 1; d >= 0; --d) {
+    torch_pads.push_back((*pads)[d]);
+    torch_pads.push_back((*pads)[d + *rank]);
+  }
+  auto value = n.has(2) ? n.in(2) + ".item()" : "0.0";
+  n.assign(0, "torch.constant_pad_nd(" + n.in(0) + ", " + int_list_literal(torch_pads) + ", " + value + ")");
+}
+
+void map_conv(const Node& n) {
+  auto w = window_of(n, 1);
+  check_spatial(n, w);
+  auto x = padded_input(n, w, "0.0");
+  auto bias = n.has(2) ? n.in(2) : "None";
+  n.assign(0, "torch.conv" + std::to_string(w.spatial) + "d(" + x + ", " + n.in(1) + ", " + bias + ", " +
+                  int_list_literal(w.strides) + ", " + int_list_literal(w.begin) + ", " +
+                  int_list_literal(w.dilations) + ", " + std::to_string(n.attr_int("group", 1)) + ")");
+}
+
+void map_max_pool(const Node& n) {
+  if (n.used(1)) n.unsupported("returns indices");
+  auto w = window_of(n, -1);
+  check_spatial(n, w);
+  auto x = padded_input(n, w, "float(\"-inf\")");
+  n.assign(0, "torch.max_pool" + std::to_string(w.spatial) + "d(" + x + ", " + int_list_literal(w.kernel) + ", " +
+                  int_list_literal(w.strides) + ", " + int_list_literal(w.begin) + ", " +
+                  int_list_literal(w.dilations) + ", " + (n.attr_int("ceil_mode", 0) ? "True" : "False") + ")");
+}
+
+void map_average_pool(const Node& n) {
+  auto w = window_of(n, -1);
+  check_spatial(n, w);
+  if (std::any_of(w.dilations.begin(), w.dilations.end(), [](auto d) { return d != 1; })) n.unsupported("has dilations");
+  bool count_pad = n.attr_int("count_include_pad", 0) != 0;
+  if (w.begin != w.end && !count_pad) n.unsupported("has asymmetric pads excluded from the average");
+  auto x = padded_input(n, w, "0.0");
+  n.assign(0, "torch.avg_pool" + std::to_string(w.spatial) + "d(" + x + ", " + int_list_literal(w.kernel) + ", " +
+                  int_list_literal(w.strides) + ", " + int_list_literal(w.begin) + ", " +
+                  (n.attr_int("ceil_mode", 0) ? "True" : "False") + ", " + (count_pad ? "True" : "False") + ")");
+}
+
+// Global pools reduce every dim after N and C.
+void map_global_pool(const Node& n) {
+  auto x = n.in(0);
+  auto rank = n.rank(0);
+  std::string dims;
+  if (rank) {
+    std::vector<std::int64_t> all;
+    for (int d = 2; d < *rank; ++d) all.push_back(d);
+    dims = int_list_literal(all);
+  } else {
+    dims = n.temp("_l");
+    n.line(dims + ": List[int] = [_d for _d in range(2, " + x + ".dim())]");
+  }
+  auto reduce = n.proto().op_type() == "GlobalAveragePool" ? "torch.mean(" : "torch.amax(";
+  n.assign(0, reduce + x + ", " + dims + ", True)");
+}
+
+// Training mode (opset 14+ attribute; older opsets: the extra outputs) normalises with batch
+// statistics and updates the running statistics in place, as torch's train-mode batch_norm
+// does. ONNX momentum weighs the old statistics: torch's momentum is 1 - it.
+void map_batch_norm(const Node& n) {
+  bool training = n.opset() >= 14 ? n.attr_int("training_mode", 0) != 0 : n.outputs() > 1;
+  // 1 - 0.9f is 0.100000024; the complement of the decimal torch wrote (0.9) is its 0.1.
+  double momentum = 1.0 - std::stod(float_literal(n.attr_float("momentum", 0.9)));
+  std::string mean = n.in(3), var = n.in(4);
+  n.assign(0, "torch.batch_norm(" + n.in(0) + ", " + n.in(1) + ", " + n.in(2) + ", " + mean + ", " + var + ", " +
+                  (training ? "True" : "False") + ", " + float_literal(momentum) + ", " +
+                  float_literal(n.attr_float("epsilon", 1e-5)) + ", True)");
+  if (n.opset() >= 14 && training) {
+    if (n.used(1)) n.assign(1, mean);  // updated in place by batch_norm
+    if (n.used(2)) n.assign(2, var);
+  } else if (n.used(1) || n.used(2) || n.used(3) || n.used(4)) {
+    n.unsupported("returns statistics of an older opset");
+  }
+}
+
+void map_layer_norm(const Node& n) {
+  auto x = n.in(0);
+  auto axis = std::to_string(n.attr_int("axis", -1));
+  auto bias = n.has(2) ? n.in(2) : "None";
+  auto eps = float_literal(n.attr_float("epsilon", 1e-5));
+  std::string shape = x + ".size()[" + axis + ":]";
+  if (!n.used(1) && !n.used(2)) {
+    return n.assign(0, "torch.layer_norm(" + x + ", " + shape + ", " + n.in(1) + ", " + bias + ", " + eps + ")");
+  }
+  std::string parts = n.temp("_n");
+  n.line(parts + " = torch.native_layer_norm(" + x + ", " + shape + ", " + n.in(1) + ", " + bias + ", " + eps + ")");
+  for (int i = 0; i < n.outputs(); ++i) n.assign(i, parts + "[" + std::to_string(i) + "]");
+}
+
+// Opset 13+ normalises along one axis; older opsets over all dims from axis on (as 2-D).
+void map_softmax(const Node& n) {
+  auto x = n.in(0);
+  bool log = n.proto().op_type() == "LogSoftmax";
+  auto fn = std::string(log ? "torch.log_softmax(" : "torch.softmax(");
+  auto axis = n.attr_int("axis", n.opset() >= 13 ? -1 : 1);
+  bool last = axis == -1 || (n.rank(0) && axis == *n.rank(0) - 1);
+  if (n.opset() >= 13 || last) return n.assign(0, fn + x + ", " + std::to_string(axis) + ")");
+  n.assign(0, fn + "torch.flatten(" + x + ", " + std::to_string(axis) + "), -1).reshape(" + x + ".size())");
+}
+
+// Reductions: axes from the input (ReduceSum 13+, all 18+) or the attribute; none = all dims.
+void map_reduce(const Node& n) {
+  static const std::map<std::string, std::string> kReduce = {{"ReduceMean", "torch.mean"},
+                                                             {"ReduceSum", "torch.sum"},
+                                                             {"ReduceMax", "torch.amax"},
+                                                             {"ReduceMin", "torch.amin"},
+                                                             {"ReduceProd", "torch.prod"}};
+  const auto& op = n.proto().op_type();
+  const auto& fn = kReduce.at(op);
+  auto x = n.in(0);
+  bool keep = n.attr_int("keepdims", 1) != 0;
+  auto axes = n.axes(1).value_or(std::vector<std::int64_t>{});
+  if (axes.empty() && n.attr_int("noop_with_empty_axes", 0)) return n.assign(0, x);
+  if (axes.empty() && !keep && op != "ReduceMax" && op != "ReduceMin") return n.assign(0, fn + "(" + x + ")");
+  auto rank = n.rank(0);
+  if (axes.empty() || std::any_of(axes.begin(), axes.end(), [](auto a) { return a < 0; })) {
+    if (!rank) n.unsupported("reduces a tensor of unknown rank");
+    if (axes.empty())
+      for (int d = 0; d < *rank; ++d) axes.push_back(d);
+    for (auto& a : axes) a = a < 0 ? a + *rank : a;
+  }
+  std::string k = keep ? "True" : "False";
+  if (op != "ReduceProd") return n.assign(0, fn + "(" + x + ", " + int_list_literal(axes) + ", " + k + ")");
+  std::sort(axes.rbegin(), axes.rend());  // torch.prod takes one dim: from the last
+  std::string expr = x;
+  for (auto a : axes) expr = fn + "(" + expr + ", " + std::to_string(a) + ", " + k + ")";
+  n.assign(0, expr);
+}
+
+// Dropout drops only when its training_mode input is a true constant (training exports).
+void map_dropout(const Node& n) {
+  if (n.used(1)) n.unsupported("returns its mask");
+  double ratio = n.attr_float("ratio", 0.5);
+  if (n.has(1)) {
+    const auto* tensor = n.emitter().constant(n.proto().input(1));
+    auto dtype = tensor ? ir::dtype_from_onnx(tensor->data_type()) : std::nullopt;
+    if (!dtype || numel_of(*tensor) != 1) n.unsupported("has a ratio computed at run time");
+    ratio = element_as_double(tensor_bytes(*tensor, *dtype, n.emitter().path()), *dtype, 0);
+  }
+  bool training = false;
+  if (n.has(2)) {
+    const auto* tensor = n.emitter().constant(n.proto().input(2));
+    if (!tensor || numel_of(*tensor) != 1) n.unsupported("has a training_mode computed at run time");
+    training = element_as_int(tensor_bytes(*tensor, ir::DType::kBool, n.emitter().path()), ir::DType::kBool, 0) != 0;
+  }
+  n.assign(0, training && ratio > 0 ? "torch.dropout(" + n.in(0) + ", " + float_literal(ratio) + ", True)" : n.in(0));
+}
+
+void map_clip(const Node& n) {
+  if (n.opset() < 11) {
+    n.assign(0, "torch.clamp(" + n.in(0) + ", " + float_literal(n.attr_float("min", -INFINITY)) + ", " +
+                    float_literal(n.attr_float("max", INFINITY)) + ")");
+    return;
+  }
+  n.assign(0, "torch.clamp(" + n.in(0) + ", " + (n.has(1) ? n.in(1) : "None") + ", " + (n.has(2) ? n.in(2) : "None") +
+                  ")");
+}
+
+void map_leaky_relu(const Node& n) {
+  n.assign(0, "torch.leaky_relu(" + n.in(0) + ", " + float_literal(n.attr_float("alpha", 0.01)) + ")");
+}
+
+void map_elu(const Node& n) { n.assign(0, "torch.elu(" + n.in(0) + ", " + float_literal(n.attr_float("alpha", 1.0)) + ")"); }
+
+void map_hard_sigmoid(const Node& n) {
+  n.assign(0, "torch.clamp(torch.add(torch.mul(" + n.in(0) + ", " + float_literal(n.attr_float("alpha", 0.2)) + "), " +
+                  float_literal(n.attr_float("beta", 0.5)) + "), 0.0, 1.0)");
+}
+
+void map_einsum(const Node& n) {
+  auto equation = n.attr_string("equation", "");
+  if (equation.find_first_of("\"\\") != std::string::npos) n.unsupported("has an equation with quotes");
+  std::vector<std::string> operands;
+  for (int i = 0; i < n.inputs(); ++i) operands.push_back(n.in(i));
+  n.assign(0, "torch.einsum(\"" + equation + "\", [" + join(operands) + "])");
+}
+
+const std::map<std::string, Mapping>& mappings() {
+  static const std::map<std::string, Mapping> table = [] {
+    std::map<std::string, Mapping> m = {
+        {"Div", map_div},
+        {"Mod", map_mod},
+        {"Sum", map_variadic},
+        {"Max", map_variadic},
+        {"Min", map_variadic},
+        {"Constant", map_constant},
+        {"Shape", map_shape},
+        {"Size", map_size},
+        {"Cast", map_cast},
+        {"ConstantOfShape", map_constant_of_shape},
+        {"Gather", map_gather},
+        {"GatherElements", map_gather_elements},
+        {"Transpose", map_transpose},
+        {"Reshape", map_reshape},
+        {"Flatten", map_flatten},
+        {"Unsqueeze", map_unsqueeze},
+        {"Squeeze", map_squeeze},
+        {"Concat", map_concat},
+        {"Split", map_split},
+        {"Slice", map_slice},
+        {"Expand", map_expand},
+        {"Tile", map_tile},
+        {"Range", map_range},
+        {"Gemm", map_gemm},
+        {"Conv", map_conv},
+        {"Pad", map_pad},
+        {"MaxPool", map_max_pool},
+        {"AveragePool", map_average_pool},
+        {"GlobalAveragePool", map_global_pool},
+        {"GlobalMaxPool", map_global_pool},
+        {"BatchNormalization", map_batch_norm},
+        {"LayerNormalization", map_layer_norm},
+        {"Softmax", map_softmax},
+        {"LogSoftmax", map_softmax},
+        {"ReduceMean", map_reduce},
+        {"ReduceSum", map_reduce},
+        {"ReduceMax", map_reduce},
+        {"ReduceMin", map_reduce},
+        {"ReduceProd", map_reduce},
+        {"Dropout", map_dropout},
+        {"Clip", map_clip},
+        {"LeakyRelu", map_leaky_relu},
+        {"Elu", map_elu},
+        {"HardSigmoid", map_hard_sigmoid},
+        {"Einsum", map_einsum},
+    };
+    for (const auto& [op, pattern] : kElementwise) m[op] = map_elementwise;
+    return m;
+  }();
+  return table;
+}
+
+}  // namespace
+
+StageSource onnx_stage_source(const std::string& model_path, const onnx::ModelProto& model, const ir::Graph& graph,
+                              const StageLayout& stage) {
+  return StageEmitter(model_path, model, graph, stage).run();
+}
+
+}  // namespace rannc::emit

@@ -1,0 +1,26 @@
+// Pictures of a plan for people: schedule.svg, the simulated training step as a timeline with
+// one row per rank, and stages.dot, the stage graph for Graphviz. Both are deterministic text
+// (the same plan gives the same bytes) and are written beside plan.json.
+#pragma once
+
+#include <string>
+
+#include "emit/plan_file.h"
+#include "partitioner/planner.h"
+
+namespace rannc::emit {
+
+// "gpt.onnx: 5 stages x 1 pipeline, 8 microbatches of 8, 1f1b, step 2.382 ms", heading both.
+std::string plan_title(const PlanFile& plan);
+
+// The step as the simulator modelled it: per rank (in rank order) its stage's forwards,
+// backwards, transfers received and gradient allreduce, on a time axis in ms. Each row is
+// `<g class="rank" data-rank="R" data-stage="S">`. `title` heads the picture.
+std::string schedule_svg(const partition::Plan& plan, const std::string& title);
+
+// One node per stage (id, op range, replicas, predicted times and memory), one per model input
+// and output, and edges for the tensors passed, labelled with their names and bytes per
+// microbatch.
+std::string stages_dot(const PlanFile& plan);
+
+}  // namespace rannc::emit

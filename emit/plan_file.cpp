@@ -1,0 +1,406 @@
+#include "emit/plan_file.h"
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "cost_model/memory.h"
+#include "cost_model/roofline.h"
+#include "emit/plan_json.h"
+#include "support/error.h"
+
+namespace rannc::emit {
+namespace {
+
+using nlohmann::json;
+
+const char* type_name(const json& value) {
+  if (value.is_number_integer()) return "an integer";
+  if (value.is_number()) return "a number";
+  if (value.is_string()) return "a string";
+  if (value.is_boolean()) return "a boolean";
+  if (value.is_array()) return "an array";
+  if (value.is_object()) return "an object";
+  return "null";
+}
+
+// A JSON value with its path in the document ("stages[1].inputs[0]"), so that every check
+// can name the field at fault.
+class Field {
+ public:
+  Field(const json& value, std::string where, const std::string& file)
+      : value_(value), where_(std::move(where)), file_(file) {}
+
+  [[noreturn]] void fail(const std::string& problem) const { throw InputError(label() + ": " + problem); }
+
+  const std::string& where() const { return where_; }
+  const json& raw() const { return value_; }
+  bool has(const char* key) const { return value_.contains(key); }
+
+  // "FILE: WHERE" for messages made elsewhere.
+  std::string label() const { return file_ + (where_.empty() ? "" : ": " + where_); }
+
+  Field operator[](const char* key) const {
+    if (!value_.is_object()) fail("expected an object, found " + std::string(type_name(value_)));
+    auto it = value_.find(key);
+    if (it == value_.end()) throw InputError(file_ + ": " + child_path(key) + ": missing");
+    return Field(*it, child_path(key), file_);
+  }
+  std::optional<Field> find(const char* key) const {
+    if (!has(key)) return std::nullopt;
+    return (*this)[key];
+  }
+
+  // The elements of an array, each with its index in the path.
+  std::vector<Field> items() const {
+    if (!value_.is_array()) fail("expected an array, found " + std::string(type_name(value_)));
+    std::vector<Field> list;
+    for (std::size_t i = 0; i < value_.size(); ++i) list.emplace_back(value_[i], where_ + "[" + std::to_string(i) + "]", file_);
+    return list;
+  }
+
+  std::string text() const {
+    if (!value_.is_string()) expected("a string");
+    return value_.get<std::string>();
+  }
+  bool flag() const {
+    if (!value_.is_boolean()) expected("a boolean");
+    return value_.get<bool>();
+  }
+  double number() const {
+    if (!value_.is_number()) expected("a number");
+    return value_.get<double>();
+  }
+  std::int64_t integer(std::int64_t min = std::numeric_limits<std::int64_t>::min(),
+                       std::int64_t max = std::numeric_limits<std::int64_t>::max()) const {
+    if (!value_.is_number_integer()) expected("an integer");
+    if (value_.is_number_unsigned() && value_.get<std::uint64_t>() > static_cast<std::uint64_t>(max)) out_of(min, max);
+    auto n = value_.get<std::int64_t>();
+    if (n < min || n > max) out_of(min, max);
+    return n;
+  }
+  int small(int min = 0, int max = std::numeric_limits<int>::max()) const { return static_cast<int>(integer(min, max)); }
+  double non_negative() const {
+    double x = number();
+    if (!(x >= 0)) fail(value_.dump() + ": must not be negative");
+    return x;
+  }
+
+ private:
+  std::string child_path(const char* key) const { return where_.empty() ? key : where_ + "." + key; }
+  [[noreturn]] void expected(const char* what) const {
+    fail("expected " + std::string(what) + ", found " + type_name(value_) + (value_.is_null() ? "" : " " + value_.dump()));
+  }
+  [[noreturn]] void out_of(std::int64_t min, std::int64_t max) const {
+    std::string range = max == std::numeric_limits<std::int64_t>::max() || max == std::numeric_limits<int>::max()
+                            ? "at least " + std::to_string(min)
+                            : "in " + std::to_string(min) + ".." + std::to_string(max);
+    fail(value_.dump() + ": must be " + range);
+  }
+
+  const json& value_;
+  std::string where_;
+  const std::string& file_;
+};
+
+json parse_document(const std::string& path) {
+  std::error_code ec;
+  auto status = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(status)) throw InputError(path + ": no such file");
+  if (!std::filesystem::is_regular_file(status)) throw InputError(path + ": not a regular file");
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream content;
+  if (!in || !(content << in.rdbuf())) {
+    if (std::filesystem::file_size(path, ec) == 0 && !ec) throw InputError(path + ": empty file, not a plan");
+    throw InputError(path + ": cannot read the file");
+  }
+  try {
+    return json::parse(content.str());
+  } catch (const json::parse_error& e) {
+    // "[json.exception.parse_error.101] parse error at line 3, ..." without the bracketed id.
+    std::string what = e.what();
+    auto close = what.find("] ");
+    throw InputError(path + ": not valid JSON (truncated?): " + (close == std::string::npos ? what : what.substr(close + 2)));
+  }
+}
+
+// "format" and "version" first: a foreign or newer file gets that said, not a missing field.
+void check_header(const Field& document) {
+  if (!document.raw().is_object()) document.fail("not a plan: expected a JSON object, found " + std::string(type_name(document.raw())));
+  if (!document.has("format")) document.fail("not a rannc plan: no \"format\" field");
+  std::string format = document["format"].text();
+  if (format != kPlanFormat) document["format"].fail("'" + format + "' is not " + kPlanFormat);
+  auto version = document["version"].integer();
+  if (version != kPlanVersion) {
+    document.fail("version " + std::to_string(version) + " is not supported (this build reads version " +
+                  std::to_string(kPlanVersion) + ")");
+  }
+}
+
+PlanTensor read_tensor(const Field& field) {
+  PlanTensor tensor;
+  tensor.name = field["name"].text();
+  for (const auto& dim : field["shape"].items()) tensor.shape.push_back(dim.integer(0));
+  tensor.dtype = field["dtype"].text();
+  tensor.batch_dim = field["batch_dim"].small(-1);
+  if (tensor.batch_dim >= static_cast<int>(tensor.shape.size())) {
+    field["batch_dim"].fail(std::to_string(tensor.batch_dim) + " is not a dim of a " + std::to_string(tensor.shape.size()) +
+                            "-dim tensor");
+  }
+  return tensor;
+}
+
+std::vector<PlanTensor> read_tensors(const Field& list) {
+  std::vector<PlanTensor> tensors;
+  for (const auto& field : list.items()) tensors.push_back(read_tensor(field));
+  return tensors;
+}
+
+std::vector<PlanWeight> read_weights(const Field& list) {
+  std::vector<PlanWeight> weights;
+  for (const auto& field : list.items()) {
+    PlanWeight weight;
+    weight.name = field["name"].text();
+    weight.stage_name = field["stage_name"].text();
+    weight.numel = field["numel"].integer(0);
+    weight.bytes = field["bytes"].integer(0);
+    if (auto shared = field.find("shared_with"))
+      for (const auto& stage : shared->items()) weight.shared_with.push_back(stage.small());
+    weights.push_back(std::move(weight));
+  }
+  return weights;
+}
+
+void read_model(const Field& model, PlanFile& plan) {
+  plan.model_path = model["path"].text();
+  plan.model_sha256 = model["sha256"].text();
+  plan.model_format = model["format"].text();
+  plan.model_params = model["params"].integer(0);
+  plan.evaluated_batch = model["evaluated_batch"].integer(1);
+  plan.model_inputs = read_tensors(model["inputs"]);
+}
+
+void read_cluster(const Field& cluster, PlanFile& plan) {
+  plan.gpus = cluster["gpus"].small(1);
+  plan.gpus_per_node = cluster["gpus_per_node"].small(1);
+  plan.nodes = cluster.has("nodes") ? cluster["nodes"].small(1) : (plan.gpus + plan.gpus_per_node - 1) / plan.gpus_per_node;
+  plan.mem_bytes = cluster["mem_bytes"].integer(1);
+  plan.device = cluster["device"].text();
+  if (plan.gpus % plan.gpus_per_node != 0 || plan.nodes * plan.gpus_per_node != plan.gpus) {
+    cluster.fail(std::to_string(plan.gpus) + " gpus do not make " + std::to_string(plan.nodes) + " node(s) of " +
+                 std::to_string(plan.gpus_per_node));
+  }
+}
+
+void read_batch(const Field& batch, PlanFile& plan) {
+  plan.global_batch = batch["global"].integer(1);
+  plan.pipelines = batch["pipelines"].small(1);
+  plan.microbatches = batch["microbatches"].small(1);
+  plan.microbatch_size = batch["microbatch_size"].small(1);
+  if (static_cast<std::int64_t>(plan.pipelines) * plan.microbatches * plan.microbatch_size != plan.global_batch) {
+    batch.fail("global " + std::to_string(plan.global_batch) + " is not pipelines x microbatches x microbatch_size (" +
+               std::to_string(plan.pipelines) + " x " + std::to_string(plan.microbatches) + " x " +
+               std::to_string(plan.microbatch_size) + ")");
+  }
+}
+
+// A named choice the planner knows ("1f1b"), checked with the planner's own parser:
+// "plan.json: schedule zigzag: unknown schedule (known: 1f1b, gpipe)".
+std::string read_choice(const Field& field, void (*check)(std::string_view, std::string_view)) {
+  std::string value = field.text();
+  check(value, field.label());
+  return value;
+}
+
+// Where a stage input comes from: a model input, or an output of an earlier stage whose name
+// and dtype it carries.
+void read_source(const Field& input, PlanTensor& tensor, int stage_id, const PlanFile& plan) {
+  Field source = input["source"];
+  if (source.has("model_input")) {
+    tensor.model_input = source["model_input"].text();
+    bool known = false;
+    for (const auto& model_input : plan.model_inputs) known |= model_input.name == *tensor.model_input;
+    if (!known) source["model_input"].fail("'" + *tensor.model_input + "' is not one of model.inputs");
+    return;
+  }
+  // Otherwise it comes from a stage: "source.stage: missing" if neither is there.
+  tensor.from_stage = source["stage"].small(std::numeric_limits<int>::min());
+  if (tensor.from_stage < 0 || tensor.from_stage >= stage_id)
+    source["stage"].fail(std::to_string(tensor.from_stage) + " is not an earlier stage");
+  const auto& sender = plan.stages[tensor.from_stage];
+  tensor.from_output = source["output"].small(std::numeric_limits<int>::min());
+  if (tensor.from_output < 0 || tensor.from_output >= static_cast<int>(sender.outputs.size())) {
+    source["output"].fail(std::to_string(tensor.from_output) + " is not an output of stage " +
+                          std::to_string(tensor.from_stage) + " (it has " + std::to_string(sender.outputs.size()) + ")");
+  }
+  const auto& sent = sender.outputs[tensor.from_output];
+  if (sent.name != tensor.name || sent.dtype != tensor.dtype) {
+    input.fail("'" + tensor.name + "' " + tensor.dtype + " does not match output " + std::to_string(tensor.from_output) +
+               " of stage " + std::to_string(tensor.from_stage) + ", '" + sent.name + "' " + sent.dtype);
+  }
+}
+
+void read_stage_ranks(const Field& field, PlanStage& stage, const PlanFile& plan) {
+  for (const auto& rank : field["ranks"].items()) stage.ranks.push_back(rank.small(0));
+  stage.replicas_per_pipeline = field["replicas_per_pipeline"].small(1);
+  if (plan.microbatch_size % stage.replicas_per_pipeline != 0) {
+    field["replicas_per_pipeline"].fail(std::to_string(stage.replicas_per_pipeline) + " does not divide the microbatch size " +
+                                        std::to_string(plan.microbatch_size));
+  }
+  std::size_t expected = static_cast<std::size_t>(stage.replicas_per_pipeline) * plan.pipelines;
+  if (stage.ranks.size() != expected) {
+    field["ranks"].fail(std::to_string(stage.ranks.size()) + " rank(s), expected replicas_per_pipeline x pipelines = " +
+                        std::to_string(expected));
+  }
+  if (auto replicas = field.find("replicas"); replicas && replicas->integer() != static_cast<std::int64_t>(expected))
+    replicas->fail(replicas->raw().dump() + " differs from the " + std::to_string(expected) + " ranks of the stage");
+}
+
+void read_predicted(const Field& predicted, PlanStage& stage) {
+  stage.predicted_fwd_ms = predicted["fwd_ms"].non_negative();
+  stage.predicted_bwd_ms = predicted["bwd_ms"].non_negative();
+  stage.predicted_mem_bytes = predicted["mem_bytes"].non_negative();
+  if (auto p2p = predicted.find("p2p_ms")) stage.predicted_p2p_ms = p2p->non_negative();
+  if (auto allreduce = predicted.find("allreduce_ms")) stage.predicted_allreduce_ms = allreduce->non_negative();
+  if (auto in_flight = predicted.find("in_flight")) stage.in_flight = in_flight->small();
+}
+
+PlanStage read_stage(const Field& field, int index, const PlanFile& plan) {
+  PlanStage stage;
+  stage.id = field["id"].small(std::numeric_limits<int>::min());
+  if (stage.id != index) field["id"].fail(std::to_string(stage.id) + ", expected " + std::to_string(index) + " (stage ids run 0, 1, ... in order)");
+  stage.file = field["file"].text();
+  if (stage.file.empty()) field["file"].fail("empty");
+  read_stage_ranks(field, stage, plan);
+  stage.outputs = read_tensors(field["outputs"]);
+  auto outputs = field["outputs"].items();
+  for (std::size_t i = 0; i < outputs.size(); ++i)
+    if (auto flag = outputs[i].find("model_output")) stage.outputs[i].model_output = flag->flag();
+  auto inputs = field["inputs"].items();
+  for (const auto& input : inputs) {
+    stage.inputs.push_back(read_tensor(input));
+    read_source(input, stage.inputs.back(), index, plan);
+  }
+  stage.params = read_weights(field["params"]);
+  stage.buffers = read_weights(field["buffers"]);
+  stage.recompute = field["recompute"].flag();
+  stage.offload = field["offload"].flag();
+  read_predicted(field["predicted"], stage);
+  if (auto range = field.find("op_range")) stage.op_range = range->text();
+  if (auto blocks = field.find("blocks")) {
+    auto pair = blocks->items();
+    if (pair.size() != 2) blocks->fail("expected [begin, end]");
+    stage.blocks = {pair[0].small(), pair[1].small()};
+  }
+  return stage;
+}
+
+// Ranks 0..R-1, each once, each where its stage says it is; with the unused devices they make
+// up the cluster.
+void read_ranks(const Field& list, PlanFile& plan) {
+  auto fields = list.items();
+  const int count = static_cast<int>(fields.size());
+  std::size_t staged = 0;
+  for (const auto& stage : plan.stages) staged += stage.ranks.size();
+  if (staged != fields.size())
+    list.fail(std::to_string(count) + " rank(s), but the stages place " + std::to_string(staged));
+  std::vector<bool> seen(fields.size(), false);
+  for (const auto& field : fields) {
+    PlanRank rank;
+    rank.rank = field["rank"].small(0);
+    if (rank.rank >= count) field["rank"].fail(std::to_string(rank.rank) + " is not in 0.." + std::to_string(count - 1));
+    if (seen[rank.rank]) field["rank"].fail(std::to_string(rank.rank) + " appears twice");
+    seen[rank.rank] = true;
+    rank.node = field["node"].small(0);
+    rank.local_rank = field["local_rank"].small(0);
+    rank.stage = field["stage"].small(0);
+    rank.replica = field["replica"].small(0);
+    if (rank.stage >= static_cast<int>(plan.stages.size()))
+      field["stage"].fail(std::to_string(rank.stage) + " is not a stage");
+    const auto& ranks = plan.stages[rank.stage].ranks;
+    if (rank.replica >= static_cast<int>(ranks.size()) || ranks[rank.replica] != rank.rank) {
+      field.fail("rank " + std::to_string(rank.rank) + " as replica " + std::to_string(rank.replica) + " of stage " +
+                 std::to_string(rank.stage) + " disagrees with stages[" + std::to_string(rank.stage) + "].ranks");
+    }
+    if (rank.node != rank.rank / plan.gpus_per_node || rank.local_rank != rank.rank % plan.gpus_per_node) {
+      field.fail("rank " + std::to_string(rank.rank) + " is local rank " + std::to_string(rank.rank % plan.gpus_per_node) +
+                 " of node " + std::to_string(rank.rank / plan.gpus_per_node) + " with " + std::to_string(plan.gpus_per_node) +
+                 " devices per node, not " + std::to_string(rank.local_rank) + " of " + std::to_string(rank.node));
+    }
+    plan.ranks.push_back(rank);
+  }
+}
+
+void read_unused(const Field& document, PlanFile& plan) {
+  if (auto unused = document.find("unused_devices")) {
+    int count = (*unused)["count"].small(0);
+    for (const auto& rank : (*unused)["ranks"].items()) plan.unused_ranks.push_back(rank.small(0, plan.gpus - 1));
+    if (static_cast<int>(plan.unused_ranks.size()) != count)
+      (*unused)["ranks"].fail(std::to_string(plan.unused_ranks.size()) + " listed, but count is " + std::to_string(count));
+    plan.unused_reason = (*unused)["reason"].text();
+  }
+  int used = static_cast<int>(plan.ranks.size());
+  if (used + static_cast<int>(plan.unused_ranks.size()) != plan.gpus) {
+    document["ranks"].fail(std::to_string(used) + " rank(s) and " + std::to_string(plan.unused_ranks.size()) +
+                           " unused device(s) do not make the cluster's " + std::to_string(plan.gpus));
+  }
+}
+
+void read_plan_predicted(const Field& predicted, PlanFile& plan) {
+  plan.iteration_ms = predicted["iteration_ms"].non_negative();
+  plan.samples_per_s = predicted["samples_per_s"].non_negative();
+  plan.bubble_fraction = predicted["bubble_fraction"].non_negative();
+  plan.lower_bound_ms = predicted["lower_bound_ms"].non_negative();
+  plan.peak_mem_bytes = predicted["peak_mem_bytes"].non_negative();
+  plan.efficiency = plan.iteration_ms > 0 ? plan.lower_bound_ms / plan.iteration_ms : 0;
+  if (auto efficiency = predicted.find("efficiency")) plan.efficiency = efficiency->non_negative();
+}
+
+void check_schedule(std::string_view name, std::string_view what) { cost::parse_schedule(name, what); }
+void check_optimizer(std::string_view name, std::string_view what) { cost::parse_optimizer(name, what); }
+void check_precision(std::string_view name, std::string_view what) { cost::parse_precision(name, what); }
+
+}  // namespace
+
+std::string PlanFile::stage_path(const PlanStage& stage) const {
+  std::filesystem::path file(stage.file);
+  return file.is_absolute() ? file.string() : (std::filesystem::path(folder) / file).string();
+}
+
+PlanFile plan_from_json(nlohmann::json document, const std::string& path) {
+  PlanFile plan;
+  plan.path = path;
+  auto parent = std::filesystem::path(path).parent_path();
+  plan.folder = parent.empty() ? "." : parent.string();
+  plan.json = std::move(document);
+  Field root(plan.json, "", plan.path);
+  check_header(root);
+  read_model(root["model"], plan);
+  read_cluster(root["cluster"], plan);
+  read_batch(root["batch"], plan);
+  plan.schedule = read_choice(root["schedule"], check_schedule);
+  plan.optimizer = read_choice(root["optimizer"], check_optimizer);
+  if (auto precision = root.find("precision")) plan.precision = read_choice(*precision, check_precision);
+  auto stages = root["stages"].items();
+  if (stages.empty()) root["stages"].fail("no stages");
+  for (std::size_t i = 0; i < stages.size(); ++i) plan.stages.push_back(read_stage(stages[i], static_cast<int>(i), plan));
+  read_ranks(root["ranks"], plan);
+  read_unused(root, plan);
+  read_plan_predicted(root["predicted"], plan);
+  return plan;
+}
+
+PlanFile read_plan_file(const std::string& path) { return plan_from_json(parse_document(path), path); }
+
+void check_stage_files_exist(const PlanFile& plan) {
+  for (const auto& stage : plan.stages) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(plan.stage_path(stage), ec)) {
+      throw InputError(plan.path + ": stage " + std::to_string(stage.id) + "'s file " + plan.stage_path(stage) +
+                       " is missing (write the stage files with the partition verb)");
+    }
+  }
+}
+
+}  // namespace rannc::emit

@@ -1,0 +1,117 @@
+#include "emit/stage_layout.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace rannc::emit {
+namespace {
+
+// Which stage runs each unit; fills each layout's ops (graph order, glue copied once per stage).
+std::vector<int> assign_units(const ir::Graph& graph, const partition::PlanResult& result,
+                              std::vector<StageLayout>& layouts) {
+  const auto& blocking = result.partitioning.blocking;
+  const auto& units = result.partitioning.units;
+  std::vector<int> stage_of_unit(units.units.size(), -1);
+  std::vector<int> stamp(graph.ops().size(), -1);
+  for (int s = 0; s < static_cast<int>(layouts.size()); ++s) {
+    const auto& option = result.plan.stages[s].option;
+    for (int i = blocking.begin(option.begin); i < blocking.end(option.end - 1); ++i) {
+      int unit = blocking.order[i];
+      stage_of_unit[unit] = s;
+      for (auto op : units.units[unit].ops) {
+        if (stamp[op] == s) continue;
+        stamp[op] = s;
+        layouts[s].ops.push_back(op);
+      }
+    }
+    std::sort(layouts[s].ops.begin(), layouts[s].ops.end());
+  }
+  return stage_of_unit;
+}
+
+// Outputs first (a stage sends a tensor when a later stage reads it or the model returns it),
+// then inputs, which point at the producing stage's output index.
+void assign_tensors(const partition::PlanResult& result, const std::vector<int>& stage_of_unit,
+                    std::vector<StageLayout>& layouts) {
+  std::vector<std::pair<const partition::CrossingTensor*, std::set<int>>> crossings;
+  for (const auto& tensor : result.partitioning.units.tensors) {
+    int producer = tensor.producer < 0 ? -1 : stage_of_unit[tensor.producer];
+    std::set<int> readers;
+    for (int unit : tensor.consumers)
+      if (stage_of_unit[unit] != producer) readers.insert(stage_of_unit[unit]);
+    if (producer >= 0 && (!readers.empty() || tensor.model_output))
+      layouts[producer].outputs.push_back({tensor.value, tensor.model_output});
+    crossings.emplace_back(&tensor, std::move(readers));
+  }
+  for (auto& layout : layouts)
+    std::sort(layout.outputs.begin(), layout.outputs.end(), [](auto& a, auto& b) { return a.value < b.value; });
+  for (const auto& [tensor, readers] : crossings) {
+    StageInput input{tensor->value, -1, -1};
+    if (tensor->producer >= 0) {
+      input.from_stage = stage_of_unit[tensor->producer];
+      const auto& sent = layouts[input.from_stage].outputs;
+      input.from_output = static_cast<int>(
+          std::find_if(sent.begin(), sent.end(), [&](const StageOutput& o) { return o.value == tensor->value; }) -
+          sent.begin());
+    }
+    for (int stage : readers) layouts[stage].inputs.push_back(input);
+  }
+  for (auto& layout : layouts)
+    std::sort(layout.inputs.begin(), layout.inputs.end(), [](auto& a, auto& b) { return a.value < b.value; });
+}
+
+// The tensor weights each stage reads, named p<i> / b<i> in value-id order.
+void assign_weights(const ir::Graph& graph, std::vector<StageLayout>& layouts) {
+  std::map<ir::ValueId, std::set<int>> readers;
+  for (const auto& layout : layouts)
+    for (auto op : layout.ops)
+      for (auto input : graph.op(op).inputs)
+        if (graph.value(input).is_weight() && graph.value(input).is_tensor()) readers[input].insert(layout.id);
+  for (const auto& [id, stages] : readers) {
+    bool param = graph.value(id).role == ir::ValueRole::kParam;
+    for (int s : stages) {
+      auto& list = param ? layouts[s].params : layouts[s].buffers;
+      StageWeight weight{id, (param ? "p" : "b") + std::to_string(list.size()), {}};
+      for (int other : stages)
+        if (other != s) weight.shared_with.push_back(other);
+      list.push_back(std::move(weight));
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<StageLayout> stage_layouts(const ir::Graph& graph, const partition::PlanResult& result) {
+  std::vector<StageLayout> layouts(result.plan.stages.size());
+  for (int s = 0; s < static_cast<int>(layouts.size()); ++s) {
+    layouts[s].id = s;
+    layouts[s].file = "stage_" + std::to_string(s) + ".pt";
+  }
+  auto stage_of_unit = assign_units(graph, result, layouts);
+  assign_tensors(result, stage_of_unit, layouts);
+  assign_weights(graph, layouts);
+  return layouts;
+}
+
+}  // namespace rannc::emit
+
+namespace rannc::emit {
+
+StageLayout whole_model_layout(const ir::Graph& graph) {
+  StageLayout layout;
+  layout.file = "model.pt";
+  for (const auto& op : graph.ops()) layout.ops.push_back(op.id);
+  for (auto id : graph.values_with_role(ir::ValueRole::kModelInput)) layout.inputs.push_back({id, -1, -1});
+  for (auto id : graph.model_outputs()) layout.outputs.push_back({id, true});
+  int params = 0, buffers = 0;
+  for (const auto& value : graph.values()) {
+    if (!value.is_weight() || !value.is_tensor() || value.consumers.empty()) continue;
+    bool param = value.role == ir::ValueRole::kParam;
+    auto& list = param ? layout.params : layout.buffers;
+    list.push_back({value.id, (param ? "p" : "b") + std::to_string(param ? params++ : buffers++), {}});
+  }
+  return layout;
+}
+
+}  // namespace rannc::emit

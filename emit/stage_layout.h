@@ -1,0 +1,52 @@
+// What each stage of a plan computes, in IR terms: its ops, the tensors it receives and sends
+// (in the order of its forward's arguments and returned tuple) and the weights it reads under
+// their stage names. plan.json and the stage-file writers both read this one description, so
+// the files and the plan cannot disagree.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "partitioner/planner.h"
+
+namespace rannc::emit {
+
+struct StageInput {
+  ir::ValueId value = ir::kNoId;
+  int from_stage = -1;   // -1: a model input
+  int from_output = -1;  // index into that stage's outputs
+};
+
+struct StageOutput {
+  ir::ValueId value = ir::kNoId;
+  bool model_output = false;
+};
+
+// A weight as the stage module holds it: a parameter "p<i>" or a buffer "b<i>" (TorchScript
+// attribute names cannot hold the dots of qualified names).
+struct StageWeight {
+  ir::ValueId value = ir::kNoId;
+  std::string stage_name;
+  std::vector<int> shared_with;  // other stages that read the same weight (tied weights)
+};
+
+struct StageLayout {
+  int id = 0;
+  std::string file;                 // "stage_<id>.pt", relative to plan.json
+  std::vector<ir::OpId> ops;        // ascending op id (a topological order of the model)
+  std::vector<StageInput> inputs;   // forward's arguments, ascending value id
+  std::vector<StageOutput> outputs; // forward's returned tuple, ascending value id
+  std::vector<StageWeight> params, buffers;
+};
+
+std::vector<StageLayout> stage_layouts(const ir::Graph& graph, const partition::PlanResult& result);
+
+}  // namespace rannc::emit
+
+namespace rannc::emit {
+
+// The whole model as one stage (verify's reference for a model that has no runtime of its own).
+StageLayout whole_model_layout(const ir::Graph& graph);
+
+}  // namespace rannc::emit

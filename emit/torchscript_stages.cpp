@@ -1,0 +1,193 @@
+// Stage files in TorchScript (part of the torch plugin). TOOLCHAIN.md §4 shows the calls; the
+// points that matter: weights become module attributes (names cannot hold dots, hence p<i>
+// and b<i>), constants are cloned where used, and every tensor type is made generic so the
+// stage runs at any batch size, not just the one the model was evaluated at.
+#include "emit/torchscript_stages.h"
+
+#include <torch/csrc/jit/ir/alias_analysis.h>
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <cctype>
+#include <cstring>
+#include <set>
+#include <unordered_map>
+
+#include "compiler/torchscript_source.h"
+#include "support/error.h"
+
+namespace rannc::emit {
+namespace {
+
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::Value;
+
+// jit values by IR value id: graph inputs come first (model inputs, then weights), then node
+// outputs, as the frontend built the IR.
+std::unordered_map<ir::ValueId, Value*> jit_values(const Model& model, const TorchScriptSource& source) {
+  std::unordered_map<ir::ValueId, Value*> values;
+  const auto& inputs = source.graph->inputs();
+  for (std::size_t i = 0; i < inputs.size(); ++i) values[static_cast<ir::ValueId>(i)] = inputs[i];
+  for (const auto& op : model.graph.ops()) {
+    if (op.source_node < 0) continue;
+    Node* node = source.nodes.at(static_cast<std::size_t>(op.source_node));
+    for (std::size_t k = 0; k < op.outputs.size(); ++k) values[op.outputs[k]] = node->outputs().at(k);
+  }
+  return values;
+}
+
+// A valid, unique TorchScript identifier for a value name ("x.1" -> "x_1").
+std::string identifier(const std::string& name, std::set<std::string>& taken) {
+  std::string id;
+  for (char c : name) id += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  if (id.empty() || std::isdigit(static_cast<unsigned char>(id.front()))) id = "v_" + id;
+  std::string unique = id;
+  for (int n = 1; !taken.insert(unique).second; ++n) unique = id + "_" + std::to_string(n);
+  return unique;
+}
+
+at::Tensor weight_tensor(const TorchScriptSource& source, ir::ValueId id) {
+  auto index = static_cast<std::size_t>(id) - source.specs.size();
+  return source.weights.at(index).tensor.detach();
+}
+
+class StageCloner {
+ public:
+  StageCloner(const Model& model, const StageLayout& stage)
+      : model_(model),
+        source_(dynamic_cast<const TorchScriptSource&>(*model.source)),
+        stage_(stage),
+        module_(c10::QualifiedName("__torch__.rannc.Stage" + std::to_string(stage.id))),
+        graph_(std::make_shared<Graph>()),
+        jit_(jit_values(model, source_)) {}
+
+  torch::jit::Module build() {
+    self_ = graph_->addInput("self")->setType(module_.type());
+    register_weights();
+    std::set<std::string> names{"self"};
+    for (const auto& input : stage_.inputs) {
+      Value* original = jit_.at(input.value);
+      map_[original] = graph_->addInput(identifier(model_.graph.value(input.value).name, names));
+    }
+    for (auto op : stage_.ops) clone(model_.graph.op(op));
+    std::vector<Value*> outputs;
+    for (const auto& output : stage_.outputs) outputs.push_back(mapped(jit_.at(output.value)));
+    graph_->registerOutput(graph_->insertNode(graph_->createTuple(outputs))->output());
+    copy_mutated_inputs();
+    make_types_generic();
+    graph_->lint();
+    auto* forward = module_._ivalue()->compilation_unit()->create_function(
+        c10::QualifiedName(*module_.type()->name(), "forward"), graph_);
+    module_.type()->addMethod(forward);
+    return module_;
+  }
+
+ private:
+  void register_weights() {
+    for (const auto& weight : stage_.params) {
+      module_.register_parameter(weight.stage_name, weight_tensor(source_, weight.value).clone().requires_grad_(true), false);
+      attribute_of_[jit_.at(weight.value)] = weight.stage_name;
+    }
+    for (const auto& weight : stage_.buffers) {
+      module_.register_buffer(weight.stage_name, weight_tensor(source_, weight.value).clone());
+      attribute_of_[jit_.at(weight.value)] = weight.stage_name;
+    }
+  }
+
+  void clone(const ir::Op& op) {
+    Node* node = source_.nodes.at(static_cast<std::size_t>(op.source_node));
+    if (!node->outputs().empty() && map_.count(node->outputs()[0])) return;  // a constant cloned on first use
+    Node* copy = graph_->insertNode(graph_->createClone(node, [this](Value* v) { return mapped(v); }));
+    for (std::size_t k = 0; k < node->outputs().size(); ++k) map_[node->outputs()[k]] = copy->outputs()[k];
+  }
+
+  // The stage's value for a value of the model: an input, an earlier clone, a constant cloned
+  // here, or a weight read from the module.
+  Value* mapped(Value* original) {
+    if (auto it = map_.find(original); it != map_.end()) return it->second;
+    if (original->node()->kind() == c10::prim::Constant) {
+      Node* copy = graph_->insertNode(graph_->createClone(original->node(), [](Value* v) { return v; }));
+      return map_[original] = copy->output();
+    }
+    if (auto it = attribute_of_.find(original); it != attribute_of_.end()) {
+      return map_[original] = graph_->insertGetAttr(self_, it->second);
+    }
+    throw Error(ExitStatus::kBadInput, "stage " + std::to_string(stage_.id) + " reads '" + original->debugName() +
+                                           "', which is neither one of its inputs nor computed in it");
+  }
+
+  // In-place ops the frontend could not make functional (a residual `out += identity`) may
+  // write to what is now a stage input, which autograd forbids for a leaf that requires grad:
+  // such inputs are copied first.
+  void copy_mutated_inputs() {
+    torch::jit::AliasDb aliases(graph_);
+    std::vector<Value*> mutated;
+    for (Value* input : graph_->inputs())
+      if (input != self_ && aliases.hasWriters(input)) mutated.push_back(input);
+    for (Value* input : mutated) {
+      torch::jit::WithInsertPoint insert_point(graph_->nodes().front());
+      Value* copy = graph_->insert(c10::aten::clone, {input});
+      input->replaceAllUsesWith(copy);
+      copy->node()->replaceInput(0, input);
+    }
+  }
+
+  void make_types_generic() {
+    auto generic = [](Value* v) {
+      if (v->type()->kind() == c10::TypeKind::TensorType) v->setType(c10::TensorType::get());
+    };
+    for (Value* input : graph_->inputs())
+      if (input != self_) generic(input);
+    for (Node* node : graph_->nodes())
+      for (Value* output : node->outputs()) generic(output);
+  }
+
+  const Model& model_;
+  const TorchScriptSource& source_;
+  const StageLayout& stage_;
+  torch::jit::Module module_;
+  std::shared_ptr<Graph> graph_;
+  std::unordered_map<ir::ValueId, Value*> jit_;
+  std::unordered_map<Value*, Value*> map_;
+  std::unordered_map<Value*, std::string> attribute_of_;
+  Value* self_ = nullptr;
+};
+
+at::Tensor attribute_tensor(const StageAttribute& attribute) {
+  auto type = to_scalar_type(attribute.dtype);
+  if (!type) {
+    throw Error(ExitStatus::kBadInput, "stage attribute " + attribute.stage_name + " has dtype " +
+                                           std::string(ir::dtype_name(attribute.dtype)) + ", which libtorch lacks");
+  }
+  auto options = at::TensorOptions().dtype(*type);
+  auto tensor = at::empty(attribute.dims, options);
+  if (static_cast<std::size_t>(tensor.nbytes()) != attribute.data.size()) {
+    throw Error(ExitStatus::kBadInput, "stage attribute " + attribute.stage_name + " has " +
+                                           std::to_string(attribute.data.size()) + " bytes of data for " +
+                                           std::to_string(tensor.nbytes()));
+  }
+  std::memcpy(tensor.data_ptr(), attribute.data.data(), attribute.data.size());
+  return tensor;
+}
+
+}  // namespace
+
+torch::jit::Module torchscript_stage_module(const Model& model, const StageLayout& stage) {
+  return StageCloner(model, stage).build();
+}
+
+torch::jit::Module source_stage_module(const StageSource& stage, const std::string& class_name) {
+  torch::jit::Module module(c10::QualifiedName("__torch__.rannc." + class_name));
+  for (const auto& attribute : stage.attributes) {
+    auto tensor = attribute_tensor(attribute);
+    if (attribute.trainable) {
+      module.register_parameter(attribute.stage_name, tensor.requires_grad_(true), false);
+    } else {
+      module.register_buffer(attribute.stage_name, tensor);
+    }
+  }
+  module.define(stage.forward);
+  return module;
+}
+
+}  // namespace rannc::emit

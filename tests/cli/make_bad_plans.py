@@ -1,0 +1,39 @@
+#!/usr/bin/python3
+"""Writes malformed plans for the `show` error tests, each derived from a real plan of the GPT
+sample (five stages): truncated, a newer version, a foreign format, and a stage input whose
+source is a later stage.
+
+usage: make_bad_plans.py BINARY SAMPLES_DIR OUT_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+
+
+def main():
+    binary, samples, out = sys.argv[1:4]
+    good = os.path.join(out, "good")
+    subprocess.run([binary, os.path.join(samples, "gpt.onnx"), "--gpus", "8", "--batch", "64", "--mem", "40M", "-o", good],
+                   check=True, capture_output=True, timeout=300)
+    with open(os.path.join(good, "plan.json")) as f:
+        text = f.read()
+    plan = json.loads(text)
+    if len(plan["stages"]) < 4:
+        sys.exit(f"FAILED: expected a plan of at least 4 stages, got {len(plan['stages'])}")
+
+    def write(name, content):
+        with open(os.path.join(out, name), "w") as f:
+            f.write(content if isinstance(content, str) else json.dumps(content, indent=1))
+
+    write("truncated.json", text[: len(text) // 2])
+    write("version2.json", {**plan, "version": 2})
+    write("foreign.json", {**plan, "format": "onnx-model"})
+    later = json.loads(text)
+    later["stages"][1]["inputs"][0]["source"] = {"stage": 3, "output": 0}
+    write("later_stage.json", later)
+    print("ok: bad plans in", out)
+
+
+if __name__ == "__main__":
+    main()

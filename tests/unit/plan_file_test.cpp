@@ -1,0 +1,192 @@
+// Reading plan.json back: a valid plan gives every field; each malformed plan gives one line
+// that names the file and the field.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include <unistd.h>
+
+#include "emit/plan_file.h"
+#include "plan_fixture.h"
+#include "support/error.h"
+
+using namespace rannc;
+using namespace rannc::emit;
+using nlohmann::json;
+
+namespace {
+
+// A folder of its own per test process, removed at the end of the test.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() : path(std::filesystem::temp_directory_path() / ("rannc_plan_file_test_" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path / name) << text;
+    return (path / name).string();
+  }
+};
+
+// The message of the InputError reading `document` as "plan.json" throws, or "" if none.
+std::string error_of(const json& document) {
+  try {
+    plan_from_json(document, "plan.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string file_error_of(const std::string& path) {
+  try {
+    read_plan_file(path);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The small plan with one change.
+json changed(const std::function<void(json&)>& change) {
+  json plan = test::small_plan();
+  change(plan);
+  return plan;
+}
+
+}  // namespace
+
+TEST_CASE("a valid plan reads back with every field", "[plan_file]") {
+  TempDir dir;
+  auto path = dir.write("plan.json", test::small_plan().dump(1));
+  PlanFile plan = read_plan_file(path);
+  CHECK(plan.path == path);
+  CHECK(plan.folder == dir.path.string());
+  CHECK(plan.model_format == "onnx");
+  CHECK(plan.model_params == 10);
+  CHECK(plan.evaluated_batch == 4);
+  REQUIRE(plan.model_inputs.size() == 1);
+  CHECK(plan.model_inputs[0].shape == std::vector<std::int64_t>{4, 8});
+  CHECK(plan.gpus == 4);
+  CHECK(plan.nodes == 2);
+  CHECK(plan.mem_bytes == 1073741824);
+  CHECK(plan.microbatches == 2);
+  CHECK(plan.schedule == "1f1b");
+  CHECK(plan.optimizer == "adam");
+  REQUIRE(plan.stages.size() == 2);
+  const auto& second = plan.stages[1];
+  CHECK(second.ranks == std::vector<int>{1, 2});
+  CHECK(second.replicas_per_pipeline == 2);
+  REQUIRE(second.inputs.size() == 1);
+  CHECK(second.inputs[0].from_stage == 0);
+  CHECK(second.inputs[0].from_output == 0);
+  CHECK_FALSE(second.inputs[0].model_input);
+  CHECK(plan.stages[0].inputs[0].model_input == std::optional<std::string>("x"));
+  CHECK(second.outputs[0].model_output);
+  CHECK(second.params[0].stage_name == "p0");
+  CHECK(second.params[0].shared_with == std::vector<int>{0});
+  CHECK(second.buffers[0].stage_name == "b0");
+  CHECK(second.recompute);
+  CHECK(second.predicted_mem_bytes == 268435456);
+  CHECK(plan.stages[0].op_range == "aten::linear h .. aten::relu a");
+  CHECK(plan.stages[0].blocks == std::vector<int>{0, 3});
+  REQUIRE(plan.ranks.size() == 3);
+  CHECK(plan.ranks[2].node == 1);
+  CHECK(plan.ranks[2].replica == 1);
+  CHECK(plan.unused_ranks == std::vector<int>{3});
+  CHECK(plan.iteration_ms == 12.5);
+  CHECK(plan.efficiency == 0.8);
+  CHECK(plan.stage_path(plan.stages[1]) == (dir.path / "stage_1.pt").string());
+}
+
+TEST_CASE("unreadable and foreign files are one line naming the file", "[plan_file]") {
+  TempDir dir;
+  auto missing = (dir.path / "nothing.json").string();
+  CHECK(file_error_of(missing) == missing + ": no such file");
+  CHECK(file_error_of(dir.path.string()) == dir.path.string() + ": not a regular file");
+  auto empty = dir.write("empty.json", "");
+  CHECK(file_error_of(empty) == empty + ": empty file, not a plan");
+  std::string text = test::small_plan().dump(1);
+  auto truncated = dir.write("truncated.json", text.substr(0, text.size() / 2));
+  auto message = file_error_of(truncated);
+  CHECK_THAT(message, Catch::StartsWith(truncated + ": not valid JSON (truncated?): parse error at line"));
+  CHECK(message.find('\n') == std::string::npos);
+  CHECK(error_of(json::array({1, 2})) == "plan.json: not a plan: expected a JSON object, found an array");
+  CHECK(error_of(json::object({{"stages", json::array()}})) == "plan.json: not a rannc plan: no \"format\" field");
+}
+
+TEST_CASE("format and version are checked before any field", "[plan_file]") {
+  CHECK(error_of(changed([](json& p) { p = {{"format", "onnx-model"}}; })) ==
+        "plan.json: format: 'onnx-model' is not rannc-plan");
+  CHECK(error_of(changed([](json& p) { p["version"] = 2; p.erase("stages"); })) ==
+        "plan.json: version 2 is not supported (this build reads version 1)");
+  CHECK(error_of(changed([](json& p) { p["version"] = "1"; })) ==
+        "plan.json: version: expected an integer, found a string \"1\"");
+}
+
+TEST_CASE("missing and mistyped fields are named by their JSON path", "[plan_file]") {
+  CHECK(error_of(changed([](json& p) { p["stages"][1]["inputs"][0]["source"].erase("stage"); })) ==
+        "plan.json: stages[1].inputs[0].source.stage: missing");
+  CHECK(error_of(changed([](json& p) { p["stages"][0]["predicted"]["fwd_ms"] = "fast"; })) ==
+        "plan.json: stages[0].predicted.fwd_ms: expected a number, found a string \"fast\"");
+  CHECK(error_of(changed([](json& p) { p["stages"][1]["params"][0].erase("stage_name"); })) ==
+        "plan.json: stages[1].params[0].stage_name: missing");
+  CHECK(error_of(changed([](json& p) { p["cluster"]["gpus"] = 0; })) == "plan.json: cluster.gpus: 0: must be at least 1");
+  CHECK(error_of(changed([](json& p) { p["stages"] = json::object(); })) ==
+        "plan.json: stages: expected an array, found an object");
+  CHECK(error_of(changed([](json& p) { p["stages"][0]["outputs"][0]["batch_dim"] = 2; })) ==
+        "plan.json: stages[0].outputs[0].batch_dim: 2 is not a dim of a 2-dim tensor");
+  CHECK(error_of(changed([](json& p) { p["schedule"] = "zigzag"; })) ==
+        "plan.json: schedule zigzag: unknown schedule (known: 1f1b, gpipe)");
+}
+
+TEST_CASE("stages are in order and take inputs from earlier stages' outputs", "[plan_file]") {
+  CHECK(error_of(changed([](json& p) { p["stages"][1]["id"] = 2; })) ==
+        "plan.json: stages[1].id: 2, expected 1 (stage ids run 0, 1, ... in order)");
+  CHECK(error_of(changed([](json& p) { p["stages"][1]["inputs"][0]["source"]["stage"] = 1; })) ==
+        "plan.json: stages[1].inputs[0].source.stage: 1 is not an earlier stage");
+  CHECK(error_of(changed([](json& p) { p["stages"][1]["inputs"][0]["source"]["output"] = 3; })) ==
+        "plan.json: stages[1].inputs[0].source.output: 3 is not an output of stage 0 (it has 1)");
+  CHECK(error_of(changed([](json& p) { p["stages"][1]["inputs"][0]["name"] = "b"; })) ==
+        "plan.json: stages[1].inputs[0]: 'b' float32 does not match output 0 of stage 0, 'a' float32");
+  CHECK(error_of(changed([](json& p) { p["stages"][0]["inputs"][0]["source"]["model_input"] = "z"; })) ==
+        "plan.json: stages[0].inputs[0].source.model_input: 'z' is not one of model.inputs");
+}
+
+TEST_CASE("ranks cover 0..R-1 once, as the stages place them", "[plan_file]") {
+  CHECK(error_of(changed([](json& p) { p["ranks"][2]["rank"] = 1; })) == "plan.json: ranks[2].rank: 1 appears twice");
+  CHECK(error_of(changed([](json& p) { p["ranks"][2]["rank"] = 5; })) == "plan.json: ranks[2].rank: 5 is not in 0..2");
+  CHECK(error_of(changed([](json& p) { p["ranks"][1]["stage"] = 0; })) ==
+        "plan.json: ranks[1]: rank 1 as replica 0 of stage 0 disagrees with stages[0].ranks");
+  CHECK(error_of(changed([](json& p) { p["ranks"][2]["node"] = 0; })) ==
+        "plan.json: ranks[2]: rank 2 is local rank 0 of node 1 with 2 devices per node, not 0 of 0");
+  CHECK(error_of(changed([](json& p) { p["ranks"].erase(2); })) == "plan.json: ranks: 2 rank(s), but the stages place 3");
+  CHECK(error_of(changed([](json& p) { p.erase("unused_devices"); })) ==
+        "plan.json: ranks: 3 rank(s) and 0 unused device(s) do not make the cluster's 4");
+  CHECK(error_of(changed([](json& p) {
+          p["stages"][1]["replicas_per_pipeline"] = 3;
+        })) == "plan.json: stages[1].replicas_per_pipeline: 3 does not divide the microbatch size 4");
+  CHECK(error_of(changed([](json& p) { p["stages"][1]["ranks"] = {1}; })) ==
+        "plan.json: stages[1].ranks: 1 rank(s), expected replicas_per_pipeline x pipelines = 2");
+  CHECK(error_of(changed([](json& p) { p["batch"]["global"] = 16; })) ==
+        "plan.json: batch: global 16 is not pipelines x microbatches x microbatch_size (1 x 2 x 4)");
+}
+
+TEST_CASE("stage files named by the plan must exist", "[plan_file]") {
+  TempDir dir;
+  PlanFile plan = read_plan_file(dir.write("plan.json", test::small_plan().dump()));
+  dir.write("stage_0.pt", "x");
+  try {
+    check_stage_files_exist(plan);
+    FAIL("no error for the missing stage_1.pt");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()) == plan.path + ": stage 1's file " + (dir.path / "stage_1.pt").string() +
+                                       " is missing (write the stage files with the partition verb)");
+  }
+  dir.write("stage_1.pt", "x");
+  CHECK_NOTHROW(check_stage_files_exist(plan));
+}

@@ -1,0 +1,124 @@
+// The files written beside plan.json for people and schedulers: launch.sh, job.sbatch,
+// schedule.svg and stages.dot.
+#include <catch2/catch.hpp>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "emit/launch_files.h"
+#include "emit/pictures.h"
+#include "plan_fixture.h"
+#include "support/format.h"
+
+using namespace rannc;
+using namespace rannc::emit;
+
+namespace {
+
+int count_of(const std::string& text, const std::string& part) {
+  int count = 0;
+  for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + part.size())) ++count;
+  return count;
+}
+
+// Every element closed in order: enough of XML well-formedness to catch a writer's slip
+// (the CLI test parses the real file with a real XML parser).
+bool tags_balance(const std::string& xml) {
+  std::vector<std::string> open;
+  std::regex tag(R"(<(/?)([A-Za-z][\w-]*)[^>]*?(/?)>)");
+  for (auto it = std::sregex_iterator(xml.begin(), xml.end(), tag); it != std::sregex_iterator(); ++it) {
+    const auto& m = *it;
+    if (!m[3].str().empty()) continue;  // <tag/>
+    if (m[1].str().empty()) open.push_back(m[2].str());
+    else if (open.empty() || open.back() != m[2].str()) return false;
+    else open.pop_back();
+  }
+  return open.empty();
+}
+
+// A plan of two stages, the second with two replicas in each of two pipelines, simulated.
+partition::Plan simulated_plan() {
+  partition::Plan plan;
+  plan.config.pipelines = 2;
+  plan.config.microbatches = 4;
+  plan.stages.resize(2);
+  std::vector<partition::SimulatedStage> stages{{1.0, 2.0, 0.0, 0.5}, {1.0, 2.0, 0.25, 0.5}};
+  plan.simulation = partition::simulate(stages, {1, 2}, 4, cost::Schedule::k1F1B);
+  plan.ranks = {{0, 0, 0, 0, 0}, {1, 0, 1, 1, 0}, {2, 0, 2, 1, 1}, {3, 0, 3, 0, 1}, {4, 0, 4, 1, 2}, {5, 0, 5, 1, 3}};
+  plan.unused_devices = 2;
+  plan.unused_ranks = {6, 7};
+  plan.unused_reason = "replicas <do not> help";
+  return plan;
+}
+
+}  // namespace
+
+TEST_CASE("launch.sh runs mpirun on the plan's ranks from any folder", "[launch]") {
+  auto plan = plan_from_json(test::small_plan(), "out/plan.json");
+  std::string script = launch_script(plan);
+  CHECK_THAT(script, Catch::StartsWith("#!/usr/bin/env bash\n"));
+  CHECK_THAT(script, Catch::Contains("\nset -euo pipefail\n"));
+  CHECK_THAT(script, Catch::Contains("here=\"$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\""));
+  CHECK_THAT(script, Catch::Contains("mpirun} -np 3 \"${RANNC_RUN:-rannc-run}\" \"$here/plan.json\" \"$@\"\n"));
+  CHECK_THAT(script, Catch::Contains("# 1 device of the cluster (3) carries no stage and gets no rank.\n"));
+  CHECK(launched_ranks(plan) == 3);
+}
+
+TEST_CASE("job.sbatch asks SLURM for the nodes and GPUs the ranks use", "[launch]") {
+  auto plan = plan_from_json(test::small_plan(), "out/plan.json");
+  std::string job = sbatch_script(plan);
+  CHECK_THAT(job, Catch::StartsWith("#!/usr/bin/env bash\n#SBATCH --job-name=rannc-tiny\n"));
+  CHECK_THAT(job, Catch::Contains("#SBATCH --nodes=2\n#SBATCH --ntasks=3\n#SBATCH --ntasks-per-node=2\n"
+                                  "#SBATCH --gpus-per-node=2\n"));
+  CHECK_THAT(job, Catch::Contains("\nsrun --ntasks=3 \"${RANNC_RUN:-rannc-run}\" \"$plan\" \"$@\"\n"));
+  // Names from the plan cannot break the script: a new line in a model path stays in its comment.
+  auto tricky = test::small_plan();
+  tricky["model"]["path"] = "dir/my model\n$(rm -rf x).onnx";
+  auto script = sbatch_script(plan_from_json(tricky, "plan.json"));
+  CHECK_THAT(script, Catch::Contains("#SBATCH --job-name=rannc-my_model___rm_-rf_x_\n"));
+  CHECK(count_of(launch_script(plan_from_json(tricky, "plan.json")), "\n") == count_of(launch_script(plan), "\n"));
+}
+
+TEST_CASE("schedule.svg has one row per rank with its stage's simulated tasks", "[pictures]") {
+  auto plan = simulated_plan();
+  std::string svg = schedule_svg(plan, "tiny <model> & co");
+  CHECK_THAT(svg, Catch::StartsWith("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\""));
+  CHECK(tags_balance(svg));
+  CHECK(count_of(svg, "<g class=\"rank\"") == 6);
+  for (int rank = 0; rank < 6; ++rank) CHECK(count_of(svg, "data-rank=\"" + std::to_string(rank) + "\"") == 1);
+  CHECK_THAT(svg, Catch::Contains("rank 4 &#183; stage 1"));
+  // Each stage's timeline is drawn once and shown on its ranks' rows.
+  CHECK(count_of(svg, "<use href=\"#stage-1\"/>") == 4);
+  CHECK(count_of(svg, "data-kind=\"forward\"") == 2 * 4);
+  CHECK(count_of(svg, "data-kind=\"backward\"") == 2 * 4);
+  CHECK(count_of(svg, "data-kind=\"activation transfer\"") == 4);
+  CHECK(count_of(svg, "data-kind=\"gradient transfer\"") == 4);
+  CHECK(count_of(svg, "data-kind=\"gradient allreduce\"") == 2);
+  CHECK_THAT(svg, Catch::Contains("tiny &lt;model&gt; &amp; co"));
+  CHECK_THAT(svg, Catch::Contains("unused devices 6-7: replicas &lt;do not&gt; help"));
+  CHECK_THAT(svg, Catch::Contains("time in the step (ms)"));
+  CHECK(svg == schedule_svg(plan, "tiny <model> & co"));
+}
+
+TEST_CASE("stages.dot has a node per stage and edges labelled with tensors and bytes", "[pictures]") {
+  auto plan = plan_from_json(test::small_plan(), "out/plan.json");
+  std::string dot = stages_dot(plan);
+  CHECK_THAT(dot, Catch::StartsWith("digraph plan {\n"));
+  CHECK_THAT(dot, Catch::EndsWith("}\n"));
+  CHECK(count_of(dot, "\n  stage0 [label=") == 1);
+  CHECK(count_of(dot, "\n  stage1 [label=") == 1);
+  CHECK_THAT(dot, Catch::Contains("stage 1\\naten::linear y .. aten::linear y\\n2 x 1 replicas, ranks 1-2, recompute\\n"
+                                  "fwd 1.000 ms, bwd 2.000 ms / microbatch\\n256.00 MiB of 1.00 GiB per device"));
+  // "a" is [2, 16] float32 on each of the two replicas: 256 bytes per microbatch.
+  CHECK_THAT(dot, Catch::Contains("  stage0 -> stage1 [label=\"a (256 B) / microbatch\"];\n"));
+  CHECK_THAT(dot, Catch::Contains("  \"input x\" -> stage0 [label=\"x (128 B) / microbatch\"];\n"));
+  CHECK_THAT(dot, Catch::Contains("  stage1 -> \"output y\" [label=\"16 B / microbatch\"];\n"));
+  CHECK_THAT(dot, Catch::Contains("  \"input x\" [shape=ellipse, style=solid, label=\"x\\n4x8 float32\"];\n"));
+}
+
+TEST_CASE("rank lists print as runs", "[format]") {
+  CHECK(ranges_text({}) == "");
+  CHECK(ranges_text({3}) == "3");
+  CHECK(ranges_text({8, 0, 1, 2, 3, 10, 11}) == "0-3,8,10-11");
+}

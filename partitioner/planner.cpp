@@ -174,12 +174,16 @@ Plan place_and_simulate(const SearchContext& context, const ConfigChoice& choice
   plan.search_objective_ms = choice.solution.objective_ms();
   std::vector<SimulatedStage> simulated;
   std::vector<int> replicas;
+  // Pipelines take consecutive ranks, so the ranks in use are 0..R-1 (what `mpirun -np R`
+  // starts) and devices a pipeline leaves unused come last.
+  int used = 0;
+  for (const auto& option : choice.solution.stages) used += option.replicas;
   int offset = 0;
   for (const auto& option : choice.solution.stages) {
     PlannedStage stage;
     stage.option = option;
     for (int p = 0; p < config.pipelines; ++p)
-      for (int i = 0; i < option.replicas; ++i) stage.ranks.push_back(p * config.pipeline_devices + offset + i);
+      for (int i = 0; i < option.replicas; ++i) stage.ranks.push_back(p * used + offset + i);
     double grad_bytes = context.ranges->param_elements(option.begin, option.end) *
                         cost::param_state_bytes(context.optimizer, context.precision).grads;
     if (grad_bytes > 0) stage.allreduce_ms = cost::allreduce_seconds(cluster, stage.ranks, grad_bytes) * 1e3;
@@ -201,9 +205,9 @@ Plan place_and_simulate(const SearchContext& context, const ConfigChoice& choice
     }
   }
   std::sort(plan.ranks.begin(), plan.ranks.end(), [](const RankPlacement& a, const RankPlacement& b) { return a.rank < b.rank; });
-  plan.unused_devices = config.pipelines * (config.pipeline_devices - offset);
-  for (int p = 0; p < config.pipelines; ++p)
-    for (int i = offset; i < config.pipeline_devices; ++i) plan.unused_ranks.push_back(p * config.pipeline_devices + i);
+  plan.unused_devices = config.pipelines * (config.pipeline_devices - used);
+  for (int rank = config.pipelines * used; rank < config.pipelines * config.pipeline_devices; ++rank)
+    plan.unused_ranks.push_back(rank);
   if (plan.unused_devices > 0) {
     plan.unused_reason = "no stage runs faster with more replicas of its " + std::to_string(config.microbatch_size) +
                          "-sample microbatches (replica counts divide the microbatch) once their gradient allreduce is counted";

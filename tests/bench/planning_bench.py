@@ -35,7 +35,7 @@ def plan(binary, model, devices, batch, extra):
     """One planning run: (summary or None, wall seconds, plan.json bytes or stderr line)."""
     with tempfile.TemporaryDirectory() as out:
         command = [binary, model, "--gpus", str(devices), "--batch", str(batch), "--device", "a100-80g",
-                   *extra, "-o", out, "--json"]
+                   *extra, "--plan-only", "-o", out, "--json"]  # shape-only: no weights for stage files
         start = time.perf_counter()
         result = subprocess.run(command, capture_output=True, text=True)
         wall = time.perf_counter() - start

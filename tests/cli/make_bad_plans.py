@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """Writes malformed plans for the `show` error tests, each derived from a real plan of the GPT
-sample (five stages): truncated, a newer version, a foreign format, and a stage input whose
-source is a later stage.
+sample (five stages): truncated, a newer version, a foreign format, a stage input whose
+source is a later stage, and a plan folder that lacks a stage file.
 
 usage: make_bad_plans.py BINARY SAMPLES_DIR OUT_DIR
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -32,6 +33,10 @@ def main():
     later = json.loads(text)
     later["stages"][1]["inputs"][0]["source"] = {"stage": 3, "output": 0}
     write("later_stage.json", later)
+    missing = os.path.join(out, "missing_stage")
+    shutil.rmtree(missing, ignore_errors=True)
+    shutil.copytree(good, missing)
+    os.remove(os.path.join(missing, "stage_1.pt"))
     print("ok: bad plans in", out)
 
 

@@ -3,11 +3,12 @@ every parameter gradient against the unpartitioned model), then check the contra
 alone: load every stage with torch.jit.load, chain them using only plan.json and compare with
 the model's own output.
 
-usage: check_stages.py RANNC SAMPLES_DIR OUT_DIR MODEL_FILE REFERENCE_PT STAGES [--tamper]
+usage: check_stages.py RANNC SAMPLES_DIR OUT_DIR MODEL_FILE REFERENCE_PT STAGES [--tamper] [--gpus N]
 
 REFERENCE_PT is the TorchScript form of the same sample (for an ONNX model, its trace: same
 weights). With --tamper, a weight of the last stage file is changed after verify passed, and
-verify must then fail with exit status 1.
+verify must then fail with exit status 1. --gpus N (default STAGES) leaves room for replicas; the
+plan must then have a stage with more than one replica per pipeline.
 """
 import json
 import os
@@ -46,15 +47,17 @@ def input_args(samples_dir, model_name):
     return args
 
 
-def partition_and_verify(rannc, samples_dir, out_dir, model_file, stages):
+def partition_and_verify(rannc, samples_dir, out_dir, model_file, stages, gpus):
     model_name = os.path.basename(model_file).split(".")[0]
     shutil.rmtree(out_dir, ignore_errors=True)
-    run([rannc, model_file, *input_args(samples_dir, model_name), "--gpus", str(stages), "--stages", str(stages),
+    run([rannc, model_file, *input_args(samples_dir, model_name), "--gpus", str(gpus), "--stages", str(stages),
          "--mem", "80G", "-o", out_dir])
     with open(os.path.join(out_dir, "plan.json")) as f:
         plan = json.load(f)
     if len(plan["stages"]) != stages:
         fail(f"asked for {stages} stages, the plan has {len(plan['stages'])}")
+    if gpus > stages and all(s["replicas_per_pipeline"] == 1 for s in plan["stages"]):
+        fail(f"{gpus} devices for {stages} stages, yet no stage has replicas: the check would not exercise them")
     report = json.loads(run([rannc, "verify", os.path.join(out_dir, "plan.json"), "--json"]).stdout)
     if not report["passed"] or report["problems"]:
         fail(f"verify: {json.dumps(report)}")
@@ -160,9 +163,11 @@ def tamper_and_expect_failure(rannc, plan, out_dir):
 
 def main():
     rannc, samples_dir, out_dir, model_file, reference_pt, stages = sys.argv[1:7]
-    plan = partition_and_verify(rannc, samples_dir, out_dir, model_file, int(stages))
+    options = sys.argv[7:]
+    gpus = int(options[options.index("--gpus") + 1]) if "--gpus" in options else int(stages)
+    plan = partition_and_verify(rannc, samples_dir, out_dir, model_file, int(stages), gpus)
     check_contract(plan, out_dir, reference_pt)
-    if "--tamper" in sys.argv[7:]:
+    if "--tamper" in options:
         tamper_and_expect_failure(rannc, plan, out_dir)
     print("ok")
 

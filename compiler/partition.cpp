@@ -1,5 +1,6 @@
 #include "compiler/partition.h"
 
+#include "compiler/show.h"
 #include "compiler/stage_files.h"
 #include <chrono>
 #include <cstdio>
@@ -55,37 +56,6 @@ std::string plan_path_in(const std::string& out_dir) {
   return (std::filesystem::path(out_dir) / "plan.json").string();
 }
 
-std::string stage_line(const partition::PlanResult& result, const nlohmann::json& stage, std::int64_t limit) {
-  const auto& planned = result.plan.stages[stage["id"].get<std::size_t>()];
-  char line[256];
-  std::snprintf(line, sizeof line, "%5d  %7s  %8s  %9s  %9s  %10s / %-10s", stage["id"].get<int>(),
-                (std::to_string(planned.option.begin) + "-" + std::to_string(planned.option.end - 1)).c_str(),
-                (std::to_string(planned.option.replicas) + " x " + std::to_string(result.plan.config.pipelines)).c_str(),
-                human_ms(planned.option.fwd_ms).c_str(), human_ms(planned.option.bwd_ms).c_str(),
-                human_bytes(planned.memory.total()).c_str(), human_bytes(static_cast<double>(limit)).c_str());
-  return std::string(line) + (planned.option.recompute ? "  recompute" : "") + "  " + stage["op_range"].get<std::string>();
-}
-
-std::string plan_text(const partition::PlanResult& result, const nlohmann::json& plan, const std::string& path,
-                      const partition::PlanRequest& request) {
-  const auto& p = result.plan;
-  std::ostringstream out;
-  out << "plan       " << path << "\n"
-      << "layout     " << p.stages.size() << " stage(s) x " << p.config.pipelines << " pipeline(s) on "
-      << request.cluster.gpus() << " " << request.cluster.device.name << " (" << request.cluster.nodes << " node(s) of "
-      << request.cluster.gpus_per_node << "), " << cost::schedule_name(p.config.schedule) << ", "
-      << p.config.microbatches << " microbatch(es) of " << p.config.microbatch_size << "\n\n"
-      << "stage   blocks  replicas  fwd / mb   bwd / mb   memory / device vs limit   ops\n";
-  for (const auto& stage : plan["stages"]) out << stage_line(result, stage, request.cluster.mem_bytes) << "\n";
-  char summary[256];
-  std::snprintf(summary, sizeof summary, "\npredicted  step %s, %.1f samples/s, bubble %.0f%%, lower bound %s, efficiency %.0f%%\n",
-                human_ms(p.predicted.iteration_ms).c_str(), p.predicted.samples_per_s, 100 * p.predicted.bubble_fraction,
-                human_ms(p.predicted.lower_bound_ms).c_str(), 100 * p.predicted.efficiency());
-  out << summary;
-  if (p.unused_devices > 0) out << "unused     " << p.unused_devices << " device(s): " << p.unused_reason << "\n";
-  return out.str();
-}
-
 nlohmann::json summary_json(const partition::PlanResult& result, const std::string& path, const partition::PlanRequest& request,
                             double load_ms, double total_ms) {
   const auto& p = result.plan;
@@ -112,8 +82,7 @@ nlohmann::json summary_json(const partition::PlanResult& result, const std::stri
 
 // The files beside plan.json for people and schedulers. They are made from the plan as a reader
 // sees it (read back and checked), so they cannot describe anything plan.json does not say.
-void write_companion_files(const nlohmann::json& document, const std::string& plan_path, const partition::Plan& plan) {
-  emit::PlanFile file = emit::plan_from_json(document, plan_path);
+void write_companion_files(const emit::PlanFile& file, const std::string& plan_path, const partition::Plan& plan) {
   auto beside = [&](const char* name) { return (std::filesystem::path(plan_path).parent_path() / name).string(); };
   std::string launch = beside("launch.sh");
   write_file_atomically(launch, emit::launch_script(file), "the launch script");
@@ -151,13 +120,14 @@ PartitionReport run_partition(const PartitionOptions& options) {
                          std::string(model_format_name(model.format)), model.batch};
   nlohmann::json plan = emit::plan_to_json(model.graph, facts, request, result, layouts);
   write_file_atomically(plan_path, plan.dump(1) + "\n", "the plan");
-  write_companion_files(plan, plan_path, result.plan);
+  emit::PlanFile file = emit::plan_from_json(plan, plan_path);
+  write_companion_files(file, plan_path, result.plan);
   double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 
   PartitionReport report;
   report.plan_path = plan_path;
   report.summary = summary_json(result, plan_path, request, load_ms, total_ms);
-  report.text = plan_text(result, plan, plan_path, request);
+  report.text = show_text(file);
   return report;
 }
 

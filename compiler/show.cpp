@@ -134,7 +134,7 @@ std::string show_text(const PlanFile& plan) {
       << plural(plan.pipelines, "pipeline") << " on " << plural(static_cast<std::int64_t>(plan.ranks.size()), "rank")
       << "\n\n"
       << stage_table(plan) << "\n";
-  char summary[256];
+  char summary[1024];  // room for any double in %.1f
   std::snprintf(summary, sizeof summary, "predicted  step %s, %.1f samples/s, bubble %.0f%%, lower bound %s, efficiency %.0f%%\n",
                 human_ms(plan.iteration_ms).c_str(), plan.samples_per_s, 100 * plan.bubble_fraction,
                 human_ms(plan.lower_bound_ms).c_str(), 100 * plan.efficiency);

@@ -78,6 +78,7 @@ class TorchPlugin {
     std::int64_t reference_chunk = 0;  // samples per reference forward (see torch_verify.cpp)
     std::vector<Difference> outputs, gradients;
     std::vector<std::string> problems;  // parameters missing on one side, shape mismatches
+    std::string note;                   // how the plan had to be adapted to be comparable, if it was
   };
   virtual VerifyReport verify(const VerifyRequest& request) = 0;
 };

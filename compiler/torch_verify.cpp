@@ -9,8 +9,10 @@
 // the same random output gradients, so every parameter gradient is compared, not just a loss.
 //
 // Ops that mix samples (train-mode BatchNorm) and outputs without a batch dim (a loss) see a
-// stage's replica slice; the reference then runs on chunks of that same size, which must
-// therefore agree across such stages.
+// stage's replica slice, and one process can only reproduce one slice size: the reference runs
+// on chunks of the smallest such slice, and stages whose slices are larger are cut to it here
+// (replicas are data parallelism; what is checked is the stage files). A value without a batch
+// dim that one stage sends another (a batch statistic) cannot come from several replica slices.
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
@@ -37,6 +39,15 @@ at::Tensor slice(const at::Tensor& t, int batch_dim, std::int64_t begin, std::in
 at::Tensor join(const Tensors& parts, int batch_dim) {
   if (parts.size() == 1 || batch_dim < 0) return parts.front();
   return at::cat(parts, batch_dim);
+}
+
+// The gradients of one input over the slices: concatenated, or summed where the input is not
+// sliced (every slice read all of it).
+at::Tensor join_grads(const Tensors& parts, int batch_dim) {
+  if (batch_dim >= 0) return join(parts, batch_dim);
+  at::Tensor sum;
+  for (const auto& part : parts) sum = sum.defined() ? sum + part : part;
+  return sum;
 }
 
 Tensors tuple_tensors(const c10::IValue& value, const std::string& what) {
@@ -84,28 +95,52 @@ struct Workload {
   std::map<std::string, Tensors> chunk_seeds;      // other model outputs: one per reference chunk
 };
 
-// Integer inputs are indices more often than not: keep them below the smallest table any
-// embedding-like op reads, so every lookup is valid (and gradients reach many rows).
-std::int64_t index_bound(const ir::Graph& graph) {
+// Integer inputs are indices more often than not: keep each below the smallest table it is
+// looked up in (following reshapes and slices of it), so every lookup is valid and gradients
+// reach many rows. An input that indexes nothing is drawn from {0, 1}.
+std::int64_t index_bound(const ir::Graph& graph, const std::string& input_name) {
   static const std::set<std::string> kLookups = {"aten::embedding", "aten::embedding_bag", "aten::_embedding_bag",
                                                  "onnx::Gather"};
+  static const std::set<std::string> kIndexPreserving = {
+      "aten::view", "aten::reshape", "aten::flatten", "aten::select", "aten::slice", "aten::narrow", "aten::unsqueeze",
+      "aten::squeeze", "aten::transpose", "aten::permute", "aten::contiguous", "aten::to", "aten::t",
+      "onnx::Reshape", "onnx::Flatten", "onnx::Slice", "onnx::Unsqueeze", "onnx::Squeeze", "onnx::Transpose",
+      "onnx::Cast", "onnx::Identity"};
   std::int64_t bound = std::numeric_limits<std::int64_t>::max();
-  for (const auto& op : graph.ops()) {
-    if (!kLookups.count(op.kind) || op.inputs.empty()) continue;
-    const auto& table = graph.value(op.inputs.front());
-    if (table.is_weight() && !table.type.shape.empty()) bound = std::min(bound, table.type.shape.front());
+  std::vector<ir::ValueId> pending;
+  for (auto id : graph.values_with_role(ir::ValueRole::kModelInput))
+    if (graph.value(id).name == input_name) pending.push_back(id);
+  std::set<ir::ValueId> seen(pending.begin(), pending.end());
+  while (!pending.empty()) {
+    auto id = pending.back();
+    pending.pop_back();
+    for (auto op_id : graph.value(id).consumers) {
+      const auto& op = graph.op(op_id);
+      if (kLookups.count(op.kind) && op.inputs.size() > 1 && op.inputs[0] != id) {
+        const auto& table = graph.value(op.inputs[0]);
+        if (table.is_weight() && !table.type.shape.empty()) bound = std::min(bound, table.type.shape.front());
+      } else if (kIndexPreserving.count(op.kind) && op.inputs.front() == id) {
+        for (auto out : op.outputs)
+          if (seen.insert(out).second) pending.push_back(out);
+      }
+    }
   }
   return bound == std::numeric_limits<std::int64_t>::max() ? 2 : std::max<std::int64_t>(bound, 1);
 }
 
-at::Tensor random_tensor(const emit::PlanTensor& tensor, std::vector<std::int64_t> shape, at::Generator& generator,
-                         std::int64_t bound) {
+at::ScalarType scalar_type_of(const emit::PlanTensor& tensor) {
   auto dtype = ir::parse_dtype(tensor.dtype);
   auto type = dtype ? to_scalar_type(*dtype) : std::nullopt;
-  if (!type) throw InputError("verify: tensor '" + tensor.name + "' has dtype " + tensor.dtype + ", which it cannot make");
-  auto options = at::TensorOptions().dtype(*type);
-  if (at::isFloatingType(*type)) return at::randn(shape, generator, options);
-  if (*type == at::kBool) return at::randint(0, 2, shape, generator, options);
+  if (!type) throw InputError("verify: tensor '" + tensor.name + "' has dtype " + tensor.dtype + ", which libtorch lacks");
+  return *type;
+}
+
+at::Tensor random_tensor(const emit::PlanTensor& tensor, std::vector<std::int64_t> shape, at::Generator& generator,
+                         std::int64_t bound) {
+  auto type = scalar_type_of(tensor);
+  auto options = at::TensorOptions().dtype(type);
+  if (at::isFloatingType(type)) return at::randn(shape, generator, options);
+  if (type == at::kBool) return at::randint(0, 2, shape, generator, options);
   return at::randint(0, bound, shape, generator, options);
 }
 
@@ -129,26 +164,42 @@ bool mixes_samples(const torch::jit::Module& module) {
   return false;
 }
 
-// Samples per reference forward: a stage's replica slice where that slice is observable (see
-// the top of the file), else a whole microbatch.
-std::int64_t reference_chunk(const emit::PlanFile& plan, const std::vector<torch::jit::Module>& stages) {
-  std::int64_t chunk = 0;
-  std::string first;
+// A random op in training mode makes every run differ: no comparison could pass.
+void reject_random_ops(const emit::PlanStage& stage, const torch::jit::Module& module) {
+  for (auto* node : module.get_method("forward").graph()->nodes()) {
+    std::string kind = node->kind().toQualString();
+    bool random = kind.rfind("aten::rand", 0) == 0 || kind.rfind("aten::bernoulli", 0) == 0 ||
+                  kind == "aten::normal" || kind == "aten::multinomial";
+    if (kind.find("dropout") != std::string::npos && node->inputs().size() >= 3) {
+      auto p = torch::jit::toIValue(node->input(1));
+      auto train = torch::jit::toIValue(node->input(2));
+      random = !(p && p->isDouble() && p->toDouble() == 0) && !(train && train->isBool() && !train->toBool());
+    }
+    if (random) {
+      throw InputError("verify: stage " + std::to_string(stage.id) + " runs " + kind +
+                       " in training mode, so its outputs are random and cannot match; export the model with "
+                       "dropout off (p=0) to verify it");
+    }
+  }
+}
+
+// Samples per reference forward: the smallest stage slice that is observable (see the top of
+// the file), else a whole microbatch.
+std::int64_t reference_chunk(const emit::PlanFile& plan, const std::vector<torch::jit::Module>& stages,
+                             std::string& note) {
+  std::set<std::int64_t> slices;
   for (std::size_t s = 0; s < plan.stages.size(); ++s) {
     const auto& stage = plan.stages[s];
     bool loss_output = std::any_of(stage.outputs.begin(), stage.outputs.end(),
                                    [](const auto& o) { return o.model_output && o.batch_dim < 0; });
-    if (!loss_output && !mixes_samples(stages[s])) continue;
-    std::int64_t slice = plan.microbatch_size / stage.replicas_per_pipeline;
-    if (chunk != 0 && slice != chunk) {
-      throw InputError("verify: " + first + " and stage " + std::to_string(s) + " see batches of " +
-                       std::to_string(chunk) + " and " + std::to_string(slice) +
-                       " samples (BatchNorm or a batch-reduced output): no single-process run computes that");
-    }
-    chunk = slice;
-    first = "stage " + std::to_string(s);
+    if (loss_output || mixes_samples(stages[s])) slices.insert(plan.microbatch_size / stage.replicas_per_pipeline);
   }
-  return chunk != 0 ? chunk : plan.microbatch_size;
+  if (slices.size() > 1) {
+    note = "stages that mix samples (BatchNorm) run on replica slices of " + std::to_string(*slices.rbegin()) + " and " +
+           std::to_string(*slices.begin()) + " samples in this plan; one process computes one size, so all are compared at " +
+           std::to_string(*slices.begin());
+  }
+  return slices.empty() ? plan.microbatch_size : *slices.begin();
 }
 
 Workload make_workload(const TorchPlugin::VerifyRequest& request, std::int64_t chunk) {
@@ -158,16 +209,17 @@ Workload make_workload(const TorchPlugin::VerifyRequest& request, std::int64_t c
   work.samples = static_cast<std::int64_t>(plan.microbatches) * plan.microbatch_size;
   work.chunk = chunk;
   auto generator = at::detail::createCPUGenerator(request.seed);
-  auto bound = index_bound(request.model->graph);
-  for (const auto& input : plan.model_inputs)
+  for (const auto& input : plan.model_inputs) {
+    auto bound = index_bound(request.model->graph, input.name);
     work.inputs[input.name] = random_tensor(input, with_batch(input.shape, input.batch_dim, work.samples), generator, bound);
+  }
   for (const auto& [name, output] : model_outputs(plan)) {
-    if (!at::isFloatingType(*to_scalar_type(*ir::parse_dtype(output->dtype)))) continue;
+    if (!at::isFloatingType(scalar_type_of(*output))) continue;
     if (output->batch_dim >= 0) {
-      work.seeds[name] = random_tensor(*output, with_batch(output->shape, output->batch_dim, work.samples), generator, bound);
+      work.seeds[name] = random_tensor(*output, with_batch(output->shape, output->batch_dim, work.samples), generator, 0);
     } else {
       for (std::int64_t c = 0; c < work.samples / chunk; ++c)
-        work.chunk_seeds[name].push_back(random_tensor(*output, output->shape, generator, bound));
+        work.chunk_seeds[name].push_back(random_tensor(*output, output->shape, generator, 0));
     }
   }
   return work;
@@ -248,11 +300,13 @@ class Reference {
   std::vector<std::string> output_names_;
 };
 
-// The plan's stages chained over the microbatches, each cut into per-replica slices.
+// The plan's stages chained over the microbatches, each cut into per-replica slices (no larger
+// than the reference chunk, see the top of the file).
 class Pipeline {
  public:
-  Pipeline(const emit::PlanFile& plan, std::vector<torch::jit::Module> modules)
-      : plan_(plan), modules_(std::move(modules)), consumers_(plan.stages.size()) {
+  Pipeline(const emit::PlanFile& plan, std::vector<torch::jit::Module> modules, std::int64_t chunk)
+      : plan_(plan), modules_(std::move(modules)), chunk_(chunk), consumers_(plan.stages.size()) {
+    check_weight_names();
     for (const auto& stage : plan.stages) {
       consumers_[stage.id].resize(stage.outputs.size());
       for (std::size_t i = 0; i < stage.inputs.size(); ++i) {
@@ -284,7 +338,49 @@ class Pipeline {
   };
 
   std::int64_t slice_length(const emit::PlanStage& stage) const {
-    return plan_.microbatch_size / stage.replicas_per_pipeline;
+    return std::min<std::int64_t>(plan_.microbatch_size / stage.replicas_per_pipeline, chunk_);
+  }
+  int slices(const emit::PlanStage& stage) const { return static_cast<int>(plan_.microbatch_size / slice_length(stage)); }
+
+  void check_weight_names() const {
+    for (const auto& stage : plan_.stages) {
+      for (const auto* list : {&stage.params, &stage.buffers})
+        for (const auto& weight : *list)
+          if (!modules_[stage.id].hasattr(weight.stage_name)) {
+            throw InputError(plan_.path + ": stages[" + std::to_string(stage.id) + "]: weight " + weight.name + " is '" +
+                             weight.stage_name + "', which " + stage.file + " does not have");
+          }
+    }
+  }
+
+  // Tensors in and out of a stage must be what the plan says, or nothing after this can be trusted.
+  void check_tensors(const emit::PlanStage& stage, const Tensors& tensors, const std::vector<emit::PlanTensor>& planned,
+                     const char* role, std::int64_t length) const {
+    std::string what = plan_.path + ": stage " + std::to_string(stage.id) + " (" + stage.file + ")";
+    if (tensors.size() != planned.size()) {
+      throw InputError(what + " has " + std::to_string(tensors.size()) + " " + role + "s; the plan lists " +
+                       std::to_string(planned.size()));
+    }
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      auto shape = with_batch(planned[i].shape, planned[i].batch_dim, length);
+      if (tensors[i].scalar_type() != scalar_type_of(planned[i]) || tensors[i].sizes().vec() != shape) {
+        throw InputError(what + " has " + std::string(c10::toString(tensors[i].scalar_type())) + " " +
+                         c10::str(tensors[i].sizes()) + " as " + role + " " + std::to_string(i) + " '" + planned[i].name +
+                         "'; the plan says " + planned[i].dtype + " " + c10::str(c10::IntArrayRef(shape)));
+      }
+    }
+  }
+
+  void check_outputs(const emit::PlanStage& stage, const Tensors& outputs, std::int64_t length) const {
+    check_tensors(stage, outputs, stage.outputs, "output", length);
+    for (std::size_t o = 0; o < outputs.size(); ++o) {
+      const auto& planned = stage.outputs[o];
+      bool sent = !consumers_[stage.id][o].empty();
+      if (sent && planned.batch_dim < 0 && slices(stage) > 1) {
+        throw InputError(plan_.path + ": stage " + std::to_string(stage.id) + " sends '" + planned.name + "', which has no batch dim, from " +
+                         std::to_string(slices(stage)) + " replica slices: a batch-reduced value cannot be split among replicas");
+      }
+    }
   }
 
   void run_microbatch(const Workload& work, std::int64_t first_sample, RunResult& result) {
@@ -305,15 +401,13 @@ class Pipeline {
                RunResult& result) {
     auto length = slice_length(stage);
     std::string what = "stage " + std::to_string(stage.id) + " (" + stage.file + ")";
-    for (int j = 0; j < stage.replicas_per_pipeline; ++j) {
+    for (int j = 0; j < slices(stage); ++j) {
       Tensors leaves;
       for (const auto& input : stage.inputs)
         leaves.push_back(as_leaf(slice(whole_input(work, first_sample, input, mb), input.batch_dim, j * length, length)));
+      check_tensors(stage, leaves, stage.inputs, "input", length);
       auto outputs = tuple_tensors(run_forward(modules_[stage.id], leaves, what), what);
-      if (outputs.size() != stage.outputs.size()) {
-        throw InputError("verify: " + what + " returns " + std::to_string(outputs.size()) + " tensors; the plan lists " +
-                         std::to_string(stage.outputs.size()));
-      }
+      check_outputs(stage, outputs, length);
       mb.inputs[stage.id].push_back(std::move(leaves));
       mb.outputs[stage.id].push_back(std::move(outputs));
     }
@@ -348,7 +442,7 @@ class Pipeline {
   }
 
   void backward_stage(const Workload& work, std::int64_t first_sample, const emit::PlanStage& stage, Microbatch& mb) {
-    for (int j = 0; j < stage.replicas_per_pipeline; ++j) {
+    for (int j = 0; j < slices(stage); ++j) {
       Tensors grads;
       for (std::size_t o = 0; o < stage.outputs.size(); ++o) grads.push_back(output_grad(work, first_sample, stage, o, j, mb));
       backward(mb.outputs[stage.id][j], grads);
@@ -361,28 +455,38 @@ class Pipeline {
         any = any || grad.defined();
         parts.push_back(grad.defined() ? grad : at::zeros_like(replica[i]));
       }
-      mb.joined_input_grads[stage.id].push_back(any ? join(parts, stage.inputs[i].batch_dim) : at::Tensor());
+      mb.joined_input_grads[stage.id].push_back(any ? join_grads(parts, stage.inputs[i].batch_dim) : at::Tensor());
     }
   }
 
   const emit::PlanFile& plan_;
   std::vector<torch::jit::Module> modules_;
+  std::int64_t chunk_;
   std::vector<std::vector<std::vector<Consumer>>> consumers_;  // [stage][output] -> readers
 };
 
+// Pieces in sample order: joined along the batch dim, or stacked when they have none.
+at::Tensor whole(const Tensors& pieces, int batch_dim) {
+  if (pieces.size() == 1) return pieces.front();
+  return batch_dim >= 0 ? at::cat(pieces, batch_dim) : at::stack(pieces);
+}
+
+// The largest absolute difference, and that over the largest magnitude of the reference (the
+// absolute difference where the reference is all zeros). Anything not finite is a problem.
 TorchPlugin::Difference compare(const std::string& what, const Tensors& ours, const Tensors& reference,
                                  int batch_dim, std::vector<std::string>& problems) {
-  auto a = batch_dim >= 0 ? at::cat(ours, batch_dim) : at::stack(ours);
-  auto b = batch_dim >= 0 ? at::cat(reference, batch_dim) : at::stack(reference);
+  auto a = whole(ours, batch_dim).to(at::kDouble), b = whole(reference, batch_dim).to(at::kDouble);
   if (a.sizes() != b.sizes()) {
     problems.push_back(what + ": shape " + c10::str(a.sizes()) + " against the model's " + c10::str(b.sizes()));
     return {what, 0, 0};
   }
-  auto diff = (a.to(at::kDouble) - b.to(at::kDouble)).abs();
-  double max_abs = diff.numel() ? diff.max().item<double>() : 0;
-  double scale = b.numel() ? b.to(at::kDouble).abs().max().item<double>() : 0;
-  double max_rel = max_abs == 0 ? 0 : max_abs / std::max(scale, std::numeric_limits<double>::min());
-  return {what, max_abs, max_rel};
+  if (!a.isfinite().all().item<bool>() || !b.isfinite().all().item<bool>()) {
+    problems.push_back(what + ": not finite (NaN or infinity) " + (a.isfinite().all().item<bool>() ? "in the model" : "in the stages"));
+    return {what, 0, 0};
+  }
+  double max_abs = a.numel() ? (a - b).abs().max().item<double>() : 0;
+  double scale = b.numel() ? b.abs().max().item<double>() : 0;
+  return {what, max_abs, scale > 0 ? max_abs / scale : max_abs};
 }
 
 void compare_outputs(const emit::PlanFile& plan, const RunResult& ours, const RunResult& reference, Report& report) {
@@ -406,10 +510,13 @@ void compare_gradients(const RunResult& ours, const RunResult& reference, Report
       continue;
     }
     auto zero_if_undefined = [&](const at::Tensor& g) { return g.defined() ? g : at::zeros_like(it->second.defined() ? it->second : grad); };
-    if (!grad.defined() && !it->second.defined()) continue;
-    report.gradients.push_back(compare("gradient " + name, {zero_if_undefined(it->second)}, {zero_if_undefined(grad)}, 0,
+    if (!grad.defined() && !it->second.defined()) continue;  // a frozen parameter
+    report.gradients.push_back(compare("gradient " + name, {zero_if_undefined(it->second)}, {zero_if_undefined(grad)}, -1,
                                        report.problems));
   }
+  bool any_gradient = std::any_of(reference.gradients.begin(), reference.gradients.end(),
+                                  [](const auto& entry) { return entry.second.defined(); });
+  if (any_gradient && report.gradients.empty()) report.problems.push_back("no gradient reached any parameter of the stages");
   for (const auto& [name, grad] : ours.gradients)
     if (!reference.gradients.count(name)) report.problems.push_back("gradient " + name + ": a stage holds it, the model has no such parameter");
 }
@@ -434,11 +541,12 @@ TorchPlugin::VerifyReport verify_stages(const TorchPlugin::VerifyRequest& reques
   torch::jit::setGraphExecutorOptimize(false);
   const auto& plan = *request.plan;
   auto modules = load_stages(plan);
+  for (const auto& stage : plan.stages) reject_random_ops(stage, modules[stage.id]);
   Report report;
-  report.reference_chunk = reference_chunk(plan, modules);
+  report.reference_chunk = reference_chunk(plan, modules, report.note);
   auto work = make_workload(request, report.reference_chunk);
   report.samples = work.samples;
-  auto ours = Pipeline(plan, std::move(modules)).run(work);
+  auto ours = Pipeline(plan, std::move(modules), report.reference_chunk).run(work);
   auto reference = Reference(request).run(work);
   compare_outputs(plan, ours, reference, report);
   compare_gradients(ours, reference, report);

@@ -8,6 +8,7 @@
 #include "cost_model/memory.h"
 #include "cost_model/roofline.h"
 #include "emit/plan_json.h"
+#include "ir/dtype.h"
 #include "support/error.h"
 
 namespace rannc::emit {
@@ -117,8 +118,9 @@ json parse_document(const std::string& path) {
   }
   try {
     return json::parse(content.str());
-  } catch (const json::parse_error& e) {
-    // "[json.exception.parse_error.101] parse error at line 3, ..." without the bracketed id.
+  } catch (const json::exception& e) {
+    // "[json.exception.parse_error.101] parse error at line 3, ..." without the bracketed id
+    // (also numbers out of range, e.g. 1e400).
     std::string what = e.what();
     auto close = what.find("] ");
     throw InputError(path + ": not valid JSON (truncated?): " + (close == std::string::npos ? what : what.substr(close + 2)));
@@ -143,6 +145,7 @@ PlanTensor read_tensor(const Field& field) {
   tensor.name = field["name"].text();
   for (const auto& dim : field["shape"].items()) tensor.shape.push_back(dim.integer(0));
   tensor.dtype = field["dtype"].text();
+  if (!ir::parse_dtype(tensor.dtype)) field["dtype"].fail("'" + tensor.dtype + "' is not a dtype");
   tensor.batch_dim = field["batch_dim"].small(-1);
   if (tensor.batch_dim >= static_cast<int>(tensor.shape.size())) {
     field["batch_dim"].fail(std::to_string(tensor.batch_dim) + " is not a dim of a " + std::to_string(tensor.shape.size()) +
@@ -179,6 +182,10 @@ void read_model(const Field& model, PlanFile& plan) {
   plan.model_params = model["params"].integer(0);
   plan.evaluated_batch = model["evaluated_batch"].integer(1);
   plan.model_inputs = read_tensors(model["inputs"]);
+  for (std::size_t i = 0; i < plan.model_inputs.size(); ++i) {
+    if (plan.model_inputs[i].batch_dim < 0)
+      model["inputs"].fail("input " + std::to_string(i) + " ('" + plan.model_inputs[i].name + "') has no batch dim");
+  }
 }
 
 void read_cluster(const Field& cluster, PlanFile& plan) {
@@ -217,6 +224,7 @@ std::string read_choice(const Field& field, void (*check)(std::string_view, std:
 // and dtype it carries.
 void read_source(const Field& input, PlanTensor& tensor, int stage_id, const PlanFile& plan) {
   Field source = input["source"];
+  if (source.has("model_input") && source.has("stage")) source.fail("names both a model input and a stage");
   if (source.has("model_input")) {
     tensor.model_input = source["model_input"].text();
     bool known = false;
@@ -235,9 +243,17 @@ void read_source(const Field& input, PlanTensor& tensor, int stage_id, const Pla
                           std::to_string(tensor.from_stage) + " (it has " + std::to_string(sender.outputs.size()) + ")");
   }
   const auto& sent = sender.outputs[tensor.from_output];
-  if (sent.name != tensor.name || sent.dtype != tensor.dtype) {
+  // Shapes may differ in the batch dim only (the stages may have different replica counts).
+  auto same_but_batch = [&] {
+    if (sent.batch_dim != tensor.batch_dim || sent.shape.size() != tensor.shape.size()) return false;
+    for (std::size_t d = 0; d < sent.shape.size(); ++d)
+      if (static_cast<int>(d) != sent.batch_dim && sent.shape[d] != tensor.shape[d]) return false;
+    return true;
+  };
+  if (sent.name != tensor.name || sent.dtype != tensor.dtype || !same_but_batch()) {
     input.fail("'" + tensor.name + "' " + tensor.dtype + " does not match output " + std::to_string(tensor.from_output) +
-               " of stage " + std::to_string(tensor.from_stage) + ", '" + sent.name + "' " + sent.dtype);
+               " of stage " + std::to_string(tensor.from_stage) + ", '" + sent.name + "' " + sent.dtype +
+               " (same name, dtype, batch dim and other dims expected)");
   }
 }
 
@@ -368,6 +384,17 @@ std::string PlanFile::stage_path(const PlanStage& stage) const {
   return file.is_absolute() ? file.string() : (std::filesystem::path(folder) / file).string();
 }
 
+// A tied weight names the other stages that hold it: they must exist.
+void check_shared_weights(const Field& stages, const PlanFile& plan) {
+  for (const auto& stage : plan.stages)
+    for (const auto& weight : stage.params)
+      for (int other : weight.shared_with)
+        if (other < 0 || other >= static_cast<int>(plan.stages.size()) || other == stage.id) {
+          stages.fail("stage " + std::to_string(stage.id) + " shares " + weight.name + " with stage " + std::to_string(other) +
+                      ", which is not another stage of the plan");
+        }
+}
+
 PlanFile plan_from_json(nlohmann::json document, const std::string& path) {
   PlanFile plan;
   plan.path = path;
@@ -385,6 +412,7 @@ PlanFile plan_from_json(nlohmann::json document, const std::string& path) {
   auto stages = root["stages"].items();
   if (stages.empty()) root["stages"].fail("no stages");
   for (std::size_t i = 0; i < stages.size(); ++i) plan.stages.push_back(read_stage(stages[i], static_cast<int>(i), plan));
+  check_shared_weights(root["stages"], plan);
   read_ranks(root["ranks"], plan);
   read_unused(root, plan);
   read_plan_predicted(root["predicted"], plan);

@@ -4,7 +4,6 @@
 // stage runs at any batch size, not just the one the model was evaluated at.
 #include "emit/torchscript_stages.h"
 
-#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <cctype>
@@ -48,7 +47,33 @@ std::string identifier(const std::string& name, std::set<std::string>& taken) {
 
 at::Tensor weight_tensor(const TorchScriptSource& source, ir::ValueId id) {
   auto index = static_cast<std::size_t>(id) - source.specs.size();
-  return source.weights.at(index).tensor.detach();
+  const auto& tensor = source.weights.at(index).tensor;
+  return tensor.detach().requires_grad_(tensor.requires_grad());
+}
+
+// Whether an op writes to `value` or to a view of it, by the alias annotations of the op
+// schemas (`Tensor(a!) self` writes, `Tensor(a) self` returns a view). torch's AliasDb would
+// say yes for every graph input as soon as anything is written in place.
+bool written(const Value* value) {
+  for (const auto& use : value->uses()) {
+    const Node* user = use.user;
+    const auto* schema = user->maybeSchema();
+    if (!schema) {
+      // Unpacking and packing keep the tensors themselves (a view returned in a list).
+      if (user->kind() == c10::prim::ListUnpack || user->kind() == c10::prim::TupleUnpack) {
+        for (const Value* output : user->outputs())
+          if (written(output)) return true;
+      }
+      continue;
+    }
+    if (use.offset >= schema->arguments().size()) continue;
+    const auto* alias = schema->arguments()[use.offset].alias_info();
+    if (!alias) continue;
+    if (alias->isWrite()) return true;
+    for (const Value* output : user->outputs())  // a view of it: writes to the view write to it
+      if (written(output)) return true;
+  }
+  return false;
 }
 
 class StageCloner {
@@ -85,7 +110,9 @@ class StageCloner {
  private:
   void register_weights() {
     for (const auto& weight : stage_.params) {
-      module_.register_parameter(weight.stage_name, weight_tensor(source_, weight.value).clone().requires_grad_(true), false);
+      // A parameter the user froze stays frozen: only the model's trainable ones take gradients.
+      auto tensor = weight_tensor(source_, weight.value);
+      module_.register_parameter(weight.stage_name, tensor.clone().requires_grad_(tensor.requires_grad()), false);
       attribute_of_[jit_.at(weight.value)] = weight.stage_name;
     }
     for (const auto& weight : stage_.buffers) {
@@ -120,10 +147,9 @@ class StageCloner {
   // write to what is now a stage input, which autograd forbids for a leaf that requires grad:
   // such inputs are copied first.
   void copy_mutated_inputs() {
-    torch::jit::AliasDb aliases(graph_);
     std::vector<Value*> mutated;
     for (Value* input : graph_->inputs())
-      if (input != self_ && aliases.hasWriters(input)) mutated.push_back(input);
+      if (input != self_ && written(input)) mutated.push_back(input);
     for (Value* input : mutated) {
       torch::jit::WithInsertPoint insert_point(graph_->nodes().front());
       Value* copy = graph_->insert(c10::aten::clone, {input});

@@ -148,17 +148,19 @@ def check_contract(plan, out_dir, reference_pt):
 
 
 def tamper_and_expect_failure(rannc, plan, out_dir):
+    """A weight off by 0.01, then a weight of NaN (which no difference may hide): verify fails."""
     stage = plan["stages"][-1]
     path = os.path.join(out_dir, stage["file"])
-    module = torch.jit.load(path)
     name = stage["params"][0]["stage_name"]
-    with torch.no_grad():
-        getattr(module, name).add_(0.01)
-    module.save(path)
-    result = run([rannc, "verify", os.path.join(out_dir, "plan.json")], expect=1)
-    if "FAIL" not in result.stdout:
-        fail(f"verify of a tampered stage did not say FAIL:\n{result.stdout}")
-    print("tampered: verify exits 1 and says FAIL")
+    for change, says in ((lambda w: w.add_(0.01), "FAIL: max relative difference"), (lambda w: w.fill_(float("nan")), "not finite")):
+        module = torch.jit.load(path)
+        with torch.no_grad():
+            change(getattr(module, name))
+        module.save(path)
+        result = run([rannc, "verify", os.path.join(out_dir, "plan.json")], expect=1)
+        if says not in result.stdout:
+            fail(f"verify of a tampered stage did not say {says!r}:\n{result.stdout}")
+    print("tampered: verify exits 1 for a changed weight and for a NaN weight")
 
 
 def main():

@@ -152,9 +152,17 @@ TEST_CASE("stages are in order and take inputs from earlier stages' outputs", "[
   CHECK(error_of(changed([](json& p) { p["stages"][1]["inputs"][0]["source"]["output"] = 3; })) ==
         "plan.json: stages[1].inputs[0].source.output: 3 is not an output of stage 0 (it has 1)");
   CHECK(error_of(changed([](json& p) { p["stages"][1]["inputs"][0]["name"] = "b"; })) ==
-        "plan.json: stages[1].inputs[0]: 'b' float32 does not match output 0 of stage 0, 'a' float32");
+        "plan.json: stages[1].inputs[0]: 'b' float32 does not match output 0 of stage 0, 'a' float32 (same name, dtype, batch dim and other dims expected)");
   CHECK(error_of(changed([](json& p) { p["stages"][0]["inputs"][0]["source"]["model_input"] = "z"; })) ==
         "plan.json: stages[0].inputs[0].source.model_input: 'z' is not one of model.inputs");
+  CHECK(error_of(changed([](json& p) { p["stages"][1]["inputs"][0]["source"]["model_input"] = "x"; })) ==
+        "plan.json: stages[1].inputs[0].source: names both a model input and a stage");
+  CHECK(error_of(changed([](json& p) { p["stages"][1]["inputs"][0]["shape"][1] = 99; })).find(
+            "does not match output 0 of stage 0") != std::string::npos);
+  CHECK(error_of(changed([](json& p) { p["stages"][1]["outputs"][0]["dtype"] = "float99"; })) ==
+        "plan.json: stages[1].outputs[0].dtype: 'float99' is not a dtype");
+  CHECK(error_of(changed([](json& p) { p["model"]["inputs"][0]["batch_dim"] = -1; })) ==
+        "plan.json: model.inputs: input 0 ('x') has no batch dim");
 }
 
 TEST_CASE("ranks cover 0..R-1 once, as the stages place them", "[plan_file]") {

@@ -3,10 +3,8 @@
 #include "compiler/show.h"
 #include "compiler/stage_files.h"
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <limits>
-#include <sstream>
 
 #include "cost_model/cost_model.h"
 #include "cost_model/profile_db.h"
@@ -17,7 +15,6 @@
 #include "partitioner/planner.h"
 #include "support/atomic_file.h"
 #include "support/error.h"
-#include "support/format.h"
 #include "support/sha256.h"
 #include "support/stable_number.h"
 
@@ -81,7 +78,7 @@ nlohmann::json summary_json(const partition::PlanResult& result, const std::stri
 }
 
 // The files beside plan.json for people and schedulers. They are made from the plan as a reader
-// sees it (read back and checked), so they cannot describe anything plan.json does not say.
+// sees it (checked by the plan reader), so they cannot describe anything plan.json does not say.
 void write_companion_files(const emit::PlanFile& file, const std::string& plan_path, const partition::Plan& plan) {
   auto beside = [&](const char* name) { return (std::filesystem::path(plan_path).parent_path() / name).string(); };
   std::string launch = beside("launch.sh");
@@ -119,8 +116,10 @@ PartitionReport run_partition(const PartitionOptions& options) {
   emit::ModelFacts facts{options.model_path, sha256_of_file(options.model_path),
                          std::string(model_format_name(model.format)), model.batch};
   nlohmann::json plan = emit::plan_to_json(model.graph, facts, request, result, layouts);
-  write_file_atomically(plan_path, plan.dump(1) + "\n", "the plan");
+  // Checked as every reader will check it before it is written: a plan the runtime would refuse
+  // is never left behind.
   emit::PlanFile file = emit::plan_from_json(plan, plan_path);
+  write_file_atomically(plan_path, plan.dump(1) + "\n", "the plan");
   write_companion_files(file, plan_path, result.plan);
   double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 

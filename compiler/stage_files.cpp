@@ -4,10 +4,14 @@
 
 #include "compiler/onnx_frontend.h"
 #include "compiler/torch_plugin.h"
-#include "emit/onnx_stage_source.h"
 #include "support/error.h"
 
 namespace rannc {
+
+emit::StageSource onnx_stage_source(const Model& model, const emit::StageLayout& stage) {
+  const auto& proto = dynamic_cast<const OnnxModelSource&>(*model.source).proto();
+  return emit::onnx_stage_source(model.path, proto, model.graph, stage);
+}
 
 void write_stage_files(const Model& model, const std::vector<emit::StageLayout>& stages, const std::string& folder) {
   auto& plugin = torch_plugin();
@@ -19,8 +23,7 @@ void write_stage_files(const Model& model, const std::vector<emit::StageLayout>&
       if (model.format == ModelFormat::kTorchScript) {
         plugin.save_torchscript_stage(model, stage, temporary);
       } else {
-        const auto& proto = dynamic_cast<const OnnxModelSource&>(*model.source).proto();
-        plugin.save_source_stage(emit::onnx_stage_source(model.path, proto, model.graph, stage), temporary);
+        plugin.save_source_stage(onnx_stage_source(model, stage), temporary);
       }
       std::filesystem::rename(temporary, path, error);
       if (error) throw InputError(path.string() + ": cannot write the stage file: " + error.message());

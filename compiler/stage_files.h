@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "compiler/model.h"
+#include "emit/onnx_stage_source.h"
 #include "emit/stage_layout.h"
 
 namespace rannc {
@@ -13,5 +14,8 @@ namespace rannc {
 // failure leaves no half-written file. Throws InputError for an ONNX op without a mapping or
 // weights that are not in the file (a shape-only model: plan it with --plan-only).
 void write_stage_files(const Model& model, const std::vector<emit::StageLayout>& stages, const std::string& folder);
+
+// An ONNX model's stage as generated TorchScript source (emit/onnx_stage_source.h).
+emit::StageSource onnx_stage_source(const Model& model, const emit::StageLayout& stage);
 
 }  // namespace rannc

@@ -41,12 +41,17 @@ at::Tensor join(const Tensors& parts, int batch_dim) {
   return at::cat(parts, batch_dim);
 }
 
+void accumulate(at::Tensor& sum, const at::Tensor& term) {
+  if (!term.defined()) return;
+  sum = sum.defined() ? sum + term : term.clone();
+}
+
 // The gradients of one input over the slices: concatenated, or summed where the input is not
 // sliced (every slice read all of it).
 at::Tensor join_grads(const Tensors& parts, int batch_dim) {
   if (batch_dim >= 0) return join(parts, batch_dim);
   at::Tensor sum;
-  for (const auto& part : parts) sum = sum.defined() ? sum + part : part;
+  for (const auto& part : parts) accumulate(sum, part);
   return sum;
 }
 
@@ -80,11 +85,6 @@ void backward(const Tensors& outputs, const Tensors& grads) {
     seeds.push_back(grads[i]);
   }
   if (!roots.empty()) torch::autograd::backward(roots, seeds);
-}
-
-void accumulate(at::Tensor& sum, const at::Tensor& term) {
-  if (!term.defined()) return;
-  sum = sum.defined() ? sum + term : term.clone();
 }
 
 // The samples both sides see, and the output gradients both start backward from.
@@ -255,6 +255,8 @@ class Reference {
     if (request.reference) {
       module_ = emit::source_stage_module(*request.reference, "Reference");
     } else {
+      // Loaded afresh, not copied from the frontend's module: Module::deepcopy in libtorch 1.13
+      // gives parameters that are not autograd leaves, so their .grad would never fill.
       module_ = torch::jit::load(request.model->path);
     }
     for (auto id : request.model->graph.model_outputs()) output_names_.push_back(request.model->graph.value(id).name);

@@ -5,9 +5,8 @@
 #include <sstream>
 
 #include "compiler/model.h"
-#include "compiler/onnx_frontend.h"
+#include "compiler/stage_files.h"
 #include "compiler/torch_plugin.h"
-#include "emit/onnx_stage_source.h"
 #include "emit/plan_file.h"
 #include "emit/stage_layout.h"
 #include "support/error.h"
@@ -45,39 +44,43 @@ TorchPlugin::VerifyRequest request_for(const Model& model, const emit::PlanFile&
   if (model.format == ModelFormat::kOnnx) {
     // ONNX has no runtime here: the reference is the whole model as one generated stage.
     auto whole = emit::whole_model_layout(model.graph);
-    const auto& proto = dynamic_cast<const OnnxModelSource&>(*model.source).proto();
-    request.reference = emit::onnx_stage_source(model.path, proto, model.graph, whole);
+    request.reference = onnx_stage_source(model, whole);
     for (const auto& weight : whole.params) request.reference_names[weight.stage_name] = model.graph.value(weight.value).name;
   }
   return request;
 }
 
-const Difference* worst(const std::vector<Difference>& differences) {
-  const Difference* worst = nullptr;
-  for (const auto& d : differences)
-    if (!worst || d.max_rel > worst->max_rel) worst = &d;
-  return worst;
-}
-
-nlohmann::json differences_json(const std::vector<Difference>& differences) {
-  nlohmann::json summary = {{"compared", differences.size()}};
+// One group of differences (outputs or gradients) summed up once, for the text and the JSON.
+struct Summary {
+  std::size_t compared = 0;
   double max_abs = 0;
-  for (const auto& d : differences) max_abs = std::max(max_abs, d.max_abs);
-  summary["max_abs"] = max_abs;
-  if (const auto* w = worst(differences)) {
-    summary["max_rel"] = w->max_rel;
-    summary["worst"] = w->what;
+  const Difference* worst = nullptr;  // the largest relative difference
+  double max_rel() const { return worst ? worst->max_rel : 0.0; }
+};
+
+Summary summarize(const std::vector<Difference>& differences) {
+  Summary summary{differences.size()};
+  for (const auto& d : differences) {
+    summary.max_abs = std::max(summary.max_abs, d.max_abs);
+    if (!summary.worst || d.max_rel > summary.worst->max_rel) summary.worst = &d;
   }
   return summary;
 }
 
-std::string differences_line(const char* label, const std::vector<Difference>& differences) {
+nlohmann::json summary_json(const Summary& summary) {
+  nlohmann::json json = {{"compared", summary.compared}, {"max_abs", summary.max_abs}};
+  if (summary.worst) {
+    json["max_rel"] = summary.worst->max_rel;
+    json["worst"] = summary.worst->what;
+  }
+  return json;
+}
+
+std::string summary_line(const char* label, const Summary& summary) {
   char line[512];
-  double max_abs = 0;
-  for (const auto& d : differences) max_abs = std::max(max_abs, d.max_abs);
-  const auto* w = worst(differences);
-  std::snprintf(line, sizeof line, "%-10s %4zu compared   max abs %.3g   max rel %.3g%s%s\n", label, differences.size(),
-                max_abs, w ? w->max_rel : 0.0, w ? "   worst: " : "", w ? w->what.c_str() : "");
+  std::snprintf(line, sizeof line, "%-10s %4zu compared   max abs %.3g   max rel %.3g%s%s\n", label, summary.compared,
+                summary.max_abs, summary.max_rel(), summary.worst ? "   worst: " : "",
+                summary.worst ? summary.worst->what.c_str() : "");
   return line;
 }
 
@@ -92,16 +95,15 @@ VerifyOutcome run_verify(const VerifyOptions& options) {
   auto report = torch_plugin().verify(request);
 
   VerifyOutcome outcome;
-  const auto* worst_output = worst(report.outputs);
-  const auto* worst_gradient = worst(report.gradients);
-  double max_rel = std::max(worst_output ? worst_output->max_rel : 0.0, worst_gradient ? worst_gradient->max_rel : 0.0);
+  auto outputs = summarize(report.outputs), gradients = summarize(report.gradients);
+  double max_rel = std::max(outputs.max_rel(), gradients.max_rel());
   outcome.passed = report.problems.empty() && !report.outputs.empty() && max_rel <= options.tolerance;
 
   std::ostringstream text;
   text << "verify     " << plan.path << ": " << plan.stages.size() << " stage(s), " << plan.microbatches
        << " microbatch(es) of " << plan.microbatch_size << " (" << report.samples
        << " samples; the model runs on chunks of " << report.reference_chunk << ")\n"
-       << differences_line("outputs", report.outputs) << differences_line("gradients", report.gradients);
+       << summary_line("outputs", outputs) << summary_line("gradients", gradients);
   if (!report.note.empty()) text << "note       " << report.note << "\n";
   if (model.format == ModelFormat::kOnnx) {
     text << "note       ONNX: the reference is the whole model through the same op mapping, so this checks the "
@@ -123,8 +125,8 @@ VerifyOutcome run_verify(const VerifyOptions& options) {
                      {"tolerance", options.tolerance},
                      {"samples", report.samples},
                      {"reference_chunk", report.reference_chunk},
-                     {"outputs", differences_json(report.outputs)},
-                     {"gradients", differences_json(report.gradients)},
+                     {"outputs", summary_json(outputs)},
+                     {"gradients", summary_json(gradients)},
                      {"problems", report.problems},
                      {"note", report.note}};
   return outcome;

@@ -61,7 +61,16 @@ void assign_tensors(const partition::PlanResult& result, const std::vector<int>&
     std::sort(layout.inputs.begin(), layout.inputs.end(), [](auto& a, auto& b) { return a.value < b.value; });
 }
 
-// The tensor weights each stage reads, named p<i> / b<i> in value-id order.
+// Adds a weight to the stage under its attribute name: p<i> for parameters, b<i> for buffers,
+// numbered in the order they are added.
+StageWeight& add_weight(StageLayout& layout, const ir::Value& value) {
+  bool param = value.role == ir::ValueRole::kParam;
+  auto& list = param ? layout.params : layout.buffers;
+  list.push_back({value.id, (param ? "p" : "b") + std::to_string(list.size()), {}});
+  return list.back();
+}
+
+// The tensor weights each stage reads, named in value-id order.
 void assign_weights(const ir::Graph& graph, std::vector<StageLayout>& layouts) {
   std::map<ir::ValueId, std::set<int>> readers;
   for (const auto& layout : layouts)
@@ -69,13 +78,10 @@ void assign_weights(const ir::Graph& graph, std::vector<StageLayout>& layouts) {
       for (auto input : graph.op(op).inputs)
         if (graph.value(input).is_weight() && graph.value(input).is_tensor()) readers[input].insert(layout.id);
   for (const auto& [id, stages] : readers) {
-    bool param = graph.value(id).role == ir::ValueRole::kParam;
     for (int s : stages) {
-      auto& list = param ? layouts[s].params : layouts[s].buffers;
-      StageWeight weight{id, (param ? "p" : "b") + std::to_string(list.size()), {}};
+      auto& weight = add_weight(layouts[s], graph.value(id));
       for (int other : stages)
         if (other != s) weight.shared_with.push_back(other);
-      list.push_back(std::move(weight));
     }
   }
 }
@@ -94,9 +100,6 @@ std::vector<StageLayout> stage_layouts(const ir::Graph& graph, const partition::
   return layouts;
 }
 
-}  // namespace rannc::emit
-
-namespace rannc::emit {
 
 StageLayout whole_model_layout(const ir::Graph& graph) {
   StageLayout layout;
@@ -104,13 +107,8 @@ StageLayout whole_model_layout(const ir::Graph& graph) {
   for (const auto& op : graph.ops()) layout.ops.push_back(op.id);
   for (auto id : graph.values_with_role(ir::ValueRole::kModelInput)) layout.inputs.push_back({id, -1, -1});
   for (auto id : graph.model_outputs()) layout.outputs.push_back({id, true});
-  int params = 0, buffers = 0;
-  for (const auto& value : graph.values()) {
-    if (!value.is_weight() || !value.is_tensor() || value.consumers.empty()) continue;
-    bool param = value.role == ir::ValueRole::kParam;
-    auto& list = param ? layout.params : layout.buffers;
-    list.push_back({value.id, (param ? "p" : "b") + std::to_string(param ? params++ : buffers++), {}});
-  }
+  for (const auto& value : graph.values())
+    if (value.is_weight() && value.is_tensor() && !value.consumers.empty()) add_weight(layout, value);
   return layout;
 }
 

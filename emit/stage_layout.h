@@ -42,10 +42,6 @@ struct StageLayout {
 
 std::vector<StageLayout> stage_layouts(const ir::Graph& graph, const partition::PlanResult& result);
 
-}  // namespace rannc::emit
-
-namespace rannc::emit {
-
 // The whole model as one stage (verify's reference for a model that has no runtime of its own).
 StageLayout whole_model_layout(const ir::Graph& graph);
 

@@ -81,6 +81,16 @@ TensorProto int_tensor(const std::string& name, std::vector<std::int64_t> values
   return tensor;
 }
 
+// A Constant node holding `tensor` in its "value" attribute.
+onnx::NodeProto* add_constant(onnx::GraphProto* graph, const std::string& output, const TensorProto& tensor) {
+  auto* node = add_node(graph, "Constant", {}, {output});
+  auto* value = node->add_attribute();
+  value->set_name("value");
+  value->set_type(onnx::AttributeProto::TENSOR);
+  *value->mutable_t() = tensor;
+  return node;
+}
+
 void add_int_attr(onnx::NodeProto* node, const std::string& name, std::int64_t value) {
   auto* attr = node->add_attribute();
   attr->set_name(name);
@@ -171,11 +181,7 @@ TEST_CASE("shapes are computed at run time, so a stage follows the microbatch si
   add_node(graph, "Unsqueeze", {"b", "axes"}, {"b1"});
   add_int_attr(add_node(graph, "Concat", {"b1", "rest"}, {"target"}), "axis", 0);
   add_node(graph, "Reshape", {"x", "target"}, {"flat"});
-  auto* two = add_node(graph, "Constant", {}, {"two"});
-  auto* value = two->add_attribute();
-  value->set_name("value");
-  value->set_type(onnx::AttributeProto::TENSOR);
-  *value->mutable_t() = int_tensor("", {2}, /*scalar=*/true);
+  add_constant(graph, "two", int_tensor("", {2}, /*scalar=*/true));
   add_node(graph, "Div", {"b", "two"}, {"n"});
   auto* scale = graph->add_initializer();
   *scale = float_tensor("half", {});
@@ -201,11 +207,7 @@ TEST_CASE("large ONNX constants become c buffers; small float ones stay inline, 
   auto* graph = model.mutable_graph();
   add_value_info(graph->mutable_input(), "x", TensorProto::FLOAT, {"batch", "40"});
   add_value_info(graph->mutable_output(), "y", TensorProto::FLOAT, {"batch", "40"});
-  auto* big = add_node(graph, "Constant", {}, {"table"});
-  auto* value = big->add_attribute();
-  value->set_name("value");
-  value->set_type(onnx::AttributeProto::TENSOR);
-  *value->mutable_t() = float_tensor("", {40});
+  add_constant(graph, "table", float_tensor("", {40}));
   auto* eps = add_node(graph, "Constant", {}, {"eps"});
   auto* f = eps->add_attribute();
   f->set_name("value_float");

@@ -5,6 +5,7 @@ find_package(Protobuf REQUIRED)
 find_package(OpenSSL REQUIRED)  # SHA-256 of model files
 find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json 3.11 CONFIG REQUIRED)
+find_package(MPI REQUIRED COMPONENTS CXX)  # rannc-run: rank, rendezvous address, job teardown
 
 find_path(METIS_INCLUDE_DIR metis.h REQUIRED)
 find_library(METIS_LIBRARY metis REQUIRED)

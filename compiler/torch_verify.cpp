@@ -23,6 +23,7 @@
 
 #include "compiler/torch_plugin.h"
 #include "compiler/torchscript_source.h"
+#include "emit/index_bound.h"
 #include "emit/torchscript_stages.h"
 #include "support/error.h"
 
@@ -95,42 +96,9 @@ struct Workload {
   std::map<std::string, Tensors> chunk_seeds;      // other model outputs: one per reference chunk
 };
 
-// Integer inputs are indices more often than not: keep each below the smallest table it is
-// looked up in (following reshapes and slices of it), so every lookup is valid and gradients
-// reach many rows. An input that indexes nothing is drawn from {0, 1}.
-std::int64_t index_bound(const ir::Graph& graph, const std::string& input_name) {
-  static const std::set<std::string> kLookups = {"aten::embedding", "aten::embedding_bag", "aten::_embedding_bag",
-                                                 "onnx::Gather"};
-  static const std::set<std::string> kIndexPreserving = {
-      "aten::view", "aten::reshape", "aten::flatten", "aten::select", "aten::slice", "aten::narrow", "aten::unsqueeze",
-      "aten::squeeze", "aten::transpose", "aten::permute", "aten::contiguous", "aten::to", "aten::t",
-      "onnx::Reshape", "onnx::Flatten", "onnx::Slice", "onnx::Unsqueeze", "onnx::Squeeze", "onnx::Transpose",
-      "onnx::Cast", "onnx::Identity"};
-  std::int64_t bound = std::numeric_limits<std::int64_t>::max();
-  std::vector<ir::ValueId> pending;
-  for (auto id : graph.values_with_role(ir::ValueRole::kModelInput))
-    if (graph.value(id).name == input_name) pending.push_back(id);
-  std::set<ir::ValueId> seen(pending.begin(), pending.end());
-  while (!pending.empty()) {
-    auto id = pending.back();
-    pending.pop_back();
-    for (auto op_id : graph.value(id).consumers) {
-      const auto& op = graph.op(op_id);
-      if (kLookups.count(op.kind) && op.inputs.size() > 1 && op.inputs[0] != id) {
-        const auto& table = graph.value(op.inputs[0]);
-        if (table.is_weight() && !table.type.shape.empty()) bound = std::min(bound, table.type.shape.front());
-      } else if (kIndexPreserving.count(op.kind) && op.inputs.front() == id) {
-        for (auto out : op.outputs)
-          if (seen.insert(out).second) pending.push_back(out);
-      }
-    }
-  }
-  return bound == std::numeric_limits<std::int64_t>::max() ? 2 : std::max<std::int64_t>(bound, 1);
-}
-
 at::ScalarType scalar_type_of(const emit::PlanTensor& tensor) {
   auto dtype = ir::parse_dtype(tensor.dtype);
-  auto type = dtype ? to_scalar_type(*dtype) : std::nullopt;
+  auto type = dtype ? ir::to_scalar_type(*dtype) : std::nullopt;
   if (!type) throw InputError("verify: tensor '" + tensor.name + "' has dtype " + tensor.dtype + ", which libtorch lacks");
   return *type;
 }
@@ -210,7 +178,7 @@ Workload make_workload(const TorchPlugin::VerifyRequest& request, std::int64_t c
   work.chunk = chunk;
   auto generator = at::detail::createCPUGenerator(request.seed);
   for (const auto& input : plan.model_inputs) {
-    auto bound = index_bound(request.model->graph, input.name);
+    auto bound = emit::index_bound(request.model->graph, input.name);
     work.inputs[input.name] = random_tensor(input, with_batch(input.shape, input.batch_dim, work.samples), generator, bound);
   }
   for (const auto& [name, output] : model_outputs(plan)) {

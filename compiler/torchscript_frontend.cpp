@@ -38,22 +38,6 @@ std::string torch_message(const std::exception& e) {
   return first_line(text);
 }
 
-std::optional<at::ScalarType> to_scalar_type(ir::DType dtype) {
-  switch (dtype) {
-    case ir::DType::kFloat32: return at::kFloat;
-    case ir::DType::kFloat64: return at::kDouble;
-    case ir::DType::kFloat16: return at::kHalf;
-    case ir::DType::kBFloat16: return at::kBFloat16;
-    case ir::DType::kInt64: return at::kLong;
-    case ir::DType::kInt32: return at::kInt;
-    case ir::DType::kInt16: return at::kShort;
-    case ir::DType::kInt8: return at::kChar;
-    case ir::DType::kUInt8: return at::kByte;
-    case ir::DType::kBool: return at::kBool;
-    default: return std::nullopt;
-  }
-}
-
 namespace {
 
 using torch::jit::Node;
@@ -458,7 +442,7 @@ std::vector<at::Tensor> example_inputs(const std::string& path, const std::vecto
   auto generator = at::detail::createCPUGenerator(/*seed=*/0);
   std::vector<at::Tensor> tensors;
   for (const auto& spec : specs) {
-    auto type = to_scalar_type(spec.dtype);
+    auto type = ir::to_scalar_type(spec.dtype);
     if (!type) throw InputError(path + ": --input '" + spec.name + "': dtype " + std::string(ir::dtype_name(spec.dtype)) + " is not supported");
     auto dims = spec.dims;
     dims[0] *= scale;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compiler/model.h"
+#include "ir/torch_dtype.h"
 
 namespace rannc {
 
@@ -35,9 +36,6 @@ class TorchScriptSource : public ModelSource {
 
 // The first line of a libtorch error, without the C++ backtrace c10::Error carries.
 std::string torch_message(const std::exception& e);
-
-// The libtorch type of an IR dtype; nullopt for types libtorch has no tensors of.
-std::optional<at::ScalarType> to_scalar_type(ir::DType dtype);
 
 // Example tensors for the model inputs: floats random with a fixed seed, integers zero (every
 // lookup accepts index 0). `scale` multiplies the batch dim. `path` names the model in errors.

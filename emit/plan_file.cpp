@@ -183,6 +183,7 @@ void read_model(const Field& model, PlanFile& plan) {
   plan.evaluated_batch = model["evaluated_batch"].integer(1);
   plan.model_inputs = read_tensors(model["inputs"]);
   for (std::size_t i = 0; i < plan.model_inputs.size(); ++i) {
+    if (auto bound = model["inputs"].items()[i].find("index_bound")) plan.model_inputs[i].index_bound = bound->integer(1);
     if (plan.model_inputs[i].batch_dim < 0)
       model["inputs"].fail("input " + std::to_string(i) + " ('" + plan.model_inputs[i].name + "') has no batch dim");
   }

@@ -17,6 +17,7 @@ struct PlanTensor {
   std::vector<std::int64_t> shape;  // per microbatch per replica
   std::string dtype;                // ir::dtype_name spelling, "float32", "int64", ...
   int batch_dim = -1;               // -1: not sliced among replicas
+  std::int64_t index_bound = 0;     // integer model inputs: values valid below it (0: not given)
   // Inputs only: where the tensor comes from.
   std::optional<std::string> model_input;  // set for a model input
   int from_stage = -1, from_output = -1;   // set otherwise

@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "emit/index_bound.h"
 #include "support/stable_number.h"
 
 namespace rannc::emit {
@@ -108,9 +109,16 @@ json model_json(const ir::Graph& graph, const ModelFacts& model) {
     params += graph.value(id).type.numel();
     param_bytes += graph.value(id).type.bytes();
   }
-  // The example inputs the model was evaluated with, so verify can load it again.
+  // The example inputs the model was evaluated with, so verify can load it again; integer ones
+  // carry the bound of valid indices, for tools that make inputs up.
   json inputs = json::array();
-  for (auto id : graph.values_with_role(ir::ValueRole::kModelInput)) inputs.push_back(tensor_json(graph.value(id), -1));
+  for (auto id : graph.values_with_role(ir::ValueRole::kModelInput)) {
+    const auto& value = graph.value(id);
+    json entry = tensor_json(value, -1);
+    if (!ir::is_floating_point(value.type.dtype) && value.type.dtype != ir::DType::kBool)
+      entry["index_bound"] = index_bound(graph, value.name);
+    inputs.push_back(entry);
+  }
   return {{"path", model.path}, {"sha256", model.sha256}, {"format", model.format}, {"params", params},
           {"param_bytes", param_bytes}, {"evaluated_batch", model.evaluated_batch}, {"inputs", inputs}};
 }

@@ -180,7 +180,7 @@ class StageCloner {
 };
 
 at::Tensor attribute_tensor(const StageAttribute& attribute) {
-  auto type = to_scalar_type(attribute.dtype);
+  auto type = ir::to_scalar_type(attribute.dtype);
   if (!type) {
     throw Error(ExitStatus::kBadInput, "stage attribute " + attribute.stage_name + " has dtype " +
                                            std::string(ir::dtype_name(attribute.dtype)) + ", which libtorch lacks");

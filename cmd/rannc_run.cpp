@@ -1,0 +1,46 @@
+// rannc-run: executes a plan under mpirun, one process per rank (CONTRACT.md, "rannc-run").
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "runtime/mpi_world.h"
+#include "runtime/run.h"
+#include "support/error.h"
+
+namespace {
+
+void add_options(CLI::App& app, rannc::runtime::RunOptions& options) {
+  app.add_option("PLAN", options.plan_path, "plan.json written by rannc-partition")->required();
+  app.add_option("--steps", options.steps, "optimizer steps to run (default 10)");
+  app.add_option("--data", options.data_dir,
+                 "folder of .npy files: one per model input (NAME.npy) and target.npy, dim 0 = steps x global batch "
+                 "(default: random inputs from --seed)");
+  app.add_option("--loss", options.loss, "cross_entropy or mse against the target, for a model whose output is not a scalar loss");
+  app.add_option("--optimizer", options.optimizer, "sgd, momentum (0.9) or adam (default: the plan's)");
+  app.add_option("--lr", options.lr, "learning rate (default 0.01)");
+  app.add_option("--seed", options.seed, "seed of random inputs and targets (default 0)");
+  app.add_option("--report", options.report_path, "write per-step losses and times and per-rank measurements (JSON)");
+  app.add_option("--timeout", options.timeout_s, "seconds a rank waits for a peer before it gives up (default 300)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  rannc::runtime::MpiWorld world(argc, argv);
+  CLI::App app{"rannc-run: trains a model by the plan of rannc-partition, one process per rank under mpirun"};
+  rannc::runtime::RunOptions options;
+  add_options(app, options);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Every rank parses the same arguments; one prints.
+    if (world.rank() != 0) return e.get_exit_code() == 0 ? 0 : 2;
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    return rannc::runtime::run(options, world);
+  } catch (const std::exception& e) {
+    std::cerr << "rannc-run: rank " << world.rank() << ": " << rannc::first_line(e.what()) << std::endl;
+    world.abort(1);
+  }
+}

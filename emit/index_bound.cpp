@@ -1,0 +1,40 @@
+#include "emit/index_bound.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <vector>
+
+namespace rannc::emit {
+
+std::int64_t index_bound(const ir::Graph& graph, const std::string& input_name) {
+  static const std::set<std::string> kLookups = {"aten::embedding", "aten::embedding_bag", "aten::_embedding_bag",
+                                                 "onnx::Gather"};
+  static const std::set<std::string> kIndexPreserving = {
+      "aten::view", "aten::reshape", "aten::flatten", "aten::select", "aten::slice", "aten::narrow", "aten::unsqueeze",
+      "aten::squeeze", "aten::transpose", "aten::permute", "aten::contiguous", "aten::to", "aten::t",
+      "onnx::Reshape", "onnx::Flatten", "onnx::Slice", "onnx::Unsqueeze", "onnx::Squeeze", "onnx::Transpose",
+      "onnx::Cast", "onnx::Identity"};
+  std::int64_t bound = std::numeric_limits<std::int64_t>::max();
+  std::vector<ir::ValueId> pending;
+  for (auto id : graph.values_with_role(ir::ValueRole::kModelInput))
+    if (graph.value(id).name == input_name) pending.push_back(id);
+  std::set<ir::ValueId> seen(pending.begin(), pending.end());
+  while (!pending.empty()) {
+    auto id = pending.back();
+    pending.pop_back();
+    for (auto op_id : graph.value(id).consumers) {
+      const auto& op = graph.op(op_id);
+      if (kLookups.count(op.kind) && op.inputs.size() > 1 && op.inputs[0] != id) {
+        const auto& table = graph.value(op.inputs[0]);
+        if (table.is_weight() && !table.type.shape.empty()) bound = std::min(bound, table.type.shape.front());
+      } else if (kIndexPreserving.count(op.kind) && op.inputs.front() == id) {
+        for (auto out : op.outputs)
+          if (seen.insert(out).second) pending.push_back(out);
+      }
+    }
+  }
+  return bound == std::numeric_limits<std::int64_t>::max() ? 2 : std::max<std::int64_t>(bound, 1);
+}
+
+}  // namespace rannc::emit

@@ -1,0 +1,130 @@
+#include "runtime/communicator.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/tensor.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace rannc::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Rank 0 serves the store on a free port; the others learn "host port" through MPI. Ranks on
+// rank 0's host use the loopback address, which needs no name resolution.
+c10::intrusive_ptr<c10d::Store> rendezvous(const MpiWorld& world, std::chrono::seconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.timeout = timeout;
+  options.waitWorkers = false;
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  std::string address;
+  if (world.rank() == 0) {
+    options.isServer = true;
+    options.port = 0;
+    store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+    address = MpiWorld::hostname() + " " + std::to_string(store->getPort());
+  }
+  address = world.broadcast(address, 0);
+  if (world.rank() != 0) {
+    auto space = address.rfind(' ');
+    std::string host = address.substr(0, space);
+    if (host == MpiWorld::hostname()) host = "127.0.0.1";
+    options.port = static_cast<std::uint16_t>(std::stoi(address.substr(space + 1)));
+    store = c10::make_intrusive<c10d::TCPStore>(host, options);
+  }
+  return store;
+}
+
+std::shared_ptr<gloo::transport::Device> gloo_device() {
+  if (const char* name = std::getenv("GLOO_SOCKET_IFNAME")) return c10d::ProcessGroupGloo::createDeviceForInterface(name);
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
+                                                  int rank, int size, std::chrono::seconds timeout) {
+  auto options = c10d::ProcessGroupGloo::Options::create();
+  options->timeout = timeout;
+  options->devices.push_back(gloo_device());
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, options);
+}
+
+}  // namespace
+
+Communicator::Communicator(const MpiWorld& world, const std::vector<GradientGroup>& groups, std::chrono::seconds timeout) {
+  auto store = rendezvous(world, timeout);
+  world_ = gloo_group(store, "world/", world.rank(), world.size(), timeout);
+  for (const auto& group : groups) {
+    auto me = std::find(group.ranks.begin(), group.ranks.end(), world.rank());
+    bool alone = group.ranks.size() < 2;
+    groups_.push_back(alone ? c10::intrusive_ptr<c10d::ProcessGroup>()
+                            : gloo_group(store, "gradients " + group.key + "/", static_cast<int>(me - group.ranks.begin()),
+                                         static_cast<int>(group.ranks.size()), timeout));
+  }
+}
+
+Communicator::~Communicator() = default;
+
+template <typename F>
+auto Communicator::timed(F&& wait) {
+  auto start = Clock::now();
+  auto finish = [&] { wait_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - start).count(); };
+  if constexpr (std::is_void_v<decltype(wait())>) {
+    wait();
+    finish();
+  } else {
+    auto result = wait();
+    finish();
+    return result;
+  }
+}
+
+void Communicator::send(const at::Tensor& tensor, int peer, int tag) {
+  std::vector<at::Tensor> tensors{tensor.contiguous()};
+  auto work = world_->send(tensors, peer, tag);
+  sends_.emplace_back(work, tensors.front());
+}
+
+at::Tensor Communicator::receive(const std::vector<std::int64_t>& shape, at::ScalarType dtype, int peer, int tag) {
+  std::vector<at::Tensor> tensors{at::empty(shape, at::TensorOptions().dtype(dtype))};
+  timed([&] { world_->recv(tensors, peer, tag)->wait(); });
+  return tensors.front();
+}
+
+void Communicator::wait_for_sends() {
+  timed([&] {
+    for (auto& [work, tensor] : sends_) work->wait();
+  });
+  sends_.clear();
+}
+
+void Communicator::sum_over_groups(std::vector<at::Tensor>& buffers) {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (std::size_t i = 0; i < groups_.size(); ++i) {
+    if (!groups_[i]) continue;
+    std::vector<at::Tensor> tensors{buffers.at(i)};
+    works.push_back(groups_[i]->allreduce(tensors));
+  }
+  timed([&] {
+    for (auto& work : works) work->wait();
+  });
+}
+
+double Communicator::sum_over_world(double value) {
+  std::vector<at::Tensor> tensors{at::tensor({value}, at::TensorOptions().dtype(at::kDouble))};
+  timed([&] { world_->allreduce(tensors)->wait(); });
+  return tensors.front().item<double>();
+}
+
+double Communicator::take_wait_ms() {
+  double ms = wait_ms_;
+  wait_ms_ = 0;
+  return ms;
+}
+
+}  // namespace rannc::runtime

@@ -1,0 +1,76 @@
+#include "runtime/loss.h"
+
+#include <ATen/core/Reduction.h>
+#include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/mse_loss.h>
+
+#include "support/error.h"
+
+namespace rannc::runtime {
+namespace {
+
+// The first model output, in stage order, is the one the loss is taken of.
+std::pair<int, int> loss_output(const emit::PlanFile& plan) {
+  for (const auto& stage : plan.stages)
+    for (std::size_t o = 0; o < stage.outputs.size(); ++o)
+      if (stage.outputs[o].model_output) return {stage.id, static_cast<int>(o)};
+  throw InputError(plan.path + ": no stage has a model output to take the loss of");
+}
+
+}  // namespace
+
+LossPlan plan_loss(const emit::PlanFile& plan, const std::string& loss_option) {
+  LossPlan loss;
+  std::tie(loss.stage, loss.output) = loss_output(plan);
+  const auto& output = plan.stages[loss.stage].outputs[loss.output];
+  if (output.shape.empty()) {
+    if (!loss_option.empty())
+      throw InputError("--loss " + loss_option + ": the model's output '" + output.name + "' is already a scalar loss");
+    loss.kind = "scalar";
+    return loss;
+  }
+  if (loss_option.empty()) {
+    throw InputError("the model's output '" + output.name +
+                     "' is not a scalar: give --loss cross_entropy or --loss mse (with target.npy in --data)");
+  }
+  if (loss_option != "cross_entropy" && loss_option != "mse")
+    throw InputError("--loss '" + loss_option + "' is not cross_entropy or mse");
+  if (output.batch_dim != 0) {
+    throw InputError("--loss " + loss_option + ": the model's output '" + output.name +
+                     "' does not have its batch along dim 0");
+  }
+  loss.kind = loss_option;
+  SampleSpec target;
+  target.name = "target";
+  target.sample_shape.assign(output.shape.begin() + 1, output.shape.end());
+  if (loss.kind == "cross_entropy") {
+    if (target.sample_shape.empty())
+      throw InputError("--loss cross_entropy: the model's output '" + output.name + "' has no class dim after the batch");
+    target.index_bound = target.sample_shape.back();  // classes: the output's last dim
+    target.sample_shape.pop_back();
+    target.dtype = ir::DType::kInt64;
+  }
+  for (auto dim : target.sample_shape) loss.elements_per_sample *= dim;
+  loss.target = target;
+  return loss;
+}
+
+LossFunction loss_function(const LossPlan& loss, const emit::PlanFile& plan, const RankLayout& layout,
+                           Placement placement, const TrainingData& data) {
+  auto slice = layout.replica_slice(placement.stage, placement.replica);
+  double global_terms = static_cast<double>(plan.global_batch) * static_cast<double>(loss.elements_per_sample);
+  return [&loss, &layout, &data, placement, slice, global_terms, samples = plan.global_batch](
+             const std::vector<at::Tensor>& outputs, int microbatch) -> at::Tensor {
+    const auto& output = outputs.at(static_cast<std::size_t>(loss.output));
+    // A scalar output is taken to be a mean over its slice: weighted by the slice's share.
+    if (loss.kind == "scalar") return output.mul(static_cast<double>(slice.length) / static_cast<double>(samples));
+    auto first = layout.microbatch_start(placement.pipeline, microbatch) + slice.begin;
+    auto target = data.batch("target").narrow(0, first, slice.length);
+    if (loss.kind == "mse") return at::mse_loss(output, target, at::Reduction::Sum).div(global_terms);
+    auto classes = output.size(-1);
+    return at::cross_entropy_loss(output.reshape({-1, classes}), target.reshape({-1}), {}, at::Reduction::Sum)
+        .div(global_terms);
+  };
+}
+
+}  // namespace rannc::runtime

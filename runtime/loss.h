@@ -1,0 +1,32 @@
+// The training loss: which model output it is taken of and how (CONTRACT.md: a scalar output is
+// the loss; otherwise --loss cross_entropy or mse against target.npy). Each microbatch slice
+// adds its share, summed and divided by the elements of the whole global batch, so the step's
+// loss and gradients are those of one process taking the mean over the global batch.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "emit/plan_file.h"
+#include "runtime/rank_layout.h"
+#include "runtime/stage_runner.h"
+#include "runtime/training_data.h"
+
+namespace rannc::runtime {
+
+struct LossPlan {
+  int stage = 0, output = 0;  // the model output the loss is taken of
+  std::string kind;           // "scalar", "cross_entropy" or "mse"
+  std::optional<SampleSpec> target;
+  std::int64_t elements_per_sample = 1;  // loss terms per sample (cross_entropy: one per class vector)
+};
+
+// Throws InputError when the loss option does not fit the model's output.
+LossPlan plan_loss(const emit::PlanFile& plan, const std::string& loss_option);
+
+// The loss of a microbatch slice on the rank at `placement` (whose stage is loss.stage).
+LossFunction loss_function(const LossPlan& loss, const emit::PlanFile& plan, const RankLayout& layout,
+                           Placement placement, const TrainingData& data);
+
+}  // namespace rannc::runtime

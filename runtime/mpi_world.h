@@ -1,0 +1,35 @@
+// The launcher's view of the job: which rank this process is, and the few collective steps
+// that must work before (or without) c10d: the rendezvous address, agreeing on start-up errors,
+// and tearing the whole job down when one rank fails mid-run.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace rannc::runtime {
+
+class MpiWorld {
+ public:
+  MpiWorld(int& argc, char**& argv);
+  ~MpiWorld();
+  MpiWorld(const MpiWorld&) = delete;
+  MpiWorld& operator=(const MpiWorld&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  static std::string hostname();
+
+  // Rank `root`'s text, on every rank.
+  std::string broadcast(const std::string& text, int root) const;
+  // Every rank's text, indexed by rank, on rank 0 (empty elsewhere).
+  std::vector<std::string> gather(const std::string& text) const;
+  int max(int value) const;
+
+  // Ends every rank of the job with `status` (mpirun kills the others).
+  [[noreturn]] void abort(int status) const;
+
+ private:
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace rannc::runtime

@@ -1,0 +1,105 @@
+#include "runtime/npy_file.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <regex>
+
+#include "support/error.h"
+
+namespace rannc::runtime {
+namespace {
+
+constexpr char kMagic[] = "\x93NUMPY";
+constexpr std::size_t kMagicLength = 6;
+
+// NumPy type strings ("<f4") of the dtypes a model input can have.
+ir::DType dtype_of(const std::string& descr) {
+  static const std::map<std::string, ir::DType> kTypes = {
+      {"<f4", ir::DType::kFloat32}, {"<f8", ir::DType::kFloat64}, {"<f2", ir::DType::kFloat16},
+      {"<i8", ir::DType::kInt64},   {"<i4", ir::DType::kInt32},   {"<i2", ir::DType::kInt16},
+      {"|i1", ir::DType::kInt8},    {"|u1", ir::DType::kUInt8},   {"|b1", ir::DType::kBool}};
+  auto it = kTypes.find(descr);
+  return it == kTypes.end() ? ir::DType::kUnknown : it->second;
+}
+
+std::uint32_t little_endian(const unsigned char* bytes, int count) {
+  std::uint32_t value = 0;
+  for (int i = count - 1; i >= 0; --i) value = value << 8 | bytes[i];
+  return value;
+}
+
+}  // namespace
+
+NpyFile::NpyFile(const std::string& path) : path_(path), stream_(path, std::ios::binary) {
+  if (!stream_) throw InputError(path + ": cannot open (" + std::strerror(errno) + ")");
+  unsigned char prefix[12] = {};
+  stream_.read(reinterpret_cast<char*>(prefix), 10);
+  if (stream_.gcount() != 10 || std::memcmp(prefix, kMagic, kMagicLength) != 0) throw InputError(path + ": not a .npy file");
+  int major = prefix[6];
+  if (major < 1 || major > 3) throw InputError(path + ": .npy format version " + std::to_string(major) + " is not supported");
+  std::uint32_t header_length = little_endian(prefix + 8, 2);
+  data_offset_ = 10;
+  if (major >= 2) {  // versions 2 and 3 have a 4-byte header length
+    stream_.read(reinterpret_cast<char*>(prefix + 10), 2);
+    header_length = little_endian(prefix + 8, 4);
+    data_offset_ = 12;
+  }
+  if (header_length > (1u << 20)) throw InputError(path + ": .npy header of " + std::to_string(header_length) + " bytes");
+  std::string header(header_length, '\0');
+  stream_.read(header.data(), header_length);
+  if (static_cast<std::uint32_t>(stream_.gcount()) != header_length) throw InputError(path + ": truncated .npy header");
+  data_offset_ += header_length;
+  parse_header(header);
+
+  stream_.seekg(0, std::ios::end);
+  std::int64_t data_bytes = static_cast<std::int64_t>(stream_.tellg()) - data_offset_;
+  if (data_bytes < rows() * row_bytes_) {
+    throw InputError(path + ": truncated: " + std::to_string(rows()) + " rows need " + std::to_string(rows() * row_bytes_) +
+                     " bytes of data, the file has " + std::to_string(data_bytes));
+  }
+}
+
+// The header is a Python dict literal: {'descr': '<f4', 'fortran_order': False, 'shape': (8, 3), }
+void NpyFile::parse_header(const std::string& header) {
+  std::smatch match;
+  if (!std::regex_search(header, match, std::regex(R"('descr'\s*:\s*'([^']*)')")))
+    throw InputError(path_ + ": .npy header has no 'descr'");
+  dtype_ = dtype_of(match[1]);
+  if (dtype_ == ir::DType::kUnknown)
+    throw InputError(path_ + ": .npy dtype '" + match[1].str() + "' is not supported (little-endian numbers or bool)");
+  if (!std::regex_search(header, match, std::regex(R"('fortran_order'\s*:\s*(True|False))")))
+    throw InputError(path_ + ": .npy header has no 'fortran_order'");
+  if (match[1] == "True") throw InputError(path_ + ": Fortran-order .npy is not supported (save a C-contiguous array)");
+  if (!std::regex_search(header, match, std::regex(R"('shape'\s*:\s*\(([^)]*)\))")))
+    throw InputError(path_ + ": .npy header has no 'shape'");
+  std::string dims = match[1];
+  static const std::regex kNumber(R"(\d+)");
+  for (std::sregex_iterator it(dims.begin(), dims.end(), kNumber), end; it != end; ++it)
+    shape_.push_back(it->length() > 15 ? std::numeric_limits<std::int64_t>::max() : std::stoll(it->str()));
+  if (shape_.empty()) throw InputError(path_ + ": a 0-dim .npy array has no rows");
+  row_bytes_ = static_cast<std::int64_t>(ir::dtype_size(dtype_));
+  constexpr std::int64_t kLimit = std::int64_t{1} << 50;  // far beyond any file, far from overflow
+  for (std::size_t d = 0; d < shape_.size(); ++d) {
+    if (shape_[d] > kLimit || (d > 0 && row_bytes_ > kLimit / std::max<std::int64_t>(shape_[d], 1)))
+      throw InputError(path_ + ": .npy shape is too large");
+    if (d > 0) row_bytes_ *= shape_[d];
+  }
+}
+
+std::vector<char> NpyFile::read_rows(std::int64_t first, std::int64_t count) {
+  if (first < 0 || count < 0 || first + count > rows()) {
+    throw InputError(path_ + ": rows " + std::to_string(first) + ".." + std::to_string(first + count) + " asked of " +
+                     std::to_string(rows()));
+  }
+  std::vector<char> bytes(static_cast<std::size_t>(count * row_bytes_));
+  stream_.clear();
+  stream_.seekg(data_offset_ + first * row_bytes_);
+  stream_.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (static_cast<std::size_t>(stream_.gcount()) != bytes.size()) throw InputError(path_ + ": read failed");
+  return bytes;
+}
+
+}  // namespace rannc::runtime

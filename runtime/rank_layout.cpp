@@ -1,0 +1,122 @@
+#include "runtime/rank_layout.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "support/error.h"
+
+namespace rannc::runtime {
+namespace {
+
+// The samples two slices have in common, as offsets into each of them.
+bool overlap(SampleRange a, SampleRange b, SampleRange& in_a, SampleRange& in_b) {
+  auto begin = std::max(a.begin, b.begin);
+  auto end = std::min(a.begin + a.length, b.begin + b.length);
+  if (begin >= end) return false;
+  in_a = {begin - a.begin, end - begin};
+  in_b = {begin - b.begin, end - begin};
+  return true;
+}
+
+void check_batch_reduced_sends(const emit::PlanFile& plan) {
+  for (const auto& stage : plan.stages) {
+    for (const auto& input : stage.inputs) {
+      if (input.model_input || input.batch_dim >= 0) continue;
+      const auto& sender = plan.stages.at(static_cast<std::size_t>(input.from_stage));
+      if (sender.replicas_per_pipeline > 1) {
+        throw InputError(plan.path + ": stage " + std::to_string(sender.id) + " has " +
+                         std::to_string(sender.replicas_per_pipeline) + " replicas but sends '" + input.name +
+                         "', which has no batch dim: a batch-reduced value cannot be split among replicas");
+      }
+    }
+  }
+}
+
+}  // namespace
+
+RankLayout::RankLayout(const emit::PlanFile& plan) : plan_(plan), placements_(plan.ranks.size()) {
+  for (const auto& stage : plan.stages) {
+    for (std::size_t i = 0; i < stage.ranks.size(); ++i) {
+      int per_pipeline = stage.replicas_per_pipeline;
+      placements_.at(static_cast<std::size_t>(stage.ranks[i])) = {stage.id, static_cast<int>(i) / per_pipeline,
+                                                                   static_cast<int>(i) % per_pipeline};
+    }
+  }
+  check_batch_reduced_sends(plan);
+}
+
+int RankLayout::rank_of(int stage, int pipeline, int replica) const {
+  const auto& s = plan_.stages.at(static_cast<std::size_t>(stage));
+  return s.ranks.at(static_cast<std::size_t>(pipeline * s.replicas_per_pipeline + replica));
+}
+
+SampleRange RankLayout::replica_slice(int stage, int replica) const {
+  std::int64_t length = plan_.microbatch_size / plan_.stages.at(static_cast<std::size_t>(stage)).replicas_per_pipeline;
+  return {replica * length, length};
+}
+
+std::int64_t RankLayout::microbatch_start(int pipeline, int microbatch) const {
+  return (static_cast<std::int64_t>(pipeline) * plan_.microbatches + microbatch) * plan_.microbatch_size;
+}
+
+std::vector<Piece> RankLayout::pieces_to(int from, int replica, int to, bool batched) const {
+  std::vector<Piece> pieces;
+  auto mine = replica_slice(from, replica);
+  int receivers = plan_.stages.at(static_cast<std::size_t>(to)).replicas_per_pipeline;
+  for (int k = 0; k < receivers; ++k) {
+    Piece piece{k, {}, {}};
+    if (!batched) {
+      pieces.push_back(piece);  // the whole tensor; ranges unused
+    } else if (overlap(mine, replica_slice(to, k), piece.at_sender, piece.at_receiver)) {
+      pieces.push_back(piece);
+    }
+  }
+  return pieces;
+}
+
+std::vector<Piece> RankLayout::pieces_from(int to, int replica, int from, bool batched) const {
+  std::vector<Piece> pieces;
+  auto mine = replica_slice(to, replica);
+  int senders = plan_.stages.at(static_cast<std::size_t>(from)).replicas_per_pipeline;
+  for (int j = 0; j < senders; ++j) {
+    Piece piece{j, {}, {}};
+    if (!batched) {
+      pieces.push_back(piece);
+    } else if (overlap(replica_slice(from, j), mine, piece.at_sender, piece.at_receiver)) {
+      pieces.push_back(piece);
+    }
+  }
+  return pieces;
+}
+
+std::vector<GradientGroup> RankLayout::gradient_groups(int stage) const {
+  const auto& params = plan_.stages.at(static_cast<std::size_t>(stage)).params;
+  // Weights that share the same set of holding stages are summed over the same ranks.
+  std::map<std::set<int>, std::vector<int>> by_holders;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    std::set<int> holders(params[i].shared_with.begin(), params[i].shared_with.end());
+    holders.insert(stage);
+    by_holders[holders].push_back(static_cast<int>(i));
+  }
+  std::vector<GradientGroup> groups;
+  for (auto& [holders, weights] : by_holders) {
+    GradientGroup group;
+    group.key = "stages";
+    std::set<int> ranks;
+    for (int s : holders) {
+      group.key += (s == *holders.begin() ? " " : ",") + std::to_string(s);
+      const auto& holder = plan_.stages.at(static_cast<std::size_t>(s));
+      ranks.insert(holder.ranks.begin(), holder.ranks.end());
+    }
+    group.ranks.assign(ranks.begin(), ranks.end());
+    // Every holder lists its copies in the same order, so the summed buffers line up.
+    std::sort(weights.begin(), weights.end(), [&](int a, int b) { return params[a].name < params[b].name; });
+    group.weights = weights;
+    groups.push_back(group);
+  }
+  std::sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
+  return groups;
+}
+
+}  // namespace rannc::runtime

@@ -1,0 +1,67 @@
+// Where each rank sits in a plan (stage, pipeline, replica), which samples of a microbatch each
+// stage replica handles, how a tensor travels between stages with different replica counts, and
+// which ranks sum which gradients. Pure arithmetic over the plan: no torch, no communication.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "emit/plan_file.h"
+
+namespace rannc::runtime {
+
+struct Placement {
+  int stage = 0, pipeline = 0, replica = 0;  // replica: within the pipeline
+};
+
+// A run of samples along a tensor's batch dim.
+struct SampleRange {
+  std::int64_t begin = 0, length = 0;
+};
+
+// One part of a tensor sent between two stage replicas: where it sits in the sender's slice
+// and in the receiver's slice.
+struct Piece {
+  int peer_replica = 0;  // the replica, in the same pipeline, at the other end
+  SampleRange at_sender, at_receiver;
+};
+
+// The ranks that hold copies of the same weights and sum their gradients: every replica of a
+// stage, in every pipeline, plus the stages a tied weight is shared with.
+struct GradientGroup {
+  std::string key;               // "stages 0,4": names the group in the rendezvous store
+  std::vector<int> ranks;        // ascending
+  std::vector<int> weights;      // indices into this rank's stage params, ordered by name
+};
+
+class RankLayout {
+ public:
+  // Throws InputError when the plan cannot run as laid out (e.g. a batch-reduced tensor sent by
+  // several replicas, which has no single value to send).
+  explicit RankLayout(const emit::PlanFile& plan);
+
+  Placement placement(int rank) const { return placements_.at(static_cast<std::size_t>(rank)); }
+  int rank_of(int stage, int pipeline, int replica) const;
+  int world_size() const { return static_cast<int>(placements_.size()); }
+
+  // The samples of one microbatch that a replica of `stage` handles.
+  SampleRange replica_slice(int stage, int replica) const;
+  // The first sample, within a step's global batch, of a pipeline's microbatch.
+  std::int64_t microbatch_start(int pipeline, int microbatch) const;
+
+  // What a replica of stage `from` sends of a tensor to the replicas of stage `to` (forward), or
+  // receives back from them (backward). A tensor without a batch dim goes whole to every replica.
+  std::vector<Piece> pieces_to(int from, int replica, int to, bool batched) const;
+  // What a replica of stage `to` receives from the replicas of stage `from`.
+  std::vector<Piece> pieces_from(int to, int replica, int from, bool batched) const;
+
+  // The gradient groups a stage's ranks belong to, in one global order (by key).
+  std::vector<GradientGroup> gradient_groups(int stage) const;
+
+ private:
+  const emit::PlanFile& plan_;
+  std::vector<Placement> placements_;
+};
+
+}  // namespace rannc::runtime

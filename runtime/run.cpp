@@ -1,0 +1,164 @@
+#include "runtime/run.h"
+
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/communicator.h"
+#include "runtime/loss.h"
+#include "runtime/memory_tracker.h"
+#include "runtime/trainer.h"
+#include "support/atomic_file.h"
+#include "support/error.h"
+#include "support/format.h"
+
+namespace rannc::runtime {
+namespace {
+
+using nlohmann::json;
+
+// What one rank prepares on its own before any communication: everything a bad input breaks.
+struct RankSetup {
+  emit::PlanFile plan;
+  std::unique_ptr<RankLayout> layout;
+  Placement placement;
+  LossPlan loss;
+  std::unique_ptr<TrainingData> data;
+  std::unique_ptr<StageRunner> runner;
+};
+
+std::vector<SampleSpec> sample_specs(const emit::PlanFile& plan, const LossPlan& loss) {
+  std::vector<SampleSpec> specs;
+  for (const auto& input : plan.model_inputs) {
+    SampleSpec spec;
+    spec.name = input.name;
+    spec.dtype = *ir::parse_dtype(input.dtype);
+    spec.sample_shape = input.shape;
+    spec.sample_shape.erase(spec.sample_shape.begin() + input.batch_dim);
+    spec.batch_dim = input.batch_dim;
+    spec.index_bound = input.index_bound > 0 ? input.index_bound : 2;
+    specs.push_back(spec);
+  }
+  if (loss.target) specs.push_back(*loss.target);
+  return specs;
+}
+
+std::vector<std::string> needed_arrays(const emit::PlanStage& stage, const LossPlan& loss) {
+  std::vector<std::string> names;
+  for (const auto& input : stage.inputs)
+    if (input.model_input) names.push_back(*input.model_input);
+  if (loss.target && stage.id == loss.stage) names.push_back(loss.target->name);
+  return names;
+}
+
+std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& world) {
+  auto setup = std::make_unique<RankSetup>();
+  setup->plan = emit::read_plan_file(options.plan_path);
+  const auto& plan = setup->plan;
+  if (static_cast<int>(plan.ranks.size()) != world.size()) {
+    throw InputError(plan.path + ": the plan has " + std::to_string(plan.ranks.size()) + " ranks, but " +
+                     std::to_string(world.size()) + " were started (run mpirun -np " + std::to_string(plan.ranks.size()) +
+                     ")");
+  }
+  if (options.steps < 1) throw InputError("--steps must be at least 1");
+  emit::check_stage_files_exist(plan);
+  setup->layout = std::make_unique<RankLayout>(plan);
+  setup->placement = setup->layout->placement(world.rank());
+  setup->loss = plan_loss(plan, options.loss);
+  const auto& stage = plan.stages.at(static_cast<std::size_t>(setup->placement.stage));
+  setup->data = std::make_unique<TrainingData>(options, plan.global_batch, sample_specs(plan, setup->loss),
+                                               needed_arrays(stage, setup->loss));
+  OptimizerSettings optimizer{options.optimizer.empty() ? plan.optimizer : options.optimizer, options.lr};
+  setup->runner = std::make_unique<StageRunner>(plan, stage, optimizer);
+  if (stage.id == setup->loss.stage)
+    setup->runner->set_loss(loss_function(setup->loss, plan, *setup->layout, setup->placement, *setup->data));
+  return setup;
+}
+
+// Rank 0 prints each distinct start-up error once: bare when every rank has it, otherwise with
+// the ranks that do.
+void print_start_errors(const std::vector<std::string>& messages) {
+  std::map<std::string, std::vector<int>> ranks_by_message;
+  for (std::size_t r = 0; r < messages.size(); ++r)
+    if (!messages[r].empty()) ranks_by_message[messages[r]].push_back(static_cast<int>(r));
+  for (const auto& [message, ranks] : ranks_by_message) {
+    if (ranks.size() == messages.size()) {
+      std::cerr << "rannc-run: " << message << "\n";
+    } else {
+      std::cerr << "rannc-run: rank" << (ranks.size() > 1 ? "s " : " ") << ranges_text(ranks) << ": " << message << "\n";
+    }
+  }
+}
+
+int agree_on_start(const MpiWorld& world, int status, const std::string& message) {
+  auto messages = world.gather(message);
+  if (world.rank() == 0) print_start_errors(messages);
+  return world.max(status);
+}
+
+std::string describe(const emit::PlanFile& plan) {
+  return plan.path + ": " + std::to_string(plan.ranks.size()) + " ranks, " + std::to_string(plan.stages.size()) +
+         " stages, " + std::to_string(plan.pipelines) + " pipeline(s), " + std::to_string(plan.microbatches) +
+         " microbatches of " + std::to_string(plan.microbatch_size) + ", " + plan.schedule + ", Gloo on CPU";
+}
+
+json rank_json(const RankRecord& r) {
+  return {{"rank", r.rank}, {"stage", r.stage}, {"peak_mem_bytes", r.peak_mem_bytes}, {"fwd_ms", r.fwd_ms},
+          {"bwd_ms", r.bwd_ms}, {"comm_ms", r.comm_ms}, {"offload_bytes", r.offload_bytes}};
+}
+
+void write_report(const std::string& path, const std::vector<StepRecord>& steps, const std::vector<std::string>& ranks) {
+  json report = {{"steps", json::array()}, {"ranks", json::array()}};
+  for (const auto& s : steps) report["steps"].push_back({{"step", s.step}, {"loss", s.loss}, {"ms", s.ms}});
+  for (const auto& text : ranks) report["ranks"].push_back(json::parse(text));
+  write_file_atomically(path, report.dump(1) + "\n", "the report");
+}
+
+void train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
+  Communicator communicator(world, setup.layout->gradient_groups(setup.placement.stage),
+                            std::chrono::seconds(options.timeout_s));
+  Trainer trainer(setup.plan, *setup.layout, world.rank(), *setup.runner, *setup.data, communicator);
+  if (world.rank() == 0) std::cout << "rannc-run: " << describe(setup.plan) << std::endl;
+  std::vector<StepRecord> steps;
+  for (int step = 0; step < options.steps; ++step) {
+    steps.push_back(trainer.run_step(step));
+    if (world.rank() == 0) {
+      std::printf("step %d loss %.6f ms %.1f\n", step, steps.back().loss, steps.back().ms);
+      std::fflush(stdout);
+    }
+  }
+  auto ranks = world.gather(rank_json(trainer.record()).dump());
+  if (world.rank() == 0 && !options.report_path.empty()) write_report(options.report_path, steps, ranks);
+}
+
+}  // namespace
+
+int run(const RunOptions& options, const MpiWorld& world) {
+  track_cpu_tensor_memory();
+  std::unique_ptr<RankSetup> setup;
+  int status = 0;
+  std::string message;
+  try {
+    setup = set_up(options, world);
+  } catch (const Error& e) {
+    status = static_cast<int>(e.status());
+    message = e.what();
+  } catch (const std::exception& e) {
+    status = 1;
+    message = first_line(e.what());
+  }
+  status = agree_on_start(world, status, message);
+  if (status != 0) return status;
+  try {
+    train(options, world, *setup);
+  } catch (const std::exception& e) {
+    std::cerr << "rannc-run: rank " << world.rank() << ": " << first_line(e.what()) << std::endl;
+    world.abort(1);
+  }
+  return 0;
+}
+
+}  // namespace rannc::runtime

@@ -1,0 +1,21 @@
+// What `rannc-run` is asked to do (CONTRACT.md, "rannc-run").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace rannc::runtime {
+
+struct RunOptions {
+  std::string plan_path;
+  int steps = 10;
+  std::string data_dir;     // empty: random inputs from `seed`
+  std::string loss;         // "", "cross_entropy" or "mse"
+  std::string optimizer;    // empty: the plan's
+  double lr = 0.01;
+  std::uint64_t seed = 0;
+  std::string report_path;  // empty: no report
+  int timeout_s = 300;      // how long a rank waits on a peer before giving up
+};
+
+}  // namespace rannc::runtime

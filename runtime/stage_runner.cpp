@@ -1,0 +1,145 @@
+#include "runtime/stage_runner.h"
+
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+#include <torch/script.h>
+
+#include "support/error.h"
+
+namespace rannc::runtime {
+namespace {
+
+constexpr double kMomentum = 0.9;  // --optimizer momentum: SGD with this momentum
+
+std::unique_ptr<torch::jit::Module> load_stage(const std::string& path) {
+  // Stage files run as saved: the optimizing executor would re-specialize them to the first
+  // shapes and profile every call.
+  torch::jit::setGraphExecutorOptimize(false);
+  try {
+    return std::make_unique<torch::jit::Module>(torch::jit::load(path));
+  } catch (const c10::Error& e) {
+    throw InputError(path + ": cannot load the stage file: " + first_line(e.what_without_backtrace()));
+  }
+}
+
+at::Tensor stage_parameter(const torch::jit::Module& module, const std::string& path, const emit::PlanWeight& weight) {
+  if (!module.hasattr(weight.stage_name) || !module.attr(weight.stage_name).isTensor()) {
+    throw InputError(path + ": has no parameter '" + weight.stage_name + "' (the plan's '" + weight.name + "')");
+  }
+  return module.attr(weight.stage_name).toTensor();
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Tensor>& params,
+                                                        const OptimizerSettings& settings) {
+  if (settings.kind == "adam") return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(settings.lr));
+  if (settings.kind != "sgd" && settings.kind != "momentum")
+    throw InputError("--optimizer '" + settings.kind + "' is not sgd, momentum or adam");
+  double momentum = settings.kind == "momentum" ? kMomentum : 0.0;
+  return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(settings.lr).momentum(momentum));
+}
+
+}  // namespace
+
+StageRunner::StageRunner(const emit::PlanFile& plan, const emit::PlanStage& stage, const OptimizerSettings& optimizer)
+    : stage_(stage), module_(load_stage(plan.stage_path(stage))) {
+  for (const auto& weight : stage.params) {
+    auto param = stage_parameter(*module_, plan.stage_path(stage), weight);
+    // Offloaded: the optimizer's copy lives in host memory; passes run on copies made just before.
+    if (stage.offload) param = param.detach().clone().requires_grad_(true);
+    param.mutable_grad() = at::zeros_like(param);
+    params_.push_back(param);
+  }
+  optimizer_ = make_optimizer(params_, optimizer);
+}
+
+StageRunner::~StageRunner() = default;
+
+std::vector<at::Tensor> StageRunner::run_forward(const std::vector<at::Tensor>& inputs) {
+  attach_device_copies();
+  std::vector<c10::IValue> args(inputs.begin(), inputs.end());
+  auto result = module_->forward(args);
+  attach_host_params();
+  std::vector<at::Tensor> outputs;
+  for (const auto& element : result.toTupleRef().elements()) outputs.push_back(element.toTensor());
+  return outputs;
+}
+
+// The device copies are autograd children of the host parameters, so gradients flow back to the
+// host copies; once the pass ends only what autograd saved for backward keeps them alive.
+void StageRunner::attach_device_copies() {
+  if (!stage_.offload) return;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    module_->setattr(stage_.params[i].stage_name, params_[i].clone());
+    offload_bytes_ += static_cast<std::int64_t>(params_[i].nbytes());
+  }
+}
+
+void StageRunner::attach_host_params() {
+  if (!stage_.offload) return;
+  for (std::size_t i = 0; i < params_.size(); ++i) module_->setattr(stage_.params[i].stage_name, params_[i]);
+}
+
+std::vector<at::Tensor> StageRunner::forward(int microbatch, std::vector<at::Tensor> inputs, double* loss) {
+  for (auto& input : inputs) {
+    input = input.detach();
+    if (at::isFloatingType(input.scalar_type())) input.requires_grad_(true);
+  }
+  Microbatch state;
+  if (stage_.recompute) {
+    at::NoGradGuard no_grad;
+    state.outputs = run_forward(inputs);
+    if (loss_) *loss = loss_(state.outputs, microbatch).item<double>();
+  } else {
+    state.outputs = run_forward(inputs);
+    if (loss_) {
+      state.loss = loss_(state.outputs, microbatch);
+      *loss = state.loss.item<double>();
+    }
+  }
+  auto outputs = state.outputs;
+  if (stage_.recompute) state.outputs.clear();  // only the inputs stay in flight
+  state.inputs = std::move(inputs);
+  in_flight_[microbatch] = std::move(state);
+  return outputs;
+}
+
+std::vector<at::Tensor> StageRunner::backward(int microbatch, const std::vector<at::Tensor>& output_grads) {
+  auto node = in_flight_.extract(microbatch);
+  if (node.empty()) throw std::logic_error("backward of microbatch " + std::to_string(microbatch) + " before its forward");
+  auto& state = node.mapped();
+  if (stage_.recompute) {
+    state.outputs = run_forward(state.inputs);
+    if (loss_) state.loss = loss_(state.outputs, microbatch);
+  }
+  std::vector<at::Tensor> roots, grads;
+  for (std::size_t i = 0; i < state.outputs.size(); ++i) {
+    if (i < output_grads.size() && output_grads[i].defined() && state.outputs[i].requires_grad()) {
+      roots.push_back(state.outputs[i]);
+      grads.push_back(output_grads[i]);
+    }
+  }
+  if (state.loss.defined()) {
+    roots.push_back(state.loss);
+    grads.push_back(at::ones_like(state.loss));
+  }
+  if (!roots.empty()) torch::autograd::backward(roots, grads);
+  std::vector<at::Tensor> input_grads;
+  for (const auto& input : state.inputs) input_grads.push_back(input.requires_grad() ? input.grad() : at::Tensor());
+  return input_grads;
+}
+
+std::vector<at::Tensor> StageRunner::gradients() const {
+  std::vector<at::Tensor> grads;
+  for (const auto& param : params_) grads.push_back(param.grad());
+  return grads;
+}
+
+void StageRunner::zero_gradients() {
+  for (auto& param : params_) param.mutable_grad().zero_();
+}
+
+void StageRunner::optimizer_step() { optimizer_->step(); }
+
+}  // namespace rannc::runtime

@@ -1,0 +1,78 @@
+// One rank's stage: the TorchScript stage file, run forward and backward microbatch by microbatch,
+// with the plan's recomputation and CPU offload, and the optimizer over its parameters.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "emit/plan_file.h"
+
+namespace torch::jit {
+struct Module;
+}
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace rannc::runtime {
+
+// The training loss of a microbatch from the stage's outputs (only the stage that holds the
+// model output the loss is taken of has one).
+using LossFunction = std::function<at::Tensor(const std::vector<at::Tensor>& outputs, int microbatch)>;
+
+struct OptimizerSettings {
+  std::string kind;  // "sgd", "momentum" or "adam"
+  double lr = 0.01;
+};
+
+class StageRunner {
+ public:
+  // Loads the stage file; throws InputError naming it when it cannot be loaded or lacks a
+  // parameter the plan names.
+  StageRunner(const emit::PlanFile& plan, const emit::PlanStage& stage, const OptimizerSettings& optimizer);
+  ~StageRunner();
+
+  void set_loss(LossFunction loss) { loss_ = std::move(loss); }
+
+  // Runs the forward pass of a microbatch on its inputs and keeps what backward needs (all
+  // activations, or only the inputs when the stage recomputes). Returns the outputs, and the
+  // microbatch's loss in `loss` when the stage has a loss.
+  std::vector<at::Tensor> forward(int microbatch, std::vector<at::Tensor> inputs, double* loss);
+  // Runs backward from the gradients of the outputs (undefined: none) plus the loss, adds the
+  // parameter gradients up, frees the microbatch and returns the gradients of the inputs
+  // (undefined for inputs that have none).
+  std::vector<at::Tensor> backward(int microbatch, const std::vector<at::Tensor>& output_grads);
+
+  // The gradients of the plan's parameters, in plan order (summed over the step so far).
+  std::vector<at::Tensor> gradients() const;
+  void zero_gradients();
+  void optimizer_step();
+
+  std::int64_t offload_bytes() const { return offload_bytes_; }  // copied host to device so far
+
+ private:
+  struct Microbatch {
+    std::vector<at::Tensor> inputs, outputs;
+    at::Tensor loss;
+  };
+
+  std::vector<at::Tensor> run_forward(const std::vector<at::Tensor>& inputs);
+  void attach_device_copies();
+  void attach_host_params();
+
+  const emit::PlanStage& stage_;
+  std::unique_ptr<torch::jit::Module> module_;
+  std::vector<at::Tensor> params_;  // the trainable parameters the optimizer updates (host copies when offloaded)
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  LossFunction loss_;
+  std::map<int, Microbatch> in_flight_;
+  std::int64_t offload_bytes_ = 0;
+};
+
+}  // namespace rannc::runtime

@@ -1,0 +1,200 @@
+#include "runtime/trainer.h"
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/zeros.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "ir/torch_dtype.h"
+#include "runtime/memory_tracker.h"
+
+namespace rannc::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+c10::ScalarType scalar_type(const emit::PlanTensor& tensor) {
+  return ir::to_scalar_type(*ir::parse_dtype(tensor.dtype)).value_or(c10::kFloat);
+}
+
+bool has_gradient(const emit::PlanTensor& tensor) { return ir::is_floating_point(*ir::parse_dtype(tensor.dtype)); }
+
+// The shape of a piece: the tensor's shape with `length` samples along its batch dim.
+std::vector<std::int64_t> piece_shape(const emit::PlanTensor& tensor, const SampleRange& range) {
+  auto shape = tensor.shape;
+  if (tensor.batch_dim >= 0) shape[static_cast<std::size_t>(tensor.batch_dim)] = range.length;
+  return shape;
+}
+
+at::Tensor cut(const at::Tensor& tensor, int batch_dim, const SampleRange& range) {
+  return batch_dim < 0 ? tensor : tensor.narrow(batch_dim, range.begin, range.length);
+}
+
+}  // namespace
+
+Trainer::Trainer(const emit::PlanFile& plan, const RankLayout& layout, int rank, StageRunner& runner, TrainingData& data,
+                 Communicator& communicator)
+    : plan_(plan),
+      layout_(layout),
+      stage_(plan.stages.at(static_cast<std::size_t>(layout.placement(rank).stage))),
+      rank_(rank),
+      placement_(layout.placement(rank)),
+      runner_(runner),
+      data_(data),
+      communicator_(communicator),
+      tasks_(stage_tasks(plan.schedule, stage_.id, static_cast<int>(plan.stages.size()), plan.microbatches)),
+      consumers_(stage_.outputs.size()),
+      groups_(layout.gradient_groups(stage_.id)) {
+  for (const auto& stage : plan.stages) {
+    tag_stride_ = std::max(tag_stride_, static_cast<int>(stage.inputs.size()));
+    for (std::size_t k = 0; k < stage.inputs.size(); ++k) {
+      const auto& input = stage.inputs[k];
+      if (!input.model_input && input.from_stage == stage_.id)
+        consumers_.at(static_cast<std::size_t>(input.from_output)).push_back({stage.id, static_cast<int>(k)});
+    }
+  }
+}
+
+// Messages between two ranks are told apart by microbatch, receiving input and direction.
+int Trainer::tag(int microbatch, int input, Pass pass) const {
+  return (microbatch * tag_stride_ + input) * 2 + (pass == Pass::kBackward ? 1 : 0);
+}
+
+std::vector<at::Tensor> Trainer::gather_inputs(int microbatch) {
+  std::vector<at::Tensor> inputs;
+  auto mine = layout_.replica_slice(stage_.id, placement_.replica);
+  for (std::size_t k = 0; k < stage_.inputs.size(); ++k) {
+    const auto& input = stage_.inputs[k];
+    if (input.model_input) {
+      SampleRange rows{layout_.microbatch_start(placement_.pipeline, microbatch) + mine.begin, mine.length};
+      inputs.push_back(cut(data_.batch(*input.model_input), input.batch_dim, rows));
+      continue;
+    }
+    std::vector<at::Tensor> pieces;
+    for (const auto& piece : layout_.pieces_from(stage_.id, placement_.replica, input.from_stage, input.batch_dim >= 0)) {
+      int peer = layout_.rank_of(input.from_stage, placement_.pipeline, piece.peer_replica);
+      pieces.push_back(communicator_.receive(piece_shape(input, piece.at_receiver), scalar_type(input), peer,
+                                             tag(microbatch, static_cast<int>(k), Pass::kForward)));
+    }
+    inputs.push_back(pieces.size() == 1 ? pieces.front() : at::cat(pieces, input.batch_dim));
+  }
+  return inputs;
+}
+
+void Trainer::send_outputs(int microbatch, const std::vector<at::Tensor>& outputs) {
+  for (std::size_t o = 0; o < outputs.size(); ++o) {
+    for (const auto& consumer : consumers_[o]) {
+      const auto& input = plan_.stages[static_cast<std::size_t>(consumer.stage)].inputs[static_cast<std::size_t>(consumer.input)];
+      for (const auto& piece : layout_.pieces_to(stage_.id, placement_.replica, consumer.stage, input.batch_dim >= 0)) {
+        int peer = layout_.rank_of(consumer.stage, placement_.pipeline, piece.peer_replica);
+        communicator_.send(cut(outputs[o].detach(), input.batch_dim, piece.at_sender), peer,
+                           tag(microbatch, consumer.input, Pass::kForward));
+      }
+    }
+  }
+}
+
+// The gradient of each output: the sum over the stages it feeds, each piece added where its
+// replica's samples sit. Undefined where nothing sends one (integers, unused outputs).
+std::vector<at::Tensor> Trainer::gather_output_grads(int microbatch) {
+  std::vector<at::Tensor> grads(stage_.outputs.size());
+  for (std::size_t o = 0; o < stage_.outputs.size(); ++o) {
+    const auto& output = stage_.outputs[o];
+    if (!has_gradient(output)) continue;
+    for (const auto& consumer : consumers_[o]) {
+      bool batched = output.batch_dim >= 0;
+      for (const auto& piece : layout_.pieces_to(stage_.id, placement_.replica, consumer.stage, batched)) {
+        int peer = layout_.rank_of(consumer.stage, placement_.pipeline, piece.peer_replica);
+        auto part = communicator_.receive(piece_shape(output, piece.at_sender), scalar_type(output), peer,
+                                          tag(microbatch, consumer.input, Pass::kBackward));
+        if (!grads[o].defined()) grads[o] = at::zeros(output.shape, at::TensorOptions().dtype(scalar_type(output)));
+        cut(grads[o], output.batch_dim, piece.at_sender).add_(part);
+      }
+    }
+  }
+  return grads;
+}
+
+void Trainer::send_input_grads(int microbatch, const std::vector<at::Tensor>& grads) {
+  for (std::size_t k = 0; k < stage_.inputs.size(); ++k) {
+    const auto& input = stage_.inputs[k];
+    if (input.model_input || !has_gradient(input)) continue;
+    // The sender waits for a gradient of every float it sent, used or not.
+    auto grad = grads[k].defined() ? grads[k] : at::zeros(input.shape, at::TensorOptions().dtype(scalar_type(input)));
+    for (const auto& piece : layout_.pieces_from(stage_.id, placement_.replica, input.from_stage, input.batch_dim >= 0)) {
+      int peer = layout_.rank_of(input.from_stage, placement_.pipeline, piece.peer_replica);
+      communicator_.send(cut(grad, input.batch_dim, piece.at_receiver), peer,
+                         tag(microbatch, static_cast<int>(k), Pass::kBackward));
+    }
+  }
+}
+
+// One flat buffer per group, so each group is one allreduce.
+void Trainer::sum_gradients() {
+  auto grads = runner_.gradients();
+  std::vector<at::Tensor> buffers(groups_.size());
+  bool any = false;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    if (groups_[g].ranks.size() < 2) continue;
+    std::vector<at::Tensor> flat;
+    for (int w : groups_[g].weights) flat.push_back(grads[static_cast<std::size_t>(w)].reshape({-1}));
+    buffers[g] = at::cat(flat);
+    any = true;
+  }
+  if (!any) return;
+  communicator_.sum_over_groups(buffers);
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    if (!buffers[g].defined()) continue;
+    std::int64_t offset = 0;
+    for (int w : groups_[g].weights) {
+      auto& grad = grads[static_cast<std::size_t>(w)];
+      grad.copy_(buffers[g].narrow(0, offset, grad.numel()).view_as(grad));
+      offset += grad.numel();
+    }
+  }
+}
+
+StepRecord Trainer::run_step(int step) {
+  auto start = Clock::now();
+  data_.load_step(step);
+  runner_.zero_gradients();
+  double loss = 0;
+  for (const auto& task : tasks_) {
+    if (task.pass == Pass::kForward) {
+      auto inputs = gather_inputs(task.microbatch);
+      auto begin = Clock::now();
+      double microbatch_loss = 0;
+      auto outputs = runner_.forward(task.microbatch, std::move(inputs), &microbatch_loss);
+      fwd_ms_ += ms_since(begin);
+      loss += microbatch_loss;
+      send_outputs(task.microbatch, outputs);
+    } else {
+      auto grads = gather_output_grads(task.microbatch);
+      auto begin = Clock::now();
+      auto input_grads = runner_.backward(task.microbatch, grads);
+      bwd_ms_ += ms_since(begin);
+      send_input_grads(task.microbatch, input_grads);
+    }
+  }
+  communicator_.wait_for_sends();
+  sum_gradients();
+  runner_.optimizer_step();
+  // Ranks without the loss add 0.
+  if (layout_.world_size() > 1) loss = communicator_.sum_over_world(loss);
+  comm_ms_ += communicator_.take_wait_ms();
+  ++steps_run_;
+  return {step, loss, ms_since(start)};
+}
+
+RankRecord Trainer::record() const {
+  double steps = std::max(steps_run_, 1);
+  return {rank_, stage_.id, peak_tensor_bytes(), runner_.offload_bytes(), fwd_ms_ / steps, bwd_ms_ / steps,
+          comm_ms_ / steps};
+}
+
+}  // namespace rannc::runtime

@@ -1,0 +1,69 @@
+// One rank's training steps: the stage's passes in schedule order, activations and their
+// gradients exchanged with the neighbouring stages' replicas, gradients summed over the ranks
+// that hold the same weights, then the optimizer step.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "emit/plan_file.h"
+#include "runtime/communicator.h"
+#include "runtime/rank_layout.h"
+#include "runtime/schedule.h"
+#include "runtime/stage_runner.h"
+#include "runtime/training_data.h"
+
+namespace rannc::runtime {
+
+struct StepRecord {
+  int step = 0;
+  double loss = 0, ms = 0;
+};
+
+// Milliseconds per step, averaged over the steps run.
+struct RankRecord {
+  int rank = 0, stage = 0;
+  std::int64_t peak_mem_bytes = 0, offload_bytes = 0;
+  double fwd_ms = 0, bwd_ms = 0, comm_ms = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(const emit::PlanFile& plan, const RankLayout& layout, int rank, StageRunner& runner, TrainingData& data,
+          Communicator& communicator);
+
+  // Every rank runs the same steps; the loss comes back on every rank.
+  StepRecord run_step(int step);
+  RankRecord record() const;
+
+ private:
+  struct Consumer {
+    int stage, input;  // the stage input an output of this stage feeds
+  };
+
+  std::vector<at::Tensor> gather_inputs(int microbatch);
+  void send_outputs(int microbatch, const std::vector<at::Tensor>& outputs);
+  std::vector<at::Tensor> gather_output_grads(int microbatch);
+  void send_input_grads(int microbatch, const std::vector<at::Tensor>& grads);
+  void sum_gradients();
+  int tag(int microbatch, int input, Pass pass) const;
+
+  const emit::PlanFile& plan_;
+  const RankLayout& layout_;
+  const emit::PlanStage& stage_;
+  int rank_;
+  Placement placement_;
+  StageRunner& runner_;
+  TrainingData& data_;
+  Communicator& communicator_;
+  std::vector<PassTask> tasks_;
+  std::vector<std::vector<Consumer>> consumers_;  // per output of this stage
+  std::vector<GradientGroup> groups_;
+  int tag_stride_ = 1;
+  int steps_run_ = 0;
+  double fwd_ms_ = 0, bwd_ms_ = 0, comm_ms_ = 0;
+};
+
+}  // namespace rannc::runtime

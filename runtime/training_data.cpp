@@ -1,0 +1,93 @@
+#include "runtime/training_data.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
+
+#include <algorithm>
+
+#include "ir/torch_dtype.h"
+#include "support/error.h"
+
+namespace rannc::runtime {
+namespace {
+
+std::string dims_text(const std::vector<std::int64_t>& dims) {
+  std::string text = "(";
+  for (std::size_t i = 0; i < dims.size(); ++i) text += (i ? ", " : "") + std::to_string(dims[i]);
+  return text + (dims.size() == 1 ? ",)" : ")");
+}
+
+c10::ScalarType scalar_type(ir::DType dtype, const std::string& name) {
+  auto type = ir::to_scalar_type(dtype);
+  if (!type) throw InputError("'" + name + "' has dtype " + std::string(ir::dtype_name(dtype)) + ", which libtorch lacks");
+  return *type;
+}
+
+// Samples the model reads as integers must come as integers: a float file would be truncated.
+void check_file(const NpyFile& file, const SampleSpec& spec, std::int64_t rows_needed) {
+  std::vector<std::int64_t> sample(file.shape().begin() + 1, file.shape().end());
+  if (sample != spec.sample_shape) {
+    throw InputError(file.path() + ": shape " + dims_text(file.shape()) + " does not hold samples of shape " +
+                     dims_text(spec.sample_shape) + " after dim 0");
+  }
+  if (ir::is_floating_point(file.dtype()) != ir::is_floating_point(spec.dtype)) {
+    throw InputError(file.path() + ": dtype " + std::string(ir::dtype_name(file.dtype())) + " cannot stand for '" +
+                     spec.name + "', which is " + std::string(ir::dtype_name(spec.dtype)));
+  }
+  if (file.rows() < rows_needed) {
+    throw InputError(file.path() + ": " + std::to_string(file.rows()) + " rows, the steps asked for need " +
+                     std::to_string(rows_needed) + " (steps x global batch)");
+  }
+}
+
+}  // namespace
+
+TrainingData::TrainingData(const RunOptions& options, std::int64_t global_batch, std::vector<SampleSpec> arrays,
+                           std::vector<std::string> needed)
+    : options_(options), global_batch_(global_batch), arrays_(std::move(arrays)), needed_(std::move(needed)) {
+  for (const auto& spec : arrays_) scalar_type(spec.dtype, spec.name);
+  if (options_.data_dir.empty()) return;
+  for (const auto& spec : arrays_) {
+    auto file = std::make_unique<NpyFile>(options_.data_dir + "/" + spec.name + ".npy");
+    check_file(*file, spec, options_.steps * global_batch_);
+    files_[spec.name] = std::move(file);
+  }
+}
+
+TrainingData::~TrainingData() = default;
+
+void TrainingData::load_step(int step) {
+  for (std::size_t i = 0; i < arrays_.size(); ++i) {
+    if (std::find(needed_.begin(), needed_.end(), arrays_[i].name) == needed_.end()) continue;
+    batches_[arrays_[i].name] = options_.data_dir.empty() ? draw(i, step) : read(i, step);
+  }
+}
+
+at::Tensor TrainingData::read(std::size_t array, int step) {
+  const auto& spec = arrays_[array];
+  auto& file = *files_.at(spec.name);
+  auto bytes = file.read_rows(step * global_batch_, global_batch_);
+  std::vector<std::int64_t> shape{global_batch_};
+  shape.insert(shape.end(), spec.sample_shape.begin(), spec.sample_shape.end());
+  auto options = at::TensorOptions().dtype(scalar_type(file.dtype(), spec.name));
+  auto tensor = at::from_blob(bytes.data(), shape, options).to(scalar_type(spec.dtype, spec.name), false, true);
+  return tensor.movedim(0, spec.batch_dim).contiguous();
+}
+
+// Every rank that needs an array draws the same values: the generator's seed depends only on
+// --seed, the step and the array.
+at::Tensor TrainingData::draw(std::size_t array, int step) const {
+  const auto& spec = arrays_[array];
+  auto generator = at::detail::createCPUGenerator(options_.seed * 1000003u + static_cast<std::uint64_t>(step) * 1009u + array);
+  std::vector<std::int64_t> shape = spec.sample_shape;
+  shape.insert(shape.begin() + spec.batch_dim, global_batch_);
+  auto type = scalar_type(spec.dtype, spec.name);
+  auto options = at::TensorOptions().dtype(type);
+  if (at::isFloatingType(type)) return at::randn(shape, generator, options);
+  if (type == at::kBool) return at::randint(0, 2, shape, generator, at::TensorOptions().dtype(at::kLong)).to(at::kBool);
+  return at::randint(0, spec.index_bound, shape, generator, options);
+}
+
+}  // namespace rannc::runtime

@@ -12,6 +12,7 @@
 
 #include "compiler/model.h"
 #include "ir/torch_dtype.h"
+#include "support/torch_error.h"
 
 namespace rannc {
 
@@ -34,8 +35,6 @@ class TorchScriptSource : public ModelSource {
   std::vector<InputSpec> specs;
 };
 
-// The first line of a libtorch error, without the C++ backtrace c10::Error carries.
-std::string torch_message(const std::exception& e);
 
 // Example tensors for the model inputs: floats random with a fixed seed, integers zero (every
 // lookup accepts index 0). `scale` multiplies the batch dim. `path` names the model in errors.

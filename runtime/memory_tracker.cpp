@@ -3,6 +3,8 @@
 #include <atomic>
 
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/alignment.h>
+#include <c10/core/impl/alloc_cpu.h>
 
 namespace rannc::runtime {
 namespace {
@@ -17,39 +19,35 @@ void count(std::int64_t bytes) {
   }
 }
 
-// Forwards to libtorch's allocator; each block carries its size so the release can be counted.
+// Allocates like libtorch's CPU allocator, with the block's size in a header before the data so
+// the release can be counted. The data pointer doubles as the deleter's context, which libtorch's
+// raw_allocate (used by some kernels and by Gloo) requires.
 class CountingAllocator final : public c10::Allocator {
  public:
-  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
-
   c10::DataPtr allocate(std::size_t bytes) const override {
-    auto inner = base_->allocate(bytes);
-    void* data = inner.get();
-    auto device = inner.device();
-    auto* block = new Block{std::move(inner), static_cast<std::int64_t>(bytes)};
-    count(block->bytes);
-    return {data, block, &release, device};
+    auto* block = static_cast<char*>(c10::alloc_cpu(bytes + kHeader));
+    *reinterpret_cast<std::size_t*>(block) = bytes;
+    count(static_cast<std::int64_t>(bytes));
+    void* data = block + kHeader;
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
 
  private:
-  struct Block {
-    c10::DataPtr inner;
-    std::int64_t bytes;
-  };
+  static constexpr std::size_t kHeader = c10::gAlignment;  // keeps the data as aligned as libtorch's
 
-  static void release(void* context) {
-    auto* block = static_cast<Block*>(context);
-    count(-block->bytes);
-    delete block;  // frees the memory through the base allocator's DataPtr
+  static void release(void* data) {
+    if (data == nullptr) return;
+    auto* block = static_cast<char*>(data) - kHeader;
+    count(-static_cast<std::int64_t>(*reinterpret_cast<std::size_t*>(block)));
+    c10::free_cpu(block);
   }
-
-  c10::Allocator* base_;
 };
 
 }  // namespace
 
 void track_cpu_tensor_memory() {
-  static CountingAllocator allocator(c10::GetDefaultCPUAllocator());
+  static CountingAllocator allocator;
   c10::SetCPUAllocator(&allocator, /*priority=*/1);
 }
 

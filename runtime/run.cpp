@@ -14,6 +14,7 @@
 #include "support/atomic_file.h"
 #include "support/error.h"
 #include "support/format.h"
+#include "support/torch_error.h"
 
 namespace rannc::runtime {
 namespace {
@@ -148,14 +149,14 @@ int run(const RunOptions& options, const MpiWorld& world) {
     message = e.what();
   } catch (const std::exception& e) {
     status = 1;
-    message = first_line(e.what());
+    message = torch_message(e);
   }
   status = agree_on_start(world, status, message);
   if (status != 0) return status;
   try {
     train(options, world, *setup);
   } catch (const std::exception& e) {
-    std::cerr << "rannc-run: rank " << world.rank() << ": " << first_line(e.what()) << std::endl;
+    std::cerr << "rannc-run: rank " << world.rank() << ": " << torch_message(e) << std::endl;
     world.abort(1);
   }
   return 0;

@@ -6,7 +6,7 @@
 #include <torch/optim/sgd.h>
 #include <torch/script.h>
 
-#include "support/error.h"
+#include "support/torch_error.h"
 
 namespace rannc::runtime {
 namespace {
@@ -20,7 +20,7 @@ std::unique_ptr<torch::jit::Module> load_stage(const std::string& path) {
   try {
     return std::make_unique<torch::jit::Module>(torch::jit::load(path));
   } catch (const c10::Error& e) {
-    throw InputError(path + ": cannot load the stage file: " + first_line(e.what_without_backtrace()));
+    throw InputError(path + ": cannot load the stage file: " + torch_message(e));
   }
 }
 

@@ -1,0 +1,215 @@
+// The runtime's plan arithmetic: pass order per schedule, replica slices and the pieces sent
+// between stages with different replica counts, gradient groups, and the .npy reader.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include "emit/plan_file.h"
+#include "runtime/npy_file.h"
+#include "runtime/rank_layout.h"
+#include "runtime/schedule.h"
+#include "support/error.h"
+#include "tests/unit/plan_fixture.h"
+
+namespace rannc::runtime {
+namespace {
+
+std::string passes(const std::vector<PassTask>& tasks) {
+  std::string text;
+  for (const auto& t : tasks) text += (t.pass == Pass::kForward ? "F" : "B") + std::to_string(t.microbatch) + " ";
+  return text;
+}
+
+// Two stages: stage 0 with `senders` replicas, stage 1 with `receivers`, microbatches of `samples`.
+emit::PlanFile two_stage_plan(int senders, int receivers, int samples, nlohmann::json& document) {
+  document = test::small_plan();
+  document["cluster"]["gpus"] = senders + receivers;
+  document["cluster"]["gpus_per_node"] = senders + receivers;
+  document["cluster"]["nodes"] = 1;
+  document["unused_devices"] = {{"count", 0}, {"ranks", nlohmann::json::array()}, {"reason", ""}};
+  document["batch"] = {{"global", 2 * samples}, {"pipelines", 1}, {"microbatches", 2}, {"microbatch_size", samples}};
+  document["model"]["inputs"][0]["shape"] = {samples, 8};
+  auto& stages = document["stages"];
+  document["ranks"] = nlohmann::json::array();
+  int rank = 0;
+  for (int s = 0; s < 2; ++s) {
+    int replicas = s == 0 ? senders : receivers;
+    stages[s]["replicas"] = stages[s]["replicas_per_pipeline"] = replicas;
+    stages[s]["ranks"] = nlohmann::json::array();
+    for (int j = 0; j < replicas; ++j, ++rank) {
+      stages[s]["ranks"].push_back(rank);
+      document["ranks"].push_back({{"rank", rank}, {"node", 0}, {"local_rank", rank}, {"stage", s}, {"replica", j}});
+    }
+    for (auto* list : {&stages[s]["inputs"], &stages[s]["outputs"]})
+      for (auto& tensor : *list) tensor["shape"][0] = samples / replicas;
+  }
+  return emit::plan_from_json(document, "plan.json");
+}
+
+}  // namespace
+
+TEST_CASE("1F1B fills the pipeline, then alternates; GPipe runs all forwards first", "[runtime]") {
+  CHECK(passes(stage_tasks("1f1b", 0, 3, 4)) == "F0 F1 F2 B0 F3 B1 B2 B3 ");
+  CHECK(passes(stage_tasks("1f1b", 2, 3, 4)) == "F0 B0 F1 B1 F2 B2 F3 B3 ");
+  CHECK(passes(stage_tasks("1f1b", 0, 4, 2)) == "F0 F1 B0 B1 ");
+  CHECK(passes(stage_tasks("gpipe", 1, 3, 3)) == "F0 F1 F2 B0 B1 B2 ");
+  CHECK_THROWS_AS(stage_tasks("interleaved", 0, 2, 2), InputError);
+}
+
+TEST_CASE("every schedule runs each pass once, backward after forward, 1F1B within S - s in flight", "[runtime]") {
+  for (const char* schedule : {"1f1b", "gpipe"}) {
+    for (int stages = 1; stages <= 5; ++stages) {
+      for (int microbatches = 1; microbatches <= 8; ++microbatches) {
+        for (int stage = 0; stage < stages; ++stage) {
+          std::map<int, int> forwards, backwards;
+          int in_flight = 0, most = 0;
+          for (const auto& task : stage_tasks(schedule, stage, stages, microbatches)) {
+            if (task.pass == Pass::kForward) {
+              ++forwards[task.microbatch];
+              most = std::max(most, ++in_flight);
+            } else {
+              REQUIRE(forwards.count(task.microbatch) == 1);
+              ++backwards[task.microbatch];
+              --in_flight;
+            }
+          }
+          REQUIRE(forwards.size() == static_cast<std::size_t>(microbatches));
+          REQUIRE(backwards.size() == static_cast<std::size_t>(microbatches));
+          for (const auto& [mb, count] : backwards) REQUIRE((count == 1 && forwards[mb] == 1));
+          if (std::string(schedule) == "1f1b") REQUIRE(most <= std::max(1, std::min(stages - stage, microbatches)));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("ranks map to stage, pipeline and replica as the planner lays them out", "[runtime]") {
+  auto document = test::small_plan();
+  auto plan = emit::plan_from_json(document, "plan.json");
+  RankLayout layout(plan);
+  CHECK(layout.world_size() == 3);
+  CHECK(layout.placement(2).stage == 1);
+  CHECK(layout.placement(2).replica == 1);
+  CHECK(layout.rank_of(1, 0, 1) == 2);
+  CHECK(layout.replica_slice(1, 1).begin == 2);
+  CHECK(layout.replica_slice(1, 1).length == 2);
+  CHECK(layout.microbatch_start(0, 1) == 4);
+}
+
+TEST_CASE("slices go to the replicas whose samples they overlap, at the right offsets", "[runtime]") {
+  nlohmann::json document;
+  auto plan = two_stage_plan(2, 3, 6, document);  // stage 0 slices of 3, stage 1 slices of 2
+  RankLayout layout(plan);
+  auto sent = layout.pieces_to(0, 0, 1, true);  // samples 0-2
+  REQUIRE(sent.size() == 2);
+  CHECK((sent[0].peer_replica == 0 && sent[0].at_sender.begin == 0 && sent[0].at_sender.length == 2));
+  CHECK((sent[1].peer_replica == 1 && sent[1].at_sender.begin == 2 && sent[1].at_sender.length == 1));
+  CHECK((sent[1].at_receiver.begin == 0 && sent[1].at_receiver.length == 1));
+  auto received = layout.pieces_from(1, 1, 0, true);  // samples 2-3: one from each sender
+  REQUIRE(received.size() == 2);
+  CHECK((received[0].peer_replica == 0 && received[0].at_sender.begin == 2 && received[0].at_receiver.begin == 0));
+  CHECK((received[1].peer_replica == 1 && received[1].at_sender.begin == 0 && received[1].at_receiver.begin == 1));
+  // Every sample arrives once: the receivers' pieces cover their slices exactly.
+  for (int k = 0; k < 3; ++k) {
+    std::int64_t covered = 0;
+    for (const auto& piece : layout.pieces_from(1, k, 0, true)) covered += piece.at_receiver.length;
+    CHECK(covered == 2);
+  }
+}
+
+TEST_CASE("a tensor without a batch dim goes whole to every replica, and only from one", "[runtime]") {
+  nlohmann::json document;
+  auto plan = two_stage_plan(1, 2, 4, document);
+  RankLayout layout(plan);
+  CHECK(layout.pieces_to(0, 0, 1, false).size() == 2);
+  CHECK(layout.pieces_from(1, 1, 0, false).size() == 1);
+
+  document["stages"][0]["outputs"][0]["batch_dim"] = -1;
+  document["stages"][1]["inputs"][0]["batch_dim"] = -1;
+  document["stages"][0]["outputs"][0]["shape"] = {16};
+  document["stages"][1]["inputs"][0]["shape"] = {16};
+  auto reduced = emit::plan_from_json(document, "plan.json");
+  CHECK_NOTHROW(RankLayout(reduced));
+  auto replicated = two_stage_plan(2, 1, 4, document);
+  document["stages"][0]["outputs"][0]["batch_dim"] = -1;
+  document["stages"][1]["inputs"][0]["batch_dim"] = -1;
+  document["stages"][0]["outputs"][0]["shape"] = {16};
+  document["stages"][1]["inputs"][0]["shape"] = {16};
+  auto batch_reduced = emit::plan_from_json(document, "plan.json");
+  CHECK_THROWS_WITH(RankLayout(batch_reduced), Catch::Contains("cannot be split among replicas"));
+}
+
+TEST_CASE("gradients are summed over every rank holding a copy, tied copies included", "[runtime]") {
+  auto document = test::small_plan();
+  document["stages"][0]["params"][0]["shared_with"] = {1};
+  document["stages"][0]["params"][0]["name"] = "fc2.weight";
+  document["stages"][0]["params"].push_back({{"name", "fc1.bias"}, {"stage_name", "p1"}, {"numel", 2}, {"bytes", 8}});
+  auto plan = emit::plan_from_json(document, "plan.json");
+  RankLayout layout(plan);
+  auto groups = layout.gradient_groups(0);
+  REQUIRE(groups.size() == 2);
+  CHECK(groups[0].key == "stages 0");
+  CHECK(groups[0].ranks == std::vector<int>{0});
+  CHECK(groups[0].weights == std::vector<int>{1});
+  CHECK(groups[1].key == "stages 0,1");
+  CHECK(groups[1].ranks == std::vector<int>{0, 1, 2});
+  auto other = layout.gradient_groups(1);
+  REQUIRE(other.size() == 1);
+  CHECK(other[0].key == "stages 0,1");
+  CHECK(other[0].ranks == std::vector<int>{0, 1, 2});
+}
+
+namespace {
+
+std::string npy_bytes(const std::string& header_dict, const std::string& data) {
+  std::string header = header_dict;
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+  bytes += static_cast<char>(header.size() & 0xff);
+  bytes += static_cast<char>(header.size() >> 8);
+  return bytes + header + data;
+}
+
+std::string write_temp(const std::string& name, const std::string& bytes) {
+  std::string path = std::string(P_tmpdir) + "/rannc_runtime_test_" + name;
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE(".npy files read row by row", "[runtime]") {
+  float values[6] = {0, 1, 2, 3, 4, 5};
+  std::string data(reinterpret_cast<const char*>(values), sizeof values);
+  NpyFile file(write_temp("ok.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }", data)));
+  CHECK(file.dtype() == ir::DType::kFloat32);
+  CHECK(file.shape() == std::vector<std::int64_t>{3, 2});
+  auto rows = file.read_rows(1, 2);
+  REQUIRE(rows.size() == 16);
+  float read[4];
+  std::memcpy(read, rows.data(), sizeof read);
+  CHECK((read[0] == 2 && read[3] == 5));
+  CHECK_THROWS_WITH(file.read_rows(2, 2), Catch::Contains("rows 2..4 asked of 3"));
+}
+
+TEST_CASE("bad .npy files are one line naming the file", "[runtime]") {
+  auto check = [](const std::string& name, const std::string& bytes, const std::string& message) {
+    auto path = write_temp(name, bytes);
+    CHECK_THROWS_WITH(NpyFile(path), Catch::Contains(path) && Catch::Contains(message));
+  };
+  std::string eight_floats(32, '\0');
+  check("text.npy", "x,y\n1,2\n", "not a .npy file");
+  check("fortran.npy", npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 4), }", eight_floats), "Fortran");
+  check("big_endian.npy", npy_bytes("{'descr': '>f4', 'fortran_order': False, 'shape': (2, 4), }", eight_floats),
+        "'>f4' is not supported");
+  check("short.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }", eight_floats), "truncated");
+  check("huge.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999, 4), }", ""),
+        "too large");
+  CHECK_THROWS_WITH(NpyFile("/nonexistent/x.npy"), Catch::Contains("cannot open"));
+}
+
+}  // namespace rannc::runtime

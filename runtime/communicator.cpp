@@ -9,6 +9,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <stdexcept>
+
+#include "support/torch_error.h"
 
 namespace rannc::runtime {
 namespace {
@@ -70,6 +73,16 @@ Communicator::Communicator(const MpiWorld& world, const std::vector<GradientGrou
 
 Communicator::~Communicator() = default;
 
+// A failed transfer names its peer: when a rank dies, the others say whom they lost.
+template <typename F>
+void explained(const std::string& what, F&& wait) {
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    throw std::runtime_error(what + " failed: " + torch_message(e));
+  }
+}
+
 template <typename F>
 auto Communicator::timed(F&& wait) {
   auto start = Clock::now();
@@ -87,18 +100,18 @@ auto Communicator::timed(F&& wait) {
 void Communicator::send(const at::Tensor& tensor, int peer, int tag) {
   std::vector<at::Tensor> tensors{tensor.contiguous()};
   auto work = world_->send(tensors, peer, tag);
-  sends_.emplace_back(work, tensors.front());
+  sends_.push_back({work, tensors.front(), peer});
 }
 
 at::Tensor Communicator::receive(const std::vector<std::int64_t>& shape, at::ScalarType dtype, int peer, int tag) {
   std::vector<at::Tensor> tensors{at::empty(shape, at::TensorOptions().dtype(dtype))};
-  timed([&] { world_->recv(tensors, peer, tag)->wait(); });
+  timed([&] { explained("receiving from rank " + std::to_string(peer), [&] { world_->recv(tensors, peer, tag)->wait(); }); });
   return tensors.front();
 }
 
 void Communicator::wait_for_sends() {
   timed([&] {
-    for (auto& [work, tensor] : sends_) work->wait();
+    for (auto& send : sends_) explained("sending to rank " + std::to_string(send.peer), [&] { send.work->wait(); });
   });
   sends_.clear();
 }
@@ -111,13 +124,13 @@ void Communicator::sum_over_groups(std::vector<at::Tensor>& buffers) {
     works.push_back(groups_[i]->allreduce(tensors));
   }
   timed([&] {
-    for (auto& work : works) work->wait();
+    for (auto& work : works) explained("summing gradients", [&] { work->wait(); });
   });
 }
 
 double Communicator::sum_over_world(double value) {
   std::vector<at::Tensor> tensors{at::tensor({value}, at::TensorOptions().dtype(at::kDouble))};
-  timed([&] { world_->allreduce(tensors)->wait(); });
+  timed([&] { explained("summing the loss over all ranks", [&] { world_->allreduce(tensors)->wait(); }); });
   return tensors.front().item<double>();
 }
 

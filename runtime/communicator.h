@@ -47,7 +47,12 @@ class Communicator {
 
   c10::intrusive_ptr<c10d::ProcessGroup> world_;
   std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> groups_;  // null where a group is only this rank
-  std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> sends_;
+  struct PendingSend {
+    c10::intrusive_ptr<c10d::Work> work;
+    at::Tensor tensor;  // kept alive until the send completes
+    int peer;
+  };
+  std::vector<PendingSend> sends_;
   double wait_ms_ = 0;
 };
 

@@ -1,0 +1,128 @@
+#!/usr/bin/python3
+"""rannc-run measured against the plan's prediction, and against a plain libtorch loop.
+
+Part 1 (cost-model accuracy): for each case, partition a sample for N CPU "devices", train STEPS
+steps under `mpirun -np N rannc-run` on .npy data, and print the plan's predicted iteration time
+against the median measured step (steps after the first), and per stage the predicted memory
+per rank against the largest peak of tensor memory measured on its ranks.
+
+Part 2 (runtime overhead): each sample as a 1-stage, 1-rank plan under rannc-run against
+plain_training_loop (tests/bench/plain_training_loop.cpp: forward, cross entropy, backward,
+SGD step in one process) on the same data; overhead = median rannc-run step / median plain step - 1.
+Goal: under 10%.
+
+On a machine with fewer cores than ranks, ranks share cores and measured times grow with the
+oversubscription; the prediction assumes one device per rank. OMP_NUM_THREADS=1 per rank.
+
+usage: runtime_bench.py BUILD_DIR SAMPLES_DIR [--steps N] [--only NAME,...]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runtime"))
+import training_reference  # noqa: E402
+
+SAMPLES = {  # name: (example input, global batch)
+    "mlp": ("x:4x64", 64),
+    "gpt": ("tokens:8x32:int64", 16),
+    "bert": ("tokens:8x32:int64", 16),
+    "resnet50": ("x:2x3x224x224", 8),
+}
+ACCURACY_CASES = [  # sample, devices, stages
+    ("mlp", 2, 2), ("gpt", 2, 2), ("bert", 2, 2), ("resnet50", 2, 2),
+    ("mlp", 4, 4), ("gpt", 4, 4), ("bert", 4, 4), ("resnet50", 4, 4),
+]
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1")
+
+
+def partition(build, samples, name, devices, stages, microbatches, out):
+    example, batch = SAMPLES[name]
+    command = [os.path.join(build, "bin", "rannc-partition"), os.path.join(samples, name + ".trace.pt"),
+               "--input", example, "--batch", str(batch), "--gpus", str(devices), "--device", "cpu",
+               "--stages", str(stages), "--optimizer", "sgd", "-o", out]
+    if microbatches:
+        command += ["--microbatches", str(microbatches)]
+    subprocess.run(command, check=True, capture_output=True, text=True)
+    with open(os.path.join(out, "plan.json")) as f:
+        return json.load(f)
+
+
+def run_plan(build, out, plan, steps):
+    data = os.path.join(out, "data")
+    training_reference.make_data(plan, steps, "cross_entropy", data, seed=0)
+    report = os.path.join(out, "report.json")
+    subprocess.run(["mpirun", "-np", str(len(plan["ranks"])), os.path.join(build, "bin", "rannc-run"),
+                    os.path.join(out, "plan.json"), "--steps", str(steps), "--data", data, "--loss", "cross_entropy",
+                    "--optimizer", "sgd", "--lr", "0.01", "--report", report],
+                   check=True, capture_output=True, text=True, env=ENV)
+    with open(report) as f:
+        return json.load(f), data
+
+
+def median_step_ms(step_ms):
+    return statistics.median(step_ms[1:] if len(step_ms) > 1 else step_ms)
+
+
+def accuracy(build, samples, steps, names):
+    print("cost-model accuracy: predicted vs measured (median step after the first; peak tensor memory per rank)")
+    print(f"{'model':<9} {'ranks':>5} {'stages':>6} {'mb':>3} {'pred ms':>9} {'meas ms':>9} {'meas/pred':>9}  "
+          f"{'stage':>5} {'pred MiB':>9} {'meas MiB':>9} {'meas/pred':>9}")
+    for name, devices, stages in ACCURACY_CASES:
+        if names and name not in names:
+            continue
+        with tempfile.TemporaryDirectory() as out:
+            plan = partition(build, samples, name, devices, stages, None, out)
+            report, _ = run_plan(build, out, plan, steps)
+        predicted = plan["predicted"]["iteration_ms"]
+        measured = median_step_ms([s["ms"] for s in report["steps"]])
+        peaks = {}
+        for r in report["ranks"]:
+            peaks[r["stage"]] = max(peaks.get(r["stage"], 0), r["peak_mem_bytes"])
+        for i, stage in enumerate(plan["stages"]):
+            head = (f"{name:<9} {len(plan['ranks']):>5} {len(plan['stages']):>6} {plan['batch']['microbatches']:>3} "
+                    f"{predicted:>9.2f} {measured:>9.2f} {measured / predicted:>9.2f}" if i == 0 else " " * 55)
+            pred_mem = stage["predicted"]["mem_bytes"] / 2**20
+            meas_mem = peaks.get(stage["id"], 0) / 2**20
+            print(f"{head}  {stage['id']:>5} {pred_mem:>9.1f} {meas_mem:>9.1f} {meas_mem / pred_mem:>9.2f}")
+
+
+def overhead(build, samples, steps, names):
+    print("\nruntime overhead: 1 stage on 1 rank vs a plain libtorch loop (median step after the first)")
+    print(f"{'model':<9} {'batch':>5} {'plain ms':>9} {'rannc ms':>9} {'overhead':>9}")
+    plain_binary = os.path.join(build, "bin", "plain_training_loop")
+    for name, (example, batch) in SAMPLES.items():
+        if names and name not in names:
+            continue
+        with tempfile.TemporaryDirectory() as out:
+            plan = partition(build, samples, name, 1, 1, 1, out)
+            report, data = run_plan(build, out, plan, steps)
+            inputs = [i["name"] for i in plan["model"]["inputs"]]
+            result = subprocess.run([plain_binary, plan["model"]["path"], data, str(batch), str(steps), "0.01", *inputs],
+                                    check=True, capture_output=True, text=True, env=ENV)
+        plain = median_step_ms([float(line.split()[-1]) for line in result.stdout.splitlines()])
+        rannc = median_step_ms([s["ms"] for s in report["steps"]])
+        print(f"{name:<9} {batch:>5} {plain:>9.2f} {rannc:>9.2f} {100 * (rannc / plain - 1):>8.1f}%")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("build")
+    parser.add_argument("samples")
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--only", default="", help="comma-separated samples")
+    args = parser.parse_args()
+    names = [n for n in args.only.split(",") if n]
+    subprocess.run(["ninja", "-C", args.build, "rannc-run", "rannc-partition", "plain_training_loop"], check=True,
+                   capture_output=True)
+    accuracy(args.build, args.samples, args.steps, names)
+    overhead(args.build, args.samples, args.steps, names)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""rannc-run fails cleanly: a wrong world size, a stage file one rank cannot load, and a rank killed
+mid-run all end the whole job with a non-zero exit, promptly, naming what went wrong.
+
+usage: check_faults.py world-size|bad-stage-file|killed-rank --partition BIN --run BIN --model PATH
+           --out DIR [--np 4] -- EXTRA_PARTITION_ARGS...
+
+world-size      plan for R ranks, start R/2: non-zero exit within 60 s, a line with "ranks", R and R/2.
+bad-stage-file  overwrite the last stage's file with garbage of the same size: non-zero exit within
+                60 s, naming "rank N" for a rank of that stage.
+killed-rank     SIGKILL the highest rank once rank 0 has printed step 2 of a long run: mpirun exits
+                non-zero within 60 s and names the rank, and no rannc-run process is left.
+"""
+import argparse
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+from check_training import describe, fail, mpirun_command, mpirun_env, parse, partition, run_job
+
+DEADLINE = 60  # seconds from the fault to the end of the job
+RUN_ARGS = ("--loss", "cross_entropy", "--optimizer", "sgd", "--lr", 0.01)  # random inputs and targets from --seed
+
+
+def world_size(args, plan, plan_path):
+    ranks = len(plan["ranks"])
+    started = ranks // 2
+    status, output, seconds = run_job(mpirun_command(started, args.run, plan_path, "--steps", 2, *RUN_ARGS), DEADLINE)
+    print(f"-np {started} for a plan of {ranks} ranks: exit {status} after {seconds:.1f} s")
+    if status is None or status == 0:
+        fail(f"expected a non-zero exit within {DEADLINE} s\n{output}")
+    numbers = re.compile(rf"\b{ranks}\b.*\b{started}\b|\b{started}\b.*\b{ranks}\b")
+    named = [line for line in output.splitlines() if "ranks" in line and numbers.search(line)]
+    if not named:
+        fail(f"no line names the ranks, {ranks} and {started}:\n{output}")
+    print("says:", named[0])
+
+
+def bad_stage_file(args, plan, plan_path):
+    stage = plan["stages"][-1]
+    path = os.path.join(os.path.dirname(plan_path), stage["file"])
+    size = os.path.getsize(path)
+    with open(path, "wb") as f:
+        f.write(bytes((i * 7919) % 251 for i in range(size)))
+    ranks = len(plan["ranks"])
+    status, output, seconds = run_job(mpirun_command(ranks, args.run, plan_path, "--steps", 2, *RUN_ARGS), DEADLINE)
+    print(f"{stage['file']} ({size} bytes) overwritten, ranks {stage['ranks']}: exit {status} after {seconds:.1f} s")
+    if status is None or status == 0:
+        fail(f"expected a non-zero exit within {DEADLINE} s\n{output}")
+    named = [line for line in output.splitlines() if any(re.search(rf"\brank {r}\b", line) for r in stage["ranks"])]
+    if not named:
+        fail(f"the output names none of {', '.join(f'rank {r}' for r in stage['ranks'])}:\n{output}")
+    print("says:", named[0])
+
+
+def descendants(pid):
+    """Processes below pid, from /proc."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def rank_processes(mpirun_pid, run):
+    """{rank: pid} of the rannc-run processes under mpirun, from OMPI_COMM_WORLD_RANK."""
+    ranks = {}
+    for pid in descendants(mpirun_pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if os.path.basename(run).encode() not in f.read():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+        except OSError:
+            continue
+        if b"OMPI_COMM_WORLD_RANK" in env:
+            ranks[int(env[b"OMPI_COMM_WORLD_RANK"])] = pid
+    return ranks
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def killed_rank(args, plan, plan_path):
+    ranks = len(plan["ranks"])
+    job = subprocess.Popen(mpirun_command(ranks, args.run, plan_path, "--steps", 100000, *RUN_ARGS), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, env=mpirun_env(), start_new_session=True)
+    lines, step2 = [], threading.Event()
+
+    def read():
+        for line in job.stdout:
+            lines.append(line)
+            if line.startswith("step 2 "):
+                step2.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        start = time.monotonic()
+        while not step2.wait(0.5):
+            if job.poll() is not None or time.monotonic() - start > 300:
+                fail("rank 0 printed no 'step 2' line (within 300 s):\n" + "".join(lines))
+        processes = rank_processes(job.pid, args.run)
+        if sorted(processes) != list(range(ranks)):
+            fail(f"found rannc-run ranks {sorted(processes)} under mpirun, expected 0..{ranks - 1}")
+        victim = ranks - 1
+        os.kill(processes[victim], signal.SIGKILL)
+        killed = time.monotonic()
+        try:
+            status = job.wait(DEADLINE)
+        except subprocess.TimeoutExpired:
+            fail(f"mpirun still runs {DEADLINE} s after rank {victim} was killed")
+        seconds = time.monotonic() - killed
+        reader.join(10)
+        output = "".join(lines)
+        print(f"killed rank {victim} (pid {processes[victim]}) after step 2: mpirun exit {status} after {seconds:.1f} s")
+        if status == 0:
+            fail(f"mpirun exited 0 after rank {victim} was killed\n{output}")
+        deadline = time.monotonic() + 10
+        while any(alive(pid) for pid in processes.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = [rank for rank, pid in processes.items() if alive(pid)]
+        if left:
+            fail(f"ranks {left} still run after mpirun exited")
+        named = [line for line in output.splitlines()[-50:]
+                 if re.search(rf"\brank {victim}\b", line) and re.search(r"kill|signal 9", line, re.IGNORECASE)]
+        if not named:
+            fail(f"no line says that rank {victim} was killed:\n{output[-4000:]}")
+        print("says:", named[0])
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("check", choices=["world-size", "bad-stage-file", "killed-rank"])
+    parser.add_argument("--partition", required=True)
+    parser.add_argument("--run", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--np", type=int, default=4, help="devices to plan for")
+    args = parse(parser)
+
+    plan_dir = os.path.join(args.out, "plan")
+    plan = partition(args.partition, args.model, plan_dir, args.np, args.extra)
+    print("plan:", describe(plan))
+    {"world-size": world_size, "bad-stage-file": bad_stage_file, "killed-rank": killed_rank}[args.check](
+        args, plan, os.path.join(plan_dir, "plan.json"))
+    print("OK:", args.check)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""rannc-run trains as one process would: partition a model, run the plan under mpirun on a data
+folder, and compare the loss of every step with single-process torch SGD on the same data.
+
+usage: check_training.py --partition BIN --run BIN --model PATH --out DIR [--np 4] [--steps 5]
+           [--loss cross_entropy|mse] [--lr 0.05] [--seed 1] [--accumulate] [--tolerance 1e-4]
+           [--expect-stages K] [--expect-replicas] [--expect-schedule NAME] [--recompute] [--offload]
+           -- EXTRA_PARTITION_ARGS...
+
+Checks: the plan has the expected shape; rannc-run exits 0; rank 0 prints one `step N loss X ms Y`
+line per step; the report has one entry per step and per rank (peak_mem_bytes > 0); each step's
+loss is within relative --tolerance of the reference (--accumulate: the reference forwards the plan's
+microbatches one by one, for BatchNorm); and the updates are visible at that tolerance (the
+reference without updates differs by 10x the tolerance at some step), so a run that never steps
+cannot pass.
+
+The reference runs on one thread like each rank and adds gradients in the runtime's order (see
+training_reference.py): the ResNet-50 sample's gradients change by a few percent when its weights
+change in the last bit, so two correct runs that merely add in different orders agree to ~1e-6 on
+steps 0 and 1 and only to ~1e-2 later.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import training_reference
+
+STEP_LINE = re.compile(r"^step (\d+) loss (\S+) ms (\S+)$")
+
+
+def fail(message):
+    print("FAIL:", message, flush=True)
+    sys.exit(1)
+
+
+def partition(rannc, model, out_dir, gpus, extra):
+    """Plans `model` for `gpus` CPU devices into out_dir; returns the plan."""
+    shutil.rmtree(out_dir, ignore_errors=True)
+    command = [rannc, os.path.abspath(model), *extra, "--device", "cpu", "--gpus", str(gpus), "--optimizer", "sgd",
+               "-o", out_dir]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        fail(f"{' '.join(command)}: exit {result.returncode}\n{result.stdout}{result.stderr}")
+    with open(os.path.join(out_dir, "plan.json")) as f:
+        return json.load(f)
+
+
+def parse(parser):
+    """Parses the arguments before `--`; the ones after it are returned as `extra` (partition arguments)."""
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    args.extra = argv[cut + 1:]
+    return args
+
+
+def describe(plan):
+    batch = plan["batch"]
+    replicas = "/".join(str(s["replicas_per_pipeline"]) for s in plan["stages"])
+    return (f"{len(plan['stages'])} stages, replicas per pipeline {replicas}, {batch['pipelines']} pipelines x "
+            f"{batch['microbatches']} microbatches x {batch['microbatch_size']} samples = {batch['global']}, "
+            f"{plan['schedule']}, {len(plan['ranks'])} ranks")
+
+
+def mpirun_command(ranks, run, plan_path, *args):
+    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(ranks), run,
+            plan_path, *map(str, args)]
+
+
+def mpirun_env():
+    return dict(os.environ, OMP_NUM_THREADS="1")
+
+
+def run_job(command, timeout):
+    """Runs an mpirun job in its own process group; returns (exit status, output, seconds).
+    On timeout the whole group is killed and the status is None."""
+    start = time.monotonic()
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=mpirun_env(),
+                           start_new_session=True)
+    try:
+        output, _ = job.communicate(timeout=timeout)
+        status = job.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        output, _ = job.communicate()
+        status = None
+    return status, output, time.monotonic() - start
+
+
+def set_stage_flags(plan_path, recompute, offload):
+    """Turns on recompute and/or offload for every stage (the planner sets them only when memory is short)."""
+    with open(plan_path) as f:
+        plan = json.load(f)
+    for stage in plan["stages"]:
+        stage["recompute"] = stage["recompute"] or recompute
+        stage["offload"] = stage["offload"] or offload
+    with open(plan_path, "w") as f:
+        json.dump(plan, f, indent=1)
+    return plan
+
+
+def check_report(report, plan, steps):
+    ranks = len(plan["ranks"])
+    if [s.get("step") for s in report.get("steps", [])] != list(range(steps)):
+        fail(f"report steps {[s.get('step') for s in report.get('steps', [])]}, expected 0..{steps - 1}")
+    entries = sorted(report.get("ranks", []), key=lambda r: r.get("rank", -1))
+    if [r.get("rank") for r in entries] != list(range(ranks)):
+        fail(f"report ranks {[r.get('rank') for r in entries]}, expected 0..{ranks - 1}")
+    for entry in entries:
+        expected_stage = plan["ranks"][entry["rank"]]["stage"]
+        if entry.get("stage") != expected_stage:
+            fail(f"report rank {entry['rank']}: stage {entry.get('stage')}, the plan says {expected_stage}")
+        if not entry.get("peak_mem_bytes", 0) > 0:
+            fail(f"report rank {entry['rank']}: peak_mem_bytes {entry.get('peak_mem_bytes')}")
+        for key in ("fwd_ms", "bwd_ms", "comm_ms"):
+            if not isinstance(entry.get(key), (int, float)) or entry[key] < 0:
+                fail(f"report rank {entry['rank']}: {key} {entry.get(key)}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--partition", required=True)
+    parser.add_argument("--run", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--np", type=int, default=4, help="devices to plan for")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--loss", default="cross_entropy", choices=training_reference.LOSSES)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--accumulate", action="store_true")
+    parser.add_argument("--tolerance", type=float, default=1e-4)
+    parser.add_argument("--expect-stages", type=int)
+    parser.add_argument("--expect-replicas", action="store_true", help="some stage has >= 2 replicas per pipeline")
+    parser.add_argument("--expect-schedule")
+    parser.add_argument("--recompute", action="store_true", help="set recompute on every stage of the plan")
+    parser.add_argument("--offload", action="store_true", help="set offload on every stage of the plan")
+    args = parse(parser)
+
+    plan_dir, data_dir = os.path.join(args.out, "plan"), os.path.join(args.out, "data")
+    plan = partition(args.partition, args.model, plan_dir, args.np, args.extra)
+    print("plan:", describe(plan))
+    if args.expect_stages is not None and len(plan["stages"]) != args.expect_stages:
+        fail(f"expected {args.expect_stages} stages, the plan has {len(plan['stages'])}")
+    if args.expect_replicas and all(s["replicas_per_pipeline"] < 2 for s in plan["stages"]):
+        fail("expected a stage with 2 or more replicas per pipeline, the plan has none")
+    if args.expect_schedule and plan["schedule"] != args.expect_schedule:
+        fail(f"expected schedule {args.expect_schedule}, the plan has {plan['schedule']}")
+
+    if args.recompute or args.offload:
+        plan = set_stage_flags(os.path.join(plan_dir, "plan.json"), args.recompute, args.offload)
+    training_reference.make_data(plan, args.steps, args.loss, data_dir, args.seed)
+    report_path = os.path.join(args.out, "report.json")
+    if os.path.exists(report_path):
+        os.remove(report_path)
+    ranks = len(plan["ranks"])
+    command = mpirun_command(ranks, args.run, os.path.join(plan_dir, "plan.json"), "--steps", args.steps,
+                             "--data", data_dir, "--loss", args.loss, "--optimizer", "sgd", "--lr", args.lr,
+                             "--seed", args.seed, "--report", report_path)
+    print("run:", " ".join(command), flush=True)
+    status, output, seconds = run_job(command, 600)
+    if status != 0:
+        fail(f"rannc-run: {'timed out after 600 s' if status is None else f'exit {status}'}\n{output}")
+    print(f"rannc-run: {seconds:.1f} s")
+    printed = [STEP_LINE.match(line.strip()) for line in output.splitlines() if line.startswith("step ")]
+    if any(m is None for m in printed) or [int(m.group(1)) for m in printed] != list(range(args.steps)):
+        fail(f"rank 0 must print 'step N loss X ms Y' for steps 0..{args.steps - 1}; output:\n{output}")
+    try:
+        with open(report_path) as f:
+            report = json.load(f)
+    except (OSError, ValueError) as error:
+        fail(f"report {report_path}: {error}")
+    check_report(report, plan, args.steps)
+    if args.offload and not all(r.get("offload_bytes", 0) > 0 for r in report["ranks"]):
+        fail(f"offload: every rank must report copied bytes, the report has {[r.get('offload_bytes') for r in report['ranks']]}")
+
+    start = time.monotonic()
+    model = os.path.abspath(args.model)
+    reference = training_reference.reference_losses(model, data_dir, plan, args.steps, args.loss, args.lr,
+                                                    args.accumulate)
+    frozen = training_reference.reference_losses(model, data_dir, plan, args.steps, args.loss, 0.0, args.accumulate)
+    print(f"reference: {time.monotonic() - start:.1f} s")
+
+    def rel(a, b):
+        return abs(a - b) / max(abs(b), 1e-12)
+
+    bad = []
+    print(f"{'step':>4} | {'rannc-run':>12} | {'reference':>12} | {'rel diff':>9} | {'tolerance':>9} | {'no update':>12}")
+    for step, (entry, want, line, still) in enumerate(zip(report["steps"], reference, printed, frozen)):
+        got, shown = float(entry["loss"]), float(line.group(2))
+        print(f"{step:>4} | {got:>12.6f} | {want:>12.6f} | {rel(got, want):>9.2e} | {args.tolerance:>9.1e} | "
+              f"{still:>12.6f}")
+        if not rel(got, want) < args.tolerance:  # NaN fails too
+            bad.append(step)
+        if not abs(shown - got) <= 1e-5 * abs(got) + 1e-6:
+            fail(f"step {step}: rank 0 printed loss {shown}, the report says {got}")
+    if bad:
+        fail(f"steps {bad}: the loss differs from the reference beyond the tolerance")
+    if max(rel(a, b) for a, b in zip(reference, frozen)) < 10 * args.tolerance:
+        fail("the updates change the reference losses by less than 10x the tolerance at every step, too little "
+             "to tell a run that never updates; raise --lr")
+    print(f"OK: {args.steps} steps match the reference")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""Data sets and single-process reference training for the rannc-run tests.
+
+make_data() writes the `--data` folder rannc-run reads (one NAME.npy per model input plus
+target.npy, dim 0 = steps x global batch); reference_losses() trains the unpartitioned TorchScript
+model on the same data with plain torch SGD and returns the loss of every step, computed before
+that step's update, as rannc-run must report it.
+
+With `accumulate` (models with BatchNorm, whose statistics depend on which samples are forwarded
+together) the reference forwards the global batch the way the plan cuts it: pipeline p's
+microbatch i is rows [(p*M + i)*m, +m) of the step; each pipeline's chunks add up their gradients,
+and the pipelines' sums are added in pipeline order before the one optimizer step, the order in
+which rannc-run's allreduce over 2 pipelines adds them (float addition is not associative, and the
+ResNet-50 sample amplifies last-bit differences: see check_training.py). Every chunk's loss is its summed loss over the loss elements of the whole
+global batch, so the step's loss and gradients equal those of one mean over the global batch.
+"""
+import os
+
+# One thread, like each rank under the tests' mpirun: reductions split among threads, and kernels
+# chosen for another thread count, round differently. It must be set before torch starts.
+os.environ["OMP_NUM_THREADS"] = "1"
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F
+
+LOSSES = ("cross_entropy", "mse")
+
+
+def _model_output(result):
+    """The model's output tensor (the first one when the model returns a tuple or list)."""
+    while isinstance(result, (tuple, list)):
+        result = result[0]
+    return result
+
+
+def _load_inputs(plan, folder):
+    return [np.load(os.path.join(folder, spec["name"] + ".npy"), mmap_mode="r") for spec in plan["model"]["inputs"]]
+
+
+def make_data(plan, steps, loss, folder, seed):
+    """Writes NAME.npy per model input and target.npy for `steps` steps of the plan's global batch."""
+    if loss not in LOSSES:
+        raise ValueError(f"unknown loss {loss!r}")
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    rows = steps * plan["batch"]["global"]
+    inputs = []
+    for spec in plan["model"]["inputs"]:
+        if spec.get("batch_dim", 0) != 0:
+            raise ValueError(f"input {spec['name']}: batch dim {spec['batch_dim']}, only 0 is supported")
+        shape = [rows] + list(spec["shape"][1:])
+        if spec["dtype"].startswith("float"):
+            data = rng.standard_normal(shape).astype(spec["dtype"])
+        else:
+            data = rng.integers(0, spec.get("index_bound", 2), size=shape).astype(spec["dtype"])
+        np.save(os.path.join(folder, spec["name"] + ".npy"), data)
+        inputs.append(data)
+
+    # The output's shape per sample, from the model itself on two samples (eval mode: BatchNorm
+    # needs no batch statistics then).
+    model = torch.jit.load(plan["model"]["path"])
+    model.eval()
+    with torch.no_grad():
+        out = _model_output(model(*[torch.from_numpy(np.ascontiguousarray(x[:2])) for x in inputs]))
+    per_sample = list(out.shape[1:])
+    if loss == "cross_entropy":
+        classes = per_sample[-1]
+        target = rng.integers(0, classes, size=[rows] + per_sample[:-1]).astype(np.int64)
+    else:
+        target = rng.standard_normal([rows] + per_sample).astype(np.float32)
+    np.save(os.path.join(folder, "target.npy"), target)
+
+
+def _loss_sum(out, target, loss):
+    """The loss of a chunk summed over its loss elements."""
+    if loss == "cross_entropy":
+        classes = out.shape[-1]
+        return F.cross_entropy(out.reshape(-1, classes), target.reshape(-1), reduction="sum")
+    return F.mse_loss(out, target, reduction="sum")
+
+
+def reference_losses(model_path, data_folder, plan, steps, loss, lr, accumulate=False):
+    """Trains the whole model in one process with SGD(lr); returns each step's loss (before its update).
+
+    lr 0 gives the losses of the untrained model, forward only: what a run that never updates would report.
+    """
+    torch.manual_seed(0)
+    model = torch.jit.load(model_path)
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    inputs = _load_inputs(plan, data_folder)
+    target = np.load(os.path.join(data_folder, "target.npy"), mmap_mode="r")
+    batch = plan["batch"]
+    B, M, m, pipelines = batch["global"], batch["microbatches"], batch["microbatch_size"], batch["pipelines"]
+    if pipelines * M * m != B:
+        raise ValueError(f"plan batch: {pipelines} pipelines x {M} microbatches x {m} != {B}")
+    # Chunks per gradient sum: with accumulate, one list of microbatches per pipeline, whose sums
+    # are then added pipeline by pipeline, as the runtime's allreduce of 2 ranks adds them.
+    if accumulate:
+        groups = [[((p * M + i) * m, m) for i in range(M)] for p in range(pipelines)]
+    else:
+        groups = [[(0, B)]]
+    params = [q for q in model.parameters() if q.requires_grad]
+
+    def rows(array, begin, length):
+        return torch.from_numpy(np.array(array[begin:begin + length]))
+
+    # Loss elements per sample: the target's elements for cross entropy, the output's for mse.
+    per_sample = int(np.prod(target.shape[1:], dtype=np.int64))
+    elements = B * per_sample
+    losses = []
+    for step in range(steps):
+        total = 0.0
+        sums = [None] * len(params)
+        for chunks in groups:
+            optimizer.zero_grad(set_to_none=True)
+            for begin, length in chunks:
+                start = step * B + begin
+                with torch.set_grad_enabled(lr != 0):  # lr 0: the losses without any update, forward only
+                    out = _model_output(model(*[rows(x, start, length) for x in inputs]))
+                    chunk_loss = _loss_sum(out, rows(target, start, length), loss) / elements
+                if lr != 0:
+                    chunk_loss.backward()
+                total += float(chunk_loss.detach().double())
+            for k, q in enumerate(params):
+                if q.grad is not None:
+                    sums[k] = q.grad.clone() if sums[k] is None else sums[k] + q.grad
+        if lr != 0:
+            for q, g in zip(params, sums):
+                q.grad = g
+            optimizer.step()
+        losses.append(total)
+    return losses

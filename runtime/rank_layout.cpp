@@ -60,34 +60,27 @@ std::int64_t RankLayout::microbatch_start(int pipeline, int microbatch) const {
   return (static_cast<std::int64_t>(pipeline) * plan_.microbatches + microbatch) * plan_.microbatch_size;
 }
 
-std::vector<Piece> RankLayout::pieces_to(int from, int replica, int to, bool batched) const {
-  std::vector<Piece> pieces;
-  auto mine = replica_slice(from, replica);
-  int receivers = plan_.stages.at(static_cast<std::size_t>(to)).replicas_per_pipeline;
-  for (int k = 0; k < receivers; ++k) {
+// The pieces between this replica's slice and every replica of `other` that shares samples with
+// it (all of them for an unbatched tensor, whose ranges stay empty).
+std::vector<Piece> RankLayout::pieces(SampleRange mine, bool mine_sends, int other, bool batched) const {
+  std::vector<Piece> list;
+  int replicas = plan_.stages.at(static_cast<std::size_t>(other)).replicas_per_pipeline;
+  for (int k = 0; k < replicas; ++k) {
     Piece piece{k, {}, {}};
-    if (!batched) {
-      pieces.push_back(piece);  // the whole tensor; ranges unused
-    } else if (overlap(mine, replica_slice(to, k), piece.at_sender, piece.at_receiver)) {
-      pieces.push_back(piece);
-    }
+    auto theirs = replica_slice(other, k);
+    bool shared = batched && (mine_sends ? overlap(mine, theirs, piece.at_sender, piece.at_receiver)
+                                         : overlap(theirs, mine, piece.at_sender, piece.at_receiver));
+    if (!batched || shared) list.push_back(piece);
   }
-  return pieces;
+  return list;
+}
+
+std::vector<Piece> RankLayout::pieces_to(int from, int replica, int to, bool batched) const {
+  return pieces(replica_slice(from, replica), true, to, batched);
 }
 
 std::vector<Piece> RankLayout::pieces_from(int to, int replica, int from, bool batched) const {
-  std::vector<Piece> pieces;
-  auto mine = replica_slice(to, replica);
-  int senders = plan_.stages.at(static_cast<std::size_t>(from)).replicas_per_pipeline;
-  for (int j = 0; j < senders; ++j) {
-    Piece piece{j, {}, {}};
-    if (!batched) {
-      pieces.push_back(piece);
-    } else if (overlap(replica_slice(from, j), mine, piece.at_sender, piece.at_receiver)) {
-      pieces.push_back(piece);
-    }
-  }
-  return pieces;
+  return pieces(replica_slice(to, replica), false, from, batched);
 }
 
 std::vector<GradientGroup> RankLayout::gradient_groups(int stage) const {

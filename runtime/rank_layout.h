@@ -60,6 +60,8 @@ class RankLayout {
   std::vector<GradientGroup> gradient_groups(int stage) const;
 
  private:
+  std::vector<Piece> pieces(SampleRange mine, bool mine_sends, int other, bool batched) const;
+
   const emit::PlanFile& plan_;
   std::vector<Placement> placements_;
 };

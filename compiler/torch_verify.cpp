@@ -105,11 +105,7 @@ at::ScalarType scalar_type_of(const emit::PlanTensor& tensor) {
 
 at::Tensor random_tensor(const emit::PlanTensor& tensor, std::vector<std::int64_t> shape, at::Generator& generator,
                          std::int64_t bound) {
-  auto type = scalar_type_of(tensor);
-  auto options = at::TensorOptions().dtype(type);
-  if (at::isFloatingType(type)) return at::randn(shape, generator, options);
-  if (type == at::kBool) return at::randint(0, 2, shape, generator, options);
-  return at::randint(0, bound, shape, generator, options);
+  return ir::random_tensor(scalar_type_of(tensor), shape, generator, bound);
 }
 
 std::vector<std::int64_t> with_batch(std::vector<std::int64_t> shape, int batch_dim, std::int64_t samples) {

@@ -1,9 +1,11 @@
-// The libtorch tensor type of an IR dtype, for the parts that run libtorch (the torch plugin and
-// the runtime). Header-only: c10's ScalarType needs no torch library to name.
+// libtorch tensor types of IR dtypes, and random tensors of them, for the parts that run libtorch
+// (the torch plugin and the runtime). Header-only, so the pure libraries stay free of torch.
 #pragma once
 
 #include <optional>
 
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
 #include <c10/core/ScalarType.h>
 
 #include "ir/dtype.h"
@@ -25,6 +27,15 @@ inline std::optional<c10::ScalarType> to_scalar_type(DType dtype) {
     case DType::kBool: return c10::kBool;
     default: return std::nullopt;
   }
+}
+
+// Random values for made-up inputs: floats standard normal, bools 0 or 1, integers in
+// [0, index_bound) so that lookups stay in their tables.
+inline at::Tensor random_tensor(c10::ScalarType type, at::IntArrayRef shape, at::Generator& generator,
+                                std::int64_t index_bound) {
+  auto options = at::TensorOptions().dtype(type);
+  if (at::isFloatingType(type)) return at::randn(shape, generator, options);
+  return at::randint(0, type == c10::kBool ? 2 : index_bound, shape, generator, options);
 }
 
 }  // namespace rannc::ir

@@ -73,28 +73,17 @@ Communicator::Communicator(const MpiWorld& world, const std::vector<GradientGrou
 
 Communicator::~Communicator() = default;
 
-// A failed transfer names its peer: when a rank dies, the others say whom they lost.
+// Waits, adding the time to the communication total; a failure says what was being waited for
+// (a transfer names its peer: when a rank dies, the others say whom they lost).
 template <typename F>
-void explained(const std::string& what, F&& wait) {
+void Communicator::wait_for(const std::string& what, F&& wait) {
+  auto start = Clock::now();
   try {
     wait();
   } catch (const std::exception& e) {
     throw std::runtime_error(what + " failed: " + torch_message(e));
   }
-}
-
-template <typename F>
-auto Communicator::timed(F&& wait) {
-  auto start = Clock::now();
-  auto finish = [&] { wait_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - start).count(); };
-  if constexpr (std::is_void_v<decltype(wait())>) {
-    wait();
-    finish();
-  } else {
-    auto result = wait();
-    finish();
-    return result;
-  }
+  wait_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
 void Communicator::send(const at::Tensor& tensor, int peer, int tag) {
@@ -105,14 +94,12 @@ void Communicator::send(const at::Tensor& tensor, int peer, int tag) {
 
 at::Tensor Communicator::receive(const std::vector<std::int64_t>& shape, at::ScalarType dtype, int peer, int tag) {
   std::vector<at::Tensor> tensors{at::empty(shape, at::TensorOptions().dtype(dtype))};
-  timed([&] { explained("receiving from rank " + std::to_string(peer), [&] { world_->recv(tensors, peer, tag)->wait(); }); });
+  wait_for("receiving from rank " + std::to_string(peer), [&] { world_->recv(tensors, peer, tag)->wait(); });
   return tensors.front();
 }
 
 void Communicator::wait_for_sends() {
-  timed([&] {
-    for (auto& send : sends_) explained("sending to rank " + std::to_string(send.peer), [&] { send.work->wait(); });
-  });
+  for (auto& send : sends_) wait_for("sending to rank " + std::to_string(send.peer), [&] { send.work->wait(); });
   sends_.clear();
 }
 
@@ -123,14 +110,12 @@ void Communicator::sum_over_groups(std::vector<at::Tensor>& buffers) {
     std::vector<at::Tensor> tensors{buffers.at(i)};
     works.push_back(groups_[i]->allreduce(tensors));
   }
-  timed([&] {
-    for (auto& work : works) explained("summing gradients", [&] { work->wait(); });
-  });
+  for (auto& work : works) wait_for("summing gradients", [&] { work->wait(); });
 }
 
 double Communicator::sum_over_world(double value) {
   std::vector<at::Tensor> tensors{at::tensor({value}, at::TensorOptions().dtype(at::kDouble))};
-  timed([&] { explained("summing the loss over all ranks", [&] { world_->allreduce(tensors)->wait(); }); });
+  wait_for("summing the loss over all ranks", [&] { world_->allreduce(tensors)->wait(); });
   return tensors.front().item<double>();
 }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -43,7 +44,7 @@ class Communicator {
 
  private:
   template <typename F>
-  auto timed(F&& wait);
+  void wait_for(const std::string& what, F&& wait);
 
   c10::intrusive_ptr<c10d::ProcessGroup> world_;
   std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> groups_;  // null where a group is only this rank

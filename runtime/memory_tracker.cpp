@@ -51,7 +51,6 @@ void track_cpu_tensor_memory() {
   c10::SetCPUAllocator(&allocator, /*priority=*/1);
 }
 
-std::int64_t current_tensor_bytes() { return g_current.load(); }
 std::int64_t peak_tensor_bytes() { return g_peak.load(); }
 
 }  // namespace rannc::runtime

@@ -11,7 +11,6 @@ namespace rannc::runtime {
 // before any tensor exists.
 void track_cpu_tensor_memory();
 
-std::int64_t current_tensor_bytes();
 std::int64_t peak_tensor_bytes();
 
 }  // namespace rannc::runtime

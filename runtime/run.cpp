@@ -40,7 +40,7 @@ std::vector<SampleSpec> sample_specs(const emit::PlanFile& plan, const LossPlan&
     spec.sample_shape = input.shape;
     spec.sample_shape.erase(spec.sample_shape.begin() + input.batch_dim);
     spec.batch_dim = input.batch_dim;
-    spec.index_bound = input.index_bound > 0 ? input.index_bound : 2;
+    if (input.index_bound > 0) spec.index_bound = input.index_bound;  // else SampleSpec's {0, 1}
     specs.push_back(spec);
   }
   if (loss.target) specs.push_back(*loss.target);

@@ -2,8 +2,6 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/from_blob.h>
-#include <ATen/ops/randint.h>
-#include <ATen/ops/randn.h>
 
 #include <algorithm>
 
@@ -83,11 +81,7 @@ at::Tensor TrainingData::draw(std::size_t array, int step) const {
   auto generator = at::detail::createCPUGenerator(options_.seed * 1000003u + static_cast<std::uint64_t>(step) * 1009u + array);
   std::vector<std::int64_t> shape = spec.sample_shape;
   shape.insert(shape.begin() + spec.batch_dim, global_batch_);
-  auto type = scalar_type(spec.dtype, spec.name);
-  auto options = at::TensorOptions().dtype(type);
-  if (at::isFloatingType(type)) return at::randn(shape, generator, options);
-  if (type == at::kBool) return at::randint(0, 2, shape, generator, at::TensorOptions().dtype(at::kLong)).to(at::kBool);
-  return at::randint(0, spec.index_bound, shape, generator, options);
+  return ir::random_tensor(scalar_type(spec.dtype, spec.name), shape, generator, spec.index_bound);
 }
 
 }  // namespace rannc::runtime

@@ -7,6 +7,23 @@
 
 namespace rannc::emit {
 
+namespace {
+
+// An integer input that indexes nothing is most often a length or a count along a dim of the
+// other inputs (sequence lengths): values up to the longest such dim, or {0, 1} without one.
+std::int64_t count_bound(const ir::Graph& graph) {
+  std::int64_t longest = 1;
+  for (auto id : graph.values_with_role(ir::ValueRole::kModelInput)) {
+    const auto& type = graph.value(id).type;
+    if (!ir::is_floating_point(type.dtype)) continue;
+    for (std::size_t d = 0; d < type.shape.size(); ++d)
+      if (static_cast<int>(d) != type.batch_dim) longest = std::max(longest, type.shape[d]);
+  }
+  return longest + 1;
+}
+
+}  // namespace
+
 std::int64_t index_bound(const ir::Graph& graph, const std::string& input_name) {
   static const std::set<std::string> kLookups = {"aten::embedding", "aten::embedding_bag", "aten::_embedding_bag",
                                                  "onnx::Gather"};
@@ -34,7 +51,7 @@ std::int64_t index_bound(const ir::Graph& graph, const std::string& input_name) 
       }
     }
   }
-  return bound == std::numeric_limits<std::int64_t>::max() ? 2 : std::max<std::int64_t>(bound, 1);
+  return bound == std::numeric_limits<std::int64_t>::max() ? count_bound(graph) : std::max<std::int64_t>(bound, 1);
 }
 
 }  // namespace rannc::emit

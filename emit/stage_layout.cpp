@@ -42,6 +42,11 @@ void assign_tensors(const partition::PlanResult& result, const std::vector<int>&
       if (stage_of_unit[unit] != producer) readers.insert(stage_of_unit[unit]);
     if (producer >= 0 && (!readers.empty() || tensor.model_output))
       layouts[producer].outputs.push_back({tensor.value, tensor.model_output});
+    // A model input the model returns as it is (sequence lengths): the last stage passes it on.
+    if (producer < 0 && tensor.model_output) {
+      readers.insert(static_cast<int>(layouts.size()) - 1);
+      layouts.back().outputs.push_back({tensor.value, true});
+    }
     crossings.emplace_back(&tensor, std::move(readers));
   }
   for (auto& layout : layouts)

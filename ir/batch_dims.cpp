@@ -1,7 +1,28 @@
 #include "ir/batch_dims.h"
 
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <string>
+
+#include "support/error.h"
+
 namespace rannc::ir {
 namespace {
+
+// Ops that read only the metadata of their tensor inputs (sizes, rank, dtype, device), never
+// their contents: TorchScript's size queries and *_like/new_* constructors, ONNX's Shape and
+// Size. Random constructors are not among them: recomputing one in another stage would draw
+// other numbers.
+bool reads_only_metadata(const std::string& kind) {
+  static const std::set<std::string> kKinds = {
+      "aten::size",      "aten::sym_size",  "aten::dim",        "aten::numel",     "aten::len",
+      "prim::dtype",     "prim::device",    "prim::layout",     "aten::is_floating_point",
+      "aten::is_complex", "aten::zeros_like", "aten::ones_like", "aten::empty_like", "aten::full_like",
+      "aten::new_zeros", "aten::new_ones",  "aten::new_empty",  "aten::new_full",  "onnx::Shape",
+      "onnx::Size",      "Shape",           "Size"};
+  return kKinds.count(kind) > 0;
+}
 
 int first_differing_dim(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b) {
   if (a.size() != b.size()) return -1;
@@ -21,13 +42,22 @@ int first_dim_of_size(const std::vector<std::int64_t>& shape, std::int64_t size)
 }  // namespace
 
 void propagate_batch_dependence(Graph& graph) {
-  for (auto id : graph.values_with_role(ValueRole::kModelInput)) graph.value(id).batch_dependent = true;
+  for (auto id : graph.values_with_role(ValueRole::kModelInput)) {
+    graph.value(id).batch_dependent = true;
+    graph.value(id).data_dependent = true;
+  }
   for (auto op_id : graph.topological_order()) {
     const Op& op = graph.op(op_id);
-    bool depends = false;
-    for (auto input : op.inputs) depends = depends || graph.value(input).batch_dependent;
-    if (!depends) continue;
-    for (auto output : op.outputs) graph.value(output).batch_dependent = true;
+    bool depends = false, reads_data = false;
+    for (auto input : op.inputs) {
+      depends = depends || graph.value(input).batch_dependent;
+      reads_data = reads_data || graph.value(input).data_dependent;
+    }
+    reads_data = reads_data && !reads_only_metadata(op.kind);
+    for (auto output : op.outputs) {
+      graph.value(output).batch_dependent = graph.value(output).batch_dependent || depends;
+      graph.value(output).data_dependent = graph.value(output).data_dependent || reads_data;
+    }
   }
 }
 
@@ -42,6 +72,30 @@ void assign_batch_dims(Graph& graph, std::int64_t batch, const ShapesAtDoubleBat
       if (value.type.batch_dim >= 0) value.batch_dependent = true;
     } else if (value.batch_dependent) {
       value.type.batch_dim = first_dim_of_size(value.type.shape, batch);
+    }
+  }
+}
+
+void scale_batch(Graph& graph, std::int64_t evaluated, std::int64_t batch) {
+  if (evaluated == batch) return;
+  for (const auto& v : graph.values()) {
+    if (!v.is_tensor() || v.type.batch_dim < 0) continue;
+    auto& size = graph.value(v.id).type.shape.at(static_cast<std::size_t>(v.type.batch_dim));
+    if (size < 0) continue;
+    // size x batch / evaluated, rounded, in 128 bits: both factors may be near 2^31 and beyond.
+    __int128 scaled = (static_cast<__int128>(size) * batch + evaluated / 2) / evaluated;
+    if (scaled > std::numeric_limits<std::int64_t>::max() / 16) {
+      throw InputError("a batch of " + std::to_string(batch) + " makes tensor '" + v.name + "' too large to describe");
+    }
+    size = static_cast<std::int64_t>(std::max<__int128>(scaled, 1));
+  }
+  for (const auto& v : graph.values()) {
+    const auto& shape = v.type.shape;
+    if (!v.is_tensor() || v.type.batch_dim < 0 || std::any_of(shape.begin(), shape.end(), [](auto d) { return d < 0; }))
+      continue;
+    auto numel = checked_numel(shape);
+    if (!numel || *numel > std::numeric_limits<std::int64_t>::max() / 16) {
+      throw InputError("a batch of " + std::to_string(batch) + " makes tensor '" + v.name + "' too large to describe");
     }
   }
 }

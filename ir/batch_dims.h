@@ -28,4 +28,10 @@ void propagate_batch_dependence(Graph& graph);
 // marked batch-dependent too.
 void assign_batch_dims(Graph& graph, std::int64_t batch, const ShapesAtDoubleBatch& at_double_batch);
 
+// Rescales the batch dim of every tensor from `evaluated` samples to `batch`: a frontend
+// evaluates the model at a few samples, where a forward at the requested batch would keep every
+// intermediate alive at full size. A dim of k x evaluated becomes k x batch (flattened batch and
+// sequence dims included). Throws InputError when a size would leave int64.
+void scale_batch(Graph& graph, std::int64_t evaluated, std::int64_t batch);
+
 }  // namespace rannc::ir

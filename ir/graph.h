@@ -59,6 +59,10 @@ struct Value {
   ValueRole role = ValueRole::kIntermediate;
   bool model_output = false;
   bool batch_dependent = false;  // depends on the model inputs (set by propagate_batch_dependence)
+  // Computed from the contents of the model inputs, not only from their shapes (x.size(0),
+  // masks built from a length, zeros_like): set by propagate_batch_dependence. What depends on
+  // the inputs' shapes alone is recomputed wherever it is needed instead of being sent.
+  bool data_dependent = false;
   OpId producer = kNoId;
   std::vector<OpId> consumers;  // one entry per use, in op order
 

@@ -79,6 +79,7 @@ void collect_tensors(const ir::Graph& graph, const UnitGraph& units, const Block
     tensor.bytes = cost::stored_bytes(graph.value(crossing.value), precision);
     tensor.producer = crossing.producer < 0 ? -1 : block_of_unit[crossing.producer];
     tensor.model_output = crossing.model_output;
+    tensor.batch_free = graph.value(crossing.value).type.batch_dim < 0;
     for (int unit : crossing.consumers) {
       int block = block_of_unit[unit];
       if (block != tensor.producer) tensor.consumers.push_back(block);
@@ -128,7 +129,8 @@ BlockCosts block_costs(const ir::Graph& graph, const UnitGraph& units, const Blo
 
 RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
   std::size_t cells = static_cast<std::size_t>(count_) * static_cast<std::size_t>(count_ + 1);
-  for (auto* table : {&param_elements_, &buffer_bytes_, &received_bytes_, &model_input_bytes_, &sent_bytes_})
+  for (auto* table : {&param_elements_, &buffer_bytes_, &received_bytes_, &model_input_bytes_, &sent_bytes_,
+                      &batch_free_sent_})
     table->assign(cells, 0);
   // Each table first gets the amount added at the first block it applies to, then a running sum over end.
   auto cell = [&](std::vector<double>& table, int begin, int end) -> double& { return table[begin * (count_ + 1) + end]; };
@@ -159,8 +161,16 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
       cell(sent_bytes_, begin, tensor.producer + 1) += tensor.bytes;
       if (last + 1 <= count_) cell(sent_bytes_, begin, last + 1) -= tensor.bytes;
     }
+    // A batch-free model output that no later block reads (a loss) is not split: the runtime
+    // weights each replica's value by its share of the batch.
+    if (!tensor.batch_free || tensor.consumers.empty()) continue;
+    for (int begin = 0; begin <= tensor.producer; ++begin) {
+      cell(batch_free_sent_, begin, tensor.producer + 1) += 1;
+      cell(batch_free_sent_, begin, tensor.consumers.back() + 1) -= 1;
+    }
   }
-  for (auto* table : {&param_elements_, &buffer_bytes_, &received_bytes_, &model_input_bytes_, &sent_bytes_}) {
+  for (auto* table : {&param_elements_, &buffer_bytes_, &received_bytes_, &model_input_bytes_, &sent_bytes_,
+                      &batch_free_sent_}) {
     for (int begin = 0; begin < count_; ++begin)
       for (int end = begin + 1; end <= count_; ++end) cell(*table, begin, end) += cell(*table, begin, end - 1);
   }

@@ -33,6 +33,7 @@ struct BlockCosts {
     int producer = -1;           // block, -1 for a model input
     std::vector<int> consumers;  // blocks, ascending, without repeats, excluding the producer
     bool model_output = false;
+    bool batch_free = false;     // no batch dim (a batch-reduced value): replicas cannot split it
   };
   std::vector<Tensor> tensors;
 
@@ -63,11 +64,15 @@ class RangeTable {
   // Tensors produced in the range and read after it, or model outputs.
   double sent_bytes(int begin, int end) const { return at(sent_bytes_, begin, end); }
   double kept_bytes(int begin, int end) const { return kept_prefix_[end] - kept_prefix_[begin]; }
+  // Whether the range sends a tensor without a batch dim to a later block: each replica would
+  // hold a different partial value, so such a range runs on one replica per pipeline.
+  bool sends_batch_free(int begin, int end) const { return at(batch_free_sent_, begin, end) > 0; }
 
  private:
   double at(const std::vector<double>& table, int begin, int end) const { return table[begin * (count_ + 1) + end]; }
   int count_;
-  std::vector<double> param_elements_, buffer_bytes_, received_bytes_, model_input_bytes_, sent_bytes_, kept_prefix_;
+  std::vector<double> param_elements_, buffer_bytes_, received_bytes_, model_input_bytes_, sent_bytes_,
+      batch_free_sent_, kept_prefix_;
 };
 
 }  // namespace rannc::partition

@@ -131,6 +131,7 @@ std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int bloc
     if (request.global_batch % pipelines != 0) continue;
     std::int64_t per_pipeline = request.global_batch / pipelines;
     for (int microbatches : divisors(per_pipeline)) {
+      if (microbatches > kMaxMicrobatches) break;
       if (request.microbatches && microbatches != *request.microbatches) continue;
       SearchConfig config;
       config.pipelines = pipelines;

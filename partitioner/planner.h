@@ -26,6 +26,10 @@
 
 namespace rannc::partition {
 
+// More microbatches per step than this only add per-microbatch overhead (and make the
+// simulation of a step as long as the batch): the search considers no more.
+inline constexpr int kMaxMicrobatches = 4096;
+
 struct PlanRequest {
   cost::Cluster cluster;
   std::int64_t global_batch = 1;

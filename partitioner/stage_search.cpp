@@ -89,6 +89,7 @@ cost::StageFootprint StageOptions::footprint(int begin, int end, int replicas) c
 
 std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replicas, bool recompute, double fwd,
                                                   double bwd, double workspace) const {
+  if (replicas > 1 && context_.ranges->sends_batch_free(begin, end)) return std::nullopt;
   cost::StageFootprint stage = footprint(begin, end, replicas);
   stage.workspace_bytes = workspace;
   bool replicated = config_.pipelines * replicas > 1;

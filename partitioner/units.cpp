@@ -7,10 +7,14 @@
 namespace rannc::partition {
 namespace {
 
+// An op that computes a tensor from the contents of the batch. What is computed from shapes
+// alone (a batch size turned into a tensor, a mask built from a length, a weight sliced to the
+// sequence length) is glue: each stage recomputes it at its own replicas' batch, where sending
+// it would carry the sender's batch size to a stage that runs another.
 bool is_batch_op(const ir::Graph& graph, const ir::Op& op) {
   return std::any_of(op.outputs.begin(), op.outputs.end(), [&](ir::ValueId id) {
     const auto& value = graph.value(id);
-    return value.is_tensor() && value.batch_dependent;
+    return value.is_tensor() && value.data_dependent;
   });
 }
 
@@ -75,6 +79,61 @@ void collect_crossing_tensors(const ir::Graph& graph, UnitGraph& result) {
   }
 }
 
+// The batch size the shapes are at: the size of the model inputs' batch dim (0 if none has one).
+std::int64_t evaluated_batch(const ir::Graph& graph) {
+  std::int64_t batch = 0;
+  for (auto id : graph.values_with_role(ir::ValueRole::kModelInput)) {
+    const auto& type = graph.value(id).type;
+    if (type.batch_dim < 0) continue;
+    auto size = type.shape[static_cast<std::size_t>(type.batch_dim)];
+    batch = batch == 0 ? size : std::min(batch, size);
+  }
+  return batch;
+}
+
+// Whether replicas may cut the tensor into slices of samples along its batch dim: not when that
+// dim holds the batch times another factor (batch x heads after a view, time x batch) or a part
+// of it, where a slice of samples is no slice of the dim (and time x batch interleaves them).
+bool sliceable(const ir::Value& value, std::int64_t batch) {
+  const auto& type = value.type;
+  return type.batch_dim < 0 || batch == 0 || type.shape[static_cast<std::size_t>(type.batch_dim)] == batch;
+}
+
+// Units from the producer of an unsliceable tensor to its last consumer become one unit, so no
+// cut separates them (units are in a topological order, so runs of them stay acyclic).
+void merge_across_unsliceable(const ir::Graph& graph, const std::vector<int>& position, UnitGraph& result) {
+  std::int64_t batch = evaluated_batch(graph);
+  std::vector<int> reach(result.units.size());
+  for (std::size_t u = 0; u < reach.size(); ++u) reach[u] = static_cast<int>(u);
+  bool any = false;
+  for (const auto& tensor : result.tensors) {
+    if (tensor.producer < 0 || tensor.consumers.empty() || sliceable(graph.value(tensor.value), batch)) continue;
+    auto& end = reach[static_cast<std::size_t>(tensor.producer)];
+    end = std::max(end, tensor.consumers.back());
+    any = true;
+  }
+  if (!any) return;
+  std::vector<Unit> merged;
+  for (int u = 0, n = static_cast<int>(result.units.size()); u < n;) {
+    int end = u;
+    Unit unit{result.units[static_cast<std::size_t>(u)].anchor, {}};
+    for (int v = u; v <= end; ++v) {
+      end = std::max(end, reach[static_cast<std::size_t>(v)]);
+      const auto& ops = result.units[static_cast<std::size_t>(v)].ops;
+      unit.ops.insert(unit.ops.end(), ops.begin(), ops.end());
+      result.unit_of_anchor[static_cast<std::size_t>(result.units[static_cast<std::size_t>(v)].anchor)] =
+          static_cast<int>(merged.size());
+    }
+    sort_by_position(unit.ops, position);
+    unit.ops.erase(std::unique(unit.ops.begin(), unit.ops.end()), unit.ops.end());  // glue copied into several
+    merged.push_back(std::move(unit));
+    u = end + 1;
+  }
+  result.units = std::move(merged);
+  result.tensors.clear();
+  collect_crossing_tensors(graph, result);
+}
+
 }  // namespace
 
 UnitGraph build_units(const ir::Graph& graph) {
@@ -99,6 +158,7 @@ UnitGraph build_units(const ir::Graph& graph) {
   attach_orphan_glue(stamp, result.unit_of_anchor, result);
   for (auto& unit : result.units) sort_by_position(unit.ops, position);
   collect_crossing_tensors(graph, result);
+  merge_across_unsliceable(graph, position, result);
   return result;
 }
 

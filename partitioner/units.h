@@ -1,9 +1,11 @@
 // Atomic units: the smallest pieces the partitioner moves between stages.
 //
-// A unit is one batch op (an op with a batch-dependent tensor output) plus the glue it needs:
-// the ops that compute only from weights and constants (weight.t(), casts) and the small
-// non-tensor ops (aten::size, list construction) are copied into every unit that consumes them.
-// Only batch tensors then cross a cut between units, which is what a stage boundary may carry.
+// A unit is one batch op (an op computing a tensor from the contents of the batch) plus the
+// glue it needs: the ops that compute only from weights, constants and the shapes of tensors
+// (weight.t(), casts, aten::size, a batch size turned into a tensor, a mask built from the
+// sequence length, a weight sliced to it) are copied into every unit that consumes them. Only
+// batch tensors then cross a cut between units, which is what a stage boundary may carry, and
+// each stage computes sizes from its own replicas' batch.
 #pragma once
 
 #include <vector>

@@ -58,3 +58,57 @@ TEST_CASE("without a second evaluation, a batch-dependent tensor takes the first
   CHECK(s.g.value(s.t).type.batch_dim == 1);
   CHECK(s.g.value(s.wt).type.batch_dim == -1);
 }
+
+namespace {
+
+// The traced form of `x.view(x.size(0), -1)` with a mask built from the sequence length:
+// n = size(x, 0) -> NumToTensor -> mul -> Int -> view sizes; mask = ones(x.size(1)).triu().
+struct SizeGlue {
+  Graph g;
+  ValueId x, n, n_tensor, n_times, mask, zeros, v;
+  SizeGlue() {
+    using rannc::testing::add_literal;
+    x = add_tensor(g, "x", {4, 6}, ValueRole::kModelInput);
+    auto zero = add_literal(g, "zero", std::int64_t{0}, ValueKind::kInt);
+    n = add_literal(g, "n", std::int64_t{4}, ValueKind::kInt);
+    g.add_op("aten::size", {x, zero}, {n});
+    n_tensor = add_tensor(g, "n_tensor", {}, ValueRole::kIntermediate, DType::kInt64);
+    g.add_op("prim::NumToTensor", {n}, {n_tensor});
+    n_times = add_tensor(g, "n_times", {}, ValueRole::kIntermediate, DType::kInt64);
+    g.add_op("aten::mul", {n_tensor, n_tensor}, {n_times});
+    mask = add_tensor(g, "mask", {6, 6});
+    g.add_op("aten::triu", {n_times}, {mask});
+    zeros = add_tensor(g, "zeros", {4, 6});
+    g.add_op("aten::zeros_like", {x}, {zeros});
+    v = add_tensor(g, "v", {4, 6});
+    g.add_op("aten::add", {x, zeros}, {v});
+  }
+};
+
+}  // namespace
+
+TEST_CASE("values computed from shapes alone depend on the batch but not on its contents") {
+  SizeGlue s;
+  propagate_batch_dependence(s.g);
+  for (auto id : {s.n, s.n_tensor, s.n_times, s.mask, s.zeros}) {
+    CHECK(s.g.value(id).batch_dependent);
+    CHECK_FALSE(s.g.value(id).data_dependent);
+  }
+  CHECK(s.g.value(s.x).data_dependent);
+  CHECK(s.g.value(s.v).data_dependent);
+}
+
+TEST_CASE("shapes evaluated at a few samples scale along the batch dim to the requested batch") {
+  Sample s;
+  ShapesAtDoubleBatch other(s.g.values().size());
+  other[s.x] = {{8, 8}};
+  other[s.y] = {{8, 16}};
+  other[s.t] = {{16, 8}};
+  assign_batch_dims(s.g, 4, other);
+  scale_batch(s.g, 4, 1000);
+  CHECK(s.g.value(s.x).type.shape == std::vector<std::int64_t>{1000, 8});
+  CHECK(s.g.value(s.t).type.shape == std::vector<std::int64_t>{16, 1000});
+  CHECK(s.g.value(s.wt).type.shape == std::vector<std::int64_t>{8, 16});
+  // A batch that makes a tensor's size leave int64 is refused, not wrapped around.
+  CHECK_THROWS_WITH(scale_batch(s.g, 1000, std::int64_t{1} << 62), Catch::Contains("too large"));
+}

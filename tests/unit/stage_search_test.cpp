@@ -2,6 +2,7 @@
 // and against RaNNC's separable dynamic program.
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <random>
 
 #include "cost_model/device.h"
@@ -144,6 +145,37 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
   CHECK(multi_stage >= 40);
   CHECK(with_recompute >= 10);
   CHECK(replicated >= 40);
+}
+
+TEST_CASE("a stage that sends a value without a batch dim keeps one replica", "[stage_search]") {
+  // Block 0 sends block 2 a batch-reduced value (x.mean()): replicas of block 0 would each send
+  // their own partial mean, so any range that sends it runs unreplicated.
+  std::mt19937 rng(7);
+  BlockCosts blocks = random_blocks(rng, 4, {1, 2, 4});
+  blocks.tensors.push_back({4, 0, {2}, false, /*batch_free=*/true});
+  RangeTable ranges(blocks);
+  CHECK(ranges.sends_batch_free(0, 1));
+  CHECK(ranges.sends_batch_free(0, 2));
+  CHECK_FALSE(ranges.sends_batch_free(0, 3));  // the consumer is inside: nothing sent
+  CHECK_FALSE(ranges.sends_batch_free(1, 2));
+  cost::Cluster cluster = small_cluster(4, 1e12);
+  SearchContext context{&blocks, &ranges, &cluster, cost::Optimizer::kSgd, cost::Precision::kFp32};
+  SearchConfig config;
+  config.pipeline_devices = 4;
+  config.microbatches = 2;
+  config.microbatch_size = 4;
+  StageOptions options(context, config);
+  CHECK_FALSE(options.evaluate(0, 1, 2, false));
+  CHECK_FALSE(options.evaluate(0, 2, 4, true));
+  CHECK(options.evaluate(0, 1, 1, false));
+  CHECK(options.evaluate(0, 3, 2, false));
+  for (int begin = 0; begin < 2; ++begin)
+    for (const auto& option : options.from(begin))
+      if (option.end <= 2 && begin == 0) CHECK(option.replicas == 1);
+  auto best = search_pipeline(options, std::numeric_limits<double>::infinity());
+  REQUIRE(best);
+  for (const auto& stage : best->stages)
+    if (stage.begin == 0 && stage.end <= 2) CHECK(stage.replicas == 1);
 }
 
 TEST_CASE("the in-flight count follows the schedule", "[stage_search]") {

@@ -58,6 +58,38 @@ TEST_CASE("a model without batch ops cannot be partitioned", "[units]") {
   CHECK_THROWS_WITH(build_units(graph), Catch::Contains("nothing to partition"));
 }
 
+TEST_CASE("a batch size turned into a tensor is recomputed where it is used, not sent", "[units]") {
+  // h = relu(x); n = NumToTensor(size(h, 0)); y = view(relu(h), [Int(n), -1]): traced code that
+  // reads h.size(0). Sent between stages, n would carry the sender's batch to a stage whose
+  // replicas run another.
+  ir::Graph graph;
+  auto x = add_tensor(graph, "x", {8, 16}, ir::ValueRole::kModelInput);
+  auto h = add_tensor(graph, "h", {8, 16});
+  graph.add_op("aten::relu", {x}, {h});
+  auto zero = testing::add_literal(graph, "zero", std::int64_t{0}, ir::ValueKind::kInt);
+  auto n = testing::add_literal(graph, "n", std::int64_t{8}, ir::ValueKind::kInt);
+  graph.add_op("aten::size", {h, zero}, {n});
+  auto n_tensor = add_tensor(graph, "n_tensor", {}, ir::ValueRole::kIntermediate, ir::DType::kInt64);
+  graph.add_op("prim::NumToTensor", {n}, {n_tensor});
+  auto n_int = testing::add_literal(graph, "n_int", std::int64_t{8}, ir::ValueKind::kInt);
+  graph.add_op("aten::Int", {n_tensor}, {n_int});
+  auto sizes = testing::add_literal(graph, "sizes", std::vector<std::int64_t>{8, -1}, ir::ValueKind::kIntList);
+  graph.add_op("prim::ListConstruct", {n_int}, {sizes});
+  auto r = add_tensor(graph, "r", {8, 16});
+  graph.add_op("aten::relu", {h}, {r});
+  auto y = add_tensor(graph, "y", {8, 16});
+  graph.add_op("aten::view", {r, sizes}, {y});
+  graph.add_model_output(y);
+  ir::propagate_batch_dependence(graph);
+
+  UnitGraph units = build_units(graph);
+  REQUIRE(units.units.size() == 3);  // relu, relu, view: the size chain is glue
+  const auto& view = units.units.back();
+  CHECK(graph.op(view.anchor).kind == "aten::view");
+  CHECK(view.ops.size() == 5);  // size, NumToTensor, Int, ListConstruct and the view itself
+  for (const auto& tensor : units.tensors) CHECK(tensor.value != n_tensor);
+}
+
 TEST_CASE("METIS seeding guards one part and parts of a few units", "[coarsen]") {
   std::vector<UnitEdge> edges{{0, 1, 10}, {1, 2, 10}, {2, 3, 10}};
   std::vector<double> ms{1, 1, 1, 1};

@@ -1,11 +1,14 @@
 // The TorchScript frontend (part of the torch plugin).
 //
-// Steps: load; inline forward; turn module attribute reads into graph inputs (one per distinct
-// weight tensor, named as in named_parameters()) and constants; fold constants and remove
-// mutation; then run the graph once on the example inputs with every intermediate registered as
-// an output, which records the shape and dtype of every value (torch 1.13's static shape passes
+// Steps: load; inline forward (scripted functions with control flow stay calls: one opaque op
+// each); turn module attribute reads into graph inputs (one per distinct weight tensor, named
+// as in named_parameters()) and constants; fold constants and remove mutation; then run the
+// graph once on example inputs of a couple of samples with every intermediate registered as an
+// output, which records the shape and dtype of every value (torch 1.13's static shape passes
 // type only a few percent of real graphs, see TOOLCHAIN.md). A second run at twice the batch
-// shows which dim of each tensor is the batch dim.
+// shows which dim of each tensor is the batch dim, and the shapes are scaled along it to the
+// requested batch.
+#include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/inliner.h>
@@ -14,13 +17,17 @@
 #include <torch/csrc/jit/runtime/graph_iterator.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
 #include <tuple>
+#include <variant>
 
 #include "compiler/torchscript_source.h"
+#include "emit/index_bound.h"
 #include "ir/batch_dims.h"
+#include "ir/torch_dtype.h"
 #include "support/error.h"
 
 namespace rannc {
@@ -58,6 +65,25 @@ TensorKey key_of(const at::Tensor& t) {
   return {where, t.storage_offset(), t.sizes().vec(), t.strides().vec(), static_cast<int>(t.scalar_type())};
 }
 
+// The bytes a tensor's view reaches into its storage.
+std::int64_t reached_bytes(const at::Tensor& t) {
+  if (t.numel() == 0) return 0;
+  std::int64_t last = t.storage_offset();
+  for (std::int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  return (last + 1) * static_cast<std::int64_t>(t.element_size());
+}
+
+// A weight whose storage in the archive is shorter than its shape (an empty or truncated
+// record) would be read past its end: refused, naming it.
+void check_storage(const std::string& path, const std::string& name, const at::Tensor& t) {
+  if (!t.has_storage()) return;
+  auto held = static_cast<std::int64_t>(t.storage().nbytes());
+  if (reached_bytes(t) > held) {
+    throw InputError(path + ": weight '" + name + "' needs " + std::to_string(reached_bytes(t)) +
+                     " bytes but the file holds " + std::to_string(held) + " for it (a truncated or corrupt file)");
+  }
+}
+
 struct NamedWeight {
   std::string name;
   at::Tensor tensor;
@@ -78,6 +104,49 @@ std::map<TensorKey, NamedWeight> distinct_weights(const torch::jit::Module& modu
   return weights;
 }
 
+// Whether a scripted function branches or loops once its own calls are inlined: such control
+// flow usually depends on tensor contents, which one traced graph cannot express.
+bool has_control_flow(torch::jit::GraphFunction& function) {
+  auto graph = function.graph()->copy();
+  torch::jit::Inline(*graph);
+  for (torch::jit::DepthFirstGraphNodeIterator it(graph); Node* node = it.next();)
+    if (!node->blocks().empty()) return true;
+  return false;
+}
+
+// The function a prim::CallFunction node calls.
+torch::jit::GraphFunction* called_function(const Node* call) {
+  auto type = call->input(0)->type()->cast<c10::FunctionType>();
+  return type ? torch::jit::tryToGraphFunction(*type->function()) : nullptr;
+}
+
+// torch::jit::Inline, except that a call of a scripted function with control flow (a
+// data-dependent loop in a traced model) stays one opaque op, as RaNNC keeps it: it is costed
+// and placed in a stage like any op, and its stage file calls the function. Inlines from the
+// callees' own graphs (their optimized graphs already inline every call), one level per round.
+void inline_calls(std::shared_ptr<torch::jit::Graph>& graph) {
+  for (bool inlined = true; inlined;) {
+    inlined = false;
+    std::vector<Node*> calls;
+    for (torch::jit::DepthFirstGraphNodeIterator it(graph); Node* node = it.next();)
+      if (node->kind() == c10::prim::CallMethod || node->kind() == c10::prim::CallFunction) calls.push_back(node);
+    for (Node* call : calls) {
+      torch::jit::GraphFunction* callee = nullptr;
+      if (call->kind() == c10::prim::CallMethod) {
+        if (auto type = call->input(0)->type()->cast<c10::ClassType>())
+          callee = torch::jit::tryToGraphFunction(type->getMethod(call->s(c10::attr::name)));
+      } else if ((callee = called_function(call)) && !has_control_flow(*callee)) {
+        call->removeInput(0);
+      } else {
+        continue;
+      }
+      if (!callee) continue;
+      torch::jit::inlineCallTo(call, callee, callee->graph().get());
+      inlined = true;
+    }
+  }
+}
+
 class TorchScriptLowering {
  public:
   TorchScriptLowering(const std::string& path, torch::jit::Module module) : path_(path), module_(std::move(module)) {}
@@ -85,8 +154,9 @@ class TorchScriptLowering {
   // Returns the lowered forward graph; fills source.weights.
   std::shared_ptr<torch::jit::Graph> lower(TorchScriptSource& source) {
     auto graph = module_.get_method("forward").graph()->copy();
-    torch::jit::Inline(*graph);
+    inline_calls(graph);
     weights_ = distinct_weights(module_, weight_order_);
+    for (const auto& [key, weight] : weights_) check_storage(path_, weight.name, weight.tensor);
     resolve_attributes(graph);
     graph->eraseInput(0);  // self: nothing reads it any more
     torch::jit::ConstantPropagation(graph);
@@ -150,6 +220,7 @@ class TorchScriptLowering {
     // A tensor attribute that is neither parameter nor buffer (a plain attribute) is a constant
     // of the model: it travels as a buffer.
     NamedWeight weight = known != weights_.end() ? known->second : NamedWeight{attribute, tensor, false};
+    check_storage(path_, weight.name, tensor);
     Value* input = graph.addInput();
     input->setType(c10::TensorType::create(tensor));
     used_weights_.push_back({weight.name, weight.tensor, weight.trainable});
@@ -168,10 +239,10 @@ void reject_unsupported(const std::string& path, torch::jit::Graph& graph) {
   for (Node* node : graph.nodes()) {
     if (!node->blocks().empty()) {
       throw InputError(path + ": forward has data-dependent control flow (" + std::string(node->kind().toQualString()) +
-                       "); trace the model or make the condition constant");
+                       "); trace the model, make the condition constant, or move it into a @torch.jit.script "
+                       "function (kept as one op)");
     }
-    if (node->kind() == c10::prim::GetAttr || node->kind() == c10::prim::CallMethod ||
-        node->kind() == c10::prim::CallFunction) {
+    if (node->kind() == c10::prim::GetAttr || node->kind() == c10::prim::CallMethod) {
       throw InputError(path + ": unsupported op '" + std::string(node->kind().toQualString()) + "' in forward");
     }
   }
@@ -231,7 +302,14 @@ torch::jit::Module load_module(const std::string& path) {
   }
 }
 
-std::string input_name(const Value* input) { return input->debugNameBase(); }
+// The names of forward's arguments as written in Python (the graph's own input names may be
+// renamed by inlining, e.g. to a called function's parameter name).
+std::vector<std::string> forward_argument_names(const torch::jit::Module& module) {
+  std::vector<std::string> names;
+  const auto& arguments = module.get_method("forward").function().getSchema().arguments();
+  for (std::size_t i = 1; i < arguments.size(); ++i) names.push_back(arguments[i].name());  // 0 is self
+  return names;
+}
 
 void set_value_from_ivalue(ir::Value& value, const c10::IValue& recorded) {
   if (recorded.isTensor()) {
@@ -309,8 +387,8 @@ ir::Graph build_graph(TorchScriptSource& source, const std::vector<InputSpec>& s
 
 // A forward that returns a tuple has the tuple's elements as model outputs. Outputs whose jit
 // names are bare numbers (traced graphs) are named output, or output_0, output_1, ...
-void mark_outputs(ir::Graph& graph, const torch::jit::Graph& lowered,
-                  const std::unordered_map<const Value*, ir::ValueId>& ids) {
+// What forward returns: a tuple's elements, else the value itself.
+std::vector<const Value*> returned_values(const torch::jit::Graph& lowered) {
   std::vector<const Value*> outputs;
   for (const Value* output : lowered.outputs()) {
     if (output->node()->kind() == c10::prim::TupleConstruct) {
@@ -319,10 +397,85 @@ void mark_outputs(ir::Graph& graph, const torch::jit::Graph& lowered,
       outputs.push_back(output);
     }
   }
+  return outputs;
+}
+
+void mark_outputs(ir::Graph& graph, const torch::jit::Graph& lowered,
+                  const std::unordered_map<const Value*, ir::ValueId>& ids) {
+  auto outputs = returned_values(lowered);
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     ir::Value& value = graph.value(ids.at(outputs[i]));
     if (!outputs[i]->hasDebugName()) value.name = outputs.size() == 1 ? "output" : "output_" + std::to_string(i);
     graph.add_model_output(value.id);
+  }
+}
+
+// Ops whose result changes from run to run or mixes the samples of a batch on purpose.
+bool random_or_batch_statistics(const ir::Graph& graph) {
+  for (const auto& op : graph.ops()) {
+    const auto& kind = op.kind;
+    if (kind.find("batch_norm") != std::string::npos || kind.rfind("aten::rand", 0) == 0 ||
+        kind.rfind("aten::bernoulli", 0) == 0 || kind == "aten::normal" || kind == "aten::multinomial")
+      return true;
+    if (kind.find("dropout") != std::string::npos && op.inputs.size() >= 3) {
+      const auto& p = graph.value(op.inputs[1]).literal;
+      const auto& train = graph.value(op.inputs[2]).literal;
+      bool off = (std::holds_alternative<double>(p) && std::get<double>(p) == 0) ||
+                 (std::holds_alternative<bool>(train) && !std::get<bool>(train));
+      if (!off) return true;
+    }
+  }
+  return false;
+}
+
+// The planner cuts a batch into microbatches and replica slices along dim 0 of the inputs,
+// which is right only when samples do not interact. A model that is not batch-first (an
+// nn.Transformer without batch_first attends across dim 0) would be trained as another model,
+// with nothing to notice it: each sample's outputs alone must equal its outputs in the batch.
+void check_samples_independent(const std::string& path, const ir::Graph& graph, const TorchScriptSource& source,
+                               const std::vector<InputSpec>& specs,
+                               const std::unordered_map<const Value*, ir::ValueId>& ids) {
+  std::int64_t batch = specs.empty() ? 0 : specs.front().dims.front();
+  if (batch < 2 || random_or_batch_statistics(graph)) return;
+  std::unordered_map<const Value*, std::size_t> index;
+  for (const Node* node : source.graph->nodes())
+    for (const Value* output : node->outputs()) index.emplace(output, index.size());
+  // Integer inputs differ between samples too (indices, lengths), or their mixing could not show.
+  auto inputs = example_inputs(path, specs, 1);
+  auto generator = at::detail::createCPUGenerator(/*seed=*/0);
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].is_floating_point()) continue;
+    auto bound = emit::index_bound(graph, specs[i].name);
+    inputs[i] = ir::random_tensor(inputs[i].scalar_type(), inputs[i].sizes(), generator, bound);
+  }
+  auto whole = record_values(*source.graph, inputs, source.weights);
+  for (std::int64_t sample = 0; sample < batch; ++sample) {
+    std::vector<at::Tensor> alone;
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      alone.push_back(specs[i].dims.front() == batch ? inputs[i].narrow(0, sample, 1) : inputs[i]);
+    std::vector<c10::IValue> single;
+    try {
+      single = record_values(*source.graph, alone, source.weights);
+    } catch (const std::exception&) {
+      return;  // runs only at its traced batch: nothing to compare
+    }
+    for (const Value* output : returned_values(*source.graph)) {
+      const auto& value = graph.value(ids.at(output));
+      auto at = index.find(output);
+      if (at == index.end() || value.type.batch_dim < 0 || !whole[at->second].isTensor()) continue;
+      auto in_batch = whole[at->second].toTensor();
+      if (!in_batch.is_floating_point() || in_batch.size(value.type.batch_dim) != batch) continue;
+      auto expected = in_batch.narrow(value.type.batch_dim, sample, 1);
+      auto got = single[at->second].toTensor();
+      // NaN from made-up inputs (a length of 0 masks a whole row) tells nothing either way.
+      if (!expected.isfinite().all().item<bool>() || !got.isfinite().all().item<bool>()) continue;
+      double scale = expected.abs().max().item<double>();
+      if (got.sizes() == expected.sizes() && at::allclose(got, expected, 1e-4, 1e-5 * scale + 1e-6)) continue;
+      throw InputError(path + ": samples interact along dim 0 of the inputs (output '" + value.name + "' of sample " +
+                       std::to_string(sample) + " changes when other samples are in the batch), so microbatches and "
+                       "replicas would change what it computes; the batch must be dim 0 of every input and its samples "
+                       "independent (e.g. nn.Transformer(batch_first=True))");
+    }
   }
 }
 
@@ -331,16 +484,18 @@ void mark_outputs(ir::Graph& graph, const torch::jit::Graph& lowered,
 std::vector<InputSpec> bind_inputs(const std::string& path, torch::jit::Graph& graph, const torch::jit::Module& module,
                                    const LoadOptions& options, std::size_t weight_count) {
   std::size_t model_inputs = graph.inputs().size() - weight_count;
-  std::vector<std::string> names;
-  for (std::size_t i = 0; i < model_inputs; ++i) names.push_back(input_name(graph.inputs()[i]));
+  std::vector<std::string> names = forward_argument_names(module);
+  names.resize(model_inputs);  // a traced forward's schema may list no more than its inputs
+  for (std::size_t i = 0; i < model_inputs; ++i)
+    if (names[i].empty()) names[i] = graph.inputs()[i]->debugNameBase();
   check_input_names(path, options, names);
   const auto& schema = module.get_method("forward").function().getSchema();
   std::vector<InputSpec> bound;
   std::string missing;
-  for (std::size_t i = 0, arg = 1; i < model_inputs; ++arg) {  // schema arg 0 is self
+  for (std::size_t i = 0, arg = 1, name = 0; i < model_inputs; ++arg, ++name) {  // schema arg 0 is self
     Value* input = graph.inputs()[i];
     auto spec = std::find_if(options.inputs.begin(), options.inputs.end(),
-                             [&](const InputSpec& s) { return s.name == input_name(input); });
+                             [&](const InputSpec& s) { return s.name == names[name]; });
     if (spec != options.inputs.end()) {
       bound.push_back(*spec);
       ++i;
@@ -354,7 +509,7 @@ std::vector<InputSpec> bind_inputs(const std::string& path, torch::jit::Graph& g
       --model_inputs;
       continue;
     }
-    missing += (missing.empty() ? "" : " ") + std::string("--input ") + input_name(input) + ":DIMS[:DTYPE]";
+    missing += (missing.empty() ? "" : " ") + std::string("--input ") + names[name] + ":DIMS[:DTYPE]";
     ++i;
   }
   if (!missing.empty()) throw InputError(path + ": TorchScript needs example inputs; give " + missing);
@@ -386,36 +541,67 @@ ir::ShapesAtDoubleBatch shapes_at_double_batch(const ir::Graph& graph, const Tor
   return shapes;
 }
 
+// Planning needs shapes, not a big forward: the model runs at a couple of samples (and at twice
+// that, for the batch dims) and its shapes are scaled to the requested batch. A forward at the
+// batch of --input keeps every intermediate alive: 24 GB for 64 ResNet-50 images.
+constexpr std::int64_t kEvaluationBatch = 2;
+
+std::vector<InputSpec> at_batch(std::vector<InputSpec> specs, std::int64_t from, std::int64_t to) {
+  for (auto& spec : specs)
+    if (spec.dims.front() == from) spec.dims.front() = to;
+  return specs;
+}
+
+// Records every value at the specs' batch, folding control flow that depends only on shapes
+// (each round exposes the ifs nested one level deeper). Throws what the forward throws.
+std::vector<c10::IValue> record_folding_shapes(TorchScriptSource& source, const std::vector<InputSpec>& specs,
+                                               const std::string& path) {
+  constexpr int kMaxFoldRounds = 8;
+  std::vector<c10::IValue> recorded;
+  for (int round = 0; round < kMaxFoldRounds; ++round) {
+    recorded = record_values(*source.graph, example_inputs(path, specs, 1), source.weights);
+    if (round + 1 == kMaxFoldRounds || !fold_shape_control_flow(*source.graph, recorded)) break;
+    torch::jit::UnrollConstantLoops(source.graph);
+    torch::jit::ConstantPropagation(source.graph);
+    torch::jit::EliminateDeadCode(source.graph);
+  }
+  return recorded;
+}
+
 Model load_lowered(const std::string& path, const LoadOptions& options) {
   auto source = std::make_shared<TorchScriptSource>();
   source->module = load_module(path);
   TorchScriptLowering lowering(path, source->module);
   source->graph = lowering.lower(*source);
   auto specs = bind_inputs(path, *source->graph, source->module, options, source->weights.size());
-
+  std::int64_t batch = specs.empty() ? 1 : specs.front().dims.front();
+  std::int64_t evaluated = std::min(batch, kEvaluationBatch);
   std::vector<c10::IValue> recorded;
-  constexpr int kMaxFoldRounds = 8;  // each round exposes the ifs nested one level deeper
-  for (int round = 0; round < kMaxFoldRounds; ++round) {
+  try {
+    recorded = record_folding_shapes(*source, at_batch(specs, batch, evaluated), path);
+  } catch (const std::exception& e) {
+    if (evaluated == batch) throw InputError(path + ": forward fails on the example inputs: " + torch_message(e));
+    evaluated = batch;  // a model traced with a hard-coded batch runs only at that batch
     try {
-      recorded = record_values(*source->graph, example_inputs(path, specs, 1), source->weights);
-    } catch (const std::exception& e) {
-      throw InputError(path + ": forward fails on the example inputs: " + torch_message(e));
+      recorded = record_folding_shapes(*source, specs, path);
+    } catch (const std::exception& again) {
+      throw InputError(path + ": forward fails on the example inputs: " + torch_message(again));
     }
-    if (round + 1 == kMaxFoldRounds || !fold_shape_control_flow(*source->graph, recorded)) break;
-    torch::jit::UnrollConstantLoops(source->graph);
-    torch::jit::ConstantPropagation(source->graph);
-    torch::jit::EliminateDeadCode(source->graph);
   }
   reject_unsupported(path, *source->graph);
+  auto evaluated_specs = at_batch(specs, batch, evaluated);
   Model model;
   model.path = path;
   model.format = ModelFormat::kTorchScript;
-  model.batch = specs.empty() ? 1 : specs.front().dims.front();
+  model.batch = batch;
   std::unordered_map<const Value*, ir::ValueId> ids;
-  model.graph = build_graph(*source, specs, recorded, ids);
+  model.graph = build_graph(*source, evaluated_specs, recorded, ids);
   for (const auto& weight : lowering.unused_weights()) model.graph.add_value(weight_value(weight));
   mark_outputs(model.graph, *source->graph, ids);
-  ir::assign_batch_dims(model.graph, model.batch, shapes_at_double_batch(model.graph, *source, specs, ids, path));
+  ir::assign_batch_dims(model.graph, evaluated,
+                        shapes_at_double_batch(model.graph, *source, evaluated_specs, ids, path));
+  check_samples_independent(path, model.graph, *source, evaluated_specs, ids);
+  ir::scale_batch(model.graph, evaluated, batch);
   source->specs = specs;
   model.source = source;
   return model;
@@ -445,8 +631,13 @@ std::vector<c10::IValue> record_values(torch::jit::Graph& lowered, const std::ve
                                        const std::vector<TorchScriptSource::Weight>& weights) {
   auto graph = lowered.copy();
   auto original_outputs = graph->outputs().size();
-  for (Node* node : graph->nodes()) {
-    for (Value* output : node->outputs()) graph->registerOutput(output);
+  std::vector<Value*> outputs;
+  for (Node* node : graph->nodes())
+    for (Value* output : node->outputs()) outputs.push_back(output);
+  for (Value* output : outputs) {
+    // A called function is no value the interpreter can return: None stands in for it.
+    bool function = output->type()->kind() == c10::TypeKind::FunctionType;
+    graph->registerOutput(function ? graph->insertConstant(c10::IValue()) : output);
   }
   torch::jit::Stack stack(inputs.begin(), inputs.end());
   // Buffers are copied: a training-mode forward updates BatchNorm statistics in place.

@@ -4,6 +4,7 @@
 #include "compiler/torchscript_source.h"
 #include "emit/torchscript_stages.h"
 #include "support/error.h"
+#include "support/torch_kernel_fixes.h"
 
 namespace rannc {
 
@@ -62,6 +63,7 @@ class TorchPluginImpl : public TorchPlugin {
 }  // namespace rannc
 
 extern "C" rannc::TorchPlugin* rannc_torch_plugin_instance() {
+  rannc::mend_torch_kernels();
   static rannc::TorchPluginImpl instance;
   return &instance;
 }

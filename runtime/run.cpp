@@ -15,6 +15,7 @@
 #include "support/error.h"
 #include "support/format.h"
 #include "support/torch_error.h"
+#include "support/torch_kernel_fixes.h"
 
 namespace rannc::runtime {
 namespace {
@@ -139,6 +140,7 @@ void train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
 
 int run(const RunOptions& options, const MpiWorld& world) {
   track_cpu_tensor_memory();
+  mend_torch_kernels();
   std::unique_ptr<RankSetup> setup;
   int status = 0;
   std::string message;

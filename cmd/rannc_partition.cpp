@@ -144,6 +144,11 @@ void add_partition_options(CLI::App& app, PartitionCommandOptions& options) {
   app.add_option("-o,--out", p.out_dir, "output folder (default rannc-out)");
   app.add_option("--profile-db", p.profile_db, "calibrate the costs with this profile DB");
   app.add_flag("--plan-only", p.plan_only, "write plan.json without stage files (a model whose weights are not in the file)");
+  app.add_flag("--no-check", [&p](std::int64_t) { p.check = false; },
+               "write plan.json without first checking the stage files against the model");
+  app.add_option_function<std::string>(
+      "--check-limit", [&p](const std::string& size) { p.check_limit_bytes = cost::parse_size(size, "--check-limit"); },
+      "check the stage files only when the weights take at most this much (default 2G)");
   app.add_flag("--json", options.json, "print the plan summary as JSON");
 }
 

@@ -1,11 +1,12 @@
 #include "compiler/partition.h"
 
-#include "compiler/show.h"
-#include "compiler/stage_files.h"
 #include <chrono>
 #include <filesystem>
 #include <limits>
 
+#include "compiler/show.h"
+#include "compiler/stage_files.h"
+#include "compiler/verify.h"
 #include "cost_model/cost_model.h"
 #include "cost_model/profile_db.h"
 #include "emit/launch_files.h"
@@ -15,6 +16,7 @@
 #include "partitioner/planner.h"
 #include "support/atomic_file.h"
 #include "support/error.h"
+#include "support/format.h"
 #include "support/sha256.h"
 #include "support/stable_number.h"
 
@@ -37,6 +39,10 @@ partition::PlanRequest request_from(const PartitionOptions& options) {
   cost::check_precision_supported(request.cluster.device, request.precision);
   check_positive(options.stages, "--stages");
   check_positive(options.microbatches, "--microbatches");
+  if (options.microbatches && *options.microbatches > partition::kMaxMicrobatches) {
+    throw InputError("--microbatches " + std::to_string(*options.microbatches) + ": at most " +
+                     std::to_string(partition::kMaxMicrobatches));
+  }
   request.stages = options.stages;
   request.microbatches = options.microbatches;
   if (options.stages && *options.stages > request.cluster.gpus()) {
@@ -92,6 +98,36 @@ void write_companion_files(const emit::PlanFile& file, const std::string& plan_p
   write_file_atomically(beside("stages.dot"), emit::stages_dot(file), "the stage graph");
 }
 
+std::int64_t weight_bytes(const ir::Graph& graph) {
+  std::int64_t bytes = 0;
+  for (const auto& value : graph.values())
+    if (value.is_weight()) bytes += value.type.bytes();
+  return bytes;
+}
+
+// A wrong stage file must never leave the tool silently: the files just written are chained
+// against the model before plan.json names them (throws, naming the worst tensor, if they differ).
+nlohmann::json check_written_stages(const Model& model, const emit::PlanFile& file, const PartitionOptions& options,
+                                    std::string& line) {
+  // A check for gross errors (a cut that mixes samples, a lost gradient, garbage from a kernel):
+  // those differ by far more; fp32 sums in another order differ by far less. verify measures
+  // closer.
+  constexpr double kTolerance = 1e-2;
+  if (!options.check) {
+    line = "not compared (--no-check)";
+    return {{"compared", false}, {"reason", "--no-check"}};
+  }
+  if (weight_bytes(model.graph) > options.check_limit_bytes) {
+    line = "not compared: the weights take " + human_bytes(static_cast<double>(weight_bytes(model.graph))) +
+           ", beyond --check-limit " + human_bytes(static_cast<double>(options.check_limit_bytes)) +
+           " (run verify where they fit)";
+    return {{"compared", false}, {"reason", line}};
+  }
+  auto check = check_stage_files(model, file, kTolerance);
+  line = check.line;
+  return check.summary;
+}
+
 }  // namespace
 
 PartitionReport run_partition(const PartitionOptions& options) {
@@ -119,6 +155,9 @@ PartitionReport run_partition(const PartitionOptions& options) {
   // Checked as every reader will check it before it is written: a plan the runtime would refuse
   // is never left behind.
   emit::PlanFile file = emit::plan_from_json(plan, plan_path);
+  std::string check_line;
+  nlohmann::json check;
+  if (!options.plan_only) check = check_written_stages(model, file, options, check_line);
   write_file_atomically(plan_path, plan.dump(1) + "\n", "the plan");
   write_companion_files(file, plan_path, result.plan);
   double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
@@ -127,6 +166,10 @@ PartitionReport run_partition(const PartitionOptions& options) {
   report.plan_path = plan_path;
   report.summary = summary_json(result, plan_path, request, load_ms, total_ms);
   report.text = show_text(file);
+  if (!options.plan_only) {
+    report.summary["check"] = check;
+    report.text += "check      " + check_line + "\n";
+  }
   return report;
 }
 

@@ -23,6 +23,10 @@ struct PartitionOptions {
   std::optional<int> microbatches;
   std::string profile_db;
   bool plan_only = false;  // write plan.json without stage files
+  // partition checks the stage files against the model before writing plan.json, when the
+  // weights take at most check_limit_bytes (the check runs the model on this machine).
+  bool check = true;
+  std::int64_t check_limit_bytes = std::int64_t{2} << 30;
 };
 
 struct PartitionReport {

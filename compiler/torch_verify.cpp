@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "compiler/torch_plugin.h"
@@ -128,8 +129,8 @@ bool mixes_samples(const torch::jit::Module& module) {
   return false;
 }
 
-// A random op in training mode makes every run differ: no comparison could pass.
-void reject_random_ops(const emit::PlanStage& stage, const torch::jit::Module& module) {
+// A random op in training mode makes every run differ: no comparison could pass. Returns why.
+std::optional<std::string> random_op(const emit::PlanStage& stage, const torch::jit::Module& module) {
   for (auto* node : module.get_method("forward").graph()->nodes()) {
     std::string kind = node->kind().toQualString();
     bool random = kind.rfind("aten::rand", 0) == 0 || kind.rfind("aten::bernoulli", 0) == 0 ||
@@ -140,11 +141,12 @@ void reject_random_ops(const emit::PlanStage& stage, const torch::jit::Module& m
       random = !(p && p->isDouble() && p->toDouble() == 0) && !(train && train->isBool() && !train->toBool());
     }
     if (random) {
-      throw InputError("verify: stage " + std::to_string(stage.id) + " runs " + kind +
-                       " in training mode, so its outputs are random and cannot match; export the model with "
-                       "dropout off (p=0) to verify it");
+      return "stage " + std::to_string(stage.id) + " runs " + kind +
+             " in training mode, so its outputs are random and cannot match; export the model with dropout off (p=0) "
+             "to verify it";
     }
   }
+  return std::nullopt;
 }
 
 // Samples per reference forward: the smallest stage slice that is observable (see the top of
@@ -437,21 +439,27 @@ at::Tensor whole(const Tensors& pieces, int batch_dim) {
   return batch_dim >= 0 ? at::cat(pieces, batch_dim) : at::stack(pieces);
 }
 
-// The largest absolute difference, and that over the largest magnitude of the reference (the
-// absolute difference where the reference is all zeros). Anything not finite is a problem.
+// The largest absolute difference, and that over the largest magnitude of the reference, or
+// over `floor` where the reference is smaller (the absolute difference where both are zero).
+// Anything not finite is a problem.
 TorchPlugin::Difference compare(const std::string& what, const Tensors& ours, const Tensors& reference,
-                                 int batch_dim, std::vector<std::string>& problems) {
+                                 int batch_dim, std::vector<std::string>& problems, double floor = 0) {
   auto a = whole(ours, batch_dim).to(at::kDouble), b = whole(reference, batch_dim).to(at::kDouble);
   if (a.sizes() != b.sizes()) {
     problems.push_back(what + ": shape " + c10::str(a.sizes()) + " against the model's " + c10::str(b.sizes()));
     return {what, 0, 0};
   }
-  if (!a.isfinite().all().item<bool>() || !b.isfinite().all().item<bool>()) {
-    problems.push_back(what + ": not finite (NaN or infinity) " + (a.isfinite().all().item<bool>() ? "in the model" : "in the stages"));
+  if (!b.isfinite().all().item<bool>()) {
+    problems.push_back(what + ": not finite (NaN or infinity) in the model");
+    return {what, 0, 0, /*reference_not_finite=*/true};
+  }
+  if (!a.isfinite().all().item<bool>()) {
+    problems.push_back(what + ": not finite (NaN or infinity) in the stages");
     return {what, 0, 0};
   }
   double max_abs = a.numel() ? (a - b).abs().max().item<double>() : 0;
   double scale = b.numel() ? b.abs().max().item<double>() : 0;
+  scale = std::max(scale, floor);
   return {what, max_abs, scale > 0 ? max_abs / scale : max_abs};
 }
 
@@ -468,7 +476,17 @@ void compare_outputs(const emit::PlanFile& plan, const RunResult& ours, const Ru
     if (!ours.outputs.count(name)) report.problems.push_back("output " + name + ": no stage returns it");
 }
 
-void compare_gradients(const RunResult& ours, const RunResult& reference, Report& report) {
+
+double largest_magnitude(const std::map<std::string, at::Tensor>& gradients) {
+  double largest = 0;
+  for (const auto& [name, grad] : gradients)
+    if (grad.defined() && grad.numel() > 0 && grad.isfinite().all().item<bool>())
+      largest = std::max(largest, grad.abs().max().item<double>());
+  return largest;
+}
+
+void compare_gradients(const RunResult& ours, const RunResult& reference, double floor_fraction, Report& report) {
+  double floor = floor_fraction * largest_magnitude(reference.gradients);
   for (const auto& [name, grad] : reference.gradients) {
     auto it = ours.gradients.find(name);
     if (it == ours.gradients.end()) {
@@ -478,7 +496,7 @@ void compare_gradients(const RunResult& ours, const RunResult& reference, Report
     auto zero_if_undefined = [&](const at::Tensor& g) { return g.defined() ? g : at::zeros_like(it->second.defined() ? it->second : grad); };
     if (!grad.defined() && !it->second.defined()) continue;  // a frozen parameter
     report.gradients.push_back(compare("gradient " + name, {zero_if_undefined(it->second)}, {zero_if_undefined(grad)}, -1,
-                                       report.problems));
+                                       report.problems, floor));
   }
   bool any_gradient = std::any_of(reference.gradients.begin(), reference.gradients.end(),
                                   [](const auto& entry) { return entry.second.defined(); });
@@ -507,15 +525,21 @@ TorchPlugin::VerifyReport verify_stages(const TorchPlugin::VerifyRequest& reques
   torch::jit::setGraphExecutorOptimize(false);
   const auto& plan = *request.plan;
   auto modules = load_stages(plan);
-  for (const auto& stage : plan.stages) reject_random_ops(stage, modules[stage.id]);
   Report report;
+  for (const auto& stage : plan.stages) {
+    if (auto why = random_op(stage, modules[stage.id])) {
+      if (!request.skip_random) throw InputError("verify: " + *why);
+      report.skipped = *why;
+      return report;
+    }
+  }
   report.reference_chunk = reference_chunk(plan, modules, report.note);
   auto work = make_workload(request, report.reference_chunk);
   report.samples = work.samples;
   auto ours = Pipeline(plan, std::move(modules), report.reference_chunk).run(work);
   auto reference = Reference(request).run(work);
   compare_outputs(plan, ours, reference, report);
-  compare_gradients(ours, reference, report);
+  compare_gradients(ours, reference, request.gradient_floor, report);
   return report;
 }
 

@@ -1,7 +1,9 @@
 #include "compiler/verify.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <numeric>
 #include <sstream>
 
 #include "compiler/model.h"
@@ -130,6 +132,66 @@ VerifyOutcome run_verify(const VerifyOptions& options) {
                      {"problems", report.problems},
                      {"note", report.note}};
   return outcome;
+}
+
+namespace {
+
+// The plan on a small workload that still exercises every cut: replica slices of two samples
+// (BatchNorm needs more than one) in the widest stage, and two microbatches where the plan has
+// several.
+emit::PlanFile small_workload(const emit::PlanFile& plan) {
+  emit::PlanFile small = plan;
+  int slices = 1;
+  for (const auto& stage : plan.stages) slices = std::lcm(slices, stage.replicas_per_pipeline);
+  small.microbatch_size = std::min(plan.microbatch_size, 2 * slices);
+  small.microbatches = std::min(plan.microbatches, 2);
+  return small;
+}
+
+}  // namespace
+
+StageCheck check_stage_files(const Model& model, const emit::PlanFile& plan, double tolerance) {
+  auto small = small_workload(plan);
+  auto request = request_for(model, small, /*seed=*/0);
+  request.skip_random = true;
+  request.gradient_floor = 1e-3;  // a check for gross errors: see partition.cpp
+  auto report = torch_plugin().verify(request);
+  StageCheck check;
+  if (!report.skipped.empty()) {
+    check.line = "not compared: " + report.skipped;
+    check.summary = {{"compared", false}, {"reason", report.skipped}};
+    return check;
+  }
+  // NaN in the unpartitioned model on made-up inputs (a made-up length of 0) allows no verdict.
+  auto reference_not_finite = [](const TorchPlugin::Difference& d) { return d.reference_not_finite; };
+  if (std::any_of(report.outputs.begin(), report.outputs.end(), reference_not_finite) ||
+      std::any_of(report.gradients.begin(), report.gradients.end(), reference_not_finite)) {
+    check.line = "not compared: the model itself gives NaN or infinity on made-up inputs, so the stage files are not checked";
+    check.summary = {{"compared", false}, {"reason", check.line}};
+    return check;
+  }
+  auto outputs = summarize(report.outputs), gradients = summarize(report.gradients);
+  const auto* worst = outputs.max_rel() >= gradients.max_rel() ? outputs.worst : gradients.worst;
+  double max_rel = std::max(outputs.max_rel(), gradients.max_rel());
+  std::string advice = " (plan.json not written; --no-check writes it anyway)";
+  if (!report.problems.empty()) {
+    throw Error(ExitStatus::kBadInput, model.path + ": the stage files do not reproduce the model: " +
+                                           report.problems.front() + advice);
+  }
+  if (report.outputs.empty() || max_rel > tolerance) {
+    char what[256];
+    std::snprintf(what, sizeof what, "%s differs by %.3g (relative; tolerance %.3g)",
+                  worst ? worst->what.c_str() : "no output", max_rel, tolerance);
+    throw Error(ExitStatus::kBadInput, model.path + ": the stage files do not reproduce the model: " + what + advice);
+  }
+  char line[256];
+  std::snprintf(line, sizeof line, "stage files match the model: %zu outputs and %zu gradients within %.3g relative on %lld samples",
+                outputs.compared, gradients.compared, max_rel, static_cast<long long>(report.samples));
+  check.compared = true;
+  check.line = line;
+  check.summary = {{"compared", true}, {"samples", report.samples}, {"outputs", summary_json(outputs)},
+                   {"gradients", summary_json(gradients)}};
+  return check;
 }
 
 }  // namespace rannc

@@ -6,6 +6,9 @@
 #include <optional>
 #include <string>
 
+#include "compiler/model.h"
+#include "emit/plan_file.h"
+
 namespace rannc {
 
 struct VerifyOptions {
@@ -23,5 +26,16 @@ struct VerifyOutcome {
 
 // Throws InputError for an unreadable or mismatched plan, model or stage file.
 VerifyOutcome run_verify(const VerifyOptions& options);
+
+// partition's check of the stage files it has just written, before plan.json names them: the
+// plan is chained on a small workload (at most two microbatches, one sample per replica slice of
+// the widest stage) against `model`. Throws Error when a stage file differs from the model, with
+// the worst tensor; a model with random ops in training mode is not compared (`line` says so).
+struct StageCheck {
+  bool compared = false;
+  std::string line;        // for the partition summary
+  nlohmann::json summary;  // for --json
+};
+StageCheck check_stage_files(const Model& model, const emit::PlanFile& plan, double tolerance);
 
 }  // namespace rannc

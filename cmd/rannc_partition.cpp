@@ -2,6 +2,7 @@
 // error into one line on stderr and the exit status of CONTRACT.md.
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <iostream>
 #include <new>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "compiler/verify.h"
 #include "cost_model/cluster.h"
 #include "cost_model/op_work.h"
+#include "emit/plan_file.h"
 #include "ir/dump.h"
 #include "support/error.h"
 
@@ -193,6 +195,12 @@ struct ShowOptions {
 
 int run_show(const ShowOptions& options) {
   emit::PlanFile plan = emit::read_plan_file(options.plan_path);
+  // show needs no stage files (a plan is often looked at without them), but those present must
+  // be the ones the plan was written with.
+  for (const auto& stage : plan.stages) {
+    std::error_code ec;
+    if (std::filesystem::exists(plan.stage_path(stage), ec)) emit::check_stage_file(plan, stage);
+  }
   if (options.json) print_json(show_json(plan), 2);
   else std::cout << show_text(plan);
   return 0;

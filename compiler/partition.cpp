@@ -16,6 +16,7 @@
 #include "partitioner/planner.h"
 #include "support/atomic_file.h"
 #include "support/error.h"
+#include "support/folder_lock.h"
 #include "support/format.h"
 #include "support/sha256.h"
 #include "support/stable_number.h"
@@ -98,6 +99,19 @@ void write_companion_files(const emit::PlanFile& file, const std::string& plan_p
   write_file_atomically(beside("stages.dot"), emit::stages_dot(file), "the stage graph");
 }
 
+// plan.json of an earlier run, and with --plan-only the stage files this plan would name:
+// those on disk belong to another plan, and readers must not take them for this one's.
+void remove_outputs_of_old_plan(const std::string& plan_path, const std::vector<emit::StageLayout>* stage_files) {
+  auto remove = [](const std::filesystem::path& path) {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+    if (ec) throw InputError(path.string() + ": cannot remove the output of an earlier run: " + ec.message());
+  };
+  remove(plan_path);
+  if (stage_files)
+    for (const auto& stage : *stage_files) remove(std::filesystem::path(plan_path).parent_path() / stage.file);
+}
+
 std::int64_t weight_bytes(const ir::Graph& graph) {
   std::int64_t bytes = 0;
   for (const auto& value : graph.values())
@@ -136,6 +150,7 @@ PartitionReport run_partition(const PartitionOptions& options) {
   std::optional<cost::ProfileDb> db;
   if (!options.profile_db.empty()) db = cost::ProfileDb::load(options.profile_db, /*must_exist=*/true);
   std::string plan_path = plan_path_in(options.out_dir);
+  FolderLock lock(options.out_dir);  // held until every file is written
   auto batch = requested_batch(options.load);
   if (batch && *batch > std::numeric_limits<int>::max())
     throw InputError("--batch " + std::to_string(*batch) + ": larger than a plan supports (2^31 - 1)");
@@ -147,19 +162,24 @@ PartitionReport run_partition(const PartitionOptions& options) {
   cost::CostModel costs(model.graph, request.cluster.device, request.precision, db ? &*db : nullptr);
   auto result = partition::plan_model(model.graph, model.batch, costs, request);
   auto layouts = emit::stage_layouts(model.graph, result);
-  // Stage files first: plan.json, which names them, appears only once they are all written.
-  if (!options.plan_only) write_stage_files(model, layouts, options.out_dir);
   emit::ModelFacts facts{options.model_path, sha256_of_file(options.model_path),
                          std::string(model_format_name(model.format)), model.batch};
   nlohmann::json plan = emit::plan_to_json(model.graph, facts, request, result, layouts);
+  // The old plan goes first, so that a run that fails part-way leaves no plan.json naming files
+  // it did not write; plan.json is the last file written, once everything it names is there.
+  remove_outputs_of_old_plan(plan_path, options.plan_only ? &layouts : nullptr);
+  if (!options.plan_only) {
+    auto hashes = write_stage_files(model, layouts, options.out_dir);
+    for (std::size_t i = 0; i < hashes.size(); ++i) plan["stages"][i]["sha256"] = hashes[i];
+  }
   // Checked as every reader will check it before it is written: a plan the runtime would refuse
   // is never left behind.
   emit::PlanFile file = emit::plan_from_json(plan, plan_path);
   std::string check_line;
   nlohmann::json check;
   if (!options.plan_only) check = check_written_stages(model, file, options, check_line);
-  write_file_atomically(plan_path, plan.dump(1) + "\n", "the plan");
   write_companion_files(file, plan_path, result.plan);
+  write_file_atomically(plan_path, plan.dump(1) + "\n", "the plan");
   double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 
   PartitionReport report;

@@ -1,8 +1,11 @@
 // The torch plugin's entry point: the one symbol the loader looks up.
 #include "compiler/torch_plugin.h"
 
+#include <torch/csrc/jit/serialization/export.h>
+
 #include "compiler/torchscript_source.h"
 #include "emit/torchscript_stages.h"
+#include "support/atomic_file.h"
 #include "support/error.h"
 #include "support/torch_kernel_fixes.h"
 
@@ -22,16 +25,23 @@ TorchPlugin::VerifyReport verify_stages(const TorchPlugin::VerifyRequest& reques
 
 namespace {
 
-// Saves to `path`; a libtorch failure becomes one line naming `what`.
+// Saves to `path`; a libtorch failure becomes one line naming `what`. The archive is made in
+// memory and written by write_file_atomically: libtorch's own file writer throws again from its
+// destructor when the disk fills up (`terminate called`) and leaves a partial file.
 template <typename Build>
 void save_module(const std::string& what, const std::string& path, const Build& build) {
+  std::string bytes;
   try {
-    build().save(path);
+    torch::jit::ExportModule(build(), [&bytes](const void* data, std::size_t size) {
+      bytes.append(static_cast<const char*>(data), size);
+      return size;
+    });
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
     throw InputError(what + ": " + torch_message(e));
   }
+  write_file_atomically(path, bytes);
 }
 
 class TorchPluginImpl : public TorchPlugin {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "support/error.h"
+#include "support/input_file.h"
 #include "support/stable_number.h"
 
 namespace rannc::cost {
@@ -38,10 +39,24 @@ constexpr double kMaxSizeBytes = 4611686018427387904.0;  // 2^62: far beyond any
 
 [[noreturn]] void fail(const std::string& message) { throw InputError(message); }
 
-// `text` with control characters escaped (JSON style), so that an error message stays one line.
-std::string one_line(const std::string& text) {
-  std::string quoted = json(text).dump(-1, ' ', false, json::error_handler_t::replace);
-  return quoted.substr(1, quoted.size() - 2);
+// `text` with control characters escaped (JSON style) and cut short, so that an error message
+// stays one short line.
+std::string one_line(const std::string& text) { return text_excerpt(text); }
+
+// The figures a description may give, wide enough for any real machine, narrow enough that no
+// predicted time or size overflows (a latency of 1e308 us would make every time infinite).
+struct Range {
+  double min, max;  // min applies to positive figures; zero passes where allowed
+};
+constexpr Range kBandwidthGbps{1e-6, 1e6};  // 1 kB/s .. 1 PB/s
+constexpr Range kLatencyUs{0, 1e7};         // up to 10 s
+constexpr Range kTflops{1e-6, 1e6};         // 1 MFLOP/s .. 1 EFLOP/s
+constexpr Range kOverheadUs{0, 1e7};        // up to 10 s
+
+std::string figure(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", x);
+  return text;
 }
 
 std::string join(const std::vector<std::string>& items) {
@@ -136,14 +151,16 @@ class Fields {
     return value.get<int>();
   }
 
-  // A finite number, > 0 or, with allow_zero, >= 0; `fallback` when absent and given.
-  double number(const std::string& name, bool allow_zero = false, std::optional<double> fallback = {}) const {
+  // A finite number in `range`, > 0 or, with allow_zero, >= 0; `fallback` when absent and given.
+  double number(const std::string& name, Range range, bool allow_zero = false, std::optional<double> fallback = {}) const {
     const json* value = fallback ? find(name) : &need(name);
     if (!value) return *fallback;
     double x = value->is_number() ? value->get<double>() : -1;
     if (!std::isfinite(x) || x < 0 || (x == 0 && !allow_zero)) {
       fail(label(name) + (allow_zero ? ": must be a non-negative number" : ": must be a positive number"));
     }
+    if (x > range.max) fail(label(name) + ": " + figure(x) + " is more than " + figure(range.max));
+    if (x != 0 && x < range.min) fail(label(name) + ": " + figure(x) + " is less than " + figure(range.min));
     return x;
   }
 
@@ -187,7 +204,7 @@ class Fields {
 
 Link link_from_json(const json& object, const std::string& source, const std::string& path) {
   Fields fields(object, source, path, {"bandwidth_gbps", "latency_us"});
-  return Link{fields.number("bandwidth_gbps") * kGiga, fields.number("latency_us", true) * kMicro};
+  return Link{fields.number("bandwidth_gbps", kBandwidthGbps) * kGiga, fields.number("latency_us", kLatencyUs, true) * kMicro};
 }
 
 // The optional link `name`; a custom device has no default, so there it is required.
@@ -204,12 +221,12 @@ DeviceSpec custom_device(const json& object, const std::string& source) {
   DeviceSpec device;
   device.name = fields.name_string("name");
   device.description = "custom device from " + source;
-  device.peak_fp32_flops = fields.number("peak_fp32_tflops") * kTera;
-  device.peak_half_flops = fields.number("peak_half_tflops") * kTera;
+  device.peak_fp32_flops = fields.number("peak_fp32_tflops", kTflops) * kTera;
+  device.peak_half_flops = fields.number("peak_half_tflops", kTflops) * kTera;
   device.has_bf16 = fields.flag("bf16", true);
-  device.mem_bandwidth = fields.number("mem_bandwidth_gbps") * kGiga;
+  device.mem_bandwidth = fields.number("mem_bandwidth_gbps", kBandwidthGbps) * kGiga;
   device.mem_bytes = fields.mem("mem");
-  device.op_overhead = fields.number("op_overhead_us", true, 5.0) * kMicro;
+  device.op_overhead = fields.number("op_overhead_us", kOverheadUs, true, 5.0) * kMicro;
   return device;
 }
 
@@ -222,15 +239,13 @@ json read_json_file(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) fail(path + ": no such file");
   if (std::filesystem::is_directory(path, ec)) fail(path + ": is a directory, not a JSON file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path + ": cannot open the file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) fail(path + ": cannot read the file");
+  // Only a regular file, and a small one: --cluster /dev/zero would be read forever.
+  std::string text = read_regular_file(path, std::uint64_t{16} << 20, "a cluster description");
+  check_json_depth(text, path);
   try {
-    return json::parse(text.str());
+    return json::parse(text);
   } catch (const json::parse_error& e) {
-    fail(path + ": not valid JSON: " + first_line(e.what()));
+    fail(path + ": not valid JSON: " + clip(first_line(e.what())));
   }
 }
 

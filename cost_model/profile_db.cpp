@@ -5,10 +5,14 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <limits>
+#include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "support/atomic_file.h"
 #include "support/error.h"
+#include "support/input_file.h"
 
 namespace rannc::cost {
 namespace {
@@ -27,43 +31,97 @@ json to_json(const OpMeasurement& m) {
           {"bwd_peak_bytes", m.bwd_peak_bytes}, {"reps", m.reps}};
 }
 
-OpMeasurement measurement_from_json(const json& j) {
-  OpMeasurement m;
-  m.kind = j.at("kind").get<std::string>();
-  m.op_class = j.at("class").get<std::string>();
-  m.flops_fwd = j.at("flops_fwd").get<double>();
-  m.bytes_fwd = j.at("bytes_fwd").get<double>();
-  m.flops_bwd = j.at("flops_bwd").get<double>();
-  m.bytes_bwd = j.at("bytes_bwd").get<double>();
-  m.fwd_ms = j.at("fwd_ms").get<double>();
-  m.bwd_ms = j.at("bwd_ms").get<double>();
-  m.fwd_peak_bytes = j.at("fwd_peak_bytes").get<std::int64_t>();
-  m.retained_bytes = j.at("retained_bytes").get<std::int64_t>();
-  m.bwd_peak_bytes = j.at("bwd_peak_bytes").get<std::int64_t>();
-  m.reps = j.at("reps").get<int>();
-  for (double v : {m.flops_fwd, m.bytes_fwd, m.flops_bwd, m.bytes_bwd, m.fwd_ms, m.bwd_ms}) {
-    if (!std::isfinite(v) || v < 0) throw std::invalid_argument("a negative or non-finite number");
+// A field of the DB with its path ("devices.cpu.ops['aten::linear(...)'].fwd_ms"), so that every
+// problem names where it is. Numbers must be finite, non-negative and below a bound no real
+// measurement reaches (sums of them must not overflow).
+class Field {
+ public:
+  Field(const json& value, std::string path) : value_(value), path_(std::move(path)) {}
+
+  [[noreturn]] void fail(const std::string& problem) const {
+    throw std::invalid_argument(path_ + ": " + problem);
   }
-  if (m.reps < 1) throw std::invalid_argument("no repetitions");
+  const json& raw() const { return value_; }
+  const std::string& path() const { return path_; }
+
+  Field operator[](const char* key) const {
+    if (!value_.is_object()) fail("expected an object, found " + json_excerpt(value_));
+    auto it = value_.find(key);
+    if (it == value_.end()) throw std::invalid_argument(child(key) + ": missing");
+    return Field(*it, child(key));
+  }
+  // The members of an object, each with its key in the path.
+  std::vector<std::pair<std::string, Field>> members() const {
+    if (!value_.is_object()) fail("expected an object, found " + json_excerpt(value_));
+    std::vector<std::pair<std::string, Field>> list;
+    for (auto it = value_.begin(); it != value_.end(); ++it)
+      list.emplace_back(it.key(), Field(*it, path_ + "['" + text_excerpt(it.key()) + "']"));
+    return list;
+  }
+  std::string text() const {
+    if (!value_.is_string()) fail("expected a string, found " + json_excerpt(value_));
+    return value_.get<std::string>();
+  }
+  std::vector<std::string> texts() const {
+    if (!value_.is_array()) fail("expected an array of strings, found " + json_excerpt(value_));
+    std::vector<std::string> list;
+    for (std::size_t i = 0; i < value_.size(); ++i) list.push_back(Field(value_[i], path_ + "[" + std::to_string(i) + "]").text());
+    return list;
+  }
+  // A finite number in [0, max] (or (0, max] when `positive`).
+  double amount(double max, bool positive = false) const {
+    if (!value_.is_number()) fail("expected a number, found " + json_excerpt(value_));
+    double x = value_.get<double>();
+    if (!std::isfinite(x)) fail(json_excerpt(value_) + ": not a finite number");
+    if (x < 0) fail(json_excerpt(value_) + ": must not be negative");
+    if (positive && x == 0) fail("0: must be positive");
+    if (x > max) fail(json_excerpt(value_) + ": more than " + json(max).dump());
+    return x;
+  }
+  std::int64_t count(std::int64_t min, std::int64_t max) const {
+    if (!value_.is_number_integer()) fail("expected an integer, found " + json_excerpt(value_));
+    bool too_big = value_.is_number_unsigned() && value_.get<std::uint64_t>() > static_cast<std::uint64_t>(max);
+    std::int64_t n = too_big ? max : value_.get<std::int64_t>();
+    if (n < min) fail(json_excerpt(value_) + (min == 0 ? ": must not be negative" : ": must be at least " + std::to_string(min)));
+    if (too_big || n > max) fail(json_excerpt(value_) + ": more than " + std::to_string(max));
+    return n;
+  }
+
+ private:
+  std::string child(const char* key) const { return path_.empty() ? key : path_ + "." + key; }
+  const json& value_;
+  std::string path_;
+};
+
+constexpr double kMaxMs = 1e12;              // about 30 years
+constexpr double kMaxWork = 1e30;            // FLOPs or bytes of one op
+constexpr std::int64_t kMaxBytes = std::int64_t{1} << 62;
+constexpr std::int64_t kMaxCount = std::numeric_limits<int>::max();
+
+OpMeasurement measurement_from_json(const Field& f) {
+  OpMeasurement m;
+  m.kind = f["kind"].text();
+  m.op_class = f["class"].text();
+  m.flops_fwd = f["flops_fwd"].amount(kMaxWork);
+  m.bytes_fwd = f["bytes_fwd"].amount(kMaxWork);
+  m.flops_bwd = f["flops_bwd"].amount(kMaxWork);
+  m.bytes_bwd = f["bytes_bwd"].amount(kMaxWork);
+  m.fwd_ms = f["fwd_ms"].amount(kMaxMs);
+  m.bwd_ms = f["bwd_ms"].amount(kMaxMs);
+  m.fwd_peak_bytes = f["fwd_peak_bytes"].count(0, kMaxBytes);
+  m.retained_bytes = f["retained_bytes"].count(0, kMaxBytes);
+  m.bwd_peak_bytes = f["bwd_peak_bytes"].count(0, kMaxBytes);
+  m.reps = static_cast<int>(f["reps"].count(1, kMaxCount));
   return m;
 }
 
-DeviceProfile device_from_json(const json& j) {
+DeviceProfile device_from_json(const Field& f) {
   DeviceProfile d;
-  d.description = j.at("description").get<std::string>();
-  d.peak_fp32_flops = j.at("peak_fp32_flops").get<double>();
-  d.mem_bandwidth = j.at("mem_bandwidth").get<double>();
-  d.op_overhead = j.at("op_overhead").get<double>();
-  if (d.peak_fp32_flops <= 0 || d.mem_bandwidth <= 0 || d.op_overhead < 0) {
-    throw std::invalid_argument("device peaks must be positive");
-  }
-  for (const auto& [signature, entry] : j.at("ops").items()) {
-    try {
-      d.ops[signature] = measurement_from_json(entry);
-    } catch (const std::exception& e) {
-      throw std::invalid_argument("op '" + signature.substr(0, 80) + "': " + e.what());
-    }
-  }
+  d.description = f["description"].text();
+  d.peak_fp32_flops = f["peak_fp32_flops"].amount(1e21, /*positive=*/true);
+  d.mem_bandwidth = f["mem_bandwidth"].amount(1e18, /*positive=*/true);
+  d.op_overhead = f["op_overhead"].amount(10);  // seconds
+  for (const auto& [signature, entry] : f["ops"].members()) d.ops[signature] = measurement_from_json(entry);
   return d;
 }
 
@@ -89,31 +147,31 @@ json model_to_json(const ModelProfile& m) {
           {"fwd_ms", m.fwd_ms}, {"bwd_ms", m.bwd_ms}, {"peak_bytes", m.peak_bytes}};
 }
 
-ModelProfile model_from_json(const json& j) {
+ModelProfile model_from_json(const Field& f) {
   ModelProfile m;
-  m.path = j.at("path").get<std::string>();
-  m.device = j.at("device").get<std::string>();
-  for (const auto& [signature, count] : j.at("signatures").items()) m.signatures[signature] = count.get<int>();
-  m.unprofiled_kinds = j.at("unprofiled_kinds").get<std::vector<std::string>>();
-  m.unprofiled_signatures = j.at("unprofiled_signatures").get<int>();
-  m.ops = j.at("ops").get<int>();
-  m.fwd_ms = j.at("fwd_ms").get<double>();
-  m.bwd_ms = j.at("bwd_ms").get<double>();
-  m.peak_bytes = j.at("peak_bytes").get<double>();
+  m.path = f["path"].text();
+  m.device = f["device"].text();
+  for (const auto& [signature, count] : f["signatures"].members()) m.signatures[signature] = static_cast<int>(count.count(0, kMaxCount));
+  m.unprofiled_kinds = f["unprofiled_kinds"].texts();
+  m.unprofiled_signatures = static_cast<int>(f["unprofiled_signatures"].count(0, kMaxCount));
+  m.ops = static_cast<int>(f["ops"].count(0, kMaxCount));
+  m.fwd_ms = f["fwd_ms"].amount(kMaxMs);
+  m.bwd_ms = f["bwd_ms"].amount(kMaxMs);
+  m.peak_bytes = f["peak_bytes"].amount(static_cast<double>(kMaxBytes));
   return m;
 }
 
 json parse_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": is a folder, not a profile DB");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot read the profile DB");
+  std::string text = read_regular_file(path, kMaxJsonFileBytes, "a profile DB");
+  check_json_depth(text, path);
   try {
-    return json::parse(in);
+    return json::parse(text);
   } catch (const json::parse_error& e) {
-    throw InputError(path + ": profile DB is not valid JSON: " + first_line(e.what()));
+    throw InputError(path + ": profile DB is not valid JSON: " + clip(first_line(e.what())));
   } catch (const std::exception& e) {
-    throw InputError(path + ": cannot read the profile DB: " + first_line(e.what()));
+    throw InputError(path + ": cannot read the profile DB: " + clip(first_line(e.what())));
   }
 }
 
@@ -129,23 +187,13 @@ ProfileDb ProfileDb::load(const std::string& path, bool must_exist) {
   json j = parse_file(path);
   try {
     if (!j.is_object() || j.value("format", "") != kFormat) throw std::invalid_argument("not a rannc-profile-db file");
-    if (j.at("version").get<int>() != kVersion) {
-      throw std::invalid_argument("version " + j.at("version").dump() + " is not supported (expected 1)");
+    Field root(j, "");
+    auto version = root["version"].count(std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max());
+    if (version != kVersion) {
+      throw std::invalid_argument("version " + std::to_string(version) + " is not supported (expected 1)");
     }
-    for (const auto& [name, device] : j.at("devices").items()) {
-      try {
-        db.devices_[name] = device_from_json(device);
-      } catch (const std::exception& e) {
-        throw std::invalid_argument("device '" + name + "': " + first_line(e.what()));
-      }
-    }
-    for (const auto& [key, model] : j.at("models").items()) {
-      try {
-        db.models_[key] = model_from_json(model);
-      } catch (const std::exception& e) {
-        throw std::invalid_argument("model '" + key.substr(0, 80) + "': " + first_line(e.what()));
-      }
-    }
+    for (const auto& [name, device] : root["devices"].members()) db.devices_[name] = device_from_json(device);
+    for (const auto& [key, model] : root["models"].members()) db.models_[key] = model_from_json(model);
   } catch (const std::exception& e) {
     throw InputError(path + ": corrupt profile DB: " + first_line(e.what()));
   }
@@ -158,6 +206,8 @@ void ProfileDb::save(const std::string& path) const {
   json models = json::object();
   for (const auto& [key, model] : models_) models[key] = model_to_json(model);
   json j = {{"format", kFormat}, {"version", kVersion}, {"devices", devices}, {"models", models}};
+  // Written as null, a NaN would make the DB unreadable: refuse it here instead.
+  if (auto field = first_non_finite(j)) throw InputError(path + ": " + *field + " is not a finite number; the DB is left as it was");
   write_file_atomically(path, j.dump(1, ' ', false, json::error_handler_t::replace) + "\n", "the profile DB");
 }
 

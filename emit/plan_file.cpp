@@ -10,6 +10,8 @@
 #include "emit/plan_json.h"
 #include "ir/dtype.h"
 #include "support/error.h"
+#include "support/input_file.h"
+#include "support/sha256.h"
 
 namespace rannc::emit {
 namespace {
@@ -84,20 +86,20 @@ class Field {
   int small(int min = 0, int max = std::numeric_limits<int>::max()) const { return static_cast<int>(integer(min, max)); }
   double non_negative() const {
     double x = number();
-    if (!(x >= 0)) fail(value_.dump() + ": must not be negative");
+    if (!(x >= 0)) fail(json_excerpt(value_) + ": must not be negative");
     return x;
   }
 
  private:
   std::string child_path(const char* key) const { return where_.empty() ? key : where_ + "." + key; }
   [[noreturn]] void expected(const char* what) const {
-    fail("expected " + std::string(what) + ", found " + type_name(value_) + (value_.is_null() ? "" : " " + value_.dump()));
+    fail("expected " + std::string(what) + ", found " + type_name(value_) + (value_.is_null() ? "" : " " + json_excerpt(value_)));
   }
   [[noreturn]] void out_of(std::int64_t min, std::int64_t max) const {
     std::string range = max == std::numeric_limits<std::int64_t>::max() || max == std::numeric_limits<int>::max()
                             ? "at least " + std::to_string(min)
                             : "in " + std::to_string(min) + ".." + std::to_string(max);
-    fail(value_.dump() + ": must be " + range);
+    fail(json_excerpt(value_) + ": must be " + range);
   }
 
   const json& value_;
@@ -110,20 +112,17 @@ json parse_document(const std::string& path) {
   auto status = std::filesystem::status(path, ec);
   if (!std::filesystem::exists(status)) throw InputError(path + ": no such file");
   if (!std::filesystem::is_regular_file(status)) throw InputError(path + ": not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream content;
-  if (!in || !(content << in.rdbuf())) {
-    if (std::filesystem::file_size(path, ec) == 0 && !ec) throw InputError(path + ": empty file, not a plan");
-    throw InputError(path + ": cannot read the file");
-  }
+  std::string content = read_regular_file(path, kMaxJsonFileBytes, "a plan");
+  if (content.empty()) throw InputError(path + ": empty file, not a plan");
+  check_json_depth(content, path);
   try {
-    return json::parse(content.str());
+    return json::parse(content);
   } catch (const json::exception& e) {
     // "[json.exception.parse_error.101] parse error at line 3, ..." without the bracketed id
     // (also numbers out of range, e.g. 1e400).
-    std::string what = e.what();
+    std::string what = first_line(e.what());
     auto close = what.find("] ");
-    throw InputError(path + ": not valid JSON (truncated?): " + (close == std::string::npos ? what : what.substr(close + 2)));
+    throw InputError(path + ": not valid JSON (truncated?): " + clip(close == std::string::npos ? what : what.substr(close + 2)));
   }
 }
 
@@ -132,7 +131,7 @@ void check_header(const Field& document) {
   if (!document.raw().is_object()) document.fail("not a plan: expected a JSON object, found " + std::string(type_name(document.raw())));
   if (!document.has("format")) document.fail("not a rannc plan: no \"format\" field");
   std::string format = document["format"].text();
-  if (format != kPlanFormat) document["format"].fail("'" + format + "' is not " + kPlanFormat);
+  if (format != kPlanFormat) document["format"].fail("'" + text_excerpt(format) + "' is not " + kPlanFormat);
   auto version = document["version"].integer();
   if (version != kPlanVersion) {
     document.fail("version " + std::to_string(version) + " is not supported (this build reads version " +
@@ -145,7 +144,7 @@ PlanTensor read_tensor(const Field& field) {
   tensor.name = field["name"].text();
   for (const auto& dim : field["shape"].items()) tensor.shape.push_back(dim.integer(0));
   tensor.dtype = field["dtype"].text();
-  if (!ir::parse_dtype(tensor.dtype)) field["dtype"].fail("'" + tensor.dtype + "' is not a dtype");
+  if (!ir::parse_dtype(tensor.dtype)) field["dtype"].fail("'" + text_excerpt(tensor.dtype) + "' is not a dtype");
   tensor.batch_dim = field["batch_dim"].small(-1);
   if (tensor.batch_dim >= static_cast<int>(tensor.shape.size())) {
     field["batch_dim"].fail(std::to_string(tensor.batch_dim) + " is not a dim of a " + std::to_string(tensor.shape.size()) +
@@ -185,7 +184,7 @@ void read_model(const Field& model, PlanFile& plan) {
   for (std::size_t i = 0; i < plan.model_inputs.size(); ++i) {
     if (auto bound = model["inputs"].items()[i].find("index_bound")) plan.model_inputs[i].index_bound = bound->integer(1);
     if (plan.model_inputs[i].batch_dim < 0)
-      model["inputs"].fail("input " + std::to_string(i) + " ('" + plan.model_inputs[i].name + "') has no batch dim");
+      model["inputs"].fail("input " + std::to_string(i) + " ('" + text_excerpt(plan.model_inputs[i].name) + "') has no batch dim");
   }
 }
 
@@ -217,7 +216,7 @@ void read_batch(const Field& batch, PlanFile& plan) {
 // "plan.json: schedule zigzag: unknown schedule (known: 1f1b, gpipe)".
 std::string read_choice(const Field& field, void (*check)(std::string_view, std::string_view)) {
   std::string value = field.text();
-  check(value, field.label());
+  check(text_excerpt(value), field.label());
   return value;
 }
 
@@ -230,7 +229,7 @@ void read_source(const Field& input, PlanTensor& tensor, int stage_id, const Pla
     tensor.model_input = source["model_input"].text();
     bool known = false;
     for (const auto& model_input : plan.model_inputs) known |= model_input.name == *tensor.model_input;
-    if (!known) source["model_input"].fail("'" + *tensor.model_input + "' is not one of model.inputs");
+    if (!known) source["model_input"].fail("'" + text_excerpt(*tensor.model_input) + "' is not one of model.inputs");
     return;
   }
   // Otherwise it comes from a stage: "source.stage: missing" if neither is there.
@@ -252,8 +251,8 @@ void read_source(const Field& input, PlanTensor& tensor, int stage_id, const Pla
     return true;
   };
   if (sent.name != tensor.name || sent.dtype != tensor.dtype || !same_but_batch()) {
-    input.fail("'" + tensor.name + "' " + tensor.dtype + " does not match output " + std::to_string(tensor.from_output) +
-               " of stage " + std::to_string(tensor.from_stage) + ", '" + sent.name + "' " + sent.dtype +
+    input.fail("'" + text_excerpt(tensor.name) + "' " + tensor.dtype + " does not match output " + std::to_string(tensor.from_output) +
+               " of stage " + std::to_string(tensor.from_stage) + ", '" + text_excerpt(sent.name) + "' " + sent.dtype +
                " (same name, dtype, batch dim and other dims expected)");
   }
 }
@@ -271,7 +270,7 @@ void read_stage_ranks(const Field& field, PlanStage& stage, const PlanFile& plan
                         std::to_string(expected));
   }
   if (auto replicas = field.find("replicas"); replicas && replicas->integer() != static_cast<std::int64_t>(expected))
-    replicas->fail(replicas->raw().dump() + " differs from the " + std::to_string(expected) + " ranks of the stage");
+    replicas->fail(json_excerpt(replicas->raw()) + " differs from the " + std::to_string(expected) + " ranks of the stage");
 }
 
 void read_predicted(const Field& predicted, PlanStage& stage) {
@@ -289,6 +288,12 @@ PlanStage read_stage(const Field& field, int index, const PlanFile& plan) {
   if (stage.id != index) field["id"].fail(std::to_string(stage.id) + ", expected " + std::to_string(index) + " (stage ids run 0, 1, ... in order)");
   stage.file = field["file"].text();
   if (stage.file.empty()) field["file"].fail("empty");
+  if (auto sha256 = field.find("sha256")) {
+    stage.sha256 = sha256->text();
+    bool hex = stage.sha256.size() == 64 &&
+               stage.sha256.find_first_not_of("0123456789abcdef") == std::string::npos;
+    if (!hex) sha256->fail("'" + text_excerpt(stage.sha256) + "' is not a SHA-256 (64 lowercase hex digits)");
+  }
   read_stage_ranks(field, stage, plan);
   stage.outputs = read_tensors(field["outputs"]);
   auto outputs = field["outputs"].items();
@@ -422,14 +427,24 @@ PlanFile plan_from_json(nlohmann::json document, const std::string& path) {
 
 PlanFile read_plan_file(const std::string& path) { return plan_from_json(parse_document(path), path); }
 
-void check_stage_files_exist(const PlanFile& plan) {
-  for (const auto& stage : plan.stages) {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(plan.stage_path(stage), ec)) {
-      throw InputError(plan.path + ": stage " + std::to_string(stage.id) + "'s file " + plan.stage_path(stage) +
-                       " is missing (write the stage files with the partition verb)");
-    }
+void check_stage_file(const PlanFile& plan, const PlanStage& stage, bool check_sha256) {
+  std::string path = plan.stage_path(stage);
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    throw InputError(plan.path + ": stage " + std::to_string(stage.id) + "'s file " + path +
+                     " is missing (write the stage files with the partition verb)");
   }
+  if (!check_sha256 || stage.sha256.empty()) return;
+  std::string found = sha256_of_file(path);
+  if (found != stage.sha256) {
+    throw InputError(path + " does not match " + plan.path + " (sha256 " + found.substr(0, 16) + "..., the plan says " +
+                     stage.sha256.substr(0, 16) + "...); re-run partition");
+  }
+}
+
+void check_stage_files_exist(const PlanFile& plan) {
+  for (const auto& stage : plan.stages) check_stage_file(plan, stage, /*check_sha256=*/false);
+  for (const auto& stage : plan.stages) check_stage_file(plan, stage);
 }
 
 }  // namespace rannc::emit

@@ -35,6 +35,7 @@ struct PlanWeight {
 struct PlanStage {
   int id = 0;
   std::string file;          // as written in the plan (relative to the plan's folder)
+  std::string sha256;        // of the stage file, as partition wrote it ("" in --plan-only plans)
   std::vector<int> ranks;
   int replicas_per_pipeline = 1;
   std::vector<PlanTensor> inputs, outputs;
@@ -94,7 +95,12 @@ PlanFile read_plan_file(const std::string& path);
 // `path` names it in errors and locates the stage files.
 PlanFile plan_from_json(nlohmann::json document, const std::string& path);
 
-// Throws InputError when a stage file named by the plan is missing.
+// Throws InputError when a stage file named by the plan is missing, or (when the plan records
+// its sha256) differs from the file partition wrote: "DIR/stage_1.pt does not match
+// DIR/plan.json (sha256 ...); re-run partition". Missing files are reported before any is hashed.
 void check_stage_files_exist(const PlanFile& plan);
+// The same for one stage (a rank of rannc-run reads only its own); without `check_sha256`,
+// only that the file is there.
+void check_stage_file(const PlanFile& plan, const PlanStage& stage, bool check_sha256 = true);
 
 }  // namespace rannc::emit

@@ -5,6 +5,8 @@
 #include <set>
 
 #include "emit/index_bound.h"
+#include "support/error.h"
+#include "support/input_file.h"
 #include "support/stable_number.h"
 
 namespace rannc::emit {
@@ -155,6 +157,11 @@ json plan_to_json(const ir::Graph& graph, const ModelFacts& model, const partiti
   };
   if (plan.unused_devices > 0) {
     document["unused_devices"] = {{"count", plan.unused_devices}, {"ranks", plan.unused_ranks}, {"reason", plan.unused_reason}};
+  }
+  // nlohmann::json writes NaN and infinity as null, which no reader accepts: a prediction that
+  // overflowed is an error here, not a plan.
+  if (auto field = first_non_finite(document)) {
+    throw InputError("plan.json: " + *field + " is not a finite number (the cluster's or the profile DB's figures are out of range)");
   }
   return document;
 }

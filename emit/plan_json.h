@@ -23,6 +23,7 @@ struct ModelFacts {
 inline constexpr const char* kPlanFormat = "rannc-plan";
 inline constexpr int kPlanVersion = 1;
 
+// Throws InputError naming the field when a number came out NaN or infinite.
 nlohmann::json plan_to_json(const ir::Graph& graph, const ModelFacts& model, const partition::PlanRequest& request,
                             const partition::PlanResult& result, const std::vector<StageLayout>& layouts);
 

@@ -7,6 +7,8 @@
 #include <map>
 #include <regex>
 
+#include <sys/stat.h>
+
 #include "support/error.h"
 
 namespace rannc::runtime {
@@ -14,6 +16,7 @@ namespace {
 
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr std::size_t kMagicLength = 6;
+constexpr std::uint32_t kMaxHeader = 4096;
 
 // NumPy type strings ("<f4") of the dtypes a model input can have.
 ir::DType dtype_of(const std::string& descr) {
@@ -31,9 +34,17 @@ std::uint32_t little_endian(const unsigned char* bytes, int count) {
   return value;
 }
 
+// `path`, unless it names something other than a regular file (a missing one fails to open).
+const std::string& regular_or_missing(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) throw InputError(path + ": not a regular file");
+  return path;
+}
+
 }  // namespace
 
-NpyFile::NpyFile(const std::string& path) : path_(path), stream_(path, std::ios::binary) {
+// A FIFO or device would block or be read forever: only regular files are opened.
+NpyFile::NpyFile(const std::string& path) : path_(regular_or_missing(path)), stream_(path, std::ios::binary) {
   if (!stream_) throw InputError(path + ": cannot open (" + std::strerror(errno) + ")");
   unsigned char prefix[12] = {};
   stream_.read(reinterpret_cast<char*>(prefix), 10);
@@ -47,7 +58,11 @@ NpyFile::NpyFile(const std::string& path) : path_(path), stream_(path, std::ios:
     header_length = little_endian(prefix + 8, 4);
     data_offset_ = 12;
   }
-  if (header_length > (1u << 20)) throw InputError(path + ": .npy header of " + std::to_string(header_length) + " bytes");
+  // A plain array's header is about 128 bytes; a long one is not read (std::regex recurses per character).
+  if (header_length > kMaxHeader) {
+    throw InputError(path + ": .npy header of " + std::to_string(header_length) + " bytes (at most " +
+                     std::to_string(kMaxHeader) + " are read)");
+  }
   std::string header(header_length, '\0');
   stream_.read(header.data(), header_length);
   if (static_cast<std::uint32_t>(stream_.gcount()) != header_length) throw InputError(path + ": truncated .npy header");

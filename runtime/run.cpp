@@ -1,5 +1,6 @@
 #include "runtime/run.h"
 
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -66,11 +67,14 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
                      ")");
   }
   if (options.steps < 1) throw InputError("--steps must be at least 1");
-  emit::check_stage_files_exist(plan);
+  // Rank 0 writes the report after the last step: a path it cannot write fails now, not then.
+  if (world.rank() == 0 && !options.report_path.empty()) check_can_write(options.report_path, "--report");
+  for (const auto& stage : plan.stages) emit::check_stage_file(plan, stage, /*check_sha256=*/false);
   setup->layout = std::make_unique<RankLayout>(plan);
   setup->placement = setup->layout->placement(world.rank());
   setup->loss = plan_loss(plan, options.loss);
   const auto& stage = plan.stages.at(static_cast<std::size_t>(setup->placement.stage));
+  emit::check_stage_file(plan, stage);  // the file this rank loads is the one partition wrote
   setup->data = std::make_unique<TrainingData>(options, plan.global_batch, sample_specs(plan, setup->loss),
                                                needed_arrays(stage, setup->loss));
   OptimizerSettings optimizer{options.optimizer.empty() ? plan.optimizer : options.optimizer, options.lr};
@@ -112,28 +116,45 @@ json rank_json(const RankRecord& r) {
           {"bwd_ms", r.bwd_ms}, {"comm_ms", r.comm_ms}, {"offload_bytes", r.offload_bytes}};
 }
 
-void write_report(const std::string& path, const std::vector<StepRecord>& steps, const std::vector<std::string>& ranks) {
+void write_report(const std::string& path, const std::vector<StepRecord>& steps, const std::vector<std::string>& ranks,
+                  const std::string& stopped) {
   json report = {{"steps", json::array()}, {"ranks", json::array()}};
   for (const auto& s : steps) report["steps"].push_back({{"step", s.step}, {"loss", s.loss}, {"ms", s.ms}});
   for (const auto& text : ranks) report["ranks"].push_back(json::parse(text));
+  if (!stopped.empty()) report["stopped"] = stopped;
   write_file_atomically(path, report.dump(1) + "\n", "the report");
 }
 
-void train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
+// "nan", "inf" or "-inf".
+std::string loss_text(double loss) { return std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf"; }
+
+// Returns the exit status: 0, or 1 when the loss stopped being finite. Every rank sees the same
+// loss (summed over the world), so all stop at the same step and exit alike.
+int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
   Communicator communicator(world, setup.layout->gradient_groups(setup.placement.stage),
                             std::chrono::seconds(options.timeout_s));
   Trainer trainer(setup.plan, *setup.layout, world.rank(), *setup.runner, *setup.data, communicator);
   if (world.rank() == 0) std::cout << "rannc-run: " << describe(setup.plan) << std::endl;
   std::vector<StepRecord> steps;
+  std::string stopped;
   for (int step = 0; step < options.steps; ++step) {
-    steps.push_back(trainer.run_step(step));
+    StepRecord record = trainer.run_step(step);
+    if (!std::isfinite(record.loss)) {
+      stopped = "step " + std::to_string(step) + ": the loss is " + loss_text(record.loss) +
+                "; training stopped (diverged: lower --lr, or check the data)";
+      if (world.rank() == 0) std::cerr << "rannc-run: " << stopped << std::endl;
+      break;
+    }
+    steps.push_back(record);
     if (world.rank() == 0) {
       std::printf("step %d loss %.6f ms %.1f\n", step, steps.back().loss, steps.back().ms);
       std::fflush(stdout);
     }
   }
   auto ranks = world.gather(rank_json(trainer.record()).dump());
-  if (world.rank() == 0 && !options.report_path.empty()) write_report(options.report_path, steps, ranks);
+  // The finite steps are reported even when training stopped, with what stopped it.
+  if (world.rank() == 0 && !options.report_path.empty()) write_report(options.report_path, steps, ranks, stopped);
+  return stopped.empty() ? 0 : static_cast<int>(ExitStatus::kCannotMeet);
 }
 
 }  // namespace
@@ -156,12 +177,11 @@ int run(const RunOptions& options, const MpiWorld& world) {
   status = agree_on_start(world, status, message);
   if (status != 0) return status;
   try {
-    train(options, world, *setup);
+    return train(options, world, *setup);
   } catch (const std::exception& e) {
     std::cerr << "rannc-run: rank " << world.rank() << ": " << torch_message(e) << std::endl;
     world.abort(1);
   }
-  return 0;
 }
 
 }  // namespace rannc::runtime

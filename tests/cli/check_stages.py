@@ -6,10 +6,12 @@ the model's own output.
 usage: check_stages.py RANNC SAMPLES_DIR OUT_DIR MODEL_FILE REFERENCE_PT STAGES [--tamper] [--gpus N]
 
 REFERENCE_PT is the TorchScript form of the same sample (for an ONNX model, its trace: same
-weights). With --tamper, a weight of the last stage file is changed after verify passed, and
-verify must then fail with exit status 1. --gpus N (default STAGES) leaves room for replicas; the
+weights). With --tamper, a weight of the last stage file is changed after verify passed: verify
+must then refuse the file (exit 2, its sha256 differs from the plan's), and with the plan's sha256
+updated fail with exit status 1. --gpus N (default STAGES) leaves room for replicas; the
 plan must then have a stage with more than one replica per pipeline.
 """
+import hashlib
 import json
 import os
 import shutil
@@ -157,7 +159,19 @@ def tamper_and_expect_failure(rannc, plan, out_dir):
         with torch.no_grad():
             change(getattr(module, name))
         module.save(path)
-        result = run([rannc, "verify", os.path.join(out_dir, "plan.json")], expect=1)
+        # The file no longer is the one partition wrote: refused before it is run ...
+        plan_path = os.path.join(out_dir, "plan.json")
+        result = run([rannc, "verify", plan_path], expect=2)
+        if "does not match" not in result.stderr:
+            fail(f"verify of a changed stage file did not say it does not match the plan:\n{result.stderr}")
+        # ... and once the plan takes it for its own, the numbers tell.
+        with open(plan_path) as f:
+            edited = json.load(f)
+        with open(path, "rb") as f:
+            edited["stages"][-1]["sha256"] = hashlib.sha256(f.read()).hexdigest()
+        with open(plan_path, "w") as f:
+            json.dump(edited, f, indent=1)
+        result = run([rannc, "verify", plan_path], expect=1)
         if says not in result.stdout:
             fail(f"verify of a tampered stage did not say {says!r}:\n{result.stdout}")
     print("tampered: verify exits 1 for a changed weight and for a NaN weight")

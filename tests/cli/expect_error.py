@@ -1,7 +1,9 @@
 """Runs a command that must fail cleanly: the expected exit status, exactly one line on stderr
 that matches a pattern, and no sign of a crash.
 
-usage: expect_error.py STATUS PATTERN -- COMMAND [ARGS...]
+usage: expect_error.py [--max-length=N] STATUS PATTERN -- COMMAND [ARGS...]
+
+--max-length=N also requires the line to be at most N characters (a quoted value kept short).
 """
 import re
 import subprocess
@@ -11,9 +13,13 @@ CRASH_SIGNS = ("terminate called", "Segmentation fault", "core dumped", "Traceba
 
 
 def main():
-    separator = sys.argv.index("--")
-    status, pattern = int(sys.argv[1]), sys.argv[2]
-    command = sys.argv[separator + 1:]
+    args = sys.argv[1:]
+    max_length = None
+    if args[0].startswith("--max-length="):
+        max_length = int(args.pop(0).split("=", 1)[1])
+    separator = args.index("--")
+    status, pattern = int(args[0]), args[1]
+    command = args[separator + 1:]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     lines = result.stderr.splitlines()
     problems = []
@@ -23,11 +29,13 @@ def main():
         problems.append(f"{len(lines)} lines on stderr, expected 1")
     if not re.search(pattern, result.stderr):
         problems.append(f"stderr does not match {pattern!r}")
+    if max_length is not None and any(len(line) > max_length for line in lines):
+        problems.append(f"a line of {max(map(len, lines))} characters, more than {max_length}")
     if any(sign in result.stderr for sign in CRASH_SIGNS):
         problems.append("stderr shows a crash")
     if problems:
         print("command:", " ".join(command))
-        print("stderr:", result.stderr)
+        print("stderr:", result.stderr[:4000])
         print("stdout:", result.stdout[:2000])
         sys.exit("FAILED: " + "; ".join(problems))
     print("ok:", lines[0])

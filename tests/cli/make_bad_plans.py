@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Writes malformed plans for the `show` error tests, each derived from a real plan of the GPT
 sample (five stages): truncated, a newer version, a foreign format, a stage input whose
-source is a later stage, and a plan folder that lacks a stage file.
+source is a later stage, a plan folder that lacks a stage file, a field nested 100000 deep, a
+field holding a long array or string, a malformed sha256, and a plan folder whose stage_1.pt is
+another stage's file.
 
 usage: make_bad_plans.py BINARY SAMPLES_DIR OUT_DIR
 """
@@ -33,6 +35,17 @@ def main():
     later = json.loads(text)
     later["stages"][1]["inputs"][0]["source"] = {"stage": 3, "output": 0}
     write("later_stage.json", later)
+    deep = 100000
+    write("deep.json", text.replace('"schedule": "', '"schedule": ' + "[" * deep + "]" * deep + ', "was": "', 1))
+    write("long_array.json", {**plan, "cluster": {**plan["cluster"], "gpus": [[i, [i]] for i in range(100000)]}})
+    write("long_string.json", {**plan, "format": "x" * 1000000})
+    bad_sha = json.loads(text)
+    bad_sha["stages"][0]["sha256"] = "not a hash"
+    write("bad_sha256.json", bad_sha)
+    swapped = os.path.join(out, "swapped_stage")
+    shutil.rmtree(swapped, ignore_errors=True)
+    shutil.copytree(good, swapped)
+    shutil.copyfile(os.path.join(swapped, "stage_0.pt"), os.path.join(swapped, "stage_1.pt"))
     missing = os.path.join(out, "missing_stage")
     shutil.rmtree(missing, ignore_errors=True)
     shutil.copytree(good, missing)

@@ -9,16 +9,26 @@ bad-stage-file  overwrite the last stage's file with garbage of the same size: n
                 60 s, naming "rank N" for a rank of that stage.
 killed-rank     SIGKILL the highest rank once rank 0 has printed step 2 of a long run: mpirun exits
                 non-zero within 60 s and names the rank, and no rannc-run process is left.
+nan-loss        data whose step 1 holds NaN: step 0 trains, then one line "step 1: the loss is nan",
+                every rank exits 1 within 60 s, and the report holds step 0 and what stopped training.
+diverged        --lr 1e30 with mse: the loss overflows within a few steps; one line, every rank exits 1.
+unwritable-report  --report /proc/nonexistent/report.json: every rank exits 2 before any step runs, with
+                one line naming the report.
 """
 import argparse
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
 import time
 
+import numpy as np
+
 from check_training import describe, fail, mpirun_command, mpirun_env, parse, partition, run_job
+import training_reference
 
 DEADLINE = 60  # seconds from the fault to the end of the job
 RUN_ARGS = ("--loss", "cross_entropy", "--optimizer", "sgd", "--lr", 0.01)  # random inputs and targets from --seed
@@ -151,9 +161,91 @@ def killed_rank(args, plan, plan_path):
             job.wait()
 
 
+def rank_statuses(args, plan_path, ranks, status_dir, *run_args):
+    """Runs the job with each rank's exit status recorded in status_dir (the wrapper itself exits 0,
+    so mpirun kills no rank that is still on its way out); returns {rank: status}, output, seconds."""
+    shutil.rmtree(status_dir, ignore_errors=True)
+    os.makedirs(status_dir)
+    wrapper = f'"$0" "$@"; echo $? > {status_dir}/rank_$OMPI_COMM_WORLD_RANK'
+    command = mpirun_command(ranks, "sh", "-c", wrapper, args.run, plan_path, *run_args)
+    status, output, seconds = run_job(command, DEADLINE + 30)
+    if status is None:
+        fail(f"the job still ran after {DEADLINE + 30} s\n{output}")
+    statuses = {}
+    for rank in range(ranks):
+        try:
+            with open(os.path.join(status_dir, f"rank_{rank}")) as f:
+                statuses[rank] = int(f.read())
+        except (OSError, ValueError):
+            statuses[rank] = None
+    return statuses, output, seconds
+
+
+def expect_stop(args, plan, plan_path, run_args, says, status):
+    """The plain job exits non-zero promptly with one line matching `says`; every rank exits `status`."""
+    ranks = len(plan["ranks"])
+    job_status, output, seconds = run_job(mpirun_command(ranks, args.run, plan_path, *run_args), DEADLINE)
+    print(f"exit {job_status} after {seconds:.1f} s")
+    if job_status is None or job_status == 0:
+        fail(f"expected a non-zero exit within {DEADLINE} s\n{output}")
+    ours = [line for line in output.splitlines() if line.startswith("rannc-run:") and "rannc-run: " + describe_prefix(plan_path) not in line]
+    named = [line for line in ours if re.search(says, line)]
+    if len(named) != 1 or len(ours) != 1:
+        fail(f"expected exactly one rannc-run line matching {says!r}, got {ours}\n{output}")
+    if any(sign in output for sign in ("terminate called", "Segmentation fault", "core dumped")):
+        fail(f"a crash:\n{output}")
+    print("says:", named[0])
+    statuses, output, _ = rank_statuses(args, plan_path, ranks, os.path.join(args.out, "status"), *run_args)
+    if set(statuses.values()) != {status}:
+        fail(f"rank exit statuses {statuses}, expected {status} on every rank\n{output}")
+    print(f"every rank exits {status}")
+    return output
+
+
+def describe_prefix(plan_path):
+    return plan_path + ": "  # rank 0's description of the job ("rannc-run: PLAN: 4 ranks, ...")
+
+
+def nan_loss(args, plan, plan_path):
+    data = os.path.join(args.out, "data")
+    training_reference.make_data(plan, 3, "cross_entropy", data, seed=1)
+    batch = plan["batch"]["global"]
+    for spec in plan["model"]["inputs"]:
+        path = os.path.join(data, spec["name"] + ".npy")
+        values = np.load(path)
+        values[batch:2 * batch] = np.nan
+        np.save(path, values)
+    report = os.path.join(args.out, "report.json")
+    if os.path.exists(report):
+        os.remove(report)
+    run_args = ["--steps", 3, "--data", data, "--loss", "cross_entropy", "--optimizer", "sgd", "--report", report]
+    output = expect_stop(args, plan, plan_path, run_args, r"^rannc-run: step 1: the loss is nan; training stopped", 1)
+    if not re.search(r"^step 0 loss ", output, re.MULTILINE) or re.search(r"^step 1 loss ", output, re.MULTILINE):
+        fail(f"expected step 0 and no step 1 printed:\n{output}")
+    with open(report) as f:
+        written = json.load(f)
+    if [s["step"] for s in written["steps"]] != [0] or "step 1" not in written.get("stopped", ""):
+        fail(f"the report does not hold step 0 and what stopped training: {written}")
+    print("report:", written["stopped"])
+
+
+def diverged(args, plan, plan_path):
+    run_args = ["--steps", 20, "--loss", "mse", "--optimizer", "sgd", "--lr", "1e30"]
+    expect_stop(args, plan, plan_path, run_args, r"^rannc-run: step \d+: the loss is (nan|inf|-inf); training stopped", 1)
+
+
+def unwritable_report(args, plan, plan_path):
+    report = "/proc/nonexistent/report.json"
+    run_args = ["--steps", 2, *RUN_ARGS, "--report", report]
+    output = expect_stop(args, plan, plan_path, run_args, rf"^rannc-run: (rank 0: )?--report {report}: cannot create: ", 2)
+    if re.search(r"^step \d", output, re.MULTILINE):
+        fail(f"training started although the report cannot be written:\n{output}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("check", choices=["world-size", "bad-stage-file", "killed-rank"])
+    parser.add_argument("check", choices=["world-size", "bad-stage-file", "killed-rank", "nan-loss", "diverged",
+                                          "unwritable-report"])
     parser.add_argument("--partition", required=True)
     parser.add_argument("--run", required=True)
     parser.add_argument("--model", required=True)
@@ -164,7 +256,8 @@ def main():
     plan_dir = os.path.join(args.out, "plan")
     plan = partition(args.partition, args.model, plan_dir, args.np, args.extra)
     print("plan:", describe(plan))
-    {"world-size": world_size, "bad-stage-file": bad_stage_file, "killed-rank": killed_rank}[args.check](
+    {"world-size": world_size, "bad-stage-file": bad_stage_file, "killed-rank": killed_rank, "nan-loss": nan_loss,
+     "diverged": diverged, "unwritable-report": unwritable_report}[args.check](
         args, plan, os.path.join(plan_dir, "plan.json"))
     print("OK:", args.check)
 

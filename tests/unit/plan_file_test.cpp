@@ -12,6 +12,7 @@
 #include "emit/plan_file.h"
 #include "plan_fixture.h"
 #include "support/error.h"
+#include "support/sha256.h"
 
 using namespace rannc;
 using namespace rannc::emit;
@@ -197,4 +198,28 @@ TEST_CASE("stage files named by the plan must exist", "[plan_file]") {
   }
   dir.write("stage_1.pt", "x");
   CHECK_NOTHROW(check_stage_files_exist(plan));
+}
+
+TEST_CASE("stage files must be the ones whose sha256 the plan records", "[plan_file]") {
+  TempDir dir;
+  dir.write("stage_0.pt", "zero");
+  dir.write("stage_1.pt", "one");
+  json document = test::small_plan();
+  document["stages"][0]["sha256"] = sha256_of_file((dir.path / "stage_0.pt").string());
+  document["stages"][1]["sha256"] = sha256_of_file((dir.path / "stage_0.pt").string());  // not stage_1's
+  PlanFile plan = read_plan_file(dir.write("plan.json", document.dump()));
+  CHECK(plan.stages[0].sha256.size() == 64);
+  CHECK_NOTHROW(check_stage_file(plan, plan.stages[0]));
+  CHECK_NOTHROW(check_stage_file(plan, plan.stages[1], /*check_sha256=*/false));
+  try {
+    check_stage_files_exist(plan);
+    FAIL("no error for a stage_1.pt that is not the plan's");
+  } catch (const InputError& e) {
+    CHECK_THAT(e.what(), Catch::StartsWith((dir.path / "stage_1.pt").string() + " does not match " + plan.path + " (sha256 "));
+    CHECK_THAT(e.what(), Catch::EndsWith("...); re-run partition"));
+  }
+  CHECK(error_of(changed([](json& p) { p["stages"][0]["sha256"] = std::string(64, 'F'); })) ==
+        "plan.json: stages[0].sha256: '" + std::string(60, 'F') + "...' is not a SHA-256 (64 lowercase hex digits)");
+  CHECK(error_of(changed([](json& p) { p["stages"][0]["sha256"] = 5; })) ==
+        "plan.json: stages[0].sha256: expected a string, found an integer 5");
 }

@@ -177,7 +177,7 @@ class Evaluator {
   static std::optional<Known> concat(const std::vector<const Known*>& in) {
     Known out{{0}, {}, false};
     for (const auto* part : in) {
-      if (part->dims.size() != 1) return std::nullopt;
+      if (!part || part->dims.size() != 1) return std::nullopt;  // an omitted input (empty name)
       out.values.insert(out.values.end(), part->values.begin(), part->values.end());
       out.floating = out.floating || part->floating;
     }

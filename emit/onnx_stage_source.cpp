@@ -455,6 +455,28 @@ class StageEmitter {
                        ") has no TorchScript mapping; plan with --plan-only");
     }
     mapping->second(view);
+    if (++ops_since_break_ >= kInlineChain) break_inline_chain(op);
+  }
+
+  // libtorch's interpreter emits a value that is used once, right after it is made, inline into
+  // its user, recursively (CanEmitInline, then Code's emitter): a chain of thousands of such ops
+  // recurses thousands of frames deep and overflows the stack when the stage first runs. Every
+  // kInlineChain ops, each tensor the op made is passed through where(True, v, v), which uses v
+  // twice, so no chain is longer than that. Values and gradients are unchanged (the gradient of
+  // the unused branch is 0).
+  static constexpr int kInlineChain = 64;
+  void break_inline_chain(const ir::Op& op) {
+    bool broke = false;
+    for (auto id : op.outputs) {
+      const auto& value = graph_.value(id);
+      auto name = names_.find(id);
+      if (!value.is_tensor() || name == names_.end() || value.consumers.empty()) continue;
+      std::string flag = temp("_true");
+      line(flag + " = torch.ones([], dtype=11, device=" + name->second + ".device)");
+      line(name->second + " = torch.where(" + flag + ", " + name->second + ", " + name->second + ")");
+      broke = true;
+    }
+    if (broke) ops_since_break_ = 0;
   }
 
  public:
@@ -476,6 +498,7 @@ class StageEmitter {
   std::vector<StageAttribute> constants_;
   std::string body_;
   int temps_ = 0;
+  int ops_since_break_ = 0;
 };
 
 // --- Node members that need the emitter ---
@@ -622,13 +645,18 @@ void map_elementwise(const Node& n) {
   n.assign(0, format(pattern, args));
 }
 
-// Sum/Max/Min take any number of inputs: a chain of binary calls.
+// Sum/Max/Min take any number of inputs: one binary call per line into an accumulator, so that
+// thousands of inputs give flat source rather than calls nested thousands deep (which the
+// TorchScript parser would follow by recursion).
 void map_variadic(const Node& n) {
   static const std::map<std::string, std::string> kBinary = {
       {"Sum", "torch.add"}, {"Max", "torch.maximum"}, {"Min", "torch.minimum"}};
-  std::string expr = n.in(0);
-  for (int i = 1; i < n.inputs(); ++i) expr = kBinary.at(n.proto().op_type()) + "(" + expr + ", " + n.in(i) + ")";
-  n.assign(0, expr);
+  if (n.inputs() == 1) return n.assign(0, n.in(0));
+  const auto& fn = kBinary.at(n.proto().op_type());
+  std::string sum = n.temp("_a");
+  n.line(sum + " = " + fn + "(" + n.in(0) + ", " + n.in(1) + ")");
+  for (int i = 2; i < n.inputs(); ++i) n.line(sum + " = " + fn + "(" + sum + ", " + n.in(i) + ")");
+  n.assign(0, sum);
 }
 
 // ONNX Div of integers truncates; torch.div would give floats.

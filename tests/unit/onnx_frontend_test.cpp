@@ -244,6 +244,26 @@ TEST_CASE("model-local functions that call themselves, directly or through each 
   }
 }
 
+TEST_CASE("a Sum of thousands of inputs is flat TorchScript, not calls nested thousands deep") {
+  auto model = empty_model();
+  auto* graph = model.mutable_graph();
+  add_value_info(graph->mutable_input(), "x", {"batch", "4"});
+  add_value_info(graph->mutable_output(), "y", {"batch", "4"});
+  add_node(graph, "Sum", std::vector<std::string>(5000, "x"), {"y"});
+  ModelFile file(model);
+  auto loaded = load_onnx(file.path.string(), {});
+  auto layout = emit::whole_model_layout(loaded.graph);
+  const auto& proto = static_cast<const OnnxModelSource&>(*loaded.source).proto();
+  auto source = emit::onnx_stage_source(loaded.path, proto, loaded.graph, layout);
+  int depth = 0, deepest = 0;
+  for (char c : source.forward) {
+    depth += c == '(' ? 1 : c == ')' ? -1 : 0;
+    deepest = std::max(deepest, depth);
+  }
+  CHECK(deepest <= 3);
+  CHECK_THAT(source.forward, Catch::Contains("_a0 = torch.add(_a0, v_x)"));
+}
+
 TEST_CASE("a fixed batch makes every config run microbatches of it with one replica per stage") {
   partition::PlanRequest request;
   request.cluster.nodes = 1;

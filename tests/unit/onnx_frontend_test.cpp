@@ -113,8 +113,7 @@ onnx::ModelProto conv_model(int input_hw, int kernel, const std::string& attr, s
   auto* graph = model.mutable_graph();
   auto hw = std::to_string(input_hw);
   add_value_info(graph->mutable_input(), "x", {"batch", "3", hw, hw});
-  add_value_info(graph->mutable_output(), "y", {});
-  graph->mutable_output(0)->mutable_type()->mutable_tensor_type()->clear_shape();
+  add_value_info(graph->mutable_output(), "y", {"batch", "4", "h", "w"});
   *graph->add_initializer() = float_tensor("w", {4, 3, kernel, kernel});
   auto* conv = add_node(graph, "Conv", {"x", "w"}, {"y"}, "conv");
   if (!attr.empty()) add_ints(conv, attr, values);

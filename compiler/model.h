@@ -33,6 +33,9 @@ struct Model {
   ModelFormat format = ModelFormat::kOnnx;
   ir::Graph graph;
   std::int64_t batch = 1;  // the batch size the shapes in `graph` were evaluated at
+  // Set when the model can run at no other batch (an ONNX export without dynamic axes): every
+  // replica of every stage must then run microbatches of exactly this many samples.
+  std::optional<std::int64_t> fixed_batch;
   std::shared_ptr<const ModelSource> source;
 };
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -70,6 +71,109 @@ void check_ops_known(const std::string& path, const onnx::ModelProto& proto) {
   }
 }
 
+// Every graph of the model: the main graph, model-local function bodies aside, and the subgraphs
+// of If/Loop/Scan at any depth. Walked with an explicit stack: the depth of nesting is the
+// file's to choose, never our call stack's.
+template <typename Visit>
+void for_each_node(const onnx::GraphProto& graph, Visit visit) {
+  std::vector<const onnx::GraphProto*> pending = {&graph};
+  while (!pending.empty()) {
+    const auto* current = pending.back();
+    pending.pop_back();
+    for (const auto& node : current->node()) {
+      visit(node);
+      for (const auto& attr : node.attribute()) {
+        if (attr.has_g()) pending.push_back(&attr.g());
+        for (const auto& sub : attr.graphs()) pending.push_back(&sub);
+      }
+    }
+  }
+}
+
+// Model-local functions that call themselves, directly or through others, would send ONNX shape
+// inference (which expands calls) into endless recursion: refused, naming the cycle.
+void check_functions_acyclic(const std::string& path, const onnx::ModelProto& proto) {
+  using Key = std::pair<std::string, std::string>;  // domain, name
+  std::map<Key, const onnx::FunctionProto*> functions;
+  for (const auto& function : proto.functions()) functions[{canonical_domain(function.domain()), function.name()}] = &function;
+  auto label = [](const Key& key) { return (key.first.empty() ? std::string() : key.first + "::") + key.second; };
+  std::map<Key, std::vector<Key>> callees;
+  for (const auto& [key, function] : functions) {
+    auto& calls = callees[key];
+    for (const auto& node : function->node()) {
+      Key callee{canonical_domain(node.domain()), node.op_type()};
+      if (functions.count(callee)) calls.push_back(callee);
+      for (const auto& attr : node.attribute()) {
+        auto add = [&](const onnx::NodeProto& inner) {
+          Key nested{canonical_domain(inner.domain()), inner.op_type()};
+          if (functions.count(nested)) calls.push_back(nested);
+        };
+        if (attr.has_g()) for_each_node(attr.g(), add);
+        for (const auto& sub : attr.graphs()) for_each_node(sub, add);
+      }
+    }
+  }
+  // Depth-first search with an explicit stack; a callee still on the path closes a cycle.
+  enum State { kUnseen, kOnPath, kDone };
+  std::map<Key, State> state;
+  for (const auto& [root, unused] : functions) {
+    if (state[root] != kUnseen) continue;
+    std::vector<std::pair<Key, std::size_t>> stack = {{root, 0}};
+    state[root] = kOnPath;
+    while (!stack.empty()) {
+      auto& [key, next] = stack.back();
+      const auto& calls = callees[key];
+      if (next == calls.size()) {
+        state[key] = kDone;
+        stack.pop_back();
+        continue;
+      }
+      Key callee = calls[next++];
+      if (state[callee] == kOnPath) {
+        std::string cycle;
+        bool on = false;
+        for (const auto& frame : stack) {
+          on = on || frame.first == callee;
+          if (on) cycle += label(frame.first) + " -> ";
+        }
+        throw InputError(path + ": model-local function '" + label(callee) + "' calls itself (" + cycle + label(callee) +
+                         "): recursion is not allowed in ONNX");
+      }
+      if (state[callee] == kUnseen) {
+        state[callee] = kOnPath;
+        stack.push_back({callee, 0});
+      }
+    }
+  }
+}
+
+// Window attributes of convolutions and pools that shape inference divides by or trusts:
+// strides, dilations, kernel sizes and group must be positive, pads not negative.
+void check_window_attributes(const std::string& path, const onnx::ModelProto& proto) {
+  static const std::set<std::string> kWindowed = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "MaxPool",
+                                                  "AveragePool", "LpPool", "MaxRoiPool", "MaxUnpool", "DeformConv"};
+  auto check = [&](const onnx::NodeProto& node) {
+    if (!kWindowed.count(node.op_type())) return;
+    std::string where = path + ": node " + (node.name().empty() ? std::string("(unnamed)") : "'" + node.name() + "'") +
+                        " (" + node.op_type() + ")";
+    for (const auto& attr : node.attribute()) {
+      const auto& name = attr.name();
+      bool positive = name == "strides" || name == "dilations" || name == "kernel_shape" || name == "group";
+      bool non_negative = name == "pads" || name == "output_padding";
+      if (!positive && !non_negative) continue;
+      std::vector<std::int64_t> values(attr.ints().begin(), attr.ints().end());
+      if (attr.type() == onnx::AttributeProto::INT) values.push_back(attr.i());
+      for (auto v : values) {
+        if (positive && v <= 0) throw InputError(where + " has " + name + " " + std::to_string(v) + ": must be positive");
+        if (non_negative && v < 0) throw InputError(where + " has " + name + " " + std::to_string(v) + ": must not be negative");
+      }
+    }
+  };
+  for_each_node(proto.graph(), check);
+  for (const auto& function : proto.functions())
+    for (const auto& node : function.node()) check(node);
+}
+
 void check_structure(const std::string& path, const onnx::ModelProto& skeleton) {
   try {
     onnx::checker::check_model(skeleton);
@@ -102,24 +206,72 @@ struct ResolvedInput {
 };
 using InputDims = std::map<std::string, ResolvedInput>;
 
+// The batch of a model exported with fixed input shapes (torch.onnx.export without dynamic_axes):
+// no input has a symbolic dim 0, so dim 0 of the first input of rank 1 or more is the batch the
+// model was traced at. Its Reshape targets and the like may hold that number, so it is the only
+// batch its stages can run at. nullopt when some input's dim 0 is symbolic.
+std::optional<std::int64_t> fixed_batch_of(const onnx::GraphProto& graph) {
+  std::optional<std::int64_t> batch;
+  for (const auto* input : batch_inputs(graph)) {
+    const auto& type = input->type().tensor_type();
+    if (!type.has_shape()) return std::nullopt;
+    if (type.shape().dim_size() == 0) continue;
+    const auto& dim = type.shape().dim(0);
+    if (!dim.has_dim_value()) return std::nullopt;
+    if (!batch) batch = dim.dim_value();
+  }
+  return batch;
+}
+
+// A model input's dims must make a tensor whose element count and size in bytes are numbers
+// every later computation can hold (int64 counts, double sums of bytes, exact below 2^53).
+void check_tensor_size(const std::string& path, const std::string& what, const std::vector<std::int64_t>& dims,
+                       ir::DType dtype) {
+  constexpr double kMaxBytes = 9007199254740992.0;  // 2^53
+  auto numel = ir::checked_numel(dims);
+  double bytes = numel ? static_cast<double>(*numel) * std::max(ir::dtype_size(dtype), 1) : 0;
+  if (numel && bytes <= kMaxBytes) return;
+  std::string shape;
+  for (auto d : dims) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+  throw InputError(path + ": " + what + " has dims " + shape + ": " +
+                   (numel ? "more than 2^53 bytes" : "its element count overflows a 64-bit integer") +
+                   ", beyond any real tensor");
+}
+
+std::string dynamic_axes_advice(const onnx::GraphProto& graph) {
+  std::string entries;
+  for (const auto* input : batch_inputs(graph)) entries += (entries.empty() ? "'" : ", '") + input->name() + "': {0: 'batch'}";
+  return "export with dynamic_axes={" + entries + "} to plan other batch sizes";
+}
+
 // Concrete dims of each model input at the requested batch: an --input spec gives all of them,
-// a symbolic dim 0 takes the batch, and any other symbolic dim needs a spec.
+// a symbolic dim 0 takes the batch, and any other symbolic dim needs a spec. In a model with a
+// fixed batch, the inputs whose dim 0 is that batch are the batched ones.
 InputDims resolve_input_dims(const std::string& path, const onnx::GraphProto& graph, const LoadOptions& options,
-                             std::int64_t batch) {
+                             std::int64_t batch, std::optional<std::int64_t> fixed_batch) {
   InputDims dims;
   for (const auto* input : batch_inputs(graph)) {
     const auto& shape = input->type().tensor_type().shape();
+    auto dtype = to_dtype(input->type().tensor_type().elem_type());
     auto spec = std::find_if(options.inputs.begin(), options.inputs.end(),
                              [&](const InputSpec& s) { return s.name == input->name(); });
+    bool fixed_dim0 = fixed_batch && shape.dim_size() > 0 && shape.dim(0).dim_value() == *fixed_batch;
     if (spec != options.inputs.end()) {
       if (input->type().tensor_type().has_shape() && spec->dims.size() != static_cast<std::size_t>(shape.dim_size())) {
         throw InputError(path + ": --input '" + spec->name + "' has " + std::to_string(spec->dims.size()) +
                          " dims but the model input has " + std::to_string(shape.dim_size()));
       }
-      dims[input->name()] = {spec->dims, true};
+      if (fixed_dim0 && !spec->dims.empty() && spec->dims.front() != *fixed_batch) {
+        throw InputError(path + ": --input '" + spec->name + "' has batch " + std::to_string(spec->dims.front()) +
+                         " but the model was exported with a fixed batch of " + std::to_string(*fixed_batch) + "; " +
+                         dynamic_axes_advice(graph));
+      }
+      check_tensor_size(path, "--input '" + spec->name + "'", spec->dims, dtype);
+      dims[input->name()] = {spec->dims, !fixed_batch || fixed_dim0};
       continue;
     }
     ResolvedInput resolved;
+    resolved.batched = fixed_dim0;
     for (int d = 0; d < shape.dim_size(); ++d) {
       const auto& dim = shape.dim(d);
       if (dim.has_dim_value() && dim.dim_value() < 0) {
@@ -134,6 +286,7 @@ InputDims resolve_input_dims(const std::string& path, const onnx::GraphProto& gr
                          dim.dim_param() + "'); give its shape with --input " + input->name() + ":DIMS");
       }
     }
+    check_tensor_size(path, "input '" + input->name() + "'", resolved.dims, dtype);
     dims[input->name()] = resolved;
   }
   return dims;
@@ -323,8 +476,9 @@ class GraphBuilder {
     std::vector<ir::ValueId> inputs;
     for (const auto& name : node.input()) inputs.push_back(name.empty() ? absent_value() : lookup(name, node_label(node, index)));
     for (const auto& name : subgraph_outer_reads(node)) inputs.push_back(lookup(name, node_label(node, index)));
+    check_window_fits(node, index);
     std::vector<ir::ValueId> outputs;
-    for (const auto& name : node.output()) outputs.push_back(define(intermediate(name)));
+    for (const auto& name : node.output()) outputs.push_back(define(intermediate(name, node, index)));
     ir::OpId op = graph_.add_op(op_kind(node), std::move(inputs), outputs, index);
     for (const auto& attr : node.attribute()) graph_.op(op).attrs[attr.name()] = attribute_literal(attr);
     if (node.op_type() == "Constant" && node.attribute_size() == 1 && node.attribute(0).has_t()) {
@@ -332,12 +486,65 @@ class GraphBuilder {
     }
   }
 
-  ir::Value intermediate(const std::string& name) {
+  // A convolution or pool whose (dilated) kernel is larger than its padded input has no output;
+  // shape inference would give it a negative or zero size.
+  void check_window_fits(const onnx::NodeProto& node, int index) {
+    static const std::set<std::string> kWindowed = {"Conv", "MaxPool", "AveragePool", "LpPool"};
+    if (!kWindowed.count(node.op_type()) || node.input_size() == 0) return;
+    auto input = types_.find(node.input(0));
+    if (input == types_.end() || !input->second.has_tensor_type()) return;
+    auto x = to_tensor_type(input->second);
+    std::vector<std::int64_t> kernel, pads, dilations;
+    std::string auto_pad = "NOTSET";
+    for (const auto& attr : node.attribute()) {
+      if (attr.name() == "kernel_shape") kernel.assign(attr.ints().begin(), attr.ints().end());
+      if (attr.name() == "pads") pads.assign(attr.ints().begin(), attr.ints().end());
+      if (attr.name() == "dilations") dilations.assign(attr.ints().begin(), attr.ints().end());
+      if (attr.name() == "auto_pad") auto_pad = attr.s();
+    }
+    if (kernel.empty() && node.op_type() == "Conv" && node.input_size() > 1) {
+      auto weight = types_.find(node.input(1));
+      if (weight != types_.end() && weight->second.has_tensor_type()) {
+        auto w = to_tensor_type(weight->second);
+        if (w.rank_known && w.shape.size() > 2) kernel.assign(w.shape.begin() + 2, w.shape.end());
+      }
+    }
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") return;  // pads to the kernel
+    if (auto_pad == "VALID") pads.clear();
+    std::size_t spatial = kernel.size();
+    if (spatial == 0 || !x.rank_known || x.shape.size() != spatial + 2) return;
+    for (std::size_t d = 0; d < spatial; ++d) {
+      auto size = x.shape[2 + d];
+      if (size < 0 || kernel[d] <= 0) continue;
+      __int128 padded = static_cast<__int128>(size);
+      if (pads.size() == 2 * spatial) padded += static_cast<__int128>(pads[d]) + pads[d + spatial];
+      __int128 dilation = dilations.size() == spatial ? dilations[d] : 1;
+      __int128 extent = (static_cast<__int128>(kernel[d]) - 1) * dilation + 1;
+      if (extent > padded) {
+        throw InputError(path_ + ": node " + node_label(node, index) + " (" + node.op_type() + "): its kernel spans " +
+                         std::to_string(static_cast<long long>(std::min<__int128>(extent, INT64_MAX))) +
+                         " along spatial dim " + std::to_string(d) + " but its padded input only " +
+                         std::to_string(static_cast<long long>(padded)));
+      }
+    }
+  }
+
+  ir::Value intermediate(const std::string& name, const onnx::NodeProto& node, int index) {
     ir::Value value;
     value.name = name;
     auto type = types_.find(name);
     if (type != types_.end() && type->second.has_tensor_type()) {
       value.type = to_tensor_type(type->second);
+      for (const auto& dim : type->second.tensor_type().shape().dim()) {
+        if (dim.has_dim_value() && dim.dim_value() < 0) {
+          throw InputError(path_ + ": node " + node_label(node, index) + " (" + node.op_type() + ") gives '" + name +
+                           "' a negative dim (" + std::to_string(dim.dim_value()) + ")");
+        }
+      }
+      if (value.type.shape_known()) {
+        check_tensor_size(path_, "node " + node_label(node, index) + " (" + node.op_type() + ") output '" + name + "'",
+                          value.type.shape, value.type.dtype);
+      }
     } else if (type != types_.end()) {
       value.kind = ir::ValueKind::kOther;  // sequences and optionals
     } else {
@@ -416,12 +623,32 @@ ir::ShapesAtDoubleBatch shapes_at_double_batch(const ir::Graph& graph, const std
   return shapes;
 }
 
+// A fixed batch is the only microbatch the stages can run; the global batch (--batch) must be
+// whole microbatches of it, and the planner needs it to fit an int like any batch.
+void check_fixed_batch(const std::string& path, const onnx::GraphProto& graph, std::int64_t batch,
+                       const LoadOptions& options) {
+  constexpr std::int64_t kMaxBatch = std::numeric_limits<int>::max();
+  if (batch < 1 || batch > kMaxBatch) {
+    throw InputError(path + ": the model's inputs have a fixed batch of " + std::to_string(batch) +
+                     (batch < 1 ? ", which holds no sample" : ", larger than a plan supports (2^31 - 1)") + "; " +
+                     dynamic_axes_advice(graph));
+  }
+  if (options.batch && *options.batch % batch != 0) {
+    throw InputError("--batch " + std::to_string(*options.batch) + ": " + path +
+                     " was exported with a fixed batch of " + std::to_string(batch) +
+                     ", so every microbatch is " + std::to_string(batch) + " samples and the global batch a multiple of it; " +
+                     dynamic_axes_advice(graph));
+  }
+}
+
 }  // namespace
 
 Model load_onnx(const std::string& path, const LoadOptions& options) {
   google::protobuf::SetLogHandler(nullptr);  // parse failures become our one-line error, not log noise
   auto proto = parse_model(path);
   check_ops_known(path, *proto);
+  check_functions_acyclic(path, *proto);
+  check_window_attributes(path, *proto);
   const onnx::ModelProto skeleton = dims_only_copy(*proto);
   check_structure(path, skeleton);
   const auto& graph_proto = proto->graph();
@@ -432,7 +659,10 @@ Model load_onnx(const std::string& path, const LoadOptions& options) {
   Model model;
   model.path = path;
   model.format = ModelFormat::kOnnx;
-  auto input_dims = resolve_input_dims(path, graph_proto, options, symbolic_batch(graph_proto, options));
+  model.fixed_batch = fixed_batch_of(graph_proto);
+  if (model.fixed_batch) check_fixed_batch(path, graph_proto, *model.fixed_batch, options);
+  auto input_dims =
+      resolve_input_dims(path, graph_proto, options, symbolic_batch(graph_proto, options), model.fixed_batch);
   auto inputs = batch_inputs(graph_proto);
   const auto& first_dims = inputs.empty() ? std::vector<std::int64_t>{} : input_dims.at(inputs.front()->name()).dims;
   model.batch = first_dims.empty() ? 1 : first_dims.front();

@@ -21,8 +21,12 @@ struct Known {
 };
 
 constexpr std::size_t kMaxElements = 64;
-// Values are held as doubles; beyond 2^53 they stop being exact, so nothing that large folds.
+// Values are held as doubles; beyond 2^53 they stop being exact, so nothing that large folds,
+// except the "to the end" bounds exports give Slice, +-(2^63 - 1) (and -2^63), which become
+// +-2^63 as doubles: they may be moved around (Unsqueeze, Concat) but take part in no arithmetic,
+// and fold back to +-(2^63 - 1).
 constexpr double kMaxExact = 9007199254740992.0;
+constexpr double kSliceBound = 9223372036854775808.0;  // 2^63
 
 // `count` values of type Raw from raw_data, or else from the typed repeated field; empty when
 // neither holds exactly `count`.
@@ -51,6 +55,11 @@ std::optional<Known> from_tensor(const TensorProto& tensor) {
 }
 
 bool exact(const Known& known) {
+  return std::all_of(known.values.begin(), known.values.end(),
+                     [](double v) { return std::fabs(v) <= kMaxExact || std::fabs(v) == kSliceBound; });
+}
+
+bool small(const Known& known) {
   return std::all_of(known.values.begin(), known.values.end(), [](double v) { return std::fabs(v) <= kMaxExact; });
 }
 
@@ -87,7 +96,7 @@ std::optional<Known> shape_of(const OnnxTypeMap& types, const std::string& name,
 // Elementwise arithmetic as shape code uses it: equal dims, or one operand with a single element
 // (the result then has the dims of the operand of higher rank).
 std::optional<Known> arithmetic(const std::string& op, const Known& a, const Known& b) {
-  if (a.values.empty() || b.values.empty()) return std::nullopt;
+  if (a.values.empty() || b.values.empty() || !small(a) || !small(b)) return std::nullopt;
   bool a_single = a.values.size() == 1, b_single = b.values.size() == 1;
   if (a.dims != b.dims && !a_single && !b_single) return std::nullopt;
   Known out = (!a_single || (b_single && a.dims.size() >= b.dims.size())) ? a : b;
@@ -170,6 +179,8 @@ class Evaluator {
     if (op == "Slice") return slice(*in[0], {in.begin() + 1, in.end()});
     if (op == "Cast") return cast(node, *in[0]);
     if (op == "Unsqueeze" || op == "Squeeze") return reshaped(node, in);
+    if (op == "ConstantOfShape") return constant_of_shape(node, *in[0]);
+    if (op == "Identity") return *in[0];
     return std::nullopt;
   }
 
@@ -177,7 +188,7 @@ class Evaluator {
   static std::optional<Known> concat(const std::vector<const Known*>& in) {
     Known out{{0}, {}, false};
     for (const auto* part : in) {
-      if (part->dims.size() != 1) return std::nullopt;
+      if (!part || part->dims.size() != 1) return std::nullopt;  // an omitted input (empty name)
       out.values.insert(out.values.end(), part->values.begin(), part->values.end());
       out.floating = out.floating || part->floating;
     }
@@ -196,10 +207,36 @@ class Evaluator {
     return out;
   }
 
+  // ConstantOfShape of a known small shape (exports build Expand targets of ones with it): the
+  // fill value is an int attribute tensor, or float 0 by default.
+  static std::optional<Known> constant_of_shape(const onnx::NodeProto& node, const Known& shape) {
+    if (shape.dims.size() != 1) return std::nullopt;
+    Known out{{}, {}, false};
+    double count = 1;
+    for (double d : shape.values) {
+      if (d < 0 || d > static_cast<double>(kMaxElements)) return std::nullopt;
+      count *= d;
+      out.dims.push_back(static_cast<std::int64_t>(d));
+    }
+    if (count > static_cast<double>(kMaxElements)) return std::nullopt;
+    double fill = 0;
+    out.floating = true;
+    for (const auto& attr : node.attribute()) {
+      if (attr.name() != "value") continue;
+      auto values = small_int_values(attr.t(), 1);
+      if (!values || values->size() != 1) return std::nullopt;
+      fill = static_cast<double>(values->front());
+      out.floating = false;
+    }
+    out.values.assign(static_cast<std::size_t>(count), fill);
+    return out;
+  }
+
   // Unsqueeze and Squeeze only change dims; axes come from an attribute (opset < 13) or input 1.
   static std::optional<Known> reshaped(const onnx::NodeProto& node, const std::vector<const Known*>& in) {
     std::vector<std::int64_t> axes = ints_attribute(node, "axes");
     if (in.size() > 1 && in[1]) {
+      if (!small(*in[1])) return std::nullopt;
       for (double a : in[1]->values) axes.push_back(static_cast<std::int64_t>(a));
     }
     Known out = *in[0];
@@ -257,8 +294,12 @@ onnx::NodeProto constant_node(const std::string& output, const Known& known, int
   tensor->set_data_type(elem_type);
   for (double v : known.values) {
     switch (elem_type) {
-      case TensorProto::INT64: tensor->add_int64_data(static_cast<std::int64_t>(v)); break;
-      case TensorProto::INT32: tensor->add_int32_data(static_cast<std::int32_t>(v)); break;
+      case TensorProto::INT64:
+        tensor->add_int64_data(std::fabs(v) >= kSliceBound ? (v > 0 ? INT64_MAX : -INT64_MAX) : static_cast<std::int64_t>(v));
+        break;
+      case TensorProto::INT32:
+        tensor->add_int32_data(static_cast<std::int32_t>(std::max(-2147483648.0, std::min(2147483647.0, v))));
+        break;
       case TensorProto::DOUBLE: tensor->add_double_data(v); break;
       default: tensor->add_float_data(static_cast<float>(v)); break;
     }

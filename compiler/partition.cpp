@@ -157,6 +157,7 @@ PartitionReport run_partition(const PartitionOptions& options) {
 
   Model model = load_model(options.model_path, options.load);
   request.global_batch = requested_batch(options.load).value_or(model.batch);
+  if (model.fixed_batch) request.fixed_microbatch = static_cast<int>(*model.fixed_batch);  // the loader bounds it
   double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 
   cost::CostModel costs(model.graph, request.cluster.device, request.precision, db ? &*db : nullptr);

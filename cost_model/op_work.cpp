@@ -28,7 +28,7 @@ const KindTable& kind_table() {
     KindTable t;
     add(t, OpClass::kMatMul, 0,
         {"aten::linear", "aten::matmul", "aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addbmm",
-         "onnx::Gemm", "onnx::MatMul"});
+         "onnx::Gemm", "onnx::MatMul", "onnx::LSTM", "onnx::GRU", "onnx::RNN"});
     add(t, OpClass::kConv, 0,
         {"aten::_convolution", "aten::convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d",
          "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d", "onnx::Conv",
@@ -195,7 +195,24 @@ double product_flops(const ir::Graph& graph, const ir::Op& op) {
   return 2 * first_output_numel(graph, op) * contraction_length(graph, op);
 }
 
+// ONNX recurrences: X [seq, batch, input] (layout 1: batch first), W [dirs, G*hidden, input],
+// R [dirs, G*hidden, hidden] with G = 4 (LSTM), 3 (GRU) or 1 (RNN): every step multiplies the
+// step's input by W and the state by R, 2 FLOPs per multiply-add.
+bool is_recurrence(const ir::Op& op) { return op.kind == "onnx::LSTM" || op.kind == "onnx::GRU" || op.kind == "onnx::RNN"; }
+
+double recurrence_flops(const ir::Graph& graph, const ir::Op& op) {
+  const auto* x = tensor_input(graph, op, 0);
+  const auto* w = tensor_input(graph, op, 1);
+  const auto* r = tensor_input(graph, op, 2);
+  if (!x || !w || !r || x->shape.size() != 3 || w->shape.size() != 3 || r->shape.size() != 3) return 0;
+  double steps_times_batch = static_cast<double>(x->shape[0]) * static_cast<double>(x->shape[1]);
+  double per_sample = static_cast<double>(w->shape[0]) * static_cast<double>(w->shape[1]) *
+                      (static_cast<double>(w->shape[2]) + static_cast<double>(r->shape[2]));
+  return 2 * steps_times_batch * per_sample;
+}
+
 double matmul_flops(const ir::Graph& graph, const ir::Op& op) {
+  if (is_recurrence(op)) return recurrence_flops(graph, op);
   bool bias = (op.kind == "aten::linear" && has_value(graph, op, 2)) || op.kind == "aten::addmm" ||
               op.kind == "aten::baddbmm" || op.kind == "aten::addbmm" || (op.kind == "onnx::Gemm" && has_value(graph, op, 2));
   return product_flops(graph, op) + (bias ? first_output_numel(graph, op) : 0);
@@ -375,8 +392,9 @@ OpWork op_work(const ir::Graph& graph, const ir::Op& op, const std::vector<bool>
     case OpClass::kConv: {
       // One product per operand that needs a gradient, each as large as the forward one.
       double products = grads.operands_needing_grad(op.kind);
-      double bias = grads.bias_needs_grad(op.kind) ? first_output_numel(graph, op) : 0;
-      double product = work.op_class == OpClass::kConv ? work.flops_fwd : product_flops(graph, op);
+      double bias = grads.bias_needs_grad(op.kind) && !is_recurrence(op) ? first_output_numel(graph, op) : 0;
+      double product = work.op_class == OpClass::kConv || is_recurrence(op) ? work.flops_fwd : product_flops(graph, op);
+      if (is_recurrence(op)) products = (grads.needs_grad(0) ? 1.0 : 0.0) + (grads.needs_grad(1) || grads.needs_grad(2) ? 1.0 : 0.0);
       work.flops_bwd = products * product + bias;
       work.bytes_bwd = products * work.bytes_fwd + (bias > 0 ? grad_out : 0);
       break;
@@ -443,6 +461,13 @@ double extra_saved_bytes(const ir::Graph& graph, const ir::Op& op) {
     return mask;
   }
   if (kind.find("max_pool") != std::string::npos || kind == "onnx::MaxPool") return 8 * out;  // int64 indices
+  if (is_recurrence(op)) {  // the gates of every step, plus its output (counted as the op's output)
+    const auto* x = tensor_input(graph, op, 0);
+    const auto* w = tensor_input(graph, op, 1);
+    if (!x || !w || x->shape.size() != 3 || w->shape.size() != 3) return 0;
+    return 4.0 * static_cast<double>(x->shape[0]) * static_cast<double>(x->shape[1]) * static_cast<double>(w->shape[0]) *
+           static_cast<double>(w->shape[1]);
+  }
   if (classify(graph, op) == OpClass::kNorm) {
     // Mean and inverse std per normalised group. Layer norm normalises at least the last dim, so
     // it has at most numel / last dim groups; batch, instance and group norm at most N x C.

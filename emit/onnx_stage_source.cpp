@@ -455,6 +455,28 @@ class StageEmitter {
                        ") has no TorchScript mapping; plan with --plan-only");
     }
     mapping->second(view);
+    if (++ops_since_break_ >= kInlineChain) break_inline_chain(op);
+  }
+
+  // libtorch's interpreter emits a value that is used once, right after it is made, inline into
+  // its user, recursively (CanEmitInline, then Code's emitter): a chain of thousands of such ops
+  // recurses thousands of frames deep and overflows the stack when the stage first runs. Every
+  // kInlineChain ops, each tensor the op made is passed through where(True, v, v), which uses v
+  // twice, so no chain is longer than that. Values and gradients are unchanged (the gradient of
+  // the unused branch is 0).
+  static constexpr int kInlineChain = 64;
+  void break_inline_chain(const ir::Op& op) {
+    bool broke = false;
+    for (auto id : op.outputs) {
+      const auto& value = graph_.value(id);
+      auto name = names_.find(id);
+      if (!value.is_tensor() || name == names_.end() || value.consumers.empty()) continue;
+      std::string flag = temp("_true");
+      line(flag + " = torch.ones([], dtype=11, device=" + name->second + ".device)");
+      line(name->second + " = torch.where(" + flag + ", " + name->second + ", " + name->second + ")");
+      broke = true;
+    }
+    if (broke) ops_since_break_ = 0;
   }
 
  public:
@@ -476,6 +498,7 @@ class StageEmitter {
   std::vector<StageAttribute> constants_;
   std::string body_;
   int temps_ = 0;
+  int ops_since_break_ = 0;
 };
 
 // --- Node members that need the emitter ---
@@ -622,13 +645,18 @@ void map_elementwise(const Node& n) {
   n.assign(0, format(pattern, args));
 }
 
-// Sum/Max/Min take any number of inputs: a chain of binary calls.
+// Sum/Max/Min take any number of inputs: one binary call per line into an accumulator, so that
+// thousands of inputs give flat source rather than calls nested thousands deep (which the
+// TorchScript parser would follow by recursion).
 void map_variadic(const Node& n) {
   static const std::map<std::string, std::string> kBinary = {
       {"Sum", "torch.add"}, {"Max", "torch.maximum"}, {"Min", "torch.minimum"}};
-  std::string expr = n.in(0);
-  for (int i = 1; i < n.inputs(); ++i) expr = kBinary.at(n.proto().op_type()) + "(" + expr + ", " + n.in(i) + ")";
-  n.assign(0, expr);
+  if (n.inputs() == 1) return n.assign(0, n.in(0));
+  const auto& fn = kBinary.at(n.proto().op_type());
+  std::string sum = n.temp("_a");
+  n.line(sum + " = " + fn + "(" + n.in(0) + ", " + n.in(1) + ")");
+  for (int i = 2; i < n.inputs(); ++i) n.line(sum + " = " + fn + "(" + sum + ", " + n.in(i) + ")");
+  n.assign(0, sum);
 }
 
 // ONNX Div of integers truncates; torch.div would give floats.
@@ -828,19 +856,72 @@ void map_split(const Node& n) {
   for (int i = 0; i < n.outputs(); ++i) n.assign(i, parts + "[" + std::to_string(i) + "]");
 }
 
-// Slice bounds may be computed at run time; axes and steps must be constants.
+// One axis of a Slice with a negative step: ONNX clamps start to [0, n-1] and end to [-1, n-1]
+// (after adding n to negative ones) and walks down; torch.slice only walks up, so the axis is
+// flipped, which maps index i to n-1-i. Writes the lines and returns the sliced variable.
+std::string slice_down(const Node& n, const std::string& x, const std::string& axis, const std::string& start,
+                       const std::string& end, const std::string& step, const std::string& indent = "") {
+  std::string size = n.temp("_n"), s = n.temp("_b"), e = n.temp("_e"), y = n.temp("_y");
+  n.line(indent + size + " = " + x + ".size(" + axis + ")");
+  n.line(indent + s + " = " + start);
+  n.line(indent + "if " + s + " < 0:");
+  n.line(indent + "    " + s + " = " + s + " + " + size);
+  n.line(indent + s + " = min(max(" + s + ", 0), " + size + " - 1)");
+  n.line(indent + e + " = " + end);
+  n.line(indent + "if " + e + " < 0:");
+  n.line(indent + "    " + e + " = " + e + " + " + size);
+  n.line(indent + e + " = min(max(" + e + ", -1), " + size + " - 1)");
+  n.line(indent + y + " = torch.slice(torch.flip(" + x + ", [" + axis + "]), " + axis + ", " + size + " - 1 - " + s +
+         ", " + size + " - 1 - " + e + ", 0 - (" + step + "))");  // -(-1) does not lex
+  return y;
+}
+
+// Slice with any of starts, ends, axes and steps computed at run time: a loop over the axes.
+void map_slice_at_run_time(const Node& n) {
+  auto x = n.in(0);
+  auto list = [&](int input) {
+    std::string name = n.temp("_l");
+    n.line(name + ": List[int] = " + n.int_list(input));
+    return name;
+  };
+  std::string starts = list(1), ends = list(2);
+  std::string axes = n.temp("_l"), steps = n.temp("_l"), k = n.temp("_k"), y = n.temp("_y");
+  std::string a = n.temp("_c"), p = n.temp("_p");
+  if (n.has(3)) n.line(axes + ": List[int] = " + n.int_list(3));
+  else n.line(axes + ": List[int] = [" + k + " for " + k + " in range(len(" + starts + "))]");
+  if (n.has(4)) n.line(steps + ": List[int] = " + n.int_list(4));
+  else n.line(steps + ": List[int] = [1 for " + k + " in range(len(" + starts + "))]");
+  n.line(y + " = " + x);
+  n.line("for " + k + " in range(len(" + axes + ")):");
+  n.line("    " + a + " = " + axes + "[" + k + "]");
+  n.line("    if " + a + " < 0:");
+  n.line("        " + a + " = " + a + " + " + x + ".dim()");
+  n.line("    " + p + " = " + steps + "[" + k + "]");
+  n.line("    if " + p + " > 0:");
+  n.line("        " + y + " = torch.slice(" + y + ", " + a + ", " + starts + "[" + k + "], " + ends + "[" + k + "], " + p +
+         ")");
+  n.line("    else:");
+  auto down = slice_down(n, y, a, starts + "[" + k + "]", ends + "[" + k + "]", p, "        ");
+  n.line("        " + y + " = " + down);
+  n.assign(0, y);
+}
+
+// Slice: bounds known at generation time or computed at run time; axes and steps constants give
+// one torch.slice per axis, otherwise the bounds are walked at run time. Negative steps flip.
 void map_slice(const Node& n) {
   if (n.opset() < 10) n.unsupported("takes its bounds from attributes (opset < 10)");
   auto known_starts = n.known_ints(1), known_ends = n.known_ints(2);
   auto axes = n.has(3) ? n.known_ints(3) : std::nullopt;
   auto steps = n.has(4) ? n.known_ints(4) : std::nullopt;
-  if ((n.has(3) && !axes) || (n.has(4) && !steps)) n.unsupported("takes axes or steps computed at run time");
   std::size_t count = axes ? axes->size() : known_starts ? known_starts->size() : known_ends ? known_ends->size() : 0;
-  if (count == 0) n.unsupported("takes bounds of unknown length without axes");
+  bool at_run_time = (n.has(3) && !axes) || (n.has(4) && !steps) || count == 0;
+  if (!at_run_time && steps && steps->size() != count) n.unsupported("has steps that do not match its axes");
+  if (at_run_time) return map_slice_at_run_time(n);
   // Bound k: the constant, else element k of the list converted at run time.
   auto bound = [&](int input, const std::optional<std::vector<std::int64_t>>& known) {
     std::vector<std::string> items;
     std::string list = known ? "" : n.int_list(input);
+    if (known && known->size() != count) n.unsupported("has bounds that do not match its axes");
     for (std::size_t k = 0; k < count; ++k)
       items.push_back(known ? int_literal(known->at(k)) : list + "[" + std::to_string(k) + "]");
     return items;
@@ -849,10 +930,15 @@ void map_slice(const Node& n) {
   std::string expr = n.in(0);
   for (std::size_t k = 0; k < count; ++k) {
     auto step = steps ? steps->at(k) : 1;
-    if (step <= 0) n.unsupported("has a step that is not positive");
-    auto axis = axes ? axes->at(k) : static_cast<std::int64_t>(k);
-    expr = "torch.slice(" + expr + ", " + n.axis(axis, 0) + ", " + starts[k] + ", " + ends[k] + ", " +
-           std::to_string(step) + ")";
+    if (step == 0) n.unsupported("has a step of 0");
+    auto axis = n.axis(axes ? axes->at(k) : static_cast<std::int64_t>(k), 0);
+    if (step > 0) {
+      expr = "torch.slice(" + expr + ", " + axis + ", " + starts[k] + ", " + ends[k] + ", " + std::to_string(step) + ")";
+    } else {
+      std::string x = n.temp("_x");
+      n.line(x + " = " + expr);
+      expr = slice_down(n, x, axis, starts[k], ends[k], int_literal(step));
+    }
   }
   n.assign(0, expr);
 }
@@ -989,6 +1075,272 @@ void map_conv(const Node& n) {
   n.assign(0, "torch.conv" + std::to_string(w.spatial) + "d(" + x + ", " + n.in(1) + ", " + bias + ", " +
                   int_list_literal(w.strides) + ", " + int_list_literal(w.begin) + ", " +
                   int_list_literal(w.dilations) + ", " + std::to_string(n.attr_int("group", 1)) + ")");
+}
+
+// ConvTranspose: W is [C, M/group, k...]. Symmetric pads with an output_padding torch accepts
+// map to torch.conv_transpose directly; otherwise the full result (no pads) is extended by
+// output_padding and cut by the pads, and the bias added after. output_shape and SAME pads are
+// computed from the input's spatial dims, which do not scale with the batch.
+void map_conv_transpose(const Node& n) {
+  Window w;
+  if (auto kernel = n.attr_ints("kernel_shape")) w.kernel = *kernel;
+  else if (auto weight = n.shape(1); weight && weight->size() > 2) w.kernel.assign(weight->begin() + 2, weight->end());
+  if (w.kernel.empty()) n.unsupported("has no kernel_shape");
+  w.spatial = static_cast<int>(w.kernel.size());
+  check_spatial(n, w);
+  auto ones = std::vector<std::int64_t>(w.spatial, 1), zeros = std::vector<std::int64_t>(w.spatial, 0);
+  w.strides = n.attr_ints("strides").value_or(ones);
+  w.dilations = n.attr_ints("dilations").value_or(ones);
+  auto pads = n.attr_ints("pads").value_or(std::vector<std::int64_t>(2 * w.spatial, 0));
+  auto output_padding = n.attr_ints("output_padding").value_or(zeros);
+  if (pads.size() != 2 * w.kernel.size() || w.strides.size() != w.kernel.size() ||
+      w.dilations.size() != w.kernel.size() || output_padding.size() != w.kernel.size()) {
+    n.unsupported("has pads, strides, dilations or output_padding that do not match its kernel");
+  }
+  w.begin.assign(pads.begin(), pads.begin() + w.spatial);
+  w.end.assign(pads.begin() + w.spatial, pads.end());
+  auto auto_pad = n.attr_string("auto_pad", "NOTSET");
+  auto output_shape = n.attr_ints("output_shape");
+  if (auto_pad == "VALID") {
+    w.begin = w.end = zeros;
+  } else if (output_shape || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    auto input = n.shape(0);
+    if (!input || input->size() != static_cast<std::size_t>(w.spatial) + 2) n.unsupported("pads to a shape of an unknown input");
+    if (output_shape && output_shape->size() < static_cast<std::size_t>(w.spatial)) n.unsupported("has a short output_shape");
+    for (int d = 0; d < w.spatial; ++d) {
+      auto size = (*input)[2 + d];
+      if (size <= 0) n.unsupported("pads to a shape of an unknown input");
+      auto target = output_shape ? (*output_shape)[output_shape->size() - w.spatial + d] : size * w.strides[d];
+      auto total = w.strides[d] * (size - 1) + output_padding[d] + (w.kernel[d] - 1) * w.dilations[d] + 1 - target;
+      if (total < 0) n.unsupported("has an output_shape larger than its result");
+      bool upper = auto_pad == "SAME_UPPER";
+      w.begin[d] = upper ? total / 2 : total - total / 2;
+      w.end[d] = total - w.begin[d];
+    }
+  }
+  auto fn = "torch.conv_transpose" + std::to_string(w.spatial) + "d(";
+  auto group = std::to_string(n.attr_int("group", 1));
+  auto bias = n.has(2) ? n.in(2) : "None";
+  bool torch_padding = w.begin == w.end;
+  for (int d = 0; d < w.spatial; ++d)
+    torch_padding = torch_padding && output_padding[d] < std::max(w.strides[d], w.dilations[d]) && output_padding[d] >= 0;
+  if (torch_padding) {
+    return n.assign(0, fn + n.in(0) + ", " + n.in(1) + ", " + bias + ", " + int_list_literal(w.strides) + ", " +
+                           int_list_literal(w.begin) + ", " + int_list_literal(output_padding) + ", " + group + ", " +
+                           int_list_literal(w.dilations) + ")");
+  }
+  std::string y = n.temp("_y");
+  n.line(y + " = " + fn + n.in(0) + ", " + n.in(1) + ", None, " + int_list_literal(w.strides) + ", " +
+         int_list_literal(zeros) + ", " + int_list_literal(zeros) + ", " + group + ", " + int_list_literal(w.dilations) +
+         ")");
+  std::vector<std::int64_t> extend;  // output_padding at the end of each dim, last dim first
+  for (int d = w.spatial - 1; d >= 0; --d) {
+    extend.push_back(0);
+    extend.push_back(output_padding[d]);
+  }
+  n.line(y + " = torch.constant_pad_nd(" + y + ", " + int_list_literal(extend) + ", 0.0)");
+  for (int d = 0; d < w.spatial; ++d) {
+    auto dim = std::to_string(2 + d);
+    n.line(y + " = torch.slice(" + y + ", " + dim + ", " + int_literal(w.begin[d]) + ", " + y + ".size(" + dim + ") - " +
+           int_literal(w.end[d]) + ")");
+  }
+  if (n.has(2)) {
+    std::vector<std::int64_t> shape = {1, -1};
+    shape.resize(2 + w.spatial, 1);
+    n.line(y + " = torch.add(" + y + ", " + bias + ".reshape(" + int_list_literal(shape) + "))");
+  }
+  n.assign(0, y);
+}
+
+// An int scalar input (Trilu's k, CumSum's axis): the constant, else read at run time.
+std::string int_scalar(const Node& n, int input) {
+  if (auto known = n.known_ints(input); known && known->size() == 1) return int_literal(known->front());
+  return "int(" + n.in(input) + ".item())";
+}
+
+void map_trilu(const Node& n) {
+  auto k = n.has(1) ? int_scalar(n, 1) : "0";
+  auto fn = n.attr_int("upper", 1) ? "torch.triu(" : "torch.tril(";
+  n.assign(0, fn + n.in(0) + ", " + k + ")");
+}
+
+// CumSum: reverse sums from the end (flip, sum, flip back); exclusive shifts the sums by one
+// along the axis, starting from 0. torch.cumsum widens small ints; ONNX keeps the type.
+void map_cumsum(const Node& n) {
+  std::string axis = n.temp("_c"), x = n.temp("_x"), y = n.temp("_y");
+  n.line(axis + " = " + int_scalar(n, 1));
+  n.line(x + " = " + n.in(0));
+  bool reverse = n.attr_int("reverse", 0) != 0, exclusive = n.attr_int("exclusive", 0) != 0;
+  if (reverse) n.line(x + " = torch.flip(" + x + ", [" + axis + "])");
+  auto dtype = n.dtype(0);
+  std::string keep = is_integral(dtype) ? ", dtype=" + std::to_string(scalar_type(dtype)) : "";
+  n.line(y + " = torch.cumsum(" + x + ", " + axis + keep + ")");
+  if (exclusive) {
+    n.line(y + " = torch.cat([torch.zeros_like(torch.slice(" + y + ", " + axis + ", 0, 1)), torch.slice(" + y + ", " +
+           axis + ", 0, -1)], " + axis + ")");
+  }
+  if (reverse) n.line(y + " = torch.flip(" + y + ", [" + axis + "])");
+  n.assign(0, y);
+}
+
+// LSTM and GRU. ONNX stacks the gates of W [dirs, G*hidden, input], R [dirs, G*hidden, hidden]
+// and B [dirs, 2*G*hidden] (input then recurrence biases) as LSTM i,o,f,c and GRU z,r,h; torch's
+// kernels take LSTM i,f,g,o and GRU r,z,n, per direction [w_ih, w_hh, b_ih, b_hh]. The ONNX
+// defaults (activations, no clip, no peepholes, no sequence_lens) are what torch computes; GRU
+// with linear_before_reset=1 is torch's GRU, and with 0 (the ONNX default) an explicit loop.
+// Outputs: Y [seq, dirs, batch, hidden] (layout 1: [batch, seq, dirs, hidden]), Y_h and Y_c
+// [dirs, batch, hidden] (layout 1: [batch, dirs, hidden]).
+struct Recurrence {
+  bool lstm = true;
+  int gates = 4;
+  int dirs = 1;
+  bool reverse = false;  // one direction, from the last step to the first
+  bool batch_first = false;
+  std::string x, hidden;  // the input as torch takes it ([seq, batch, input] or batch first)
+};
+
+std::string reordered_gates(const Node& n, const Recurrence& r, const std::string& stacked) {
+  std::string parts = n.temp("_g");
+  n.line(parts + " = torch.chunk(" + stacked + ", " + std::to_string(r.gates) + ", 0)");
+  if (r.lstm) return "torch.cat([" + parts + "[0], " + parts + "[2], " + parts + "[3], " + parts + "[1]], 0)";
+  return "torch.cat([" + parts + "[1], " + parts + "[0], " + parts + "[2]], 0)";
+}
+
+void check_recurrence(const Node& n, const Recurrence& r) {
+  if (n.has(4)) n.unsupported("takes sequence_lens");
+  if (r.lstm && n.has(7)) n.unsupported("has peepholes");
+  if (n.attr("clip")) n.unsupported("clips its cell input");
+  if (r.lstm && n.attr_int("input_forget", 0) != 0) n.unsupported("couples its input and forget gates");
+  if (const auto* a = n.attr("activations")) {
+    std::vector<std::string> expected = r.lstm ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
+                                               : std::vector<std::string>{"Sigmoid", "Tanh"};
+    if (a->strings_size() != static_cast<int>(expected.size()) * r.dirs) n.unsupported("has activations other than the defaults");
+    for (int i = 0; i < a->strings_size(); ++i) {
+      if (a->strings(i) != expected[static_cast<std::size_t>(i) % expected.size()]) {
+        n.unsupported("has activations other than the defaults");
+      }
+    }
+  }
+}
+
+Recurrence recurrence_of(const Node& n) {
+  Recurrence r;
+  r.lstm = n.proto().op_type() == "LSTM";
+  r.gates = r.lstm ? 4 : 3;
+  auto direction = n.attr_string("direction", "forward");
+  if (direction == "bidirectional") r.dirs = 2;
+  else if (direction == "reverse") r.reverse = true;
+  else if (direction != "forward") n.unsupported("has direction '" + direction + "'");
+  auto layout = n.attr_int("layout", 0);
+  if (layout != 0 && layout != 1) n.unsupported("has layout " + std::to_string(layout));
+  r.batch_first = layout == 1;
+  check_recurrence(n, r);
+  if (n.attr("hidden_size")) r.hidden = std::to_string(n.attr_int("hidden_size", 0));
+  else r.hidden = n.in(2) + ".size(2)";
+  r.x = n.in(0);
+  if (r.reverse) {
+    std::string flipped = n.temp("_x");
+    n.line(flipped + " = torch.flip(" + r.x + ", [" + (r.batch_first ? "1" : "0") + "])");
+    r.x = flipped;
+  }
+  return r;
+}
+
+// Initial state input i ([dirs, batch, hidden] as torch takes it), zeros when absent.
+std::string initial_state(const Node& n, const Recurrence& r, int input) {
+  if (n.has(input)) return r.batch_first ? "torch.transpose(" + n.in(input) + ", 0, 1)" : n.in(input);
+  std::string batch = r.x + ".size(" + (r.batch_first ? "0" : "1") + ")";
+  return r.x + ".new_zeros([" + std::to_string(r.dirs) + ", " + batch + ", " + r.hidden + "])";
+}
+
+// Y from torch's output ([seq, batch, dirs*hidden] or batch first), and a final state.
+void assign_recurrence_outputs(const Node& n, const Recurrence& r, const std::string& out,
+                               const std::vector<std::string>& states) {
+  std::string y = out;
+  if (r.reverse) y = "torch.flip(" + y + ", [" + (r.batch_first ? "1" : "0") + "])";
+  std::string split = y + ".reshape([" + out + ".size(0), " + out + ".size(1), " + std::to_string(r.dirs) + ", " + r.hidden + "])";
+  if (n.used(0)) n.assign(0, r.batch_first ? split : "torch.permute(" + split + ", [0, 2, 1, 3])");
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    int output = static_cast<int>(i) + 1;
+    if (n.used(output)) n.assign(output, r.batch_first ? "torch.transpose(" + states[i] + ", 0, 1)" : states[i]);
+  }
+}
+
+void map_recurrence_with_torch(const Node& n, const Recurrence& r) {
+  std::vector<std::string> params;
+  for (int d = 0; d < r.dirs; ++d) {
+    auto dir = std::to_string(d);
+    params.push_back(reordered_gates(n, r, n.in(1) + "[" + dir + "]"));
+    params.push_back(reordered_gates(n, r, n.in(2) + "[" + dir + "]"));
+    if (n.has(3)) {
+      std::string halves = n.temp("_h");
+      n.line(halves + " = torch.chunk(" + n.in(3) + "[" + dir + "], 2, 0)");
+      params.push_back(reordered_gates(n, r, halves + "[0]"));
+      params.push_back(reordered_gates(n, r, halves + "[1]"));
+    }
+  }
+  std::string result = n.temp("_r");
+  std::string flags = std::string(n.has(3) ? "True" : "False") + ", 1, 0.0, False, " + (r.dirs == 2 ? "True" : "False") +
+                      ", " + (r.batch_first ? "True" : "False") + ")";
+  if (r.lstm) {
+    n.line(result + " = torch.lstm(" + r.x + ", [" + initial_state(n, r, 5) + ", " + initial_state(n, r, 6) + "], [" +
+           join(params) + "], " + flags);
+    assign_recurrence_outputs(n, r, result + "[0]", {result + "[1]", result + "[2]"});
+  } else {
+    n.line(result + " = torch.gru(" + r.x + ", " + initial_state(n, r, 5) + ", [" + join(params) + "], " + flags);
+    assign_recurrence_outputs(n, r, result + "[0]", {result + "[1]"});
+  }
+}
+
+// GRU with linear_before_reset=0: h' = tanh(x Wh^T + (r * h) Rh^T + Wbh + Rbh), step by step.
+void map_gru_reset_before_linear(const Node& n, const Recurrence& r) {
+  std::string seq = r.batch_first ? "torch.transpose(" + r.x + ", 0, 1)" : r.x;
+  std::string xs = n.temp("_x"), outs = n.temp("_o"), finals = n.temp("_f");
+  n.line(xs + " = " + seq);
+  n.line(outs + ": List[Tensor] = []");
+  n.line(finals + ": List[Tensor] = []");
+  std::string h0 = n.temp("_s");
+  n.line(h0 + " = " + initial_state(n, r, 5));
+  for (int d = 0; d < r.dirs; ++d) {
+    auto dir = std::to_string(d);
+    std::string w = n.temp("_w"), u = n.temp("_u"), b = n.temp("_b"), h = n.temp("_h"), ys = n.temp("_y");
+    std::string t = n.temp("_t"), z = n.temp("_z"), g = n.temp("_r"), c = n.temp("_n"), xw = n.temp("_p");
+    n.line(w + " = torch.chunk(" + n.in(1) + "[" + dir + "], 3, 0)");
+    n.line(u + " = torch.chunk(" + n.in(2) + "[" + dir + "], 3, 0)");
+    if (n.has(3)) n.line(b + " = torch.chunk(" + n.in(3) + "[" + dir + "], 6, 0)");
+    n.line(h + " = " + h0 + "[" + dir + "]");
+    n.line(ys + ": List[Tensor] = []");
+    bool backward = d == 1;  // the second direction of bidirectional runs from the end
+    n.line("for " + t + " in range(" + xs + ".size(0)):");
+    std::string step = backward ? xs + ".size(0) - 1 - " + t : t;
+    n.line("    " + xw + " = " + xs + "[" + step + "]");
+    auto gate = [&](int k, const std::string& state) {
+      auto ks = std::to_string(k);
+      std::string expr = "torch.matmul(" + xw + ", torch.t(" + w + "[" + ks + "])) + torch.matmul(" + state +
+                         ", torch.t(" + u + "[" + ks + "]))";
+      if (n.has(3)) expr += " + " + b + "[" + ks + "] + " + b + "[" + std::to_string(k + 3) + "]";
+      return expr;
+    };
+    n.line("    " + z + " = torch.sigmoid(" + gate(0, h) + ")");
+    n.line("    " + g + " = torch.sigmoid(" + gate(1, h) + ")");
+    n.line("    " + c + " = torch.tanh(" + gate(2, g + " * " + h) + ")");
+    n.line("    " + h + " = (1.0 - " + z + ") * " + c + " + " + z + " * " + h);
+    n.line("    " + ys + ".append(" + h + ")");
+    if (backward) n.line(ys + ".reverse()");
+    n.line(outs + ".append(torch.stack(" + ys + ", 0))");
+    n.line(finals + ".append(" + h + ")");
+  }
+  // [seq, batch, dirs*hidden] as torch gives it, so the outputs are shaped as for the kernels.
+  std::string out = n.temp("_y");
+  n.line(out + " = torch.cat(" + outs + ", 2)");
+  if (r.batch_first) n.line(out + " = torch.transpose(" + out + ", 0, 1)");
+  assign_recurrence_outputs(n, r, out, {"torch.stack(" + finals + ", 0)"});
+}
+
+void map_recurrence(const Node& n) {
+  auto r = recurrence_of(n);
+  if (!r.lstm && n.attr_int("linear_before_reset", 0) == 0) return map_gru_reset_before_linear(n, r);
+  map_recurrence_with_torch(n, r);
 }
 
 void map_max_pool(const Node& n) {
@@ -1179,6 +1531,11 @@ const std::map<std::string, Mapping>& mappings() {
         {"Range", map_range},
         {"Gemm", map_gemm},
         {"Conv", map_conv},
+        {"ConvTranspose", map_conv_transpose},
+        {"Trilu", map_trilu},
+        {"CumSum", map_cumsum},
+        {"LSTM", map_recurrence},
+        {"GRU", map_recurrence},
         {"Pad", map_pad},
         {"MaxPool", map_max_pool},
         {"AveragePool", map_average_pool},

@@ -138,6 +138,8 @@ std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int bloc
       config.pipeline_devices = width;
       config.microbatches = microbatches;
       config.microbatch_size = static_cast<int>(per_pipeline / microbatches);
+      if (request.fixed_microbatch && config.microbatch_size != *request.fixed_microbatch) continue;
+      config.replica_samples = request.fixed_microbatch;
       // A pipeline has at most one stage per block and a stage at most one replica per sample.
       if (static_cast<std::int64_t>(width) > static_cast<std::int64_t>(blocks) * config.microbatch_size) continue;
       config.schedule = request.schedule;

@@ -38,6 +38,7 @@ struct PlanRequest {
   cost::Precision precision = cost::Precision::kFp32;
   std::optional<int> stages;        // --stages
   std::optional<int> microbatches;  // --microbatches
+  std::optional<int> fixed_microbatch;  // a model that runs only at this batch: microbatch size, one replica per stage
   int max_blocks = 192;             // coarsening target
 };
 

@@ -42,6 +42,7 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
   const RangeTable& ranges = *context.ranges;
   for (int r = 1; r <= config.pipeline_devices; ++r) {
     if (config.microbatch_size % r != 0) continue;
+    if (config.replica_samples && config.microbatch_size / r != *config.replica_samples) continue;
     replica_choices_.push_back(r);
     // Collective times are affine in the bytes: keep the fixed part and the slope.
     auto ranks = canonical_ranks(config, r);

@@ -43,6 +43,7 @@ struct SearchConfig {
   int microbatch_size = 1;    // b: samples per microbatch
   cost::Schedule schedule = cost::Schedule::k1F1B;
   std::optional<int> stages;  // force the stage count
+  std::optional<int> replica_samples;  // every replica runs exactly this many samples (a fixed-batch model)
 };
 
 // The model and the cluster the configs are searched on.

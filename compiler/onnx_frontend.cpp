@@ -449,6 +449,38 @@ class GraphBuilder {
     }
   }
 
+  // The elements an initializer stores inline: raw bytes, or one of the typed fields. Weights in
+  // external data (a shape-only model) are never read, so only their dims count.
+  void check_initializer_data(const onnx::TensorProto& init, std::int64_t numel) const {
+    if (init.data_location() == onnx::TensorProto::EXTERNAL) return;
+    using T = onnx::TensorProto;
+    int type = init.data_type();
+    std::int64_t stored = 0, expected = numel;
+    if (init.has_raw_data()) {
+      int size = ir::dtype_size(to_dtype(type));
+      if (size <= 0) return;  // strings and types without a fixed size
+      stored = static_cast<std::int64_t>(init.raw_data().size());
+      expected = numel * size;
+    } else if (type == T::FLOAT || type == T::COMPLEX64) {
+      stored = init.float_data_size(), expected = numel * (type == T::COMPLEX64 ? 2 : 1);
+    } else if (type == T::DOUBLE || type == T::COMPLEX128) {
+      stored = init.double_data_size(), expected = numel * (type == T::COMPLEX128 ? 2 : 1);
+    } else if (type == T::INT64) {
+      stored = init.int64_data_size();
+    } else if (type == T::UINT32 || type == T::UINT64) {
+      stored = init.uint64_data_size();
+    } else if (type == T::STRING) {
+      stored = init.string_data_size();
+    } else {
+      stored = init.int32_data_size();  // the smaller integer types, bool, float16 and bfloat16
+    }
+    if (stored != expected) {
+      throw InputError(path_ + ": initializer '" + init.name() + "' stores " + std::to_string(stored) + " " +
+                       (init.has_raw_data() ? "bytes" : "values") + " for " + std::to_string(expected) +
+                       " (a truncated or corrupt file)");
+    }
+  }
+
   // ONNX does not tell trainable weights from buffers. Float initializers are parameters, except
   // the running statistics a BatchNormalization reads (inputs 3 and 4); others are buffers.
   void add_initializers(const onnx::GraphProto& graph) {
@@ -458,9 +490,11 @@ class GraphBuilder {
       for (int i = 3; i < node.input_size() && i <= 4; ++i) statistics.insert(node.input(i));
     }
     for (const auto& init : graph.initializer()) {
-      if (!ir::checked_numel(dims_of(init))) {
+      auto numel = ir::checked_numel(dims_of(init));
+      if (!numel) {
         throw InputError(path_ + ": initializer '" + init.name() + "' has negative dims or too many elements");
       }
+      check_initializer_data(init, *numel);
       ir::Value value;
       value.name = init.name();
       value.type.dtype = to_dtype(init.data_type());

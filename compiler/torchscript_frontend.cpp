@@ -8,6 +8,7 @@
 // type only a few percent of real graphs, see TOOLCHAIN.md). A second run at twice the batch
 // shows which dim of each tensor is the batch dim, and the shapes are scaled along it to the
 // requested batch.
+#include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
@@ -81,6 +82,31 @@ void check_storage(const std::string& path, const std::string& name, const at::T
   if (reached_bytes(t) > held) {
     throw InputError(path + ": weight '" + name + "' needs " + std::to_string(reached_bytes(t)) +
                      " bytes but the file holds " + std::to_string(held) + " for it (a truncated or corrupt file)");
+  }
+}
+
+// Tensor data of a TorchScript archive lives in records data/<n>, one per storage,
+// read into storages whose size comes from the pickled metadata: a record cut short (a truncated
+// copy, an emptied entry) is read past its end, silently. The records must hold at least the
+// bytes of the module's storages.
+void check_weight_records(const std::string& path, const torch::jit::Module& module) {
+  std::set<const void*> seen;
+  std::int64_t needed = 0;
+  for (const auto& attribute : module.named_attributes(/*recurse=*/true)) {
+    if (!attribute.value.isTensor()) continue;
+    const auto& t = attribute.value.toTensor();
+    if (!t.defined() || !t.has_storage()) continue;
+    if (seen.insert(t.storage().unsafeGetStorageImpl()).second) needed += static_cast<std::int64_t>(t.storage().nbytes());
+  }
+  caffe2::serialize::PyTorchStreamReader reader(path);
+  std::int64_t held = 0;
+  for (const auto& name : reader.getAllRecords()) {  // named without the archive's folder
+    if (name.rfind("data/", 0) != 0) continue;
+    held += static_cast<std::int64_t>(std::get<1>(reader.getRecord(name)));  // one record in memory at a time
+  }
+  if (held < needed) {
+    throw InputError(path + ": the weights need " + std::to_string(needed) + " bytes but the file holds " +
+                     std::to_string(held) + " for them (a truncated or corrupt file)");
   }
 }
 
@@ -295,11 +321,14 @@ bool fold_shape_control_flow(torch::jit::Graph& graph, const std::vector<c10::IV
 }
 
 torch::jit::Module load_module(const std::string& path) {
+  torch::jit::Module module;
   try {
-    return torch::jit::load(path);
+    module = torch::jit::load(path);
   } catch (const std::exception& e) {
     throw InputError(path + ": cannot load TorchScript: " + torch_message(e));
   }
+  check_weight_records(path, module);
+  return module;
 }
 
 // The names of forward's arguments as written in Python (the graph's own input names may be

@@ -139,11 +139,12 @@ namespace {
 // The plan on a small workload that still exercises every cut: replica slices of two samples
 // (BatchNorm needs more than one) in the widest stage, and two microbatches where the plan has
 // several.
-emit::PlanFile small_workload(const emit::PlanFile& plan) {
+emit::PlanFile small_workload(const emit::PlanFile& plan, const Model& model) {
   emit::PlanFile small = plan;
   int slices = 1;
   for (const auto& stage : plan.stages) slices = std::lcm(slices, stage.replicas_per_pipeline);
-  small.microbatch_size = std::min(plan.microbatch_size, 2 * slices);
+  // An export with a fixed batch runs only at its microbatch.
+  if (!model.fixed_batch) small.microbatch_size = std::min(plan.microbatch_size, 2 * slices);
   small.microbatches = std::min(plan.microbatches, 2);
   return small;
 }
@@ -151,7 +152,7 @@ emit::PlanFile small_workload(const emit::PlanFile& plan) {
 }  // namespace
 
 StageCheck check_stage_files(const Model& model, const emit::PlanFile& plan, double tolerance) {
-  auto small = small_workload(plan);
+  auto small = small_workload(plan, model);
   auto request = request_for(model, small, /*seed=*/0);
   request.skip_random = true;
   request.gradient_floor = 1e-3;  // a check for gross errors: see partition.cpp

@@ -162,6 +162,30 @@ def write_data_dependent_if(path):
     torch.jit.script(DataDependentIf()).save(path)
 
 
+class BufferWrittenForLater(torch.nn.Module):
+    """Adds the batch's mean to a buffer in place that a later layer reads: a stage that writes
+    it and a stage that reads it each hold their own copy, so a cut between them gives stage files
+    that compute something else than the model (partition's own check must refuse them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(8, 16)
+        self.second = torch.nn.Linear(16, 16)
+        self.third = torch.nn.Linear(16, 4)
+        self.register_buffer("total", torch.zeros(16))
+
+    def forward(self, x):
+        h = torch.relu(self.first(x))
+        self.total.add_((h.detach() * 0 + 1).amax(0))  # ones, computed from the batch
+        return self.third(torch.relu(self.second(h)) + self.total)
+
+
+def write_buffer_written_for_later(path):
+    torch.manual_seed(0)
+    # Scripted, so that the later read is of the buffer itself (a trace would read add_'s result).
+    torch.jit.script(BufferWrittenForLater()).save(path)
+
+
 # ---------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------
@@ -181,6 +205,7 @@ def write_all(out_dir):
     write_custom_op_pt(path("custom_op.pt"))
     write_custom_op_onnx(path("custom_op.onnx"))
     write_data_dependent_if(path("data_dependent_if.script.pt"))
+    write_buffer_written_for_later(path("buffer_written_for_later.script.pt"))
     write_bytes(path("truncated_db.json"), b'{"format": "rannc-profile-db", "version": 1, "devi')
     write_bytes(path("foreign_db.json"), b'{"format": "something-else", "version": 1}\n')
     write_bytes(path("bad_cluster.json"), b'{"nodes": 2, "gpus_per_node": 8, "device": "h100-80g", "mem": "-4G"}\n')
@@ -199,6 +224,8 @@ def write_all(out_dir):
         "custom_op_onnx": entry("custom_op.onnx", "Relu then op Mystery of domain rannc.test"),
         "data_dependent_if": entry("data_dependent_if.script.pt",
                                    "scripted if on the sign of a tensor sum"),
+        "buffer_written_for_later": entry("buffer_written_for_later.script.pt",
+                                          "a buffer written in place in one layer and read by a later one"),
         "truncated_db": entry("truncated_db.json", "profile DB cut mid-key"),
         "foreign_db": entry("foreign_db.json", "JSON that is not a profile DB"),
         "bad_cluster": entry("bad_cluster.json", "cluster description with negative memory"),

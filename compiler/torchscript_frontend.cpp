@@ -130,13 +130,22 @@ std::map<TensorKey, NamedWeight> distinct_weights(const torch::jit::Module& modu
   return weights;
 }
 
-// Whether a scripted function branches or loops once its own calls are inlined: such control
-// flow usually depends on tensor contents, which one traced graph cannot express.
-bool has_control_flow(torch::jit::GraphFunction& function) {
+bool depends_only_on_shapes(const Value* value, std::unordered_map<const Value*, bool>& memo);
+
+// Whether a scripted function branches or loops on tensor contents once its own calls are
+// inlined (a while loop until a value converges): one traced graph cannot express that. Branches
+// on shapes and flags (batch_norm's `if training:` and its size check) are inlined and folded.
+bool has_data_dependent_control_flow(torch::jit::GraphFunction& function) {
   auto graph = function.graph()->copy();
   torch::jit::Inline(*graph);
-  for (torch::jit::DepthFirstGraphNodeIterator it(graph); Node* node = it.next();)
-    if (!node->blocks().empty()) return true;
+  std::unordered_map<const Value*, bool> memo;
+  for (torch::jit::DepthFirstGraphNodeIterator it(graph); Node* node = it.next();) {
+    std::vector<const Value*> conditions;
+    if (node->kind() == c10::prim::If) conditions = {node->input(0)};
+    if (node->kind() == c10::prim::Loop) conditions = {node->input(0), node->input(1), node->blocks()[0]->outputs()[0]};
+    for (const Value* condition : conditions)
+      if (!depends_only_on_shapes(condition, memo)) return true;
+  }
   return false;
 }
 
@@ -161,7 +170,7 @@ void inline_calls(std::shared_ptr<torch::jit::Graph>& graph) {
       if (call->kind() == c10::prim::CallMethod) {
         if (auto type = call->input(0)->type()->cast<c10::ClassType>())
           callee = torch::jit::tryToGraphFunction(type->getMethod(call->s(c10::attr::name)));
-      } else if ((callee = called_function(call)) && !has_control_flow(*callee)) {
+      } else if ((callee = called_function(call)) && !has_data_dependent_control_flow(*callee)) {
         call->removeInput(0);
       } else {
         continue;
@@ -275,6 +284,14 @@ void reject_unsupported(const std::string& path, torch::jit::Graph& graph) {
 }
 
 
+// A tensor, or a list, tuple or optional of them.
+bool holds_tensors(const c10::Type& type) {
+  if (type.kind() == c10::TypeKind::TensorType) return true;
+  for (const auto& contained : type.containedTypes())
+    if (holds_tensors(*contained)) return true;
+  return false;
+}
+
 // Whether a value is computed from tensor metadata (ranks, sizes, dtypes, None checks) and
 // constants only, never from tensor contents.
 bool depends_only_on_shapes(const Value* value, std::unordered_map<const Value*, bool>& memo) {
@@ -283,14 +300,20 @@ bool depends_only_on_shapes(const Value* value, std::unordered_map<const Value*,
       c10::aten::dim, c10::aten::size, c10::aten::len, c10::Symbol::aten("numel"), c10::prim::dtype, c10::prim::device,
       c10::aten::__is__, c10::aten::__isnot__, c10::aten::is_floating_point};
   const Node* node = value->node();
+  // A parameter of the graph or of a block (a function's flag, a loop's counter) is a shape-free
+  // value unless it holds tensors.
+  if (node->kind() == c10::prim::Param) return memo[value] = !holds_tensors(*value->type());
   bool result = node->kind() == c10::prim::Constant;
-  if (!result && node->kind() != c10::prim::Param && node->blocks().empty()) {
+  if (!result) {
     bool metadata = kMetadataQueries.count(node->kind()) > 0;
     result = true;
     for (const Value* input : node->inputs()) {
       bool tensor = input->type()->isSubtypeOf(*c10::TensorType::get());
       result = result && (tensor ? metadata : depends_only_on_shapes(input, memo));
     }
+    // An if or a loop computes from shapes when its branches and body do (a loop over dims).
+    for (const auto* block : node->blocks())
+      for (const Value* output : block->outputs()) result = result && depends_only_on_shapes(output, memo);
   }
   return memo[value] = result;
 }

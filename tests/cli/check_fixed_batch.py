@@ -4,29 +4,16 @@ its stage files must then pass verify. A --batch that is not whole microbatches 
 
 usage: check_fixed_batch.py RANNC OUT_DIR
 """
-import json
 import os
-import shutil
-import subprocess
 import sys
 
 import onnx
 import torch
 import torch.nn as nn
 
+from plan_runs import fail, run, verify, write_plan
+
 FIXED = 2
-
-
-def fail(message):
-    print("FAIL:", message)
-    sys.exit(1)
-
-
-def run(command, expect=0):
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    if result.returncode != expect:
-        fail(f"{' '.join(command)}: exit {result.returncode}, expected {expect}\n{result.stdout}{result.stderr}")
-    return result
 
 
 class Heads(nn.Module):
@@ -55,19 +42,14 @@ def export(path):
 
 
 def check_plan(rannc, model, out_dir, args):
-    shutil.rmtree(out_dir, ignore_errors=True)
-    run([rannc, model, "--device", "cpu", "-o", out_dir, *args])
-    with open(os.path.join(out_dir, "plan.json")) as f:
-        plan = json.load(f)
+    plan = write_plan(rannc, model, out_dir, ["--device", "cpu", *args])
     batch = plan["batch"]
     if batch["microbatch_size"] != FIXED:
         fail(f"{args}: microbatch size {batch['microbatch_size']}, the model's fixed batch is {FIXED}")
     replicas = [s["replicas_per_pipeline"] for s in plan["stages"]]
     if any(r != 1 for r in replicas):
         fail(f"{args}: stages with replicas {replicas} would run slices smaller than the fixed batch")
-    report = json.loads(run([rannc, "verify", os.path.join(out_dir, "plan.json"), "--json"]).stdout)
-    if not report["passed"] or report["problems"]:
-        fail(f"{args}: verify: {json.dumps(report)}")
+    verify(rannc, out_dir, f"{args}: ")
     print(f"{' '.join(args)}: global {batch['global']} = {plan['batch']['pipelines']} pipelines x "
           f"{batch['microbatches']} microbatches x {batch['microbatch_size']}, {len(plan['stages'])} stages; verify passed")
 

@@ -109,6 +109,15 @@ def finite_plan(rannc, model, out, extra):
     print(f"ok: predicted step {plan['predicted']['iteration_ms']} ms, every number finite")
 
 
+def expect_no_plan(folder, plan_json_left):
+    """After a write that failed: no temporary files in FOLDER, and no plan.json (else fail with
+    PLAN_JSON_LEFT)."""
+    if leftovers(folder):
+        fail(f"temporary files left behind: {leftovers(folder)}")
+    if os.path.exists(os.path.join(folder, "plan.json")):
+        fail(plan_json_left)
+
+
 def full_disk_stages(rannc, model, out, extra):
     with tmpfs(out, "4m") as folder:
         fill(folder, 24 * 1024)
@@ -116,10 +125,7 @@ def full_disk_stages(rannc, model, out, extra):
         line = expect_one_line(result, 2, "No space left on device")
         if not line.startswith(f"rannc-partition: error: {folder}/stage_") or ": cannot write: " not in line:
             fail(f"the line does not name the stage file that could not be written: {line}")
-        if leftovers(folder):
-            fail(f"temporary files left behind: {leftovers(folder)}")
-        if os.path.exists(os.path.join(folder, "plan.json")):
-            fail("plan.json written although its stage files are not")
+        expect_no_plan(folder, "plan.json written although its stage files are not")
     print("ok: a full disk while writing stage files")
 
 
@@ -132,10 +138,7 @@ def full_disk_plan_only(rannc, model, out, extra):
         line = expect_one_line(result, 2, "No space left on device")
         if ": cannot write" not in line:
             fail(f"the line does not say what could not be written: {line}")
-        if leftovers(folder):
-            fail(f"temporary files left behind: {leftovers(folder)}")
-        if os.path.exists(os.path.join(folder, "plan.json")):
-            fail("a plan.json is left behind")
+        expect_no_plan(folder, "a plan.json is left behind")
     print("ok: a full disk while writing the plan")
 
 

@@ -11,10 +11,7 @@ Slice bounds computed at run time, CumSum exclusive/reverse).
 
 usage: check_onnx_ops.py RANNC OUT_DIR CASE   (CASE: one of CASES below, or "all")
 """
-import json
 import os
-import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -23,21 +20,11 @@ import torch
 import torch.nn as nn
 from onnx import TensorProto, helper, numpy_helper
 
+from plan_runs import fail, max_rel, verify, write_plan
+
 OPSET = 14
 BATCH = 8
 TOLERANCE = 1e-5
-
-
-def fail(message):
-    print("FAIL:", message)
-    sys.exit(1)
-
-
-def run(command, expect=0):
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    if result.returncode != expect:
-        fail(f"{' '.join(command)}: exit {result.returncode}, expected {expect}\n{result.stdout}{result.stderr}")
-    return result
 
 
 def rel(value, want):
@@ -366,17 +353,12 @@ CASES = list(TORCH_CASES) + list(HAND_CASES)
 # ---------------------------------------------------------------------------------------------
 
 def partition(rannc, model_path, out_dir, stages):
-    shutil.rmtree(out_dir, ignore_errors=True)
-    command = [rannc, model_path, "--device", "cpu", "--gpus", "2", "--batch", str(BATCH), "-o", out_dir]
+    args = ["--device", "cpu", "--gpus", "2", "--batch", str(BATCH)]
     if stages:
-        command += ["--stages", str(stages)]
-    run(command)
-    with open(os.path.join(out_dir, "plan.json")) as f:
-        plan = json.load(f)
-    report = json.loads(run([rannc, "verify", os.path.join(out_dir, "plan.json"), "--json"]).stdout)
-    if not report["passed"] or report["problems"]:
-        fail(f"verify: {json.dumps(report)}")
-    print(f"verify: {len(plan['stages'])} stages, max rel {max(report['outputs'].get('max_rel', 0), report['gradients'].get('max_rel', 0)):.3g}")
+        args += ["--stages", str(stages)]
+    plan = write_plan(rannc, model_path, out_dir, args)
+    report = verify(rannc, out_dir)
+    print(f"verify: {len(plan['stages'])} stages, max rel {max_rel(report):.3g}")
     return plan
 
 

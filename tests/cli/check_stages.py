@@ -14,27 +14,15 @@ plan must then have a stage with more than one replica per pipeline.
 import hashlib
 import json
 import os
-import shutil
-import subprocess
 import sys
 
 import torch
 
+from plan_runs import fail, max_rel, run, verify, write_plan
+
 TOLERANCE = 1e-5
 BATCH = 16  # several microbatches, and replicas when the plan wants them
 IMAGE = 64  # image inputs at 64x64 instead of 224x224: the same ops, a tenth of the time
-
-
-def fail(message):
-    print("FAIL:", message)
-    sys.exit(1)
-
-
-def run(command, expect=0):
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    if result.returncode != expect:
-        fail(f"{' '.join(command)}: exit {result.returncode}, expected {expect}\n{result.stdout}{result.stderr}")
-    return result
 
 
 def input_args(samples_dir, model_name):
@@ -51,24 +39,19 @@ def input_args(samples_dir, model_name):
 
 def partition_and_verify(rannc, samples_dir, out_dir, model_file, stages, gpus):
     model_name = os.path.basename(model_file).split(".")[0]
-    shutil.rmtree(out_dir, ignore_errors=True)
-    run([rannc, model_file, *input_args(samples_dir, model_name), "--gpus", str(gpus), "--stages", str(stages),
-         "--mem", "80G", "-o", out_dir])
-    with open(os.path.join(out_dir, "plan.json")) as f:
-        plan = json.load(f)
+    plan = write_plan(rannc, model_file, out_dir,
+                      [*input_args(samples_dir, model_name), "--gpus", str(gpus), "--stages", str(stages), "--mem", "80G"])
     if len(plan["stages"]) != stages:
         fail(f"asked for {stages} stages, the plan has {len(plan['stages'])}")
     if gpus > stages and all(s["replicas_per_pipeline"] == 1 for s in plan["stages"]):
         fail(f"{gpus} devices for {stages} stages, yet no stage has replicas: the check would not exercise them")
-    report = json.loads(run([rannc, "verify", os.path.join(out_dir, "plan.json"), "--json"]).stdout)
-    if not report["passed"] or report["problems"]:
-        fail(f"verify: {json.dumps(report)}")
+    report = verify(rannc, out_dir)
     params = sum(len(s["params"]) for s in plan["stages"])
     distinct = len({p["name"] for s in plan["stages"] for p in s["params"]})
     if report["gradients"]["compared"] != distinct or report["outputs"]["compared"] < 1:
         fail(f"verify compared {report['gradients']['compared']} gradients for {distinct} parameters: {report}")
     print(f"verify: {stages} stages, {params} stage parameters ({distinct} distinct), "
-          f"max rel {max(report['outputs'].get('max_rel', 0), report['gradients'].get('max_rel', 0)):.3g}")
+          f"max rel {max_rel(report):.3g}")
     return plan
 
 

@@ -96,6 +96,17 @@ def choose_kind(rng, kinds):
     return kinds[-1][0]
 
 
+def mutate_json_seed(rng, case, seeds, name):
+    """Writes the seed NAME into the case folder, mutated as JSON (or as bytes, one time in 7 or
+    so); returns its path."""
+    path = os.path.join(case.folder, name)
+    data, case.what = (mutators.mutate_json if rng.random() < 0.85 else mutators.mutate_bytes)(
+        rng, read(os.path.join(seeds, name)))
+    write(path, data)
+    case.invalid = strict_json_invalid(data)
+    return path
+
+
 def build_case(args, seeds, index, kinds):
     """Writes case INDEX's mutated input into its folder and lists the commands to run."""
     rng = random.Random("%d:%d" % (args.seed, index))
@@ -137,11 +148,7 @@ def build_case(args, seeds, index, kinds):
         return case
 
     if kind == "cluster":
-        path = os.path.join(folder, "cluster.json")
-        data, case.what = (mutators.mutate_json if rng.random() < 0.85 else mutators.mutate_bytes)(
-            rng, read(os.path.join(seeds, "cluster.json")))
-        write(path, data)
-        case.invalid = strict_json_invalid(data)
+        path = mutate_json_seed(rng, case, seeds, "cluster.json")
         model = os.path.join(seeds, "mlp.onnx")
         case.commands.append(("inspect --cluster", [rannc, "inspect", model, "--cluster", path], {}))
         case.commands.append(("partition --cluster", [rannc, model, "--cluster", path, "--plan-only", "-o", out],
@@ -149,11 +156,7 @@ def build_case(args, seeds, index, kinds):
         return case
 
     if kind == "profile_db":
-        path = os.path.join(folder, "profile_db.json")
-        data, case.what = (mutators.mutate_json if rng.random() < 0.85 else mutators.mutate_bytes)(
-            rng, read(os.path.join(seeds, "profile_db.json")))
-        write(path, data)
-        case.invalid = strict_json_invalid(data)
+        path = mutate_json_seed(rng, case, seeds, "profile_db.json")
         model = os.path.join(seeds, "mlp.onnx")
         case.commands.append(("inspect --profile-db", [rannc, "inspect", model, "--device", "cpu", "--profile-db", path],
                               {}))

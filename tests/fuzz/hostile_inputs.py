@@ -245,12 +245,18 @@ def check_plan_numbers(ctx, out):
             ctx.note("plan.json numbers are finite")
 
 
+def expect_mlp_answer(ctx, out, *args):
+    """`--plan-only` of the MLP sample with ARGS: an answer (fits or says what would) within a
+    minute, and a plan.json, if written, with finite numbers."""
+    ctx.expect([ctx.rannc, ctx.seed("mlp.onnx"), *args, "--plan-only", "-o", out],
+               (0, 1), r"does not fit|would fit|batch", timeout=60)
+    check_plan_numbers(ctx, out)
+
+
 def case_batch_int32_max(ctx):
     """--batch 2147483647 on the MLP sample on 8 devices: an answer (fits or says what would) in time."""
     out = ctx.path("out")
-    ctx.expect([ctx.rannc, ctx.seed("mlp.onnx"), "--batch", "2147483647", "--gpus", "8", "--plan-only", "-o", out],
-               (0, 1), r"does not fit|would fit|batch", timeout=60)
-    check_plan_numbers(ctx, out)
+    expect_mlp_answer(ctx, out, "--batch", "2147483647", "--gpus", "8")
     ctx.expect([ctx.rannc, ctx.seed("mlp.onnx"), "--batch", "2147483647", "--gpus", "8", "--microbatches", "7",
                 "--plan-only", "-o", out], (1, 2), r"batch|microbatch", timeout=60)
 
@@ -258,12 +264,8 @@ def case_batch_int32_max(ctx):
 def case_batch_large_prime(ctx):
     """--batch 2147483629 (prime: only 1 or B microbatches) on the MLP sample: an answer in time."""
     out = ctx.path("out")
-    ctx.expect([ctx.rannc, ctx.seed("mlp.onnx"), "--batch", "2147483629", "--gpus", "8", "--plan-only", "-o", out],
-               (0, 1), r"does not fit|would fit|batch", timeout=60)
-    check_plan_numbers(ctx, out)
-    ctx.expect([ctx.rannc, ctx.seed("mlp.onnx"), "--batch", "2147483629", "--gpus", "16", "--stages", "2",
-                "--plan-only", "-o", out], (0, 1), r"does not fit|would fit|batch", timeout=60)
-    check_plan_numbers(ctx, out)
+    expect_mlp_answer(ctx, out, "--batch", "2147483629", "--gpus", "8")
+    expect_mlp_answer(ctx, out, "--batch", "2147483629", "--gpus", "16", "--stages", "2")
 
 
 def case_conv_strides_zero(ctx):
@@ -591,19 +593,11 @@ def case_run_report_unwritable(ctx):
 def write_wide_model(path, width=256):
     import torch
     import torch.nn as nn
+    import make_seeds
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(width, 2 * width), nn.ReLU(), nn.Linear(2 * width, width), nn.ReLU(),
                           nn.Linear(width, 8)).train()
-
-    class Wrapped(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layers = model
-
-        def forward(self, x):
-            return self.layers(x)
-
-    torch.jit.trace(Wrapped().train(), (torch.randn(4, width),)).save(path)
+    torch.jit.trace(make_seeds.wrap(model).train(), (torch.randn(4, width),)).save(path)
 
 
 def case_full_disk(ctx):

@@ -21,6 +21,21 @@ OPSET = 17
 X_ARG = "x:4x8:float32"
 
 
+def wrap(layers):
+    """`layers` as the submodule `layers` of a module whose forward takes one input named x."""
+    import torch.nn as nn
+
+    class Wrapped(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = layers
+
+        def forward(self, x):
+            return self.layers(x)
+
+    return Wrapped()
+
+
 def write_mlp(out):
     import onnx
     import torch
@@ -28,16 +43,7 @@ def write_mlp(out):
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).train()
-
-    class Wrapped(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layers = model
-
-        def forward(self, x):
-            return self.layers(x)
-
-    wrapped = Wrapped().train()
+    wrapped = wrap(model).train()
     x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
     torch.jit.trace(wrapped, (x,)).save(os.path.join(out, "mlp.pt"))
     onnx_path = os.path.join(out, "mlp.onnx")

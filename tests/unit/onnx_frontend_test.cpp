@@ -2,95 +2,27 @@
 // with a fixed batch; the planner's side of a fixed batch.
 #include <catch2/catch.hpp>
 #include <onnx/onnx_pb.h>
-#include <unistd.h>
 
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 
 #include "compiler/onnx_frontend.h"
 #include "emit/onnx_stage_source.h"
 #include "emit/stage_layout.h"
 #include "partitioner/planner.h"
+#include "onnx_builders.h"
 #include "support/error.h"
 
 using namespace rannc;
-using onnx::TensorProto;
+using namespace rannc::testing;
 
 namespace {
-
-struct ModelFile {
-  std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("rannc_onnx_frontend_test_" + std::to_string(::getpid()));
-  std::filesystem::path path = dir / "model.onnx";
-  explicit ModelFile(const onnx::ModelProto& model) {
-    std::filesystem::create_directories(dir);
-    std::ofstream out(path, std::ios::binary);
-    model.SerializeToOstream(&out);
-  }
-  ~ModelFile() { std::filesystem::remove_all(dir); }
-};
-
-onnx::ModelProto empty_model() {
-  onnx::ModelProto model;
-  model.set_ir_version(8);
-  model.add_opset_import()->set_version(17);
-  model.mutable_graph()->set_name("test");
-  return model;
-}
-
-void add_value_info(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list, const std::string& name,
-                    const std::vector<std::string>& dims) {
-  auto* info = list->Add();
-  info->set_name(name);
-  auto* type = info->mutable_type()->mutable_tensor_type();
-  type->set_elem_type(TensorProto::FLOAT);
-  type->mutable_shape();
-  for (const auto& d : dims) {
-    auto* dim = type->mutable_shape()->add_dim();
-    if (std::isdigit(static_cast<unsigned char>(d[0]))) dim->set_dim_value(std::stoll(d));
-    else dim->set_dim_param(d);
-  }
-}
-
-onnx::NodeProto* add_node(onnx::GraphProto* graph, const std::string& op, std::vector<std::string> inputs,
-                          std::vector<std::string> outputs, const std::string& name = "") {
-  auto* node = graph->add_node();
-  node->set_op_type(op);
-  node->set_name(name.empty() ? op + "_" + std::to_string(graph->node_size()) : name);
-  for (const auto& input : inputs) node->add_input(input);
-  for (const auto& output : outputs) node->add_output(output);
-  return node;
-}
 
 void add_ints(onnx::NodeProto* node, const std::string& name, std::vector<std::int64_t> values) {
   auto* attr = node->add_attribute();
   attr->set_name(name);
   attr->set_type(onnx::AttributeProto::INTS);
   for (auto v : values) attr->add_ints(v);
-}
-
-TensorProto float_tensor(const std::string& name, std::vector<std::int64_t> dims) {
-  TensorProto tensor;
-  tensor.set_name(name);
-  tensor.set_data_type(TensorProto::FLOAT);
-  std::int64_t n = 1;
-  for (auto d : dims) {
-    tensor.add_dims(d);
-    n *= d;
-  }
-  for (std::int64_t i = 0; i < n; ++i) tensor.add_float_data(0.25f);
-  return tensor;
-}
-
-TensorProto int_tensor(const std::string& name, std::vector<std::int64_t> values) {
-  TensorProto tensor;
-  tensor.set_name(name);
-  tensor.set_data_type(TensorProto::INT64);
-  tensor.add_dims(static_cast<std::int64_t>(values.size()));
-  for (auto v : values) tensor.add_int64_data(v);
-  return tensor;
 }
 
 // y = Reshape(x, [B, 2, 2]) * w with x: [B, 4]: a fixed reshape target, as a trace without
@@ -118,15 +50,6 @@ onnx::ModelProto conv_model(int input_hw, int kernel, const std::string& attr, s
   auto* conv = add_node(graph, "Conv", {"x", "w"}, {"y"}, "conv");
   if (!attr.empty()) add_ints(conv, attr, values);
   return model;
-}
-
-std::string input_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no InputError)";
 }
 
 LoadOptions with_batch(std::int64_t batch) {

@@ -1,85 +1,20 @@
 #include <catch2/catch.hpp>
 #include <onnx/onnx_pb.h>
-#include <unistd.h>
 
-#include <filesystem>
+#include <cstring>
 #include <fstream>
 
 #include "compiler/onnx_frontend.h"
 #include "emit/onnx_stage_source.h"
 #include "emit/stage_layout.h"
+#include "onnx_builders.h"
 #include "support/error.h"
 
 using namespace rannc;
+using namespace rannc::testing;
 using onnx::TensorProto;
 
 namespace {
-
-// A model file written for the test and removed after it.
-struct ModelFile {
-  std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("rannc_onnx_stage_test_" + std::to_string(::getpid()));
-  std::filesystem::path path = dir / "model.onnx";
-  explicit ModelFile(const onnx::ModelProto& model) {
-    std::filesystem::create_directories(dir);
-    std::ofstream out(path, std::ios::binary);
-    model.SerializeToOstream(&out);
-  }
-  ~ModelFile() { std::filesystem::remove_all(dir); }
-};
-
-onnx::ModelProto empty_model() {
-  onnx::ModelProto model;
-  model.set_ir_version(8);
-  model.add_opset_import()->set_version(17);
-  model.mutable_graph()->set_name("test");
-  return model;
-}
-
-void add_value_info(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list, const std::string& name,
-                    int elem_type, const std::vector<std::string>& dims) {
-  auto* type = list->Add()->mutable_type()->mutable_tensor_type();
-  list->rbegin()->set_name(name);
-  type->set_elem_type(elem_type);
-  type->mutable_shape();  // a scalar has a shape with no dims
-  for (const auto& d : dims) {
-    auto* dim = type->mutable_shape()->add_dim();
-    if (std::isdigit(static_cast<unsigned char>(d[0]))) dim->set_dim_value(std::stoll(d));
-    else dim->set_dim_param(d);
-  }
-}
-
-onnx::NodeProto* add_node(onnx::GraphProto* graph, const std::string& op, std::vector<std::string> inputs,
-                          std::vector<std::string> outputs, const std::string& name = "") {
-  auto* node = graph->add_node();
-  node->set_op_type(op);
-  node->set_name(name.empty() ? op + "_" + std::to_string(graph->node_size()) : name);
-  for (const auto& input : inputs) node->add_input(input);
-  for (const auto& output : outputs) node->add_output(output);
-  return node;
-}
-
-TensorProto float_tensor(const std::string& name, std::vector<std::int64_t> dims) {
-  TensorProto tensor;
-  tensor.set_name(name);
-  tensor.set_data_type(TensorProto::FLOAT);
-  std::int64_t n = 1;
-  for (auto d : dims) {
-    tensor.add_dims(d);
-    n *= d;
-  }
-  for (std::int64_t i = 0; i < n; ++i) tensor.add_float_data(0.5f * static_cast<float>(i));
-  return tensor;
-}
-
-TensorProto int_tensor(const std::string& name, std::vector<std::int64_t> values, bool scalar = false) {
-  TensorProto tensor;
-  tensor.set_name(name);
-  tensor.set_data_type(TensorProto::INT64);
-  if (!scalar) tensor.add_dims(static_cast<std::int64_t>(values.size()));
-  for (auto v : values) tensor.add_int64_data(v);
-  return tensor;
-}
 
 // A Constant node holding `tensor` in its "value" attribute.
 onnx::NodeProto* add_constant(onnx::GraphProto* graph, const std::string& output, const TensorProto& tensor) {
@@ -102,8 +37,8 @@ void add_int_attr(onnx::NodeProto* node, const std::string& name, std::int64_t v
 onnx::ModelProto tiny_mlp() {
   auto model = empty_model();
   auto* graph = model.mutable_graph();
-  add_value_info(graph->mutable_input(), "x", TensorProto::FLOAT, {"batch", "4"});
-  add_value_info(graph->mutable_output(), "y", TensorProto::FLOAT, {"batch", "3"});
+  add_value_info(graph->mutable_input(), "x", {"batch", "4"});
+  add_value_info(graph->mutable_output(), "y", {"batch", "3"});
   *graph->add_initializer() = float_tensor("fc.weight", {3, 4});
   *graph->add_initializer() = float_tensor("fc.bias", {3});
   add_int_attr(add_node(graph, "Gemm", {"x", "fc.weight", "fc.bias"}, {"onnx::Relu_7"}), "transB", 1);
@@ -122,15 +57,6 @@ Stage whole_model(const ModelFile& file) {
   Stage stage{load_onnx(file.path.string(), {}), {}};
   stage.layout = emit::whole_model_layout(stage.model.graph);
   return stage;
-}
-
-std::string input_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no InputError)";
 }
 
 }  // namespace
@@ -170,9 +96,9 @@ TEST_CASE("shapes are computed at run time, so a stage follows the microbatch si
   // y = Reshape(x, Concat(Shape(x)[0], [-1])) / 2, x: [batch, 2, 3]: the export pattern of x.view(b, -1).
   auto model = empty_model();
   auto* graph = model.mutable_graph();
-  add_value_info(graph->mutable_input(), "x", TensorProto::FLOAT, {"batch", "2", "3"});
-  add_value_info(graph->mutable_output(), "y", TensorProto::FLOAT, {"batch", "6"});
-  add_value_info(graph->mutable_output(), "n", TensorProto::INT64, {});
+  add_value_info(graph->mutable_input(), "x", {"batch", "2", "3"});
+  add_value_info(graph->mutable_output(), "y", {"batch", "6"});
+  add_value_info(graph->mutable_output(), "n", {}, TensorProto::INT64);
   *graph->add_initializer() = int_tensor("zero", {0}, /*scalar=*/true);
   *graph->add_initializer() = int_tensor("axes", {0});
   *graph->add_initializer() = int_tensor("rest", {-1});
@@ -205,8 +131,8 @@ TEST_CASE("shapes are computed at run time, so a stage follows the microbatch si
 TEST_CASE("large ONNX constants become c buffers; small float ones stay inline, shortest form") {
   auto model = empty_model();
   auto* graph = model.mutable_graph();
-  add_value_info(graph->mutable_input(), "x", TensorProto::FLOAT, {"batch", "40"});
-  add_value_info(graph->mutable_output(), "y", TensorProto::FLOAT, {"batch", "40"});
+  add_value_info(graph->mutable_input(), "x", {"batch", "40"});
+  add_value_info(graph->mutable_output(), "y", {"batch", "40"});
   add_constant(graph, "table", float_tensor("", {40}));
   auto* eps = add_node(graph, "Constant", {}, {"eps"});
   auto* f = eps->add_attribute();

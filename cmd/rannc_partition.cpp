@@ -17,7 +17,7 @@
 #include "compiler/verify.h"
 #include "cost_model/cluster.h"
 #include "cost_model/op_work.h"
-#include "emit/plan_file.h"
+#include "plan/plan_json.h"
 #include "ir/dump.h"
 #include "support/error.h"
 
@@ -61,8 +61,8 @@ struct InspectOptions {
 
 // The cost options of inspect, checked before the model is read.
 std::optional<CostQuery> cost_query(const InspectOptions& options) {
-  auto precision = cost::parse_precision(options.precision, "--precision");
-  auto optimizer = cost::parse_optimizer(options.optimizer, "--optimizer");
+  auto precision = plan::parse_precision(options.precision, "--precision");
+  auto optimizer = plan::parse_optimizer(options.optimizer, "--optimizer");
   bool refines = options.precision != "fp32" || options.optimizer != "adam" || !options.profile_db.empty();
   if (!options.device && !options.cluster_file) {
     if (refines) throw InputError("--precision, --optimizer and --profile-db refine a prediction: add --device or --cluster");
@@ -194,12 +194,12 @@ struct ShowOptions {
 };
 
 int run_show(const ShowOptions& options) {
-  emit::PlanFile plan = emit::read_plan_file(options.plan_path);
+  plan::Plan plan = plan::read_plan_file(options.plan_path);
   // show needs no stage files (a plan is often looked at without them), but those present must
   // be the ones the plan was written with.
   for (const auto& stage : plan.stages) {
     std::error_code ec;
-    if (std::filesystem::exists(plan.stage_path(stage), ec)) emit::check_stage_file(plan, stage);
+    if (std::filesystem::exists(plan.stage_path(stage), ec)) plan::check_stage_file(plan, stage);
   }
   if (options.json) print_json(show_json(plan), 2);
   else std::cout << show_text(plan);

@@ -9,6 +9,7 @@
 #include "cost_model/op_work.h"
 #include "cost_model/step_estimate.h"
 #include "ir/dump.h"
+#include "plan/plan_json.h"
 #include "support/format.h"
 
 namespace rannc {
@@ -73,22 +74,22 @@ nlohmann::json predicted_json(const Model& model, const CostQuery& query) {
     if (e.ms_by_class[i] > 0) by_class[std::string(cost::op_class_name(static_cast<cost::OpClass>(i)))] = e.ms_by_class[i];
   }
   return {{"device", query.device.name},
-          {"precision", cost::precision_name(query.precision)},
-          {"optimizer", cost::optimizer_name(query.optimizer)},
+          {"precision", plan::precision_name(query.precision)},
+          {"optimizer", plan::optimizer_name(query.optimizer)},
           {"calibration", e.calibration},
           {"fwd_ms", e.fwd_ms},
           {"bwd_ms", e.bwd_ms},
           {"step_ms", e.fwd_ms + e.bwd_ms},
           {"ms_by_class", by_class},
           {"measured_ops", e.measured_ops},
-          {"memory_bytes", cost::memory_to_json(e.memory)}};
+          {"memory_bytes", plan::memory_to_json(e.memory)}};
 }
 
 std::string predicted_text(const Model& model, const CostQuery& query) {
   auto e = estimate(model, query);
   std::ostringstream out;
-  out << "\npredicted training step on one " << query.device.name << " (" << cost::precision_name(query.precision) << ", "
-      << cost::optimizer_name(query.optimizer) << ", efficiencies: " << e.calibration << ")\n"
+  out << "\npredicted training step on one " << query.device.name << " (" << plan::precision_name(query.precision) << ", "
+      << plan::optimizer_name(query.optimizer) << ", efficiencies: " << e.calibration << ")\n"
       << "  time     " << human_ms(e.fwd_ms + e.bwd_ms) << "  (forward " << human_ms(e.fwd_ms) << ", backward "
       << human_ms(e.bwd_ms) << ")\n"
       << "  memory   " << human_bytes(e.memory.total()) << "  (weights " << human_bytes(e.memory.weights) << ", grads "

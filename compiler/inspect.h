@@ -14,8 +14,8 @@ namespace rannc {
 // With --device: predict a training step of the whole model on one device of that kind.
 struct CostQuery {
   cost::DeviceSpec device;
-  cost::Precision precision = cost::Precision::kFp32;
-  cost::Optimizer optimizer = cost::Optimizer::kAdam;
+  plan::Precision precision = plan::Precision::kFp32;
+  plan::Optimizer optimizer = plan::Optimizer::kAdam;
   std::optional<cost::ProfileDb> profile_db;
 };
 

@@ -11,8 +11,8 @@
 #include "cost_model/profile_db.h"
 #include "emit/launch_files.h"
 #include "emit/pictures.h"
-#include "emit/plan_file.h"
-#include "emit/plan_json.h"
+#include "plan/plan_json.h"
+#include "emit/plan_builder.h"
 #include "partitioner/planner.h"
 #include "support/atomic_file.h"
 #include "support/error.h"
@@ -34,9 +34,9 @@ void check_positive(const std::optional<int>& value, const char* flag) {
 partition::PlanRequest request_from(const PartitionOptions& options) {
   partition::PlanRequest request;
   request.cluster = cost::cluster_from_flags(options.cluster);
-  request.schedule = cost::parse_schedule(options.schedule, "--schedule");
-  request.optimizer = cost::parse_optimizer(options.optimizer, "--optimizer");
-  request.precision = cost::parse_precision(options.precision, "--precision");
+  request.schedule = plan::parse_schedule(options.schedule, "--schedule");
+  request.optimizer = plan::parse_optimizer(options.optimizer, "--optimizer");
+  request.precision = plan::parse_precision(options.precision, "--precision");
   cost::check_precision_supported(request.cluster.device, request.precision);
   check_positive(options.stages, "--stages");
   check_positive(options.microbatches, "--microbatches");
@@ -62,7 +62,7 @@ std::string plan_path_in(const std::string& out_dir) {
 
 nlohmann::json summary_json(const partition::PlanResult& result, const std::string& path, const partition::PlanRequest& request,
                             double load_ms, double total_ms) {
-  const auto& p = result.plan;
+  const auto& p = result.pipeline;
   const auto& t = result.times;
   return {{"plan", path},
           {"stages", p.stages.size()},
@@ -71,11 +71,11 @@ nlohmann::json summary_json(const partition::PlanResult& result, const std::stri
           {"microbatch_size", p.config.microbatch_size},
           {"iteration_ms", stable_number(p.predicted.iteration_ms)},
           {"lower_bound_ms", stable_number(p.predicted.lower_bound_ms)},
-          {"efficiency", stable_number(p.predicted.efficiency())},
+          {"efficiency", stable_number(p.predicted.efficiency)},
           {"bubble_fraction", stable_number(p.predicted.bubble_fraction)},
           {"peak_mem_bytes", stable_number(p.predicted.peak_mem_bytes)},
           {"mem_limit_bytes", request.cluster.mem_bytes},
-          {"unused_devices", p.unused_devices},
+          {"unused_devices", p.unused_ranks.size()},
           {"units", result.partitioning.units.units.size()},
           {"blocks", result.partitioning.blocking.count()},
           {"configs_searched", result.configs_searched},
@@ -86,17 +86,17 @@ nlohmann::json summary_json(const partition::PlanResult& result, const std::stri
 
 // The files beside plan.json for people and schedulers. They are made from the plan as a reader
 // sees it (checked by the plan reader), so they cannot describe anything plan.json does not say.
-void write_companion_files(const emit::PlanFile& file, const std::string& plan_path, const partition::Plan& plan) {
-  auto beside = [&](const char* name) { return (std::filesystem::path(plan_path).parent_path() / name).string(); };
+void write_companion_files(const plan::Plan& plan, const partition::PlacedPipeline& pipeline) {
+  auto beside = [&](const char* name) { return (std::filesystem::path(plan.folder()) / name).string(); };
   std::string launch = beside("launch.sh");
-  write_file_atomically(launch, emit::launch_script(file), "the launch script");
+  write_file_atomically(launch, emit::launch_script(plan), "the launch script");
   std::error_code ec;
   namespace fs = std::filesystem;
   fs::permissions(launch, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add, ec);
   if (ec) throw InputError(launch + ": cannot make it executable: " + ec.message());
-  write_file_atomically(beside("job.sbatch"), emit::sbatch_script(file), "the SLURM job");
-  write_file_atomically(beside("schedule.svg"), emit::schedule_svg(plan, emit::plan_title(file)), "the schedule picture");
-  write_file_atomically(beside("stages.dot"), emit::stages_dot(file), "the stage graph");
+  write_file_atomically(beside("job.sbatch"), emit::sbatch_script(plan), "the SLURM job");
+  write_file_atomically(beside("schedule.svg"), emit::schedule_svg(pipeline, emit::plan_title(plan)), "the schedule picture");
+  write_file_atomically(beside("stages.dot"), emit::stages_dot(plan), "the stage graph");
 }
 
 // plan.json of an earlier run, and with --plan-only the stage files this plan would name:
@@ -121,7 +121,7 @@ std::int64_t weight_bytes(const ir::Graph& graph) {
 
 // A wrong stage file must never leave the tool silently: the files just written are chained
 // against the model before plan.json names them (throws, naming the worst tensor, if they differ).
-nlohmann::json check_written_stages(const Model& model, const emit::PlanFile& file, const PartitionOptions& options,
+nlohmann::json check_written_stages(const Model& model, const plan::Plan& plan, const PartitionOptions& options,
                                     std::string& line) {
   // A check for gross errors (a cut that mixes samples, a lost gradient, garbage from a kernel):
   // those differ by far more; fp32 sums in another order differ by far less. verify measures
@@ -137,7 +137,7 @@ nlohmann::json check_written_stages(const Model& model, const emit::PlanFile& fi
            " (run verify where they fit)";
     return {{"compared", false}, {"reason", line}};
   }
-  auto check = check_stage_files(model, file, kTolerance);
+  auto check = check_stage_files(model, plan, kTolerance);
   line = check.line;
   return check.summary;
 }
@@ -165,28 +165,30 @@ PartitionReport run_partition(const PartitionOptions& options) {
   auto layouts = emit::stage_layouts(model.graph, result);
   emit::ModelFacts facts{options.model_path, sha256_of_file(options.model_path),
                          std::string(model_format_name(model.format)), model.batch};
-  nlohmann::json plan = emit::plan_to_json(model.graph, facts, request, result, layouts);
+  plan::Plan plan = emit::build_plan(model.graph, facts, request, result, layouts);
+  plan.path = plan_path;
   // The old plan goes first, so that a run that fails part-way leaves no plan.json naming files
   // it did not write; plan.json is the last file written, once everything it names is there.
   remove_outputs_of_old_plan(plan_path, options.plan_only ? &layouts : nullptr);
   if (!options.plan_only) {
     auto hashes = write_stage_files(model, layouts, options.out_dir);
-    for (std::size_t i = 0; i < hashes.size(); ++i) plan["stages"][i]["sha256"] = hashes[i];
+    for (std::size_t i = 0; i < hashes.size(); ++i) plan.stages[i].sha256 = hashes[i];
   }
   // Checked as every reader will check it before it is written: a plan the runtime would refuse
   // is never left behind.
-  emit::PlanFile file = emit::plan_from_json(plan, plan_path);
+  std::string text = plan::to_text(plan);
+  plan::from_json(nlohmann::json::parse(text), plan_path);
   std::string check_line;
   nlohmann::json check;
-  if (!options.plan_only) check = check_written_stages(model, file, options, check_line);
-  write_companion_files(file, plan_path, result.plan);
-  write_file_atomically(plan_path, plan.dump(1) + "\n", "the plan");
+  if (!options.plan_only) check = check_written_stages(model, plan, options, check_line);
+  write_companion_files(plan, result.pipeline);
+  write_file_atomically(plan_path, text, "the plan");
   double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 
   PartitionReport report;
   report.plan_path = plan_path;
   report.summary = summary_json(result, plan_path, request, load_ms, total_ms);
-  report.text = show_text(file);
+  report.text = show_text(plan);
   if (!options.plan_only) {
     report.summary["check"] = check;
     report.text += "check      " + check_line + "\n";

@@ -116,7 +116,7 @@ cost::ModelProfile profile_loaded_model(const Model& model, const ProfileOptions
   measure_missing(model, groups, requires_grad, options, device, report);
 
   const cost::DeviceSpec* preset = cost::find_device_preset(kProfiledDevice);
-  auto estimate = cost::estimate_step(model.graph, *preset, cost::Precision::kFp32, cost::Optimizer::kSgd, &db);
+  auto estimate = cost::estimate_step(model.graph, *preset, plan::Precision::kFp32, plan::Optimizer::kSgd, &db);
   cost::ModelProfile profile;
   profile.path = model.path;
   profile.device = kProfiledDevice;

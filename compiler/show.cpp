@@ -12,8 +12,8 @@
 namespace rannc {
 namespace {
 
-using emit::PlanFile;
-using emit::PlanStage;
+using plan::Plan;
+using plan::Stage;
 
 std::string plural(std::int64_t n, const std::string& noun, const std::string& nouns = "") {
   return std::to_string(n) + " " + (n == 1 ? noun : nouns.empty() ? noun + "s" : nouns);
@@ -41,13 +41,13 @@ std::string node_ranks_text(const std::vector<int>& ranks, int gpus_per_node) {
   return text;
 }
 
-std::string blocks_text(const PlanStage& stage) {
+std::string blocks_text(const plan::Stage& stage) {
   if (stage.blocks.size() != 2) return "-";
   return std::to_string(stage.blocks[0]) + "-" + std::to_string(stage.blocks[1] - 1);
 }
 
-double memory_fraction(const PlanFile& plan, double bytes) {
-  return plan.mem_bytes > 0 ? bytes / static_cast<double>(plan.mem_bytes) : 0;
+double memory_fraction(const plan::Plan& plan, double bytes) {
+  return plan.cluster.mem_bytes > 0 ? bytes / static_cast<double>(plan.cluster.mem_bytes) : 0;
 }
 
 // A table whose columns are as wide as their widest cell; the last column is left ragged.
@@ -79,40 +79,40 @@ class Table {
   std::string right_;  // per column: 'r' right-aligned, 'l' left
 };
 
-std::string stage_table(const PlanFile& plan) {
+std::string stage_table(const plan::Plan& plan) {
   Table table({"stage", "blocks", "replicas", "ranks", "recompute", "fwd / mb", "bwd / mb", "memory / rank vs limit", "ops"},
               "rrlllrrll");
   for (const auto& stage : plan.stages) {
     table.add({std::to_string(stage.id), blocks_text(stage),
-               std::to_string(stage.replicas_per_pipeline) + " x " + std::to_string(plan.pipelines),
-               node_ranks_text(stage.ranks, plan.gpus_per_node), stage.recompute ? "yes" : "no",
-               human_ms(stage.predicted_fwd_ms), human_ms(stage.predicted_bwd_ms),
-               human_bytes(stage.predicted_mem_bytes) + " / " + human_bytes(static_cast<double>(plan.mem_bytes)) + " (" +
-                   percent_of_limit(memory_fraction(plan, stage.predicted_mem_bytes)) + ")",
+               std::to_string(stage.replicas_per_pipeline) + " x " + std::to_string(plan.batch.pipelines),
+               node_ranks_text(stage.ranks, plan.cluster.gpus_per_node), stage.recompute ? "yes" : "no",
+               human_ms(stage.predicted.fwd_ms), human_ms(stage.predicted.bwd_ms),
+               human_bytes(stage.predicted.mem_bytes) + " / " + human_bytes(static_cast<double>(plan.cluster.mem_bytes)) + " (" +
+                   percent_of_limit(memory_fraction(plan, stage.predicted.mem_bytes)) + ")",
                stage.op_range});
   }
   return table.text();
 }
 
-std::string unused_text(const PlanFile& plan) {
-  if (plan.unused_ranks.empty()) return "none";
-  return plural(static_cast<std::int64_t>(plan.unused_ranks.size()), "device") + " (" +
-         node_ranks_text(plan.unused_ranks, plan.gpus_per_node) + "): " + plan.unused_reason;
+std::string unused_text(const plan::Plan& plan) {
+  if (plan.unused.ranks.empty()) return "none";
+  return plural(static_cast<std::int64_t>(plan.unused.ranks.size()), "device") + " (" +
+         node_ranks_text(plan.unused.ranks, plan.cluster.gpus_per_node) + "): " + plan.unused.reason;
 }
 
-nlohmann::json stage_json(const PlanFile& plan, const PlanStage& stage) {
+nlohmann::json stage_json(const plan::Plan& plan, const plan::Stage& stage) {
   nlohmann::json nodes = nlohmann::json::array();
-  for (const auto& [node, ranks] : ranks_by_node(stage.ranks, plan.gpus_per_node))
+  for (const auto& [node, ranks] : ranks_by_node(stage.ranks, plan.cluster.gpus_per_node))
     nodes.push_back({{"node", node}, {"ranks", ranks}});
   nlohmann::json entry = {{"id", stage.id},
                           {"replicas", stage.ranks.size()},
                           {"replicas_per_pipeline", stage.replicas_per_pipeline},
                           {"nodes", nodes},
                           {"recompute", stage.recompute},
-                          {"fwd_ms", stable_number(stage.predicted_fwd_ms)},
-                          {"bwd_ms", stable_number(stage.predicted_bwd_ms)},
-                          {"mem_bytes", stable_number(stage.predicted_mem_bytes)},
-                          {"mem_fraction", stable_number(memory_fraction(plan, stage.predicted_mem_bytes))}};
+                          {"fwd_ms", stable_number(stage.predicted.fwd_ms)},
+                          {"bwd_ms", stable_number(stage.predicted.bwd_ms)},
+                          {"mem_bytes", stable_number(stage.predicted.mem_bytes)},
+                          {"mem_fraction", stable_number(memory_fraction(plan, stage.predicted.mem_bytes))}};
   if (!stage.op_range.empty()) entry["op_range"] = stage.op_range;
   if (stage.blocks.size() == 2) entry["blocks"] = stage.blocks;
   return entry;
@@ -120,57 +120,57 @@ nlohmann::json stage_json(const PlanFile& plan, const PlanStage& stage) {
 
 }  // namespace
 
-std::string show_text(const PlanFile& plan) {
+std::string show_text(const plan::Plan& plan) {
   std::ostringstream out;
   out << "plan       " << plan.path << "\n"
-      << "model      " << plan.model_path << " (" << plan.model_format << ", " << with_commas(plan.model_params)
-      << " params, sha256 " << plan.model_sha256.substr(0, 12) << ")\n"
-      << "cluster    " << plan.gpus << " x " << plan.device << " in " << plural(plan.nodes, "node") << " of "
-      << plan.gpus_per_node << ", " << human_bytes(static_cast<double>(plan.mem_bytes)) << " per device\n"
-      << "batch      " << plan.global_batch << " = " << plural(plan.pipelines, "pipeline") << " x "
-      << plural(plan.microbatches, "microbatch", "microbatches") << " x " << plural(plan.microbatch_size, "sample") << ", "
-      << plan.schedule << ", " << plan.optimizer << ", " << plan.precision << "\n"
+      << "model      " << plan.model.path << " (" << plan.model.format << ", " << with_commas(plan.model.params)
+      << " params, sha256 " << plan.model.sha256.substr(0, 12) << ")\n"
+      << "cluster    " << plan.cluster.gpus << " x " << plan.cluster.device << " in " << plural(plan.cluster.nodes, "node") << " of "
+      << plan.cluster.gpus_per_node << ", " << human_bytes(static_cast<double>(plan.cluster.mem_bytes)) << " per device\n"
+      << "batch      " << plan.batch.global << " = " << plural(plan.batch.pipelines, "pipeline") << " x "
+      << plural(plan.batch.microbatches, "microbatch", "microbatches") << " x " << plural(plan.batch.microbatch_size, "sample") << ", "
+      << plan::schedule_name(plan.schedule) << ", " << plan::optimizer_name(plan.optimizer) << ", " << plan::precision_name(plan.precision) << "\n"
       << "layout     " << plural(static_cast<std::int64_t>(plan.stages.size()), "stage") << " x "
-      << plural(plan.pipelines, "pipeline") << " on " << plural(static_cast<std::int64_t>(plan.ranks.size()), "rank")
+      << plural(plan.batch.pipelines, "pipeline") << " on " << plural(static_cast<std::int64_t>(plan.ranks.size()), "rank")
       << "\n\n"
       << stage_table(plan) << "\n";
   char summary[1024];  // room for any double in %.1f
   std::snprintf(summary, sizeof summary, "predicted  step %s, %.1f samples/s, bubble %.0f%%, lower bound %s, efficiency %.0f%%\n",
-                human_ms(plan.iteration_ms).c_str(), plan.samples_per_s, 100 * plan.bubble_fraction,
-                human_ms(plan.lower_bound_ms).c_str(), 100 * plan.efficiency);
-  out << summary << "peak       " << human_bytes(plan.peak_mem_bytes) << " per device of "
-      << human_bytes(static_cast<double>(plan.mem_bytes)) << " (" << percent_of_limit(memory_fraction(plan, plan.peak_mem_bytes))
+                human_ms(plan.predicted.iteration_ms).c_str(), plan.predicted.samples_per_s, 100 * plan.predicted.bubble_fraction,
+                human_ms(plan.predicted.lower_bound_ms).c_str(), 100 * plan.predicted.efficiency);
+  out << summary << "peak       " << human_bytes(plan.predicted.peak_mem_bytes) << " per device of "
+      << human_bytes(static_cast<double>(plan.cluster.mem_bytes)) << " (" << percent_of_limit(memory_fraction(plan, plan.predicted.peak_mem_bytes))
       << ")\n"
       << "unused     " << unused_text(plan) << "\n";
   return out.str();
 }
 
-nlohmann::json show_json(const PlanFile& plan) {
+nlohmann::json show_json(const plan::Plan& plan) {
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& stage : plan.stages) stages.push_back(stage_json(plan, stage));
   return {{"plan", plan.path},
-          {"model", {{"path", plan.model_path}, {"format", plan.model_format}, {"params", plan.model_params}}},
+          {"model", {{"path", plan.model.path}, {"format", plan.model.format}, {"params", plan.model.params}}},
           {"cluster",
-           {{"gpus", plan.gpus}, {"nodes", plan.nodes}, {"gpus_per_node", plan.gpus_per_node}, {"device", plan.device},
-            {"mem_bytes", plan.mem_bytes}}},
+           {{"gpus", plan.cluster.gpus}, {"nodes", plan.cluster.nodes}, {"gpus_per_node", plan.cluster.gpus_per_node}, {"device", plan.cluster.device},
+            {"mem_bytes", plan.cluster.mem_bytes}}},
           {"batch",
-           {{"global", plan.global_batch}, {"pipelines", plan.pipelines}, {"microbatches", plan.microbatches},
-            {"microbatch_size", plan.microbatch_size}}},
+           {{"global", plan.batch.global}, {"pipelines", plan.batch.pipelines}, {"microbatches", plan.batch.microbatches},
+            {"microbatch_size", plan.batch.microbatch_size}}},
           {"schedule", plan.schedule},
           {"optimizer", plan.optimizer},
           {"precision", plan.precision},
           {"ranks", plan.ranks.size()},
           {"stages", stages},
           {"predicted",
-           {{"iteration_ms", stable_number(plan.iteration_ms)},
-            {"samples_per_s", stable_number(plan.samples_per_s)},
-            {"bubble_fraction", stable_number(plan.bubble_fraction)},
-            {"lower_bound_ms", stable_number(plan.lower_bound_ms)},
-            {"efficiency", stable_number(plan.efficiency)},
-            {"peak_mem_bytes", stable_number(plan.peak_mem_bytes)},
-            {"peak_mem_fraction", stable_number(memory_fraction(plan, plan.peak_mem_bytes))}}},
+           {{"iteration_ms", stable_number(plan.predicted.iteration_ms)},
+            {"samples_per_s", stable_number(plan.predicted.samples_per_s)},
+            {"bubble_fraction", stable_number(plan.predicted.bubble_fraction)},
+            {"lower_bound_ms", stable_number(plan.predicted.lower_bound_ms)},
+            {"efficiency", stable_number(plan.predicted.efficiency)},
+            {"peak_mem_bytes", stable_number(plan.predicted.peak_mem_bytes)},
+            {"peak_mem_fraction", stable_number(memory_fraction(plan, plan.predicted.peak_mem_bytes))}}},
           {"unused_devices",
-           {{"count", plan.unused_ranks.size()}, {"ranks", plan.unused_ranks}, {"reason", plan.unused_reason}}}};
+           {{"count", plan.unused.ranks.size()}, {"ranks", plan.unused.ranks}, {"reason", plan.unused.reason}}}};
 }
 
 }  // namespace rannc

@@ -5,11 +5,11 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "emit/plan_file.h"
+#include "plan/plan_json.h"
 
 namespace rannc {
 
-std::string show_text(const emit::PlanFile& plan);
-nlohmann::json show_json(const emit::PlanFile& plan);
+std::string show_text(const plan::Plan& plan);
+nlohmann::json show_json(const plan::Plan& plan);
 
 }  // namespace rannc

@@ -9,9 +9,9 @@
 
 namespace rannc {
 
-emit::StageSource onnx_stage_source(const Model& model, const emit::StageLayout& stage) {
+StageSource onnx_stage_source(const Model& model, const emit::StageLayout& stage) {
   const auto& proto = dynamic_cast<const OnnxModelSource&>(*model.source).proto();
-  return emit::onnx_stage_source(model.path, proto, model.graph, stage);
+  return onnx_stage_source(model.path, proto, model.graph, stage);
 }
 
 std::vector<std::string> write_stage_files(const Model& model, const std::vector<emit::StageLayout>& stages,

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "compiler/model.h"
-#include "emit/onnx_stage_source.h"
+#include "compiler/onnx_stage_source.h"
 #include "emit/stage_layout.h"
 
 namespace rannc {
@@ -17,7 +17,7 @@ namespace rannc {
 // that cannot be written ("OUT/stage_1.pt: cannot write: No space left on device").
 std::vector<std::string> write_stage_files(const Model& model, const std::vector<emit::StageLayout>& stages, const std::string& folder);
 
-// An ONNX model's stage as generated TorchScript source (emit/onnx_stage_source.h).
-emit::StageSource onnx_stage_source(const Model& model, const emit::StageLayout& stage);
+// An ONNX model's stage as generated TorchScript source (compiler/onnx_stage_source.h).
+StageSource onnx_stage_source(const Model& model, const emit::StageLayout& stage);
 
 }  // namespace rannc

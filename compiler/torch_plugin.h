@@ -12,8 +12,8 @@
 
 #include "compiler/model.h"
 #include "cost_model/profile_db.h"
-#include "emit/onnx_stage_source.h"
-#include "emit/plan_file.h"
+#include "compiler/onnx_stage_source.h"
+#include "plan/plan_json.h"
 #include "emit/stage_layout.h"
 
 namespace rannc {
@@ -26,7 +26,7 @@ class TorchPlugin {
   // buffers, remove mutation, record shapes by running the graph on the example inputs.
   virtual Model load_torchscript(const std::string& path, const LoadOptions& options) = 0;
 
-  // The profiler (compiler/torch_profiler.cpp). All of it runs on the CPU with libtorch's
+  // The profiler (torch_side/torch_profiler.cpp). All of it runs on the CPU with libtorch's
   // default thread count, the way a training step of the model would.
 
   // Peak sgemm FLOP/s, copy bandwidth and the time of a near-empty op; ops left empty.
@@ -52,20 +52,20 @@ class TorchPlugin {
   };
   virtual StepMeasurement measure_training_step(const Model& model, int reps) = 0;
 
-  // Stage files (emit/torchscript_stages.cpp). A TorchScript model's stage is its own nodes
+  // Stage files (torch_side/torchscript_stages.cpp). A TorchScript model's stage is its own nodes
   // cloned into a new module; an ONNX model's is generated source compiled with define().
   // Both save to `path`; errors are InputError naming the stage.
   virtual void save_torchscript_stage(const Model& model, const emit::StageLayout& stage, const std::string& path) = 0;
-  virtual void save_source_stage(const emit::StageSource& stage, const std::string& path) = 0;
+  virtual void save_source_stage(const StageSource& stage, const std::string& path) = 0;
 
-  // verify (compiler/torch_verify.cpp): chains the plan's stage files over one pipeline's
+  // verify (torch_side/torch_verify.cpp): chains the plan's stage files over one pipeline's
   // microbatches and compares forward outputs and parameter gradients with the unpartitioned
   // model. For an ONNX model, `reference` is the whole model as one generated stage and
   // `reference_names` maps its attribute names to the model's weight names.
   struct VerifyRequest {
     const Model* model = nullptr;
-    const emit::PlanFile* plan = nullptr;
-    std::optional<emit::StageSource> reference;
+    const plan::Plan* plan = nullptr;
+    std::optional<StageSource> reference;
     std::map<std::string, std::string> reference_names;
     std::uint64_t seed = 0;
     bool skip_random = false;  // a random op in training mode: report it as `skipped`, do not throw

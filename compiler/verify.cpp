@@ -9,7 +9,7 @@
 #include "compiler/model.h"
 #include "compiler/stage_files.h"
 #include "compiler/torch_plugin.h"
-#include "emit/plan_file.h"
+#include "plan/plan_json.h"
 #include "emit/stage_layout.h"
 #include "support/error.h"
 #include "support/sha256.h"
@@ -20,25 +20,25 @@ namespace {
 using Difference = TorchPlugin::Difference;
 
 // The model the plan was made for: same bytes, loaded with the plan's example inputs.
-Model load_planned_model(const emit::PlanFile& plan, const std::string& path) {
+Model load_planned_model(const plan::Plan& plan, const std::string& path) {
   if (!std::filesystem::exists(path)) {
     throw InputError(path + ": no such file (the plan's model; give --model MODEL if it moved)");
   }
-  if (sha256_of_file(path) != plan.model_sha256) {
+  if (sha256_of_file(path) != plan.model.sha256) {
     throw InputError(path + ": sha256 differs from the one in " + plan.path +
                      " (the plan was made for another version of the model; partition it again)");
   }
   LoadOptions load;
-  for (const auto& input : plan.model_inputs) {
+  for (const auto& input : plan.model.inputs) {
     auto dtype = ir::parse_dtype(input.dtype);
     if (!dtype) throw InputError(plan.path + ": model input '" + input.name + "' has unknown dtype " + input.dtype);
     load.inputs.push_back({input.name, input.shape, *dtype});
   }
-  load.batch = plan.evaluated_batch;
+  load.batch = plan.model.evaluated_batch;
   return load_model(path, load);
 }
 
-TorchPlugin::VerifyRequest request_for(const Model& model, const emit::PlanFile& plan, std::uint64_t seed) {
+TorchPlugin::VerifyRequest request_for(const Model& model, const plan::Plan& plan, std::uint64_t seed) {
   TorchPlugin::VerifyRequest request;
   request.model = &model;
   request.plan = &plan;
@@ -90,9 +90,9 @@ std::string summary_line(const char* label, const Summary& summary) {
 
 VerifyOutcome run_verify(const VerifyOptions& options) {
   if (!(options.tolerance > 0)) throw InputError("--tolerance must be positive");
-  auto plan = emit::read_plan_file(options.plan_path);
-  emit::check_stage_files_exist(plan);
-  Model model = load_planned_model(plan, options.model_path.value_or(plan.model_path));
+  auto plan = plan::read_plan_file(options.plan_path);
+  plan::check_stage_files(plan);
+  Model model = load_planned_model(plan, options.model_path.value_or(plan.model.path));
   auto request = request_for(model, plan, options.seed);
   auto report = torch_plugin().verify(request);
 
@@ -102,8 +102,8 @@ VerifyOutcome run_verify(const VerifyOptions& options) {
   outcome.passed = report.problems.empty() && !report.outputs.empty() && max_rel <= options.tolerance;
 
   std::ostringstream text;
-  text << "verify     " << plan.path << ": " << plan.stages.size() << " stage(s), " << plan.microbatches
-       << " microbatch(es) of " << plan.microbatch_size << " (" << report.samples
+  text << "verify     " << plan.path << ": " << plan.stages.size() << " stage(s), " << plan.batch.microbatches
+       << " microbatch(es) of " << plan.batch.microbatch_size << " (" << report.samples
        << " samples; the model runs on chunks of " << report.reference_chunk << ")\n"
        << summary_line("outputs", outputs) << summary_line("gradients", gradients);
   if (!report.note.empty()) text << "note       " << report.note << "\n";
@@ -139,19 +139,19 @@ namespace {
 // The plan on a small workload that still exercises every cut: replica slices of two samples
 // (BatchNorm needs more than one) in the widest stage, and two microbatches where the plan has
 // several.
-emit::PlanFile small_workload(const emit::PlanFile& plan, const Model& model) {
-  emit::PlanFile small = plan;
+plan::Plan small_workload(const plan::Plan& plan, const Model& model) {
+  plan::Plan small = plan;
   int slices = 1;
   for (const auto& stage : plan.stages) slices = std::lcm(slices, stage.replicas_per_pipeline);
   // An export with a fixed batch runs only at its microbatch.
-  if (!model.fixed_batch) small.microbatch_size = std::min(plan.microbatch_size, 2 * slices);
-  small.microbatches = std::min(plan.microbatches, 2);
+  if (!model.fixed_batch) small.batch.microbatch_size = std::min(plan.batch.microbatch_size, 2 * slices);
+  small.batch.microbatches = std::min(plan.batch.microbatches, 2);
   return small;
 }
 
 }  // namespace
 
-StageCheck check_stage_files(const Model& model, const emit::PlanFile& plan, double tolerance) {
+StageCheck check_stage_files(const Model& model, const plan::Plan& plan, double tolerance) {
   auto small = small_workload(plan, model);
   auto request = request_for(model, small, /*seed=*/0);
   request.skip_random = true;

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "compiler/model.h"
-#include "emit/plan_file.h"
+#include "plan/plan_json.h"
 
 namespace rannc {
 
@@ -36,6 +36,6 @@ struct StageCheck {
   std::string line;        // for the partition summary
   nlohmann::json summary;  // for --json
 };
-StageCheck check_stage_files(const Model& model, const emit::PlanFile& plan, double tolerance);
+StageCheck check_stage_files(const Model& model, const plan::Plan& plan, double tolerance);
 
 }  // namespace rannc

@@ -25,7 +25,6 @@
 
 #include "support/error.h"
 #include "support/input_file.h"
-#include "support/stable_number.h"
 
 namespace rannc::cost {
 namespace {
@@ -230,11 +229,6 @@ DeviceSpec custom_device(const json& object, const std::string& source) {
   return device;
 }
 
-json link_to_json(const Link& link) {
-  return {{"bandwidth_gbps", stable_number(link.bandwidth / kGiga)},
-          {"latency_us", stable_number(link.latency / kMicro)}};
-}
-
 json read_json_file(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) fail(path + ": no such file");
@@ -315,15 +309,5 @@ Cluster cluster_from_json(const json& object, const std::string& source) {
 }
 
 Cluster load_cluster_file(const std::string& path) { return cluster_from_json(read_json_file(path), path); }
-
-json cluster_to_json(const Cluster& cluster) {
-  return {{"gpus", cluster.gpus()},
-          {"nodes", cluster.nodes},
-          {"gpus_per_node", cluster.gpus_per_node},
-          {"mem_bytes", cluster.mem_bytes},
-          {"device", cluster.device.name},
-          {"intra_node", link_to_json(cluster.intra_node)},
-          {"inter_node", link_to_json(cluster.inter_node)}};
-}
 
 }  // namespace rannc::cost

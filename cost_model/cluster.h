@@ -75,10 +75,4 @@ Cluster cluster_from_flags(const ClusterFlags& flags);
 Cluster cluster_from_json(const nlohmann::json& json, const std::string& source);
 Cluster load_cluster_file(const std::string& path);
 
-// What plan.json records of the cluster, plus the links: {"gpus", "nodes", "gpus_per_node",
-// "mem_bytes", "device" (the name), "intra_node" and "inter_node" ({"bandwidth_gbps",
-// "latency_us"})}. Numbers are rounded to 6 decimals and whole ones written as integers, so the
-// output is stable across platforms.
-nlohmann::json cluster_to_json(const Cluster& cluster);
-
 }  // namespace rannc::cost

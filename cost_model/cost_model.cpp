@@ -26,7 +26,7 @@ bool any_output_batch_dependent(const ir::Graph& graph, const ir::Op& op) {
 
 }  // namespace
 
-CostModel::CostModel(const ir::Graph& graph, const DeviceSpec& device, Precision precision, const ProfileDb* profile_db)
+CostModel::CostModel(const ir::Graph& graph, const DeviceSpec& device, plan::Precision precision, const ProfileDb* profile_db)
     : device_(device), precision_(precision), requires_grad_(ir::values_requiring_grad(graph)) {
   efficiencies_ = default_efficiencies(device);
   calibration_ = "defaults";

@@ -27,7 +27,7 @@ struct OpCost {
 
 class CostModel {
  public:
-  CostModel(const ir::Graph& graph, const DeviceSpec& device, Precision precision, const ProfileDb* profile_db);
+  CostModel(const ir::Graph& graph, const DeviceSpec& device, plan::Precision precision, const ProfileDb* profile_db);
 
   // Times of an op when the batch is `batch_fraction` of the one the graph's shapes were
   // evaluated at (microbatches are fractions of the batch): batch-dependent work scales, weight
@@ -38,7 +38,7 @@ class CostModel {
   const std::vector<bool>& requires_grad() const { return requires_grad_; }
   const DeviceSpec& device() const { return device_; }
   const Efficiencies& efficiencies() const { return efficiencies_; }
-  Precision precision() const { return precision_; }
+  plan::Precision precision() const { return precision_; }
   // How the times were obtained, for reports: "measured", "relative efficiencies from <device>" or "defaults".
   const std::string& calibration() const { return calibration_; }
 
@@ -53,7 +53,7 @@ class CostModel {
   PassTimes scaled_roofline(const PerOp& op, double batch_fraction) const;
 
   DeviceSpec device_;
-  Precision precision_;
+  plan::Precision precision_;
   Efficiencies efficiencies_;
   std::string calibration_;
   std::vector<bool> requires_grad_;

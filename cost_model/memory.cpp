@@ -5,8 +5,6 @@
 
 #include "cost_model/op_work.h"
 #include "support/error.h"
-#include "support/named_choice.h"
-#include "support/stable_number.h"
 
 namespace rannc::cost {
 namespace {
@@ -62,7 +60,7 @@ struct OpWorkspace {
 };
 
 OpWorkspace op_workspace(const ir::Graph& graph, const ir::Op& op, const std::vector<bool>& requires_grad,
-                         Precision precision) {
+                         plan::Precision precision) {
   OpWorkspace workspace;
   for (auto id : op.outputs) workspace.activation_grads += stored_bytes(graph.value(id), precision);
   for (auto id : op.inputs) {
@@ -80,41 +78,21 @@ OpWorkspace op_workspace(const ir::Graph& graph, const ir::Op& op, const std::ve
 
 }  // namespace
 
-double stored_bytes(const ir::Value& value, Precision precision) {
+double stored_bytes(const ir::Value& value, plan::Precision precision) {
   if (!value.is_tensor()) return 0;
   double bytes = static_cast<double>(value.type.bytes());
   return ir::is_floating_point(value.type.dtype) ? bytes * activation_byte_scale(precision) : bytes;
 }
 
-std::string_view optimizer_name(Optimizer optimizer) {
-  switch (optimizer) {
-    case Optimizer::kSgd: return "sgd";
-    case Optimizer::kMomentum: return "momentum";
-    case Optimizer::kAdam: return "adam";
-  }
-  return "adam";
-}
-
-Optimizer parse_optimizer(std::string_view name, std::string_view what) {
-  return parse_named_choice(name, what, "optimizer", {Optimizer::kSgd, Optimizer::kMomentum, Optimizer::kAdam},
-                            optimizer_name);
-}
-
-std::string_view schedule_name(Schedule schedule) { return schedule == Schedule::kGPipe ? "gpipe" : "1f1b"; }
-
-Schedule parse_schedule(std::string_view name, std::string_view what) {
-  return parse_named_choice(name, what, "schedule", {Schedule::k1F1B, Schedule::kGPipe}, schedule_name);
-}
-
-ParamStateBytes param_state_bytes(Optimizer optimizer, Precision precision) {
+ParamStateBytes param_state_bytes(plan::Optimizer optimizer, plan::Precision precision) {
   ParamStateBytes bytes;
-  bytes.weights = precision == Precision::kFp32 ? 4 : 2 + 4;
+  bytes.weights = precision == plan::Precision::kFp32 ? 4 : 2 + 4;
   bytes.grads = 4;
-  bytes.optimizer = optimizer == Optimizer::kAdam ? 8 : optimizer == Optimizer::kMomentum ? 4 : 0;
+  bytes.optimizer = optimizer == plan::Optimizer::kAdam ? 8 : optimizer == plan::Optimizer::kMomentum ? 4 : 0;
   return bytes;
 }
 
-ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<bool>& requires_grad, Precision precision) {
+ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<bool>& requires_grad, plan::Precision precision) {
   ActivationMemory memory;
   memory.kept_bytes.assign(graph.ops().size(), 0);
   memory.workspace_bytes.assign(graph.ops().size(), 0);
@@ -136,7 +114,7 @@ ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<boo
   return memory;
 }
 
-StageFootprint whole_model_footprint(const ir::Graph& graph, const ActivationMemory& activations, Precision precision) {
+StageFootprint whole_model_footprint(const ir::Graph& graph, const ActivationMemory& activations, plan::Precision precision) {
   StageFootprint footprint;
   for (auto id : graph.values_with_role(ir::ValueRole::kParam)) {
     footprint.param_elements += static_cast<double>(graph.value(id).type.numel());
@@ -155,32 +133,20 @@ StageFootprint whole_model_footprint(const ir::Graph& graph, const ActivationMem
   return footprint;
 }
 
-nlohmann::json memory_to_json(const MemoryBreakdown& m) {
-  return {{"weights", stable_number(m.weights)},         {"grads", stable_number(m.grads)},
-          {"optimizer", stable_number(m.optimizer)},     {"activations", stable_number(m.activations)},
-          {"workspace", stable_number(m.workspace)},     {"comm_buffers", stable_number(m.comm_buffers)},
-          {"total", stable_number(m.total())}};
-}
-
 int microbatches_in_flight(const StagePlacement& placement) {
-  return microbatches_in_flight(placement.schedule, placement.stages - placement.stage_index - 1, placement.microbatches);
+  return plan::microbatches_in_flight(placement.schedule, placement.stages - placement.stage_index - 1, placement.microbatches);
 }
 
-int microbatches_in_flight(Schedule schedule, int stages_after, int microbatches) {
-  if (schedule == Schedule::kGPipe) return microbatches;
-  return std::min(stages_after + 1, microbatches);
-}
-
-MemoryBreakdown stage_memory(const StageFootprint& footprint, const StagePlacement& placement, Optimizer optimizer,
-                             Precision precision) {
+plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, const StagePlacement& placement, plan::Optimizer optimizer,
+                             plan::Precision precision) {
   return stage_memory(footprint, microbatches_in_flight(placement), placement.recompute, placement.replicas > 1,
                       optimizer, precision);
 }
 
-MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_flight, bool recompute, bool replicated,
-                             Optimizer optimizer, Precision precision) {
+plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_flight, bool recompute, bool replicated,
+                             plan::Optimizer optimizer, plan::Precision precision) {
   ParamStateBytes state = param_state_bytes(optimizer, precision);
-  MemoryBreakdown memory;
+  plan::MemoryBreakdown memory;
   memory.weights = footprint.param_elements * state.weights + footprint.buffer_bytes;
   memory.grads = footprint.param_elements * state.grads;
   memory.optimizer = footprint.param_elements * state.optimizer;

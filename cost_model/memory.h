@@ -3,22 +3,14 @@
 // communication buffers. Every term is an upper estimate: a plan must never run out.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string_view>
 #include <vector>
 
 #include "cost_model/roofline.h"
 #include "ir/graph.h"
+#include "plan/plan.h"
 
 namespace rannc::cost {
-
-enum class Optimizer : std::uint8_t { kSgd, kMomentum, kAdam };
-std::string_view optimizer_name(Optimizer optimizer);
-Optimizer parse_optimizer(std::string_view name, std::string_view what);
-
-enum class Schedule : std::uint8_t { k1F1B, kGPipe };
-std::string_view schedule_name(Schedule schedule);
-Schedule parse_schedule(std::string_view name, std::string_view what);
 
 // Bytes per parameter element. fp32: weights 4, gradients 4. Mixed precision: a 16-bit copy
 // of the weights beside the fp32 master (2 + 4), gradients accumulated in fp32 (4). Optimizer
@@ -27,11 +19,11 @@ struct ParamStateBytes {
   double weights = 0, grads = 0, optimizer = 0;
   double total() const { return weights + grads + optimizer; }
 };
-ParamStateBytes param_state_bytes(Optimizer optimizer, Precision precision);
+ParamStateBytes param_state_bytes(plan::Optimizer optimizer, plan::Precision precision);
 
 // Bytes of a tensor as stored during training: floating activations in 16 bits under mixed
 // precision; 0 for non-tensors.
-double stored_bytes(const ir::Value& value, Precision precision);
+double stored_bytes(const ir::Value& value, plan::Precision precision);
 
 // Activation memory by op at the batch the graph was evaluated at.
 struct ActivationMemory {
@@ -45,7 +37,7 @@ struct ActivationMemory {
   // The part of workspace_bytes that does not scale with the batch: the fresh weight gradients.
   std::vector<double> weight_grad_bytes;
 };
-ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<bool>& requires_grad, Precision precision);
+ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<bool>& requires_grad, plan::Precision precision);
 
 // What the memory model needs of a stage, for one microbatch.
 struct StageFootprint {
@@ -58,10 +50,10 @@ struct StageFootprint {
 };
 
 // The whole model as one stage at the evaluated batch.
-StageFootprint whole_model_footprint(const ir::Graph& graph, const ActivationMemory& activations, Precision precision);
+StageFootprint whole_model_footprint(const ir::Graph& graph, const ActivationMemory& activations, plan::Precision precision);
 
 struct StagePlacement {
-  Schedule schedule = Schedule::k1F1B;
+  plan::Schedule schedule = plan::Schedule::k1F1B;
   int stages = 1;
   int stage_index = 0;
   int microbatches = 1;
@@ -69,27 +61,16 @@ struct StagePlacement {
   bool recompute = false;
 };
 
-// 1F1B keeps at most (stages - stage_index) microbatches between their forward and backward;
-// GPipe keeps all of them.
+// The schedule's bound (plan/schedule.h) for this stage.
 int microbatches_in_flight(const StagePlacement& placement);
-// The same for a stage followed by `stages_after` stages.
-int microbatches_in_flight(Schedule schedule, int stages_after, int microbatches);
-
-struct MemoryBreakdown {
-  double weights = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0, comm_buffers = 0;
-  double total() const { return weights + grads + optimizer + activations + workspace + comm_buffers; }
-};
-// {"weights", "grads", "optimizer", "activations", "workspace", "comm_buffers", "total"} in bytes,
-// as stable numbers (support/stable_number.h).
-nlohmann::json memory_to_json(const MemoryBreakdown& memory);
 
 // Recomputation keeps only the stage inputs of each microbatch in flight, and the activations
 // of the one microbatch being recomputed. Communication: double-buffered sends and receives of
 // one microbatch, plus a 25 MiB gradient bucket (PyTorch DDP's default) when replicated.
-MemoryBreakdown stage_memory(const StageFootprint& footprint, const StagePlacement& placement, Optimizer optimizer,
-                             Precision precision);
+plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, const StagePlacement& placement, plan::Optimizer optimizer,
+                             plan::Precision precision);
 // The same with the microbatches in flight given directly (the partitioner's form).
-MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_flight, bool recompute, bool replicated,
-                             Optimizer optimizer, Precision precision);
+plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_flight, bool recompute, bool replicated,
+                             plan::Optimizer optimizer, plan::Precision precision);
 
 }  // namespace rannc::cost

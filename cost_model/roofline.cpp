@@ -8,22 +8,8 @@
 
 namespace rannc::cost {
 
-std::string_view precision_name(Precision precision) {
-  switch (precision) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kBf16Mixed: return "bf16-mixed";
-    case Precision::kFp16Mixed: return "fp16-mixed";
-  }
-  return "fp32";
-}
-
-Precision parse_precision(std::string_view name, std::string_view what) {
-  return parse_named_choice(name, what, "precision", {Precision::kFp32, Precision::kBf16Mixed, Precision::kFp16Mixed},
-                            precision_name);
-}
-
-void check_precision_supported(const DeviceSpec& device, Precision precision) {
-  if (precision == Precision::kBf16Mixed && !device.has_bf16) {
+void check_precision_supported(const DeviceSpec& device, plan::Precision precision) {
+  if (precision == plan::Precision::kBf16Mixed && !device.has_bf16) {
     throw InputError("--precision bf16-mixed: device " + device.name + " has no bf16 support (use fp16-mixed)");
   }
 }
@@ -40,14 +26,14 @@ Efficiencies default_efficiencies(const DeviceSpec& device) {
   return eff;
 }
 
-double peak_flops(const DeviceSpec& device, Precision precision, OpClass op_class) {
+double peak_flops(const DeviceSpec& device, plan::Precision precision, OpClass op_class) {
   bool tensor_cores = op_class == OpClass::kMatMul || op_class == OpClass::kConv;
-  return precision != Precision::kFp32 && tensor_cores ? device.peak_half_flops : device.peak_fp32_flops;
+  return precision != plan::Precision::kFp32 && tensor_cores ? device.peak_half_flops : device.peak_fp32_flops;
 }
 
-double activation_byte_scale(Precision precision) { return precision == Precision::kFp32 ? 1.0 : 0.5; }
+double activation_byte_scale(plan::Precision precision) { return precision == plan::Precision::kFp32 ? 1.0 : 0.5; }
 
-double roofline_seconds(double flops, double bytes, OpClass op_class, const DeviceSpec& device, Precision precision,
+double roofline_seconds(double flops, double bytes, OpClass op_class, const DeviceSpec& device, plan::Precision precision,
                         const Efficiencies& eff) {
   if (flops <= 0 && bytes <= 0) return 0;
   double compute = flops / (peak_flops(device, precision, op_class) * eff.compute_of(op_class));
@@ -55,7 +41,7 @@ double roofline_seconds(double flops, double bytes, OpClass op_class, const Devi
   return std::max(compute, memory) + eff.op_overhead;
 }
 
-PassTimes roofline_times(const OpWork& work, const DeviceSpec& device, Precision precision, const Efficiencies& eff) {
+PassTimes roofline_times(const OpWork& work, const DeviceSpec& device, plan::Precision precision, const Efficiencies& eff) {
   return {roofline_seconds(work.flops_fwd, work.bytes_fwd, work.op_class, device, precision, eff),
           roofline_seconds(work.flops_bwd, work.bytes_bwd, work.op_class, device, precision, eff)};
 }

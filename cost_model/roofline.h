@@ -8,16 +8,12 @@
 
 #include "cost_model/device.h"
 #include "cost_model/op_work.h"
+#include "plan/options.h"
 
 namespace rannc::cost {
 
-enum class Precision : std::uint8_t { kFp32, kBf16Mixed, kFp16Mixed };
-
-std::string_view precision_name(Precision precision);
-// Throws InputError naming `what` (the option) for an unknown name.
-Precision parse_precision(std::string_view name, std::string_view what);
 // Throws InputError when the device cannot compute in that precision (bf16 on a V100).
-void check_precision_supported(const DeviceSpec& device, Precision precision);
+void check_precision_supported(const DeviceSpec& device, plan::Precision precision);
 
 inline constexpr std::size_t kOpClassCount = static_cast<std::size_t>(OpClass::kUnknown) + 1;
 
@@ -37,10 +33,10 @@ Efficiencies default_efficiencies(const DeviceSpec& device);
 
 // Peak FLOP/s an op class runs at in this precision: tensor cores for matmul and conv under
 // mixed precision, fp32 otherwise.
-double peak_flops(const DeviceSpec& device, Precision precision, OpClass op_class);
+double peak_flops(const DeviceSpec& device, plan::Precision precision, OpClass op_class);
 
 // Activations are stored and moved in 16 bits under mixed precision.
-double activation_byte_scale(Precision precision);
+double activation_byte_scale(plan::Precision precision);
 
 struct PassTimes {
   double fwd = 0;  // seconds
@@ -48,10 +44,10 @@ struct PassTimes {
 };
 
 // Efficiency 1 gives the ideal time of the work; the overhead is added only to passes that do work.
-PassTimes roofline_times(const OpWork& work, const DeviceSpec& device, Precision precision, const Efficiencies& eff);
+PassTimes roofline_times(const OpWork& work, const DeviceSpec& device, plan::Precision precision, const Efficiencies& eff);
 
 // One pass: flops and bytes on the roofline.
-double roofline_seconds(double flops, double bytes, OpClass op_class, const DeviceSpec& device, Precision precision,
+double roofline_seconds(double flops, double bytes, OpClass op_class, const DeviceSpec& device, plan::Precision precision,
                         const Efficiencies& eff);
 
 }  // namespace rannc::cost

@@ -2,7 +2,7 @@
 
 namespace rannc::cost {
 
-StepEstimate estimate_step(const ir::Graph& graph, const DeviceSpec& device, Precision precision, Optimizer optimizer,
+StepEstimate estimate_step(const ir::Graph& graph, const DeviceSpec& device, plan::Precision precision, plan::Optimizer optimizer,
                            const ProfileDb* profile_db) {
   CostModel costs(graph, device, precision, profile_db);
   StepEstimate estimate;

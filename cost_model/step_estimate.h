@@ -15,11 +15,11 @@ struct StepEstimate {
   double fwd_ms = 0, bwd_ms = 0;
   std::array<double, kOpClassCount> ms_by_class{};  // forward + backward per op class
   int measured_ops = 0;                             // ops whose times came from the profile DB
-  MemoryBreakdown memory;                           // at one microbatch of the whole batch
+  plan::MemoryBreakdown memory;                           // at one microbatch of the whole batch
   std::string calibration;
 };
 
-StepEstimate estimate_step(const ir::Graph& graph, const DeviceSpec& device, Precision precision, Optimizer optimizer,
+StepEstimate estimate_step(const ir::Graph& graph, const DeviceSpec& device, plan::Precision precision, plan::Optimizer optimizer,
                            const ProfileDb* profile_db);
 
 }  // namespace rannc::cost

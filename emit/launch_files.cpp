@@ -23,28 +23,28 @@ std::string shell_safe(const std::string& text) {
 std::string plural(int n, const char* noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); }
 
 // Ranks fill nodes in order (rank r is local rank r % K of node r / K).
-int used_nodes(const PlanFile& plan) { return (launched_ranks(plan) + plan.gpus_per_node - 1) / plan.gpus_per_node; }
-int ranks_per_node(const PlanFile& plan) { return std::min(launched_ranks(plan), plan.gpus_per_node); }
+int used_nodes(const plan::Plan& plan) { return (launched_ranks(plan) + plan.cluster.gpus_per_node - 1) / plan.cluster.gpus_per_node; }
+int ranks_per_node(const plan::Plan& plan) { return std::min(launched_ranks(plan), plan.cluster.gpus_per_node); }
 
 // What both scripts say about the job in their header comment.
-std::string job_comment(const PlanFile& plan) {
+std::string job_comment(const plan::Plan& plan) {
   std::ostringstream out;
-  out << "# " << shell_safe(std::filesystem::path(plan.model_path).filename().string()) << ": "
-      << plural(static_cast<int>(plan.stages.size()), "stage") << " x " << plural(plan.pipelines, "pipeline") << " = "
+  out << "# " << shell_safe(std::filesystem::path(plan.model.path).filename().string()) << ": "
+      << plural(static_cast<int>(plan.stages.size()), "stage") << " x " << plural(plan.batch.pipelines, "pipeline") << " = "
       << plural(launched_ranks(plan), "rank") << " on " << plural(used_nodes(plan), "node") << " of "
-      << plan.gpus_per_node << " " << shell_safe(plan.device) << "\n";
-  if (!plan.unused_ranks.empty())
-    out << "# " << plural(static_cast<int>(plan.unused_ranks.size()), "device") << " of the cluster ("
-        << ranges_text(plan.unused_ranks) << ") " << (plan.unused_ranks.size() == 1 ? "carries" : "carry")
-        << " no stage and get" << (plan.unused_ranks.size() == 1 ? "s" : "") << " no rank.\n";
+      << plan.cluster.gpus_per_node << " " << shell_safe(plan.cluster.device) << "\n";
+  if (!plan.unused.ranks.empty())
+    out << "# " << plural(static_cast<int>(plan.unused.ranks.size()), "device") << " of the cluster ("
+        << ranges_text(plan.unused.ranks) << ") " << (plan.unused.ranks.size() == 1 ? "carries" : "carry")
+        << " no stage and get" << (plan.unused.ranks.size() == 1 ? "s" : "") << " no rank.\n";
   return out.str();
 }
 
 }  // namespace
 
-int launched_ranks(const PlanFile& plan) { return static_cast<int>(plan.ranks.size()); }
+int launched_ranks(const plan::Plan& plan) { return static_cast<int>(plan.ranks.size()); }
 
-std::string launch_script(const PlanFile& plan) {
+std::string launch_script(const plan::Plan& plan) {
   std::ostringstream out;
   out << "#!/usr/bin/env bash\n"
       << "# Runs the plan beside this script under MPI, from any working directory.\n"
@@ -58,10 +58,10 @@ std::string launch_script(const PlanFile& plan) {
   return out.str();
 }
 
-std::string sbatch_script(const PlanFile& plan) {
+std::string sbatch_script(const plan::Plan& plan) {
   std::ostringstream out;
   out << "#!/usr/bin/env bash\n"
-      << "#SBATCH --job-name=rannc-" << shell_safe(std::filesystem::path(plan.model_path).stem().string()) << "\n"
+      << "#SBATCH --job-name=rannc-" << shell_safe(std::filesystem::path(plan.model.path).stem().string()) << "\n"
       << "#SBATCH --nodes=" << used_nodes(plan) << "\n"
       << "#SBATCH --ntasks=" << launched_ranks(plan) << "\n"
       << "#SBATCH --ntasks-per-node=" << ranks_per_node(plan) << "\n"

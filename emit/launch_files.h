@@ -5,17 +5,17 @@
 
 #include <string>
 
-#include "emit/plan_file.h"
+#include "plan/plan.h"
 
 namespace rannc::emit {
 
 // The ranks a plan runs (devices that carry no stage get none).
-int launched_ranks(const PlanFile& plan);
+int launched_ranks(const plan::Plan& plan);
 
 // `mpirun -np R rannc-run plan.json "$@"`, from any working directory.
-std::string launch_script(const PlanFile& plan);
+std::string launch_script(const plan::Plan& plan);
 
 // A SLURM job of the plan's nodes, one task per rank, one GPU per task.
-std::string sbatch_script(const PlanFile& plan);
+std::string sbatch_script(const plan::Plan& plan);
 
 }  // namespace rannc::emit

@@ -143,7 +143,7 @@ std::string legend() {
 }
 
 // Each stage's timeline once, in <defs>; every rank's row shows its stage's with <use>.
-std::string stage_timelines(const partition::Plan& plan, const Layout& layout) {
+std::string stage_timelines(const partition::PlacedPipeline& plan, const Layout& layout) {
   std::ostringstream out;
   out << "<defs>\n";
   for (std::size_t s = 0; s < plan.stages.size(); ++s) {
@@ -156,7 +156,7 @@ std::string stage_timelines(const partition::Plan& plan, const Layout& layout) {
   return out.str();
 }
 
-std::string rank_rows(const partition::Plan& plan) {
+std::string rank_rows(const partition::PlacedPipeline& plan) {
   std::ostringstream out;
   double y = Layout::kTop;
   for (const auto& rank : plan.ranks) {
@@ -191,7 +191,7 @@ std::string dot_label(const std::vector<std::string>& lines) {
   return "\"" + joined + "\"";
 }
 
-std::string shape_text(const PlanTensor& tensor) {
+std::string shape_text(const plan::Tensor& tensor) {
   std::string text;
   for (auto dim : tensor.shape) text += (text.empty() ? "" : "x") + std::to_string(dim);
   return (text.empty() ? "scalar" : text) + " " + tensor.dtype;
@@ -199,26 +199,26 @@ std::string shape_text(const PlanTensor& tensor) {
 
 // A tensor's bytes for one whole microbatch: a batched tensor is split among the receiving
 // stage's replicas, an unbatched one goes whole to each.
-double microbatch_bytes(const PlanTensor& tensor, int replicas) {
+double microbatch_bytes(const plan::Tensor& tensor, int replicas) {
   auto dtype = ir::parse_dtype(tensor.dtype);
   double bytes = dtype ? ir::dtype_size(*dtype) : 0;
   for (auto dim : tensor.shape) bytes *= static_cast<double>(dim);
   return bytes * replicas;
 }
 
-std::string stage_node(const PlanFile& plan, const PlanStage& stage) {
+std::string stage_node(const plan::Plan& plan, const plan::Stage& stage) {
   std::vector<std::string> lines{"stage " + std::to_string(stage.id)};
   if (!stage.op_range.empty()) lines.push_back(stage.op_range);
-  lines.push_back(std::to_string(stage.replicas_per_pipeline) + " x " + std::to_string(plan.pipelines) + " replicas, ranks " +
+  lines.push_back(std::to_string(stage.replicas_per_pipeline) + " x " + std::to_string(plan.batch.pipelines) + " replicas, ranks " +
                   ranges_text(stage.ranks) + (stage.recompute ? ", recompute" : ""));
-  lines.push_back("fwd " + human_ms(stage.predicted_fwd_ms) + ", bwd " + human_ms(stage.predicted_bwd_ms) + " / microbatch");
-  lines.push_back(human_bytes(stage.predicted_mem_bytes) + " of " + human_bytes(static_cast<double>(plan.mem_bytes)) +
+  lines.push_back("fwd " + human_ms(stage.predicted.fwd_ms) + ", bwd " + human_ms(stage.predicted.bwd_ms) + " / microbatch");
+  lines.push_back(human_bytes(stage.predicted.mem_bytes) + " of " + human_bytes(static_cast<double>(plan.cluster.mem_bytes)) +
                   " per device");
   return "  stage" + std::to_string(stage.id) + " [label=" + dot_label(lines) + "];\n";
 }
 
 // One edge per (sender, receiver) pair, listing the tensors it carries.
-std::string stage_edges(const PlanStage& stage) {
+std::string stage_edges(const plan::Stage& stage) {
   std::map<std::string, std::vector<std::string>> carried;  // sender node -> label lines
   std::map<std::string, double> total;
   for (const auto& input : stage.inputs) {
@@ -245,12 +245,12 @@ std::string stage_edges(const PlanStage& stage) {
 
 }  // namespace
 
-std::string schedule_svg(const partition::Plan& plan, const std::string& title) {
+std::string schedule_svg(const partition::PlacedPipeline& plan, const std::string& title) {
   double span = std::max(plan.simulation.iteration_ms, 1e-6);
   Layout layout;
   layout.ms_scale = Layout::kWidth / span;
   double rows_bottom = Layout::kTop + Layout::kRowPitch * static_cast<double>(plan.ranks.size());
-  double height = rows_bottom + 44 + (plan.unused_devices > 0 ? 20 : 0);
+  double height = rows_bottom + 44 + (!plan.unused_ranks.empty() ? 20 : 0);
   std::ostringstream out;
   out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
       << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << fixed(Layout::kLeft + Layout::kWidth + Layout::kRight, 0)
@@ -259,7 +259,7 @@ std::string schedule_svg(const partition::Plan& plan, const std::string& title) 
       << "<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n"
       << "<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">" << xml_escaped(title) << "</text>\n"
       << legend() << time_axis(span, rows_bottom, layout) << stage_timelines(plan, layout) << rank_rows(plan);
-  if (plan.unused_devices > 0) {
+  if (!plan.unused_ranks.empty()) {
     out << "<text x=\"10\" y=\"" << fixed(rows_bottom + 58) << "\">unused devices " << ranges_text(plan.unused_ranks) << ": "
         << xml_escaped(plan.unused_reason) << "</text>\n";
   }
@@ -267,20 +267,20 @@ std::string schedule_svg(const partition::Plan& plan, const std::string& title) 
   return out.str();
 }
 
-std::string plan_title(const PlanFile& plan) {
-  return std::filesystem::path(plan.model_path).filename().string() + ": " + std::to_string(plan.stages.size()) +
-         " stage(s) x " + std::to_string(plan.pipelines) + " pipeline(s), " + std::to_string(plan.microbatches) +
-         " microbatch(es) of " + std::to_string(plan.microbatch_size) + ", " + plan.schedule + ", step " +
-         human_ms(plan.iteration_ms);
+std::string plan_title(const plan::Plan& plan) {
+  return std::filesystem::path(plan.model.path).filename().string() + ": " + std::to_string(plan.stages.size()) +
+         " stage(s) x " + std::to_string(plan.batch.pipelines) + " pipeline(s), " + std::to_string(plan.batch.microbatches) +
+         " microbatch(es) of " + std::to_string(plan.batch.microbatch_size) + ", " + std::string(plan::schedule_name(plan.schedule)) + ", step " +
+         human_ms(plan.predicted.iteration_ms);
 }
 
-std::string stages_dot(const PlanFile& plan) {
+std::string stages_dot(const plan::Plan& plan) {
   std::ostringstream out;
   out << "digraph plan {\n"
       << "  graph [rankdir=LR, labelloc=t, fontname=\"Helvetica\", label=" << dot_quoted(plan_title(plan)) << "];\n"
       << "  node [shape=box, style=\"rounded,filled\", fillcolor=\"#e8eef7\", fontname=\"Helvetica\"];\n"
       << "  edge [fontname=\"Helvetica\", fontsize=10];\n";
-  for (const auto& input : plan.model_inputs) {
+  for (const auto& input : plan.model.inputs) {
     out << "  " << dot_quoted("input " + input.name) << " [shape=ellipse, style=solid, label="
         << dot_label({input.name, shape_text(input)}) << "];\n";
   }

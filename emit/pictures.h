@@ -5,22 +5,22 @@
 
 #include <string>
 
-#include "emit/plan_file.h"
+#include "plan/plan.h"
 #include "partitioner/planner.h"
 
 namespace rannc::emit {
 
 // "gpt.onnx: 5 stages x 1 pipeline, 8 microbatches of 8, 1f1b, step 2.382 ms", heading both.
-std::string plan_title(const PlanFile& plan);
+std::string plan_title(const plan::Plan& plan);
 
 // The step as the simulator modelled it: per rank (in rank order) its stage's forwards,
 // backwards, transfers received and gradient allreduce, on a time axis in ms. Each row is
 // `<g class="rank" data-rank="R" data-stage="S">`. `title` heads the picture.
-std::string schedule_svg(const partition::Plan& plan, const std::string& title);
+std::string schedule_svg(const partition::PlacedPipeline& plan, const std::string& title);
 
 // One node per stage (id, op range, replicas, predicted times and memory), one per model input
 // and output, and edges for the tensors passed, labelled with their names and bytes per
 // microbatch.
-std::string stages_dot(const PlanFile& plan);
+std::string stages_dot(const plan::Plan& plan);
 
 }  // namespace rannc::emit

@@ -15,7 +15,7 @@ std::vector<int> assign_units(const ir::Graph& graph, const partition::PlanResul
   std::vector<int> stage_of_unit(units.units.size(), -1);
   std::vector<int> stamp(graph.ops().size(), -1);
   for (int s = 0; s < static_cast<int>(layouts.size()); ++s) {
-    const auto& option = result.plan.stages[s].option;
+    const auto& option = result.pipeline.stages[s].option;
     for (int i = blocking.begin(option.begin); i < blocking.end(option.end - 1); ++i) {
       int unit = blocking.order[i];
       stage_of_unit[unit] = s;
@@ -94,7 +94,7 @@ void assign_weights(const ir::Graph& graph, std::vector<StageLayout>& layouts) {
 }  // namespace
 
 std::vector<StageLayout> stage_layouts(const ir::Graph& graph, const partition::PlanResult& result) {
-  std::vector<StageLayout> layouts(result.plan.stages.size());
+  std::vector<StageLayout> layouts(result.pipeline.stages.size());
   for (int s = 0; s < static_cast<int>(layouts.size()); ++s) {
     layouts[s].id = s;
     layouts[s].file = "stage_" + std::to_string(s) + ".pt";

@@ -69,7 +69,7 @@ void collect_weights(const ir::Graph& graph, const std::vector<std::vector<ir::O
   for (auto& [_, weight] : weights) result.weights.push_back(std::move(weight));
 }
 
-void collect_tensors(const ir::Graph& graph, const UnitGraph& units, const Blocking& blocking, cost::Precision precision,
+void collect_tensors(const ir::Graph& graph, const UnitGraph& units, const Blocking& blocking, plan::Precision precision,
                      BlockCosts& result) {
   std::vector<int> block_of_unit(units.units.size());
   for (int block = 0; block < blocking.count(); ++block)

@@ -166,15 +166,15 @@ std::optional<ConfigChoice> search_configs(const SearchContext& context, const s
   return best;
 }
 
-Plan place_and_simulate(const SearchContext& context, const ConfigChoice& choice, std::int64_t global_batch,
-                        double lower_bound_ms) {
+PlacedPipeline place_and_simulate(const SearchContext& context, const ConfigChoice& choice, std::int64_t global_batch,
+                                  double lower_bound_ms) {
   const SearchConfig& config = choice.config;
   const cost::Cluster& cluster = *context.cluster;
   StageOptions options(context, config);
-  Plan plan;
-  plan.config = config;
-  plan.global_batch = global_batch;
-  plan.search_objective_ms = choice.solution.objective_ms();
+  PlacedPipeline placed;
+  placed.config = config;
+  placed.global_batch = global_batch;
+  placed.search_objective_ms = choice.solution.objective_ms();
   std::vector<SimulatedStage> simulated;
   std::vector<int> replicas;
   // Pipelines take consecutive ranks, so the ranks in use are 0..R-1 (what `mpirun -np R`
@@ -193,33 +193,33 @@ Plan place_and_simulate(const SearchContext& context, const ConfigChoice& choice
     simulated.push_back({option.fwd_ms, option.bwd_ms, option.p2p_ms / 2, stage.allreduce_ms});
     replicas.push_back(option.replicas);
     offset += option.replicas;
-    plan.stages.push_back(std::move(stage));
+    placed.stages.push_back(std::move(stage));
   }
-  plan.simulation = simulate(simulated, replicas, config.microbatches, config.schedule);
-  for (std::size_t s = 0; s < plan.stages.size(); ++s) {
-    auto& stage = plan.stages[s];
-    stage.in_flight = plan.simulation.max_in_flight[s];
+  placed.simulation = simulate(simulated, replicas, config.microbatches, config.schedule);
+  for (std::size_t s = 0; s < placed.stages.size(); ++s) {
+    auto& stage = placed.stages[s];
+    stage.in_flight = placed.simulation.max_in_flight[s];
     stage.memory = options.memory(stage.option.begin, stage.option.end, stage.option.replicas, stage.option.recompute,
                                   stage.in_flight);
-    plan.predicted.peak_mem_bytes = std::max(plan.predicted.peak_mem_bytes, stage.memory.total());
+    placed.predicted.peak_mem_bytes = std::max(placed.predicted.peak_mem_bytes, stage.memory.total());
     for (int i = 0; i < static_cast<int>(stage.ranks.size()); ++i) {
       int rank = stage.ranks[i];
-      plan.ranks.push_back({rank, cluster.node_of(rank), rank % cluster.gpus_per_node, static_cast<int>(s), i});
+      placed.ranks.push_back({rank, cluster.node_of(rank), rank % cluster.gpus_per_node, static_cast<int>(s), i});
     }
   }
-  std::sort(plan.ranks.begin(), plan.ranks.end(), [](const RankPlacement& a, const RankPlacement& b) { return a.rank < b.rank; });
-  plan.unused_devices = config.pipelines * (config.pipeline_devices - used);
+  std::sort(placed.ranks.begin(), placed.ranks.end(), [](const plan::RankPlacement& a, const plan::RankPlacement& b) { return a.rank < b.rank; });
   for (int rank = config.pipelines * used; rank < config.pipelines * config.pipeline_devices; ++rank)
-    plan.unused_ranks.push_back(rank);
-  if (plan.unused_devices > 0) {
-    plan.unused_reason = "no stage runs faster with more replicas of its " + std::to_string(config.microbatch_size) +
+    placed.unused_ranks.push_back(rank);
+  if (!placed.unused_ranks.empty()) {
+    placed.unused_reason = "no stage runs faster with more replicas of its " + std::to_string(config.microbatch_size) +
                          "-sample microbatches (replica counts divide the microbatch) once their gradient allreduce is counted";
   }
-  plan.predicted.iteration_ms = plan.simulation.iteration_ms;
-  plan.predicted.samples_per_s = plan.simulation.iteration_ms > 0 ? global_batch / (plan.simulation.iteration_ms / 1e3) : 0;
-  plan.predicted.bubble_fraction = plan.simulation.bubble_fraction;
-  plan.predicted.lower_bound_ms = lower_bound_ms;
-  return plan;
+  placed.predicted.iteration_ms = placed.simulation.iteration_ms;
+  placed.predicted.samples_per_s = placed.simulation.iteration_ms > 0 ? global_batch / (placed.simulation.iteration_ms / 1e3) : 0;
+  placed.predicted.bubble_fraction = placed.simulation.bubble_fraction;
+  placed.predicted.lower_bound_ms = lower_bound_ms;
+  placed.predicted.efficiency = placed.predicted.iteration_ms > 0 ? lower_bound_ms / placed.predicted.iteration_ms : 0;
+  return placed;
 }
 
 PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, const cost::CostModel& costs,
@@ -266,7 +266,7 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
   start = Clock::now();
   double fraction = static_cast<double>(request.global_batch) / static_cast<double>(evaluated_batch);
   double lower_bound = whole_step_ms(graph, costs, fraction) / request.cluster.gpus();
-  result.plan = place_and_simulate(context, *choice, request.global_batch, lower_bound);
+  result.pipeline = place_and_simulate(context, *choice, request.global_batch, lower_bound);
   result.times.simulate_ms = elapsed_ms(start);
   return result;
 }

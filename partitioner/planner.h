@@ -23,6 +23,7 @@
 #include "partitioner/simulate.h"
 #include "partitioner/stage_search.h"
 #include "partitioner/units.h"
+#include "plan/plan.h"
 
 namespace rannc::partition {
 
@@ -33,9 +34,9 @@ inline constexpr int kMaxMicrobatches = 4096;
 struct PlanRequest {
   cost::Cluster cluster;
   std::int64_t global_batch = 1;
-  cost::Schedule schedule = cost::Schedule::k1F1B;
-  cost::Optimizer optimizer = cost::Optimizer::kAdam;
-  cost::Precision precision = cost::Precision::kFp32;
+  plan::Schedule schedule = plan::Schedule::k1F1B;
+  plan::Optimizer optimizer = plan::Optimizer::kAdam;
+  plan::Precision precision = plan::Precision::kFp32;
   std::optional<int> stages;        // --stages
   std::optional<int> microbatches;  // --microbatches
   std::optional<int> fixed_microbatch;  // a model that runs only at this batch: microbatch size, one replica per stage
@@ -46,28 +47,19 @@ struct PlannedStage {
   StageOption option;             // blocks, replicas per pipeline, recompute, times per microbatch
   std::vector<int> ranks;         // every replica of every pipeline, ascending
   int in_flight = 0;              // microbatches kept between forward and backward
-  cost::MemoryBreakdown memory;   // per device
+  plan::MemoryBreakdown memory;   // per device
   double allreduce_ms = 0;        // among its actual ranks
 };
 
-struct RankPlacement {
-  int rank = 0, node = 0, local_rank = 0, stage = 0, replica = 0;
-};
-
-struct Prediction {
-  double iteration_ms = 0, samples_per_s = 0, bubble_fraction = 0, lower_bound_ms = 0, peak_mem_bytes = 0;
-  double efficiency() const { return iteration_ms > 0 ? lower_bound_ms / iteration_ms : 0; }
-};
-
-struct Plan {
+// The chosen pipeline, placed on ranks and simulated (emit/plan_builder.h makes the Plan of it).
+struct PlacedPipeline {
   SearchConfig config;
   std::int64_t global_batch = 1;
   std::vector<PlannedStage> stages;
-  std::vector<RankPlacement> ranks;
+  std::vector<plan::RankPlacement> ranks;
   Simulation simulation;
-  Prediction predicted;
+  plan::Prediction predicted;
   double search_objective_ms = 0;
-  int unused_devices = 0;
   std::vector<int> unused_ranks;
   std::string unused_reason;  // why some devices carry no stage
 };
@@ -87,7 +79,7 @@ struct Partitioning {
 // Throws Error(kCannotMeet) with what would fit when no config has a plan that fits in memory.
 struct PlanResult {
   Partitioning partitioning;
-  Plan plan;
+  PlacedPipeline pipeline;
   PhaseTimes times;
   int configs_searched = 0;
 };
@@ -106,7 +98,7 @@ std::optional<ConfigChoice> search_configs(const SearchContext& context, const s
                                            int* searched = nullptr);
 
 // Places the chosen pipeline on ranks and simulates it.
-Plan place_and_simulate(const SearchContext& context, const ConfigChoice& choice, std::int64_t global_batch,
+PlacedPipeline place_and_simulate(const SearchContext& context, const ConfigChoice& choice, std::int64_t global_batch,
                         double lower_bound_ms);
 
 }  // namespace rannc::partition

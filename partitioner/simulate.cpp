@@ -33,26 +33,14 @@ const char* task_kind_name(TaskKind kind) {
   return "task";
 }
 
-std::vector<std::pair<int, bool>> stage_task_order(cost::Schedule schedule, int stage, int stages, int microbatches) {
-  std::vector<std::pair<int, bool>> order;
-  int warmup = schedule == cost::Schedule::kGPipe ? microbatches : std::min(stages - stage - 1, microbatches);
-  for (int m = 0; m < warmup; ++m) order.push_back({m, false});
-  for (int m = 0; m + warmup < microbatches; ++m) {
-    order.push_back({m + warmup, false});
-    order.push_back({m, true});
-  }
-  for (int m = microbatches - warmup; m < microbatches; ++m) order.push_back({m, true});
-  return order;
-}
-
 Simulation simulate(const std::vector<SimulatedStage>& stages, const std::vector<int>& replicas, int microbatches,
-                    cost::Schedule schedule) {
+                    plan::Schedule schedule) {
   const int count = static_cast<int>(stages.size());
   constexpr double kNotYet = std::numeric_limits<double>::infinity();
   std::vector<std::vector<double>> fwd_end(count, std::vector<double>(microbatches, kNotYet));
   std::vector<std::vector<double>> bwd_end = fwd_end;
-  std::vector<std::vector<std::pair<int, bool>>> orders;
-  for (int s = 0; s < count; ++s) orders.push_back(stage_task_order(schedule, s, count, microbatches));
+  std::vector<std::vector<plan::PassTask>> orders;
+  for (int s = 0; s < count; ++s) orders.push_back(plan::stage_passes(schedule, count - 1 - s, microbatches));
   std::vector<std::size_t> next(count, 0);
   std::vector<double> free_at(count, 0);
   Simulation result;
@@ -72,12 +60,13 @@ Simulation simulate(const std::vector<SimulatedStage>& stages, const std::vector
     double pick_start = kNotYet;
     for (int s = 0; s < count; ++s) {
       if (next[s] == orders[s].size()) continue;
-      auto [m, backward] = orders[s][next[s]];
-      double start = std::max(free_at[s], ready_at(s, m, backward));
+      auto [pass, m] = orders[s][next[s]];
+      double start = std::max(free_at[s], ready_at(s, m, pass == plan::Pass::kBackward));
       if (start < pick_start) pick = s, pick_start = start;
     }
     if (pick < 0) throw std::logic_error("pipeline simulation deadlocked");
-    auto [m, backward] = orders[pick][next[pick]++];
+    auto [pass, m] = orders[pick][next[pick]++];
+    bool backward = pass == plan::Pass::kBackward;
     double length = backward ? stages[pick].bwd_ms : stages[pick].fwd_ms;
     double end = pick_start + length;
     (backward ? bwd_end : fwd_end)[pick][m] = end;

@@ -1,7 +1,8 @@
 // Event simulation of one training step of a pipeline: every stage runs its forwards and
 // backwards in the schedule's order (1F1B: warm-up forwards, then one forward one backward,
 // then the remaining backwards; GPipe: all forwards, then all backwards), each waiting for its
-// input from the neighbouring stage plus the transfer; after its last backward a stage
+// input from the neighbouring stage plus the transfer (plan/schedule.h defines the orders);
+// after its last backward a stage
 // allreduces its gradients. All pipelines are identical, so one is simulated.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "cost_model/memory.h"
+#include "plan/schedule.h"
 
 namespace rannc::partition {
 
@@ -49,9 +51,6 @@ struct Simulation {
 };
 
 Simulation simulate(const std::vector<SimulatedStage>& stages, const std::vector<int>& replicas, int microbatches,
-                    cost::Schedule schedule);
-
-// The order a stage runs its tasks in: (microbatch, backward) pairs.
-std::vector<std::pair<int, bool>> stage_task_order(cost::Schedule schedule, int stage, int stages, int microbatches);
+                    plan::Schedule schedule);
 
 }  // namespace rannc::partition

@@ -145,7 +145,7 @@ std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replic
   return evaluate(begin, end, replicas, recompute, fwd, bwd, largest_workspace(begin, end, replicas));
 }
 
-cost::MemoryBreakdown StageOptions::memory(int begin, int end, int replicas, bool recompute, int in_flight) const {
+plan::MemoryBreakdown StageOptions::memory(int begin, int end, int replicas, bool recompute, int in_flight) const {
   cost::StageFootprint stage = footprint(begin, end, replicas);
   stage.workspace_bytes = largest_workspace(begin, end, replicas);
   return cost::stage_memory(stage, in_flight, recompute, config_.pipelines * replicas > 1, context_.optimizer,
@@ -160,7 +160,7 @@ std::optional<PipelineSolution> evaluate_pipeline(const StageOptions& options, s
   int devices = 0;
   for (int s = 0; s < stage_count; ++s) {
     const StageOption& stage = stages[s];
-    int kept = cost::microbatches_in_flight(config.schedule, stage_count - 1 - s, config.microbatches);
+    int kept = plan::microbatches_in_flight(config.schedule, stage_count - 1 - s, config.microbatches);
     if (kept > stage.max_in_flight) return std::nullopt;
     devices += stage.replicas;
     solution.sum_ms += stage.t_ms;
@@ -184,7 +184,7 @@ class BoundedProgram {
         blocks_(options.block_count()),
         frontier_(static_cast<std::size_t>(blocks_ + 1), std::vector<std::vector<Entry>>(config_.pipeline_devices + 1)),
         reachable_(static_cast<std::size_t>(blocks_ + 1)) {
-    cap_ = config_.stages ? *config_.stages : config_.schedule == cost::Schedule::kGPipe ? 1 : config_.microbatches;
+    cap_ = config_.stages ? *config_.stages : config_.schedule == plan::Schedule::kGPipe ? 1 : config_.microbatches;
   }
 
   // The least sum of stage times with every stage term below `bound` (strictly).
@@ -233,7 +233,7 @@ void BoundedProgram::relax(int begin, int option_index, const StageOption& optio
     if (devices > config_.pipeline_devices) continue;
     for (const auto& after : frontier_[option.end][devices_after]) {
       // Entries are sorted by stage count, and the microbatches in flight only grow with it.
-      if (cost::microbatches_in_flight(config_.schedule, after.stages, config_.microbatches) > option.max_in_flight) break;
+      if (plan::microbatches_in_flight(config_.schedule, after.stages, config_.microbatches) > option.max_in_flight) break;
       int stages = after.stages + 1;
       if (config_.stages ? stages > cap_ : false) continue;
       insert(targets[devices], {std::min(stages, cap_), after.sum + option.t_ms, option_index, devices_after,

@@ -41,7 +41,7 @@ struct SearchConfig {
   int pipeline_devices = 1;   // D: devices of one pipeline
   int microbatches = 1;       // M per pipeline and step
   int microbatch_size = 1;    // b: samples per microbatch
-  cost::Schedule schedule = cost::Schedule::k1F1B;
+  plan::Schedule schedule = plan::Schedule::k1F1B;
   std::optional<int> stages;  // force the stage count
   std::optional<int> replica_samples;  // every replica runs exactly this many samples (a fixed-batch model)
 };
@@ -51,8 +51,8 @@ struct SearchContext {
   const BlockCosts* blocks = nullptr;
   const RangeTable* ranges = nullptr;
   const cost::Cluster* cluster = nullptr;
-  cost::Optimizer optimizer = cost::Optimizer::kAdam;
-  cost::Precision precision = cost::Precision::kFp32;
+  plan::Optimizer optimizer = plan::Optimizer::kAdam;
+  plan::Precision precision = plan::Precision::kFp32;
 };
 
 struct StageOption {
@@ -78,7 +78,7 @@ class StageOptions {
   // flight, or its replica count does not divide the microbatch.
   std::optional<StageOption> evaluate(int begin, int end, int replicas, bool recompute) const;
   const std::vector<int>& replica_choices() const { return replica_choices_; }
-  cost::MemoryBreakdown memory(int begin, int end, int replicas, bool recompute, int in_flight) const;
+  plan::MemoryBreakdown memory(int begin, int end, int replicas, bool recompute, int in_flight) const;
   int block_count() const { return static_cast<int>(by_begin_.size()); }
   // The work of one microbatch spread evenly over the pipeline's devices: the longest stage time
   // is never shorter (splitting a microbatch over r replicas never makes the work smaller:

@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "support/torch_error.h"
+#include "torch_side/torch_error.h"
 
 namespace rannc::runtime {
 namespace {

@@ -10,7 +10,7 @@ namespace rannc::runtime {
 namespace {
 
 // The first model output, in stage order, is the one the loss is taken of.
-std::pair<int, int> loss_output(const emit::PlanFile& plan) {
+std::pair<int, int> loss_output(const plan::Plan& plan) {
   for (const auto& stage : plan.stages)
     for (std::size_t o = 0; o < stage.outputs.size(); ++o)
       if (stage.outputs[o].model_output) return {stage.id, static_cast<int>(o)};
@@ -19,7 +19,7 @@ std::pair<int, int> loss_output(const emit::PlanFile& plan) {
 
 }  // namespace
 
-LossPlan plan_loss(const emit::PlanFile& plan, const std::string& loss_option) {
+LossPlan plan_loss(const plan::Plan& plan, const std::string& loss_option) {
   LossPlan loss;
   std::tie(loss.stage, loss.output) = loss_output(plan);
   const auto& output = plan.stages[loss.stage].outputs[loss.output];
@@ -55,11 +55,11 @@ LossPlan plan_loss(const emit::PlanFile& plan, const std::string& loss_option) {
   return loss;
 }
 
-LossFunction loss_function(const LossPlan& loss, const emit::PlanFile& plan, const RankLayout& layout,
+LossFunction loss_function(const LossPlan& loss, const plan::Plan& plan, const RankLayout& layout,
                            Placement placement, const TrainingData& data) {
   auto slice = layout.replica_slice(placement.stage, placement.replica);
-  double global_terms = static_cast<double>(plan.global_batch) * static_cast<double>(loss.elements_per_sample);
-  return [&loss, &layout, &data, placement, slice, global_terms, samples = plan.global_batch](
+  double global_terms = static_cast<double>(plan.batch.global) * static_cast<double>(loss.elements_per_sample);
+  return [&loss, &layout, &data, placement, slice, global_terms, samples = plan.batch.global](
              const std::vector<at::Tensor>& outputs, int microbatch) -> at::Tensor {
     const auto& output = outputs.at(static_cast<std::size_t>(loss.output));
     // A scalar output is taken to be a mean over its slice: weighted by the slice's share.

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "emit/plan_file.h"
+#include "plan/plan_json.h"
 #include "runtime/rank_layout.h"
 #include "runtime/stage_runner.h"
 #include "runtime/training_data.h"
@@ -23,10 +23,10 @@ struct LossPlan {
 };
 
 // Throws InputError when the loss option does not fit the model's output.
-LossPlan plan_loss(const emit::PlanFile& plan, const std::string& loss_option);
+LossPlan plan_loss(const plan::Plan& plan, const std::string& loss_option);
 
 // The loss of a microbatch slice on the rank at `placement` (whose stage is loss.stage).
-LossFunction loss_function(const LossPlan& loss, const emit::PlanFile& plan, const RankLayout& layout,
+LossFunction loss_function(const LossPlan& loss, const plan::Plan& plan, const RankLayout& layout,
                            Placement placement, const TrainingData& data);
 
 }  // namespace rannc::runtime

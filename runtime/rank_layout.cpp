@@ -19,7 +19,7 @@ bool overlap(SampleRange a, SampleRange b, SampleRange& in_a, SampleRange& in_b)
   return true;
 }
 
-void check_batch_reduced_sends(const emit::PlanFile& plan) {
+void check_batch_reduced_sends(const plan::Plan& plan) {
   for (const auto& stage : plan.stages) {
     for (const auto& input : stage.inputs) {
       if (input.model_input || input.batch_dim >= 0) continue;
@@ -35,7 +35,7 @@ void check_batch_reduced_sends(const emit::PlanFile& plan) {
 
 }  // namespace
 
-RankLayout::RankLayout(const emit::PlanFile& plan) : plan_(plan), placements_(plan.ranks.size()) {
+RankLayout::RankLayout(const plan::Plan& plan) : plan_(plan), placements_(plan.ranks.size()) {
   for (const auto& stage : plan.stages) {
     for (std::size_t i = 0; i < stage.ranks.size(); ++i) {
       int per_pipeline = stage.replicas_per_pipeline;
@@ -52,12 +52,12 @@ int RankLayout::rank_of(int stage, int pipeline, int replica) const {
 }
 
 SampleRange RankLayout::replica_slice(int stage, int replica) const {
-  std::int64_t length = plan_.microbatch_size / plan_.stages.at(static_cast<std::size_t>(stage)).replicas_per_pipeline;
+  std::int64_t length = plan_.batch.microbatch_size / plan_.stages.at(static_cast<std::size_t>(stage)).replicas_per_pipeline;
   return {replica * length, length};
 }
 
 std::int64_t RankLayout::microbatch_start(int pipeline, int microbatch) const {
-  return (static_cast<std::int64_t>(pipeline) * plan_.microbatches + microbatch) * plan_.microbatch_size;
+  return (static_cast<std::int64_t>(pipeline) * plan_.batch.microbatches + microbatch) * plan_.batch.microbatch_size;
 }
 
 // The pieces between this replica's slice and every replica of `other` that shares samples with

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "emit/plan_file.h"
+#include "plan/plan_json.h"
 
 namespace rannc::runtime {
 
@@ -39,7 +39,7 @@ class RankLayout {
  public:
   // Throws InputError when the plan cannot run as laid out (e.g. a batch-reduced tensor sent by
   // several replicas, which has no single value to send).
-  explicit RankLayout(const emit::PlanFile& plan);
+  explicit RankLayout(const plan::Plan& plan);
 
   Placement placement(int rank) const { return placements_.at(static_cast<std::size_t>(rank)); }
   int rank_of(int stage, int pipeline, int replica) const;
@@ -62,7 +62,7 @@ class RankLayout {
  private:
   std::vector<Piece> pieces(SampleRange mine, bool mine_sends, int other, bool batched) const;
 
-  const emit::PlanFile& plan_;
+  const plan::Plan& plan_;
   std::vector<Placement> placements_;
 };
 

@@ -15,8 +15,8 @@
 #include "support/atomic_file.h"
 #include "support/error.h"
 #include "support/format.h"
-#include "support/torch_error.h"
-#include "support/torch_kernel_fixes.h"
+#include "torch_side/torch_error.h"
+#include "torch_side/torch_kernel_fixes.h"
 
 namespace rannc::runtime {
 namespace {
@@ -25,7 +25,7 @@ using nlohmann::json;
 
 // What one rank prepares on its own before any communication: everything a bad input breaks.
 struct RankSetup {
-  emit::PlanFile plan;
+  plan::Plan plan;
   std::unique_ptr<RankLayout> layout;
   Placement placement;
   LossPlan loss;
@@ -33,9 +33,9 @@ struct RankSetup {
   std::unique_ptr<StageRunner> runner;
 };
 
-std::vector<SampleSpec> sample_specs(const emit::PlanFile& plan, const LossPlan& loss) {
+std::vector<SampleSpec> sample_specs(const plan::Plan& plan, const LossPlan& loss) {
   std::vector<SampleSpec> specs;
-  for (const auto& input : plan.model_inputs) {
+  for (const auto& input : plan.model.inputs) {
     SampleSpec spec;
     spec.name = input.name;
     spec.dtype = *ir::parse_dtype(input.dtype);
@@ -49,7 +49,7 @@ std::vector<SampleSpec> sample_specs(const emit::PlanFile& plan, const LossPlan&
   return specs;
 }
 
-std::vector<std::string> needed_arrays(const emit::PlanStage& stage, const LossPlan& loss) {
+std::vector<std::string> needed_arrays(const plan::Stage& stage, const LossPlan& loss) {
   std::vector<std::string> names;
   for (const auto& input : stage.inputs)
     if (input.model_input) names.push_back(*input.model_input);
@@ -59,7 +59,7 @@ std::vector<std::string> needed_arrays(const emit::PlanStage& stage, const LossP
 
 std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& world) {
   auto setup = std::make_unique<RankSetup>();
-  setup->plan = emit::read_plan_file(options.plan_path);
+  setup->plan = plan::read_plan_file(options.plan_path);
   const auto& plan = setup->plan;
   if (static_cast<int>(plan.ranks.size()) != world.size()) {
     throw InputError(plan.path + ": the plan has " + std::to_string(plan.ranks.size()) + " ranks, but " +
@@ -69,15 +69,16 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   if (options.steps < 1) throw InputError("--steps must be at least 1");
   // Rank 0 writes the report after the last step: a path it cannot write fails now, not then.
   if (world.rank() == 0 && !options.report_path.empty()) check_can_write(options.report_path, "--report");
-  for (const auto& stage : plan.stages) emit::check_stage_file(plan, stage, /*check_sha256=*/false);
+  for (const auto& stage : plan.stages) plan::check_stage_file(plan, stage, /*check_sha256=*/false);
   setup->layout = std::make_unique<RankLayout>(plan);
   setup->placement = setup->layout->placement(world.rank());
   setup->loss = plan_loss(plan, options.loss);
   const auto& stage = plan.stages.at(static_cast<std::size_t>(setup->placement.stage));
-  emit::check_stage_file(plan, stage);  // the file this rank loads is the one partition wrote
-  setup->data = std::make_unique<TrainingData>(options, plan.global_batch, sample_specs(plan, setup->loss),
+  plan::check_stage_file(plan, stage);  // the file this rank loads is the one partition wrote
+  setup->data = std::make_unique<TrainingData>(options, plan.batch.global, sample_specs(plan, setup->loss),
                                                needed_arrays(stage, setup->loss));
-  OptimizerSettings optimizer{options.optimizer.empty() ? plan.optimizer : options.optimizer, options.lr};
+  OptimizerSettings optimizer{
+      options.optimizer.empty() ? plan.optimizer : plan::parse_optimizer(options.optimizer, "--optimizer"), options.lr};
   setup->runner = std::make_unique<StageRunner>(plan, stage, optimizer);
   if (stage.id == setup->loss.stage)
     setup->runner->set_loss(loss_function(setup->loss, plan, *setup->layout, setup->placement, *setup->data));
@@ -105,10 +106,10 @@ int agree_on_start(const MpiWorld& world, int status, const std::string& message
   return world.max(status);
 }
 
-std::string describe(const emit::PlanFile& plan) {
+std::string describe(const plan::Plan& plan) {
   return plan.path + ": " + std::to_string(plan.ranks.size()) + " ranks, " + std::to_string(plan.stages.size()) +
-         " stages, " + std::to_string(plan.pipelines) + " pipeline(s), " + std::to_string(plan.microbatches) +
-         " microbatches of " + std::to_string(plan.microbatch_size) + ", " + plan.schedule + ", Gloo on CPU";
+         " stages, " + std::to_string(plan.batch.pipelines) + " pipeline(s), " + std::to_string(plan.batch.microbatches) +
+         " microbatches of " + std::to_string(plan.batch.microbatch_size) + ", " + std::string(plan::schedule_name(plan.schedule)) + ", Gloo on CPU";
 }
 
 json rank_json(const RankRecord& r) {

@@ -6,7 +6,7 @@
 #include <torch/optim/sgd.h>
 #include <torch/script.h>
 
-#include "support/torch_error.h"
+#include "torch_side/torch_error.h"
 
 namespace rannc::runtime {
 namespace {
@@ -24,7 +24,7 @@ std::unique_ptr<torch::jit::Module> load_stage(const std::string& path) {
   }
 }
 
-at::Tensor stage_parameter(const torch::jit::Module& module, const std::string& path, const emit::PlanWeight& weight) {
+at::Tensor stage_parameter(const torch::jit::Module& module, const std::string& path, const plan::Weight& weight) {
   if (!module.hasattr(weight.stage_name) || !module.attr(weight.stage_name).isTensor()) {
     throw InputError(path + ": has no parameter '" + weight.stage_name + "' (the plan's '" + weight.name + "')");
   }
@@ -33,16 +33,15 @@ at::Tensor stage_parameter(const torch::jit::Module& module, const std::string& 
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Tensor>& params,
                                                         const OptimizerSettings& settings) {
-  if (settings.kind == "adam") return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(settings.lr));
-  if (settings.kind != "sgd" && settings.kind != "momentum")
-    throw InputError("--optimizer '" + settings.kind + "' is not sgd, momentum or adam");
-  double momentum = settings.kind == "momentum" ? kMomentum : 0.0;
+  if (settings.kind == plan::Optimizer::kAdam)
+    return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(settings.lr));
+  double momentum = settings.kind == plan::Optimizer::kMomentum ? kMomentum : 0.0;
   return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(settings.lr).momentum(momentum));
 }
 
 }  // namespace
 
-StageRunner::StageRunner(const emit::PlanFile& plan, const emit::PlanStage& stage, const OptimizerSettings& optimizer)
+StageRunner::StageRunner(const plan::Plan& plan, const plan::Stage& stage, const OptimizerSettings& optimizer)
     : stage_(stage), module_(load_stage(plan.stage_path(stage))) {
   for (const auto& weight : stage.params) {
     auto param = stage_parameter(*module_, plan.stage_path(stage), weight);

@@ -11,7 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "emit/plan_file.h"
+#include "plan/plan_json.h"
 
 namespace torch::jit {
 struct Module;
@@ -27,7 +27,7 @@ namespace rannc::runtime {
 using LossFunction = std::function<at::Tensor(const std::vector<at::Tensor>& outputs, int microbatch)>;
 
 struct OptimizerSettings {
-  std::string kind;  // "sgd", "momentum" or "adam"
+  plan::Optimizer kind = plan::Optimizer::kSgd;
   double lr = 0.01;
 };
 
@@ -35,7 +35,7 @@ class StageRunner {
  public:
   // Loads the stage file; throws InputError naming it when it cannot be loaded or lacks a
   // parameter the plan names.
-  StageRunner(const emit::PlanFile& plan, const emit::PlanStage& stage, const OptimizerSettings& optimizer);
+  StageRunner(const plan::Plan& plan, const plan::Stage& stage, const OptimizerSettings& optimizer);
   ~StageRunner();
 
   void set_loss(LossFunction loss) { loss_ = std::move(loss); }
@@ -66,7 +66,7 @@ class StageRunner {
   void attach_device_copies();
   void attach_host_params();
 
-  const emit::PlanStage& stage_;
+  const plan::Stage& stage_;
   std::unique_ptr<torch::jit::Module> module_;
   std::vector<at::Tensor> params_;  // the trainable parameters the optimizer updates (host copies when offloaded)
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

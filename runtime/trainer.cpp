@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "ir/torch_dtype.h"
+#include "torch_side/torch_dtype.h"
 #include "runtime/memory_tracker.h"
 
 namespace rannc::runtime {
@@ -18,14 +18,14 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-c10::ScalarType scalar_type(const emit::PlanTensor& tensor) {
+c10::ScalarType scalar_type(const plan::Tensor& tensor) {
   return ir::to_scalar_type(*ir::parse_dtype(tensor.dtype)).value_or(c10::kFloat);
 }
 
-bool has_gradient(const emit::PlanTensor& tensor) { return ir::is_floating_point(*ir::parse_dtype(tensor.dtype)); }
+bool has_gradient(const plan::Tensor& tensor) { return ir::is_floating_point(*ir::parse_dtype(tensor.dtype)); }
 
 // The shape of a piece: the tensor's shape with `length` samples along its batch dim.
-std::vector<std::int64_t> piece_shape(const emit::PlanTensor& tensor, const SampleRange& range) {
+std::vector<std::int64_t> piece_shape(const plan::Tensor& tensor, const SampleRange& range) {
   auto shape = tensor.shape;
   if (tensor.batch_dim >= 0) shape[static_cast<std::size_t>(tensor.batch_dim)] = range.length;
   return shape;
@@ -37,7 +37,7 @@ at::Tensor cut(const at::Tensor& tensor, int batch_dim, const SampleRange& range
 
 }  // namespace
 
-Trainer::Trainer(const emit::PlanFile& plan, const RankLayout& layout, int rank, StageRunner& runner, TrainingData& data,
+Trainer::Trainer(const plan::Plan& plan, const RankLayout& layout, int rank, StageRunner& runner, TrainingData& data,
                  Communicator& communicator)
     : plan_(plan),
       layout_(layout),
@@ -47,7 +47,7 @@ Trainer::Trainer(const emit::PlanFile& plan, const RankLayout& layout, int rank,
       runner_(runner),
       data_(data),
       communicator_(communicator),
-      tasks_(stage_tasks(plan.schedule, stage_.id, static_cast<int>(plan.stages.size()), plan.microbatches)),
+      tasks_(plan::stage_passes(plan.schedule, plan.stages_after(stage_.id), plan.batch.microbatches)),
       consumers_(stage_.outputs.size()),
       groups_(layout.gradient_groups(stage_.id)) {
   for (const auto& stage : plan.stages) {
@@ -61,8 +61,8 @@ Trainer::Trainer(const emit::PlanFile& plan, const RankLayout& layout, int rank,
 }
 
 // Messages between two ranks are told apart by microbatch, receiving input and direction.
-int Trainer::tag(int microbatch, int input, Pass pass) const {
-  return (microbatch * tag_stride_ + input) * 2 + (pass == Pass::kBackward ? 1 : 0);
+int Trainer::tag(int microbatch, int input, plan::Pass pass) const {
+  return (microbatch * tag_stride_ + input) * 2 + (pass == plan::Pass::kBackward ? 1 : 0);
 }
 
 std::vector<at::Tensor> Trainer::gather_inputs(int microbatch) {
@@ -79,7 +79,7 @@ std::vector<at::Tensor> Trainer::gather_inputs(int microbatch) {
     for (const auto& piece : layout_.pieces_from(stage_.id, placement_.replica, input.from_stage, input.batch_dim >= 0)) {
       int peer = layout_.rank_of(input.from_stage, placement_.pipeline, piece.peer_replica);
       pieces.push_back(communicator_.receive(piece_shape(input, piece.at_receiver), scalar_type(input), peer,
-                                             tag(microbatch, static_cast<int>(k), Pass::kForward)));
+                                             tag(microbatch, static_cast<int>(k), plan::Pass::kForward)));
     }
     inputs.push_back(pieces.size() == 1 ? pieces.front() : at::cat(pieces, input.batch_dim));
   }
@@ -93,7 +93,7 @@ void Trainer::send_outputs(int microbatch, const std::vector<at::Tensor>& output
       for (const auto& piece : layout_.pieces_to(stage_.id, placement_.replica, consumer.stage, input.batch_dim >= 0)) {
         int peer = layout_.rank_of(consumer.stage, placement_.pipeline, piece.peer_replica);
         communicator_.send(cut(outputs[o].detach(), input.batch_dim, piece.at_sender), peer,
-                           tag(microbatch, consumer.input, Pass::kForward));
+                           tag(microbatch, consumer.input, plan::Pass::kForward));
       }
     }
   }
@@ -111,7 +111,7 @@ std::vector<at::Tensor> Trainer::gather_output_grads(int microbatch) {
       for (const auto& piece : layout_.pieces_to(stage_.id, placement_.replica, consumer.stage, batched)) {
         int peer = layout_.rank_of(consumer.stage, placement_.pipeline, piece.peer_replica);
         auto part = communicator_.receive(piece_shape(output, piece.at_sender), scalar_type(output), peer,
-                                          tag(microbatch, consumer.input, Pass::kBackward));
+                                          tag(microbatch, consumer.input, plan::Pass::kBackward));
         if (!grads[o].defined()) grads[o] = at::zeros(output.shape, at::TensorOptions().dtype(scalar_type(output)));
         cut(grads[o], output.batch_dim, piece.at_sender).add_(part);
       }
@@ -129,7 +129,7 @@ void Trainer::send_input_grads(int microbatch, const std::vector<at::Tensor>& gr
     for (const auto& piece : layout_.pieces_from(stage_.id, placement_.replica, input.from_stage, input.batch_dim >= 0)) {
       int peer = layout_.rank_of(input.from_stage, placement_.pipeline, piece.peer_replica);
       communicator_.send(cut(grad, input.batch_dim, piece.at_receiver), peer,
-                         tag(microbatch, static_cast<int>(k), Pass::kBackward));
+                         tag(microbatch, static_cast<int>(k), plan::Pass::kBackward));
     }
   }
 }
@@ -165,7 +165,7 @@ StepRecord Trainer::run_step(int step) {
   runner_.zero_gradients();
   double loss = 0;
   for (const auto& task : tasks_) {
-    if (task.pass == Pass::kForward) {
+    if (task.pass == plan::Pass::kForward) {
       auto inputs = gather_inputs(task.microbatch);
       auto begin = Clock::now();
       double microbatch_loss = 0;

@@ -8,10 +8,10 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "emit/plan_file.h"
+#include "plan/plan_json.h"
+#include "plan/schedule.h"
 #include "runtime/communicator.h"
 #include "runtime/rank_layout.h"
-#include "runtime/schedule.h"
 #include "runtime/stage_runner.h"
 #include "runtime/training_data.h"
 
@@ -31,7 +31,7 @@ struct RankRecord {
 
 class Trainer {
  public:
-  Trainer(const emit::PlanFile& plan, const RankLayout& layout, int rank, StageRunner& runner, TrainingData& data,
+  Trainer(const plan::Plan& plan, const RankLayout& layout, int rank, StageRunner& runner, TrainingData& data,
           Communicator& communicator);
 
   // Every rank runs the same steps; the loss comes back on every rank.
@@ -48,17 +48,17 @@ class Trainer {
   std::vector<at::Tensor> gather_output_grads(int microbatch);
   void send_input_grads(int microbatch, const std::vector<at::Tensor>& grads);
   void sum_gradients();
-  int tag(int microbatch, int input, Pass pass) const;
+  int tag(int microbatch, int input, plan::Pass pass) const;
 
-  const emit::PlanFile& plan_;
+  const plan::Plan& plan_;
   const RankLayout& layout_;
-  const emit::PlanStage& stage_;
+  const plan::Stage& stage_;
   int rank_;
   Placement placement_;
   StageRunner& runner_;
   TrainingData& data_;
   Communicator& communicator_;
-  std::vector<PassTask> tasks_;
+  std::vector<plan::PassTask> tasks_;
   std::vector<std::vector<Consumer>> consumers_;  // per output of this stage
   std::vector<GradientGroup> groups_;
   int tag_stride_ = 1;

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "ir/torch_dtype.h"
+#include "torch_side/torch_dtype.h"
 #include "support/error.h"
 
 namespace rannc::runtime {

@@ -12,7 +12,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "emit/plan_file.h"
+#include "plan/plan_json.h"
 #include "runtime/npy_file.h"
 #include "runtime/run_options.h"
 

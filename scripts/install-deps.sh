@@ -9,7 +9,7 @@ packages=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   libmetis-dev libcli11-dev nlohmann-json3-dev catch2 libssl-dev
   libopenmpi-dev openmpi-bin libgloo-dev     # gloo headers: c10d's ProcessGroupGloo needs them
-  python3-torch python3-torchvision python3-torchaudio python3-torchtext python3-onnx python3-numpy
+  python3-torch python3-torchvision python3-torchaudio python3-torchtext python3-onnx python3-numpy python3-jsonschema
 )
 
 missing=()

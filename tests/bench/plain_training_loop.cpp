@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <iostream>
 
-#include "ir/torch_dtype.h"
+#include "torch_side/torch_dtype.h"
 #include "runtime/npy_file.h"
 
 namespace {

@@ -45,7 +45,7 @@ Loaded load(const std::string& path, std::int64_t batch) {
   cluster.mem_bytes = cluster.device.mem_bytes;
   cluster.intra_node = cluster.device.intra_node;
   cluster.inter_node = cluster.device.inter_node;
-  loaded.costs = std::make_unique<cost::CostModel>(loaded.model.graph, cluster.device, cost::Precision::kFp32, nullptr);
+  loaded.costs = std::make_unique<cost::CostModel>(loaded.model.graph, cluster.device, plan::Precision::kFp32, nullptr);
   loaded.units = build_units(loaded.model.graph);
   loaded.unit_ms = unit_step_ms(loaded.units, *loaded.costs);
   return loaded;
@@ -131,7 +131,7 @@ int compare_splits(const std::string& path) {
   const auto& unit_ms = loaded.unit_ms;
   // One block per unit, so every split below can be expressed.
   Blocking blocking = coarsen(model.graph, units, unit_ms, static_cast<int>(units.units.size()));
-  auto activations = cost::activation_memory(model.graph, costs.requires_grad(), cost::Precision::kFp32);
+  auto activations = cost::activation_memory(model.graph, costs.requires_grad(), plan::Precision::kFp32);
   BlockCosts blocks = block_costs(model.graph, units, blocking, costs, activations, model.batch, {1, 2, 4, 8});
   RangeTable ranges(blocks);
   auto layers = unit_layers(model.graph, units, blocking);
@@ -141,8 +141,8 @@ int compare_splits(const std::string& path) {
   for (int stages : {2, 3, 4}) {
     cluster.gpus_per_node = stages;
     cluster.nodes = 1;
-    SearchContext context{&blocks, &ranges, &cluster, cost::Optimizer::kAdam, cost::Precision::kFp32};
-    SearchConfig config{1, stages, kMicrobatches, kBatch / kMicrobatches, cost::Schedule::k1F1B, stages};
+    SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, plan::Precision::kFp32};
+    SearchConfig config{1, stages, kMicrobatches, kBatch / kMicrobatches, plan::Schedule::k1F1B, stages};
     StageOptions options(context, config);
     auto ours = search_pipeline(options, 1e300);
     std::map<std::string, std::optional<PipelineSolution>> splits{

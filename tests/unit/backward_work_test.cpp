@@ -67,7 +67,7 @@ TEST_CASE("convolution backward doubles the forward for a hidden layer", "[backw
   CHECK(training_work(g, conv1).flops_bwd == 2 * training_work(g, conv1).flops_fwd);
 }
 
-TEST_CASE("embedding backward writes a dense table gradient; views are free", "[backward]") {
+TEST_CASE("embedding backward writes a dense table gradient, and views are free", "[backward]") {
   Graph g;
   auto table = add_tensor(g, "table", {1000, 16}, ValueRole::kParam);
   auto ids = add_tensor(g, "ids", {4, 5}, ValueRole::kModelInput, DType::kInt64);

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "cost_model/cluster.h"
+#include "emit/plan_builder.h"
+#include "plan/plan_json.h"
 #include "support/error.h"
 
 using namespace rannc;
@@ -24,6 +26,13 @@ constexpr std::int64_t kGiB = std::int64_t{1} << 30;
 std::int64_t size(const std::string& text) { return parse_size(text, "--mem"); }
 
 Cluster from_json_text(const std::string& text) { return cluster_from_json(json::parse(text), "c.json"); }
+
+// What plan.json records of a cluster.
+json cluster_json(const Cluster& cluster) {
+  plan::Plan plan;
+  plan.cluster = emit::plan_cluster(cluster);
+  return plan::to_json(plan)["cluster"];
+}
 
 // The message of the InputError `f` throws, or "" if it throws none.
 template <typename F>
@@ -230,15 +239,15 @@ TEST_CASE("cluster JSON: custom device", "[cluster]") {
   json expected = json::parse(R"({"gpus": 8, "nodes": 2, "gpus_per_node": 4, "mem_bytes": 85899345920,
       "device": "my-gpu", "intra_node": {"bandwidth_gbps": 450, "latency_us": 3},
       "inter_node": {"bandwidth_gbps": 50, "latency_us": 0}})");
-  CHECK(cluster_to_json(c) == expected);
-  CHECK(cluster_to_json(c).dump() == expected.dump());  // integers, not 450.0 or 2.9999999999999996
+  CHECK(cluster_json(c) == expected);
+  CHECK(cluster_json(c).dump() == expected.dump());  // integers, not 450.0 or 2.9999999999999996
 }
 
 TEST_CASE("cluster_to_json of the presets is plain", "[cluster]") {
   ClusterFlags flags;
   flags.gpus = 16;
   flags.device = "v100-32g";
-  CHECK(cluster_to_json(cluster_from_flags(flags)).dump() ==
+  CHECK(cluster_json(cluster_from_flags(flags)).dump() ==
         R"({"device":"v100-32g","gpus":16,"gpus_per_node":8,"inter_node":{"bandwidth_gbps":12.5,"latency_us":5},)"
         R"("intra_node":{"bandwidth_gbps":150,"latency_us":3},"mem_bytes":34359738368,"nodes":2})");
 }

@@ -71,19 +71,19 @@ TEST_CASE("roofline: compute-bound on FLOPs, memory-bound on bytes, mixed precis
   ideal.compute.fill(1.0);
   ideal.memory.fill(1.0);
   ideal.op_overhead = 0;
-  CHECK(cost::roofline_seconds(2e12, 1e9, cost::OpClass::kMatMul, device, cost::Precision::kFp32, ideal) == Approx(2.0));
-  CHECK(cost::roofline_seconds(2e12, 1e9, cost::OpClass::kMatMul, device, cost::Precision::kBf16Mixed, ideal) ==
+  CHECK(cost::roofline_seconds(2e12, 1e9, cost::OpClass::kMatMul, device, plan::Precision::kFp32, ideal) == Approx(2.0));
+  CHECK(cost::roofline_seconds(2e12, 1e9, cost::OpClass::kMatMul, device, plan::Precision::kBf16Mixed, ideal) ==
         Approx(0.25));
   // Elementwise ops never use tensor cores; their bytes halve under mixed precision.
-  CHECK(cost::roofline_seconds(1e9, 1e11, cost::OpClass::kElementwise, device, cost::Precision::kFp32, ideal) ==
+  CHECK(cost::roofline_seconds(1e9, 1e11, cost::OpClass::kElementwise, device, plan::Precision::kFp32, ideal) ==
         Approx(1.0));
-  CHECK(cost::roofline_seconds(1e9, 1e11, cost::OpClass::kElementwise, device, cost::Precision::kFp16Mixed, ideal) ==
+  CHECK(cost::roofline_seconds(1e9, 1e11, cost::OpClass::kElementwise, device, plan::Precision::kFp16Mixed, ideal) ==
         Approx(0.5));
-  CHECK(cost::roofline_seconds(0, 0, cost::OpClass::kGlue, device, cost::Precision::kFp32, ideal) == 0);
+  CHECK(cost::roofline_seconds(0, 0, cost::OpClass::kGlue, device, plan::Precision::kFp32, ideal) == 0);
   cost::DeviceSpec v100 = device;
   v100.has_bf16 = false;
-  CHECK_THROWS_WITH(cost::check_precision_supported(v100, cost::Precision::kBf16Mixed), Contains("no bf16"));
-  CHECK_THROWS_WITH(cost::parse_precision("fp8", "--precision"), Contains("--precision fp8"));
+  CHECK_THROWS_WITH(cost::check_precision_supported(v100, plan::Precision::kBf16Mixed), Contains("no bf16"));
+  CHECK_THROWS_WITH(plan::parse_precision("fp8", "--precision"), Contains("--precision fp8"));
 }
 
 TEST_CASE("profile DB: round trip, missing file is empty, corrupt files are errors", "[cost]") {
@@ -167,7 +167,7 @@ TEST_CASE("cost model: measured times for the profiled device, scaled by the roo
   measured.reps = 1;
   profile.ops[cost::op_signature(m.g, m.g.op(m.linear), values_requiring_grad(m.g))] = measured;
 
-  cost::CostModel with_db(m.g, device, cost::Precision::kFp32, &db);
+  cost::CostModel with_db(m.g, device, plan::Precision::kFp32, &db);
   CHECK(with_db.calibration() == "measured");
   auto full = with_db.op_cost(m.linear);
   CHECK(full.source == cost::CostSource::kMeasured);
@@ -178,7 +178,7 @@ TEST_CASE("cost model: measured times for the profiled device, scaled by the roo
   CHECK(half.fwd_ms > 1.0);  // the weight read does not halve
   CHECK(with_db.op_cost(m.relu).source == cost::CostSource::kRoofline);
 
-  cost::CostModel analytic(m.g, device, cost::Precision::kFp32, nullptr);
+  cost::CostModel analytic(m.g, device, plan::Precision::kFp32, nullptr);
   CHECK(analytic.calibration() == "defaults");
   auto roofline = analytic.op_cost(m.linear);
   // So small that it is memory-bound: x, w and h move at 70% of the bandwidth.

@@ -13,11 +13,11 @@ using rannc::testing::add_literal;
 using rannc::testing::add_tensor;
 
 TEST_CASE("bytes per parameter by optimizer and precision", "[memory]") {
-  CHECK(cost::param_state_bytes(cost::Optimizer::kSgd, cost::Precision::kFp32).total() == 8);
-  CHECK(cost::param_state_bytes(cost::Optimizer::kMomentum, cost::Precision::kFp32).total() == 12);
-  CHECK(cost::param_state_bytes(cost::Optimizer::kAdam, cost::Precision::kFp32).total() == 16);
+  CHECK(cost::param_state_bytes(plan::Optimizer::kSgd, plan::Precision::kFp32).total() == 8);
+  CHECK(cost::param_state_bytes(plan::Optimizer::kMomentum, plan::Precision::kFp32).total() == 12);
+  CHECK(cost::param_state_bytes(plan::Optimizer::kAdam, plan::Precision::kFp32).total() == 16);
   // A 16-bit copy beside the fp32 master, fp32 gradients, two fp32 Adam moments.
-  CHECK(cost::param_state_bytes(cost::Optimizer::kAdam, cost::Precision::kBf16Mixed).total() == 2 + 4 + 4 + 8);
+  CHECK(cost::param_state_bytes(plan::Optimizer::kAdam, plan::Precision::kBf16Mixed).total() == 2 + 4 + 4 + 8);
 }
 
 TEST_CASE("activations: saved inputs and outputs, views keep their base, data-only ops keep nothing", "[memory]") {
@@ -43,7 +43,7 @@ TEST_CASE("activations: saved inputs and outputs, views keep their base, data-on
   auto linear2 = g.add_op("aten::linear", {tt, w2, none}, {y});      // saves tt, a view of r
   g.add_model_output(y);
   assign_batch_dims(g, 8, {});
-  auto memory = cost::activation_memory(g, values_requiring_grad(g), cost::Precision::kFp32);
+  auto memory = cost::activation_memory(g, values_requiring_grad(g), plan::Precision::kFp32);
   auto kept = [&](OpId op) { return memory.kept_bytes[static_cast<std::size_t>(op)]; };
   CHECK(kept(scale) == 8 * 64 * 4);   // charged to the op that allocated `scaled`
   CHECK(kept(linear1) == 0);          // h: relu saves its output, not its input
@@ -51,7 +51,7 @@ TEST_CASE("activations: saved inputs and outputs, views keep their base, data-on
   CHECK(kept(transpose) == 0);
   CHECK(kept(back) == 0);
   CHECK(kept(linear2) == 0);
-  auto bf16 = cost::activation_memory(g, values_requiring_grad(g), cost::Precision::kBf16Mixed);
+  auto bf16 = cost::activation_memory(g, values_requiring_grad(g), plan::Precision::kBf16Mixed);
   CHECK(bf16.kept_bytes[static_cast<std::size_t>(relu)] == 8 * 128 * 2);
   // linear2's backward holds dY, dX and the temporary dW.
   CHECK(memory.workspace_bytes[static_cast<std::size_t>(linear2)] == (8 * 10 + 8 * 128 + 10 * 128) * 4);
@@ -68,7 +68,7 @@ TEST_CASE("microbatches in flight: 1F1B keeps stages - s, GPipe keeps all", "[me
   p.microbatches = 2;
   p.stage_index = 0;
   CHECK(cost::microbatches_in_flight(p) == 2);
-  p.schedule = cost::Schedule::kGPipe;
+  p.schedule = plan::Schedule::kGPipe;
   p.microbatches = 8;
   CHECK(cost::microbatches_in_flight(p) == 8);
 }
@@ -85,7 +85,7 @@ TEST_CASE("stage memory: state, in-flight activations, recomputation, buffers", 
   p.stages = 4;
   p.stage_index = 1;
   p.microbatches = 8;
-  auto m = cost::stage_memory(f, p, cost::Optimizer::kAdam, cost::Precision::kFp32);
+  auto m = cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32);
   CHECK(m.weights == 4000 + 100);
   CHECK(m.grads == 4000);
   CHECK(m.optimizer == 8000);
@@ -93,9 +93,9 @@ TEST_CASE("stage memory: state, in-flight activations, recomputation, buffers", 
   CHECK(m.workspace == 700);
   CHECK(m.comm_buffers == 2 * (200 + 300));
   p.recompute = true;
-  auto recomputed = cost::stage_memory(f, p, cost::Optimizer::kAdam, cost::Precision::kFp32);
+  auto recomputed = cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32);
   CHECK(recomputed.activations == 3 * 200 + 5000);
   p.replicas = 2;
-  auto replicated = cost::stage_memory(f, p, cost::Optimizer::kAdam, cost::Precision::kFp32);
+  auto replicated = cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32);
   CHECK(replicated.comm_buffers == 2 * (200 + 300) + 4000);  // the bucket is at most the gradients
 }

@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "compiler/onnx_frontend.h"
-#include "emit/onnx_stage_source.h"
+#include "compiler/onnx_stage_source.h"
 #include "emit/stage_layout.h"
 #include "partitioner/planner.h"
 #include "onnx_builders.h"
@@ -60,7 +60,7 @@ LoadOptions with_batch(std::int64_t batch) {
 
 }  // namespace
 
-TEST_CASE("an ONNX model exported without dynamic axes has a fixed batch; a symbolic one has none") {
+TEST_CASE("an ONNX model exported without dynamic axes has a fixed batch, and a symbolic one has none") {
   ModelFile fixed(reshape_model("2"));
   auto model = load_onnx(fixed.path.string(), {});
   REQUIRE(model.fixed_batch);
@@ -176,7 +176,7 @@ TEST_CASE("a Sum of thousands of inputs is flat TorchScript, not calls nested th
   auto loaded = load_onnx(file.path.string(), {});
   auto layout = emit::whole_model_layout(loaded.graph);
   const auto& proto = static_cast<const OnnxModelSource&>(*loaded.source).proto();
-  auto source = emit::onnx_stage_source(loaded.path, proto, loaded.graph, layout);
+  auto source = onnx_stage_source(loaded.path, proto, loaded.graph, layout);
   int depth = 0, deepest = 0;
   for (char c : source.forward) {
     depth += c == '(' ? 1 : c == ')' ? -1 : 0;

@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "compiler/onnx_frontend.h"
-#include "emit/onnx_stage_source.h"
+#include "compiler/onnx_stage_source.h"
 #include "emit/stage_layout.h"
 #include "onnx_builders.h"
 #include "support/error.h"
@@ -50,7 +50,7 @@ struct Stage {
   Model model;
   emit::StageLayout layout;
   const onnx::ModelProto& proto() const { return static_cast<const OnnxModelSource&>(*model.source).proto(); }
-  emit::StageSource source() const { return emit::onnx_stage_source(model.path, proto(), model.graph, layout); }
+  StageSource source() const { return onnx_stage_source(model.path, proto(), model.graph, layout); }
 };
 
 Stage whole_model(const ModelFile& file) {
@@ -128,7 +128,7 @@ TEST_CASE("shapes are computed at run time, so a stage follows the microbatch si
   CHECK_THAT(source.forward, !Catch::Contains("[2, 6]"));  // no shape baked from the export batch
 }
 
-TEST_CASE("large ONNX constants become c buffers; small float ones stay inline, shortest form") {
+TEST_CASE("large ONNX constants become c buffers, and small float ones stay inline in shortest form") {
   auto model = empty_model();
   auto* graph = model.mutable_graph();
   add_value_info(graph->mutable_input(), "x", {"batch", "40"});
@@ -172,7 +172,7 @@ TEST_CASE("an ONNX op without a mapping is an error naming the model, the op and
   graph.add_op("onnx::Loop", {trip, absent, state}, {out}, 0);
   graph.add_model_output(out);
   auto layout = emit::whole_model_layout(graph);
-  auto message = input_error([&] { emit::onnx_stage_source("models/dlrm.onnx", model, graph, layout); });
+  auto message = input_error([&] { onnx_stage_source("models/dlrm.onnx", model, graph, layout); });
   CHECK_THAT(message, Catch::StartsWith("models/dlrm.onnx: "));
   CHECK_THAT(message, Catch::Contains("'Loop'"));
   CHECK_THAT(message, Catch::Contains("/tables.0/Loop"));

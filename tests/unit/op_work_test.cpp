@@ -71,7 +71,7 @@ TEST_CASE("transposed convolution scatters each input element") {
   CHECK(work_of(g, conv).flops_fwd == 2.0 * (16 * 8 * 8) * (8 * 2 * 2));
 }
 
-TEST_CASE("embeddings: a lookup has no FLOPs, a bag adds its rows; Gather of a weight is an embedding") {
+TEST_CASE("embeddings: a lookup has no FLOPs, a bag adds its rows, and Gather of a weight is an embedding") {
   Graph g;
   auto table = add_tensor(g, "table", {1000, 16}, ValueRole::kParam);
   auto ids = add_tensor(g, "ids", {4, 5}, ValueRole::kModelInput, DType::kInt64);

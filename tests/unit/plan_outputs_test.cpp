@@ -8,6 +8,7 @@
 
 #include "emit/launch_files.h"
 #include "emit/pictures.h"
+#include "plan/plan_json.h"
 #include "plan_fixture.h"
 #include "support/format.h"
 
@@ -37,16 +38,15 @@ bool tags_balance(const std::string& xml) {
   return open.empty();
 }
 
-// A plan of two stages, the second with two replicas in each of two pipelines, simulated.
-partition::Plan simulated_plan() {
-  partition::Plan plan;
+// A pipeline of two stages, the second with two replicas in each of two pipelines, simulated.
+partition::PlacedPipeline simulated_pipeline() {
+  partition::PlacedPipeline plan;
   plan.config.pipelines = 2;
   plan.config.microbatches = 4;
   plan.stages.resize(2);
   std::vector<partition::SimulatedStage> stages{{1.0, 2.0, 0.0, 0.5}, {1.0, 2.0, 0.25, 0.5}};
-  plan.simulation = partition::simulate(stages, {1, 2}, 4, cost::Schedule::k1F1B);
+  plan.simulation = partition::simulate(stages, {1, 2}, 4, plan::Schedule::k1F1B);
   plan.ranks = {{0, 0, 0, 0, 0}, {1, 0, 1, 1, 0}, {2, 0, 2, 1, 1}, {3, 0, 3, 0, 1}, {4, 0, 4, 1, 2}, {5, 0, 5, 1, 3}};
-  plan.unused_devices = 2;
   plan.unused_ranks = {6, 7};
   plan.unused_reason = "replicas <do not> help";
   return plan;
@@ -55,7 +55,7 @@ partition::Plan simulated_plan() {
 }  // namespace
 
 TEST_CASE("launch.sh runs mpirun on the plan's ranks from any folder", "[launch]") {
-  auto plan = plan_from_json(test::small_plan(), "out/plan.json");
+  auto plan = plan::from_json(test::small_plan(), "out/plan.json");
   std::string script = launch_script(plan);
   CHECK_THAT(script, Catch::StartsWith("#!/usr/bin/env bash\n"));
   CHECK_THAT(script, Catch::Contains("\nset -euo pipefail\n"));
@@ -66,7 +66,7 @@ TEST_CASE("launch.sh runs mpirun on the plan's ranks from any folder", "[launch]
 }
 
 TEST_CASE("job.sbatch asks SLURM for the nodes and GPUs the ranks use", "[launch]") {
-  auto plan = plan_from_json(test::small_plan(), "out/plan.json");
+  auto plan = plan::from_json(test::small_plan(), "out/plan.json");
   std::string job = sbatch_script(plan);
   CHECK_THAT(job, Catch::StartsWith("#!/usr/bin/env bash\n#SBATCH --job-name=rannc-tiny\n"));
   CHECK_THAT(job, Catch::Contains("#SBATCH --nodes=2\n#SBATCH --ntasks=3\n#SBATCH --ntasks-per-node=2\n"
@@ -75,13 +75,13 @@ TEST_CASE("job.sbatch asks SLURM for the nodes and GPUs the ranks use", "[launch
   // Names from the plan cannot break the script: a new line in a model path stays in its comment.
   auto tricky = test::small_plan();
   tricky["model"]["path"] = "dir/my model\n$(rm -rf x).onnx";
-  auto script = sbatch_script(plan_from_json(tricky, "plan.json"));
+  auto script = sbatch_script(plan::from_json(tricky, "plan.json"));
   CHECK_THAT(script, Catch::Contains("#SBATCH --job-name=rannc-my_model___rm_-rf_x_\n"));
-  CHECK(count_of(launch_script(plan_from_json(tricky, "plan.json")), "\n") == count_of(launch_script(plan), "\n"));
+  CHECK(count_of(launch_script(plan::from_json(tricky, "plan.json")), "\n") == count_of(launch_script(plan), "\n"));
 }
 
 TEST_CASE("schedule.svg has one row per rank with its stage's simulated tasks", "[pictures]") {
-  auto plan = simulated_plan();
+  auto plan = simulated_pipeline();
   std::string svg = schedule_svg(plan, "tiny <model> & co");
   CHECK_THAT(svg, Catch::StartsWith("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\""));
   CHECK(tags_balance(svg));
@@ -102,7 +102,7 @@ TEST_CASE("schedule.svg has one row per rank with its stage's simulated tasks", 
 }
 
 TEST_CASE("stages.dot has a node per stage and edges labelled with tensors and bytes", "[pictures]") {
-  auto plan = plan_from_json(test::small_plan(), "out/plan.json");
+  auto plan = plan::from_json(test::small_plan(), "out/plan.json");
   std::string dot = stages_dot(plan);
   CHECK_THAT(dot, Catch::StartsWith("digraph plan {\n"));
   CHECK_THAT(dot, Catch::EndsWith("}\n"));

@@ -7,24 +7,17 @@
 #include <fstream>
 #include <map>
 
-#include "emit/plan_file.h"
+#include "plan/plan_json.h"
 #include "runtime/npy_file.h"
 #include "runtime/rank_layout.h"
-#include "runtime/schedule.h"
 #include "support/error.h"
 #include "tests/unit/plan_fixture.h"
 
 namespace rannc::runtime {
 namespace {
 
-std::string passes(const std::vector<PassTask>& tasks) {
-  std::string text;
-  for (const auto& t : tasks) text += (t.pass == Pass::kForward ? "F" : "B") + std::to_string(t.microbatch) + " ";
-  return text;
-}
-
 // Two stages: stage 0 with `senders` replicas, stage 1 with `receivers`, microbatches of `samples`.
-emit::PlanFile two_stage_plan(int senders, int receivers, int samples, nlohmann::json& document) {
+plan::Plan two_stage_plan(int senders, int receivers, int samples, nlohmann::json& document) {
   document = test::small_plan();
   document["cluster"]["gpus"] = senders + receivers;
   document["cluster"]["gpus_per_node"] = senders + receivers;
@@ -46,49 +39,14 @@ emit::PlanFile two_stage_plan(int senders, int receivers, int samples, nlohmann:
     for (auto* list : {&stages[s]["inputs"], &stages[s]["outputs"]})
       for (auto& tensor : *list) tensor["shape"][0] = samples / replicas;
   }
-  return emit::plan_from_json(document, "plan.json");
+  return plan::from_json(document, "plan.json");
 }
 
 }  // namespace
 
-TEST_CASE("1F1B fills the pipeline, then alternates; GPipe runs all forwards first", "[runtime]") {
-  CHECK(passes(stage_tasks("1f1b", 0, 3, 4)) == "F0 F1 F2 B0 F3 B1 B2 B3 ");
-  CHECK(passes(stage_tasks("1f1b", 2, 3, 4)) == "F0 B0 F1 B1 F2 B2 F3 B3 ");
-  CHECK(passes(stage_tasks("1f1b", 0, 4, 2)) == "F0 F1 B0 B1 ");
-  CHECK(passes(stage_tasks("gpipe", 1, 3, 3)) == "F0 F1 F2 B0 B1 B2 ");
-  CHECK_THROWS_AS(stage_tasks("interleaved", 0, 2, 2), InputError);
-}
-
-TEST_CASE("every schedule runs each pass once, backward after forward, 1F1B within S - s in flight", "[runtime]") {
-  for (const char* schedule : {"1f1b", "gpipe"}) {
-    for (int stages = 1; stages <= 5; ++stages) {
-      for (int microbatches = 1; microbatches <= 8; ++microbatches) {
-        for (int stage = 0; stage < stages; ++stage) {
-          std::map<int, int> forwards, backwards;
-          int in_flight = 0, most = 0;
-          for (const auto& task : stage_tasks(schedule, stage, stages, microbatches)) {
-            if (task.pass == Pass::kForward) {
-              ++forwards[task.microbatch];
-              most = std::max(most, ++in_flight);
-            } else {
-              REQUIRE(forwards.count(task.microbatch) == 1);
-              ++backwards[task.microbatch];
-              --in_flight;
-            }
-          }
-          REQUIRE(forwards.size() == static_cast<std::size_t>(microbatches));
-          REQUIRE(backwards.size() == static_cast<std::size_t>(microbatches));
-          for (const auto& [mb, count] : backwards) REQUIRE((count == 1 && forwards[mb] == 1));
-          if (std::string(schedule) == "1f1b") REQUIRE(most <= std::max(1, std::min(stages - stage, microbatches)));
-        }
-      }
-    }
-  }
-}
-
 TEST_CASE("ranks map to stage, pipeline and replica as the planner lays them out", "[runtime]") {
   auto document = test::small_plan();
-  auto plan = emit::plan_from_json(document, "plan.json");
+  auto plan = plan::from_json(document, "plan.json");
   RankLayout layout(plan);
   CHECK(layout.world_size() == 3);
   CHECK(layout.placement(2).stage == 1);
@@ -131,14 +89,14 @@ TEST_CASE("a tensor without a batch dim goes whole to every replica, and only fr
   document["stages"][1]["inputs"][0]["batch_dim"] = -1;
   document["stages"][0]["outputs"][0]["shape"] = {16};
   document["stages"][1]["inputs"][0]["shape"] = {16};
-  auto reduced = emit::plan_from_json(document, "plan.json");
+  auto reduced = plan::from_json(document, "plan.json");
   CHECK_NOTHROW(RankLayout(reduced));
   auto replicated = two_stage_plan(2, 1, 4, document);
   document["stages"][0]["outputs"][0]["batch_dim"] = -1;
   document["stages"][1]["inputs"][0]["batch_dim"] = -1;
   document["stages"][0]["outputs"][0]["shape"] = {16};
   document["stages"][1]["inputs"][0]["shape"] = {16};
-  auto batch_reduced = emit::plan_from_json(document, "plan.json");
+  auto batch_reduced = plan::from_json(document, "plan.json");
   CHECK_THROWS_WITH(RankLayout(batch_reduced), Catch::Contains("cannot be split among replicas"));
 }
 
@@ -147,7 +105,7 @@ TEST_CASE("gradients are summed over every rank holding a copy, tied copies incl
   document["stages"][0]["params"][0]["shared_with"] = {1};
   document["stages"][0]["params"][0]["name"] = "fc2.weight";
   document["stages"][0]["params"].push_back({{"name", "fc1.bias"}, {"stage_name", "p1"}, {"numel", 2}, {"bytes", 8}});
-  auto plan = emit::plan_from_json(document, "plan.json");
+  auto plan = plan::from_json(document, "plan.json");
   RankLayout layout(plan);
   auto groups = layout.gradient_groups(0);
   REQUIRE(groups.size() == 2);

@@ -9,7 +9,7 @@ namespace rannc::partition {
 TEST_CASE("1F1B over equal stages takes (M + S - 1) slots and keeps S - s microbatches", "[simulate]") {
   std::vector<SimulatedStage> stages(4, SimulatedStage{1.0, 2.0, 0.0, 0.0});
   std::vector<int> replicas(4, 1);
-  auto result = simulate(stages, replicas, 8, cost::Schedule::k1F1B);
+  auto result = simulate(stages, replicas, 8, plan::Schedule::k1F1B);
   CHECK(result.iteration_ms == Approx((8 + 4 - 1) * 3.0));
   CHECK(result.max_in_flight == std::vector<int>{4, 3, 2, 1});
   CHECK(result.bubble_fraction == Approx(1 - 8 * 3.0 / (11 * 3.0)));
@@ -18,14 +18,14 @@ TEST_CASE("1F1B over equal stages takes (M + S - 1) slots and keeps S - s microb
 
 TEST_CASE("GPipe keeps every microbatch in flight and takes as long as 1F1B on equal stages", "[simulate]") {
   std::vector<SimulatedStage> stages(3, SimulatedStage{1.0, 2.0, 0.0, 0.0});
-  auto result = simulate(stages, {1, 1, 1}, 4, cost::Schedule::kGPipe);
+  auto result = simulate(stages, {1, 1, 1}, 4, plan::Schedule::kGPipe);
   CHECK(result.max_in_flight == std::vector<int>{4, 4, 4});
   CHECK(result.iteration_ms == Approx((4 + 3 - 1) * 3.0));
 }
 
 TEST_CASE("transfers delay neighbours and the allreduce ends the step", "[simulate]") {
   std::vector<SimulatedStage> stages{{1.0, 1.0, 0.0, 5.0}, {1.0, 1.0, 0.5, 0.0}};
-  auto result = simulate(stages, {2, 1}, 1, cost::Schedule::k1F1B);
+  auto result = simulate(stages, {2, 1}, 1, plan::Schedule::k1F1B);
   // F0 [0,1], transfer 0.5, F1 [1.5,2.5], B1 [2.5,3.5], transfer 0.5, B0 [4,5], allreduce 5.
   CHECK(result.finish_ms[1] == Approx(3.5));
   CHECK(result.finish_ms[0] == Approx(10.0));
@@ -36,7 +36,7 @@ TEST_CASE("transfers delay neighbours and the allreduce ends the step", "[simula
 
 TEST_CASE("the timeline records transfers and the allreduce beside compute", "[simulate]") {
   std::vector<SimulatedStage> stages{{1.0, 1.0, 0.0, 5.0}, {1.0, 1.0, 0.5, 0.0}};
-  auto result = simulate(stages, {2, 1}, 1, cost::Schedule::k1F1B);
+  auto result = simulate(stages, {2, 1}, 1, plan::Schedule::k1F1B);
   struct Box {
     int stage, microbatch;
     TaskKind kind;
@@ -68,16 +68,9 @@ TEST_CASE("the timeline records transfers and the allreduce beside compute", "[s
 
 TEST_CASE("a slow stage sets the steady state", "[simulate]") {
   std::vector<SimulatedStage> stages{{1.0, 1.0, 0.0, 0.0}, {3.0, 3.0, 0.0, 0.0}};
-  auto result = simulate(stages, {1, 1}, 6, cost::Schedule::k1F1B);
+  auto result = simulate(stages, {1, 1}, 6, plan::Schedule::k1F1B);
   // Fill and drain of the fast stage (2 ms) plus six microbatches through the slow one.
   CHECK(result.iteration_ms == Approx(1.0 + 6 * 6.0 + 1.0));
-}
-
-TEST_CASE("the 1F1B order warms up with S - s - 1 forwards", "[simulate]") {
-  auto order = stage_task_order(cost::Schedule::k1F1B, 0, 3, 4);
-  std::vector<std::pair<int, bool>> expected{{0, false}, {1, false}, {2, false}, {0, true}, {3, false},
-                                             {1, true},  {2, true},  {3, true}};
-  CHECK(order == expected);
 }
 
 }  // namespace rannc::partition

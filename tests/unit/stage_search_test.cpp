@@ -82,7 +82,7 @@ std::optional<PipelineSolution> brute_force(const StageOptions& options, long& p
 
 struct RandomCase {
   int blocks, devices, microbatches, microbatch_size;
-  cost::Schedule schedule;
+  plan::Schedule schedule;
   std::optional<int> stages;
   double mem_gb;
 };
@@ -96,7 +96,7 @@ RandomCase random_case(std::mt19937& rng, int index) {
   c.blocks = c.devices <= 3 ? 6 + index % 7 : c.devices <= 5 ? 4 + index % 6 : 3 + index % 5;
   c.microbatches = kMicrobatches[rng() % 5];
   c.microbatch_size = kSizes[rng() % 5];
-  c.schedule = rng() % 4 == 0 ? cost::Schedule::kGPipe : cost::Schedule::k1F1B;
+  c.schedule = rng() % 4 == 0 ? plan::Schedule::kGPipe : plan::Schedule::k1F1B;
   if (rng() % 5 == 0) c.stages = 1 + static_cast<int>(rng() % std::min(c.devices, c.blocks));
   c.mem_gb = 3 + static_cast<double>(rng() % 40);
   return c;
@@ -116,14 +116,14 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
     BlockCosts blocks = random_blocks(rng, c.blocks, samples);
     RangeTable ranges(blocks);
     cost::Cluster cluster = small_cluster(c.devices, c.mem_gb * 1e9);
-    SearchContext context{&blocks, &ranges, &cluster, cost::Optimizer::kAdam, cost::Precision::kFp32};
+    SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, plan::Precision::kFp32};
     SearchConfig config{1, c.devices, c.microbatches, c.microbatch_size, c.schedule, c.stages};
     StageOptions options(context, config);
     long pipelines = 0;
     auto expected = brute_force(options, pipelines);
     auto found = search_pipeline(options, std::numeric_limits<double>::infinity());
     INFO("case " << index << ": " << c.blocks << " blocks, " << c.devices << " devices, M=" << c.microbatches
-                 << ", b=" << c.microbatch_size << ", " << cost::schedule_name(c.schedule) << ", "
+                 << ", b=" << c.microbatch_size << ", " << plan::schedule_name(c.schedule) << ", "
                  << (c.stages ? std::to_string(*c.stages) + " stages forced" : "stages free") << ", " << c.mem_gb
                  << " GB; " << pipelines << " pipelines enumerated");
     REQUIRE(found.has_value() == expected.has_value());
@@ -159,7 +159,7 @@ TEST_CASE("a stage that sends a value without a batch dim keeps one replica", "[
   CHECK_FALSE(ranges.sends_batch_free(0, 3));  // the consumer is inside: nothing sent
   CHECK_FALSE(ranges.sends_batch_free(1, 2));
   cost::Cluster cluster = small_cluster(4, 1e12);
-  SearchContext context{&blocks, &ranges, &cluster, cost::Optimizer::kSgd, cost::Precision::kFp32};
+  SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kSgd, plan::Precision::kFp32};
   SearchConfig config;
   config.pipeline_devices = 4;
   config.microbatches = 2;
@@ -176,13 +176,6 @@ TEST_CASE("a stage that sends a value without a batch dim keeps one replica", "[
   REQUIRE(best);
   for (const auto& stage : best->stages)
     if (stage.begin == 0 && stage.end <= 2) CHECK(stage.replicas == 1);
-}
-
-TEST_CASE("the in-flight count follows the schedule", "[stage_search]") {
-  CHECK(cost::microbatches_in_flight(cost::Schedule::k1F1B, 0, 8) == 1);
-  CHECK(cost::microbatches_in_flight(cost::Schedule::k1F1B, 3, 8) == 4);
-  CHECK(cost::microbatches_in_flight(cost::Schedule::k1F1B, 20, 8) == 8);
-  CHECK(cost::microbatches_in_flight(cost::Schedule::kGPipe, 0, 8) == 8);
 }
 
 namespace {
@@ -232,8 +225,8 @@ TEST_CASE("the exact search beats RaNNC's separable dynamic program", "[stage_se
     for (int b = 0; b < blocks_count; ++b) std::swap(blocks.fwd_ms[b][0], b % 3 == 0 ? blocks.bwd_ms[b][0] : blocks.fwd_ms[b][0]);
     RangeTable ranges(blocks);
     cost::Cluster cluster = small_cluster(stages, 1e15);
-    SearchContext context{&blocks, &ranges, &cluster, cost::Optimizer::kAdam, cost::Precision::kFp32};
-    SearchConfig config{1, stages, microbatches, 1, cost::Schedule::k1F1B, stages};
+    SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, plan::Precision::kFp32};
+    SearchConfig config{1, stages, microbatches, 1, plan::Schedule::k1F1B, stages};
     StageOptions options(context, config);
     auto theirs = separable_dp(options, stages);
     auto ours = search_pipeline(options, std::numeric_limits<double>::infinity());

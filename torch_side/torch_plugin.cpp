@@ -3,11 +3,11 @@
 
 #include <torch/csrc/jit/serialization/export.h>
 
-#include "compiler/torchscript_source.h"
-#include "emit/torchscript_stages.h"
+#include "torch_side/torchscript_source.h"
+#include "torch_side/torchscript_stages.h"
 #include "support/atomic_file.h"
 #include "support/error.h"
-#include "support/torch_kernel_fixes.h"
+#include "torch_side/torch_kernel_fixes.h"
 
 namespace rannc {
 
@@ -60,11 +60,11 @@ class TorchPluginImpl : public TorchPlugin {
   }
   void save_torchscript_stage(const Model& model, const emit::StageLayout& stage, const std::string& path) override {
     save_module("stage " + std::to_string(stage.id) + ": cannot build the stage file", path,
-                [&] { return emit::torchscript_stage_module(model, stage); });
+                [&] { return torchscript_stage_module(model, stage); });
   }
-  void save_source_stage(const emit::StageSource& stage, const std::string& path) override {
+  void save_source_stage(const StageSource& stage, const std::string& path) override {
     save_module(path + ": the generated TorchScript does not compile", path,
-                [&] { return emit::source_stage_module(stage, "Stage"); });
+                [&] { return source_stage_module(stage, "Stage"); });
   }
   VerifyReport verify(const VerifyRequest& request) override { return verify_stages(request); }
 };

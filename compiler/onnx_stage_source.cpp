@@ -1,4 +1,4 @@
-#include "emit/onnx_stage_source.h"
+#include "compiler/onnx_stage_source.h"
 
 #include <onnx/onnx_pb.h>
 
@@ -26,7 +26,7 @@
 //   (`_l0: List[int] = t.tolist()`).
 // - Inputs that only steer an op (axes, split sizes, Slice bounds) are read at generation
 //   time when they are constants; shape tensors (Reshape/Expand targets) always at run time.
-namespace rannc::emit {
+namespace rannc {
 namespace {
 
 using onnx::TensorProto;
@@ -279,7 +279,7 @@ const std::map<std::string, Mapping>& mappings();
 
 class StageEmitter {
  public:
-  StageEmitter(const std::string& path, const onnx::ModelProto& model, const ir::Graph& graph, const StageLayout& stage)
+  StageEmitter(const std::string& path, const onnx::ModelProto& model, const ir::Graph& graph, const emit::StageLayout& stage)
       : path_(path), model_(model), graph_(graph), stage_(stage) {
     index_constants();
     for (const auto& import : model.opset_import()) {
@@ -423,7 +423,7 @@ class StageEmitter {
   void add_weights(StageSource& source) {
     std::map<std::string, const TensorProto*> initializers;
     for (const auto& init : model_.graph().initializer()) initializers[init.name()] = &init;
-    auto add = [&](const StageWeight& weight, bool trainable) {
+    auto add = [&](const emit::StageWeight& weight, bool trainable) {
       const auto& name = graph_.value(weight.value).name;
       auto it = initializers.find(name);
       if (it == initializers.end()) throw std::logic_error("internal error: weight '" + name + "' is no initializer");
@@ -488,7 +488,7 @@ class StageEmitter {
   const std::string& path_;
   const onnx::ModelProto& model_;
   const ir::Graph& graph_;
-  const StageLayout& stage_;
+  const emit::StageLayout& stage_;
   int opset_ = 0;
   std::map<ir::ValueId, std::string> names_;  // stage inputs and values made by stage ops
   std::map<ir::ValueId, std::string> weights_;  // value -> stage_name
@@ -1566,8 +1566,8 @@ const std::map<std::string, Mapping>& mappings() {
 }  // namespace
 
 StageSource onnx_stage_source(const std::string& model_path, const onnx::ModelProto& model, const ir::Graph& graph,
-                              const StageLayout& stage) {
+                              const emit::StageLayout& stage) {
   return StageEmitter(model_path, model, graph, stage).run();
 }
 
-}  // namespace rannc::emit
+}  // namespace rannc

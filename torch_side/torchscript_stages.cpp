@@ -2,7 +2,7 @@
 // points that matter: weights become module attributes (names cannot hold dots, hence p<i>
 // and b<i>), constants are cloned where used, and every tensor type is made generic so the
 // stage runs at any batch size, not just the one the model was evaluated at.
-#include "emit/torchscript_stages.h"
+#include "torch_side/torchscript_stages.h"
 
 #include <torch/csrc/jit/ir/ir.h>
 
@@ -11,10 +11,10 @@
 #include <set>
 #include <unordered_map>
 
-#include "compiler/torchscript_source.h"
+#include "torch_side/torchscript_source.h"
 #include "support/error.h"
 
-namespace rannc::emit {
+namespace rannc {
 namespace {
 
 using torch::jit::Graph;
@@ -78,7 +78,7 @@ bool written(const Value* value) {
 
 class StageCloner {
  public:
-  StageCloner(const Model& model, const StageLayout& stage)
+  StageCloner(const Model& model, const emit::StageLayout& stage)
       : model_(model),
         source_(dynamic_cast<const TorchScriptSource&>(*model.source)),
         stage_(stage),
@@ -170,7 +170,7 @@ class StageCloner {
 
   const Model& model_;
   const TorchScriptSource& source_;
-  const StageLayout& stage_;
+  const emit::StageLayout& stage_;
   torch::jit::Module module_;
   std::shared_ptr<Graph> graph_;
   std::unordered_map<ir::ValueId, Value*> jit_;
@@ -198,7 +198,7 @@ at::Tensor attribute_tensor(const StageAttribute& attribute) {
 
 }  // namespace
 
-torch::jit::Module torchscript_stage_module(const Model& model, const StageLayout& stage) {
+torch::jit::Module torchscript_stage_module(const Model& model, const emit::StageLayout& stage) {
   return StageCloner(model, stage).build();
 }
 
@@ -216,4 +216,4 @@ torch::jit::Module source_stage_module(const StageSource& stage, const std::stri
   return module;
 }
 
-}  // namespace rannc::emit
+}  // namespace rannc

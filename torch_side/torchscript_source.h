@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "compiler/model.h"
-#include "ir/torch_dtype.h"
-#include "support/torch_error.h"
+#include "torch_side/torch_dtype.h"
+#include "torch_side/torch_error.h"
 
 namespace rannc {
 

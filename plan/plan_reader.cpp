@@ -1,19 +1,16 @@
-#include "emit/plan_file.h"
+#include "plan/plan_json.h"
 
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
 
-#include "cost_model/memory.h"
-#include "cost_model/roofline.h"
-#include "emit/plan_json.h"
 #include "ir/dtype.h"
 #include "support/error.h"
 #include "support/input_file.h"
 #include "support/sha256.h"
 
-namespace rannc::emit {
+namespace rannc::plan {
 namespace {
 
 using nlohmann::json;
@@ -131,16 +128,16 @@ void check_header(const Field& document) {
   if (!document.raw().is_object()) document.fail("not a plan: expected a JSON object, found " + std::string(type_name(document.raw())));
   if (!document.has("format")) document.fail("not a rannc plan: no \"format\" field");
   std::string format = document["format"].text();
-  if (format != kPlanFormat) document["format"].fail("'" + text_excerpt(format) + "' is not " + kPlanFormat);
+  if (format != kFormat) document["format"].fail("'" + text_excerpt(format) + "' is not " + kFormat);
   auto version = document["version"].integer();
-  if (version != kPlanVersion) {
+  if (version != kVersion) {
     document.fail("version " + std::to_string(version) + " is not supported (this build reads version " +
-                  std::to_string(kPlanVersion) + ")");
+                  std::to_string(kVersion) + ")");
   }
 }
 
-PlanTensor read_tensor(const Field& field) {
-  PlanTensor tensor;
+Tensor read_tensor(const Field& field) {
+  Tensor tensor;
   tensor.name = field["name"].text();
   for (const auto& dim : field["shape"].items()) tensor.shape.push_back(dim.integer(0));
   tensor.dtype = field["dtype"].text();
@@ -153,16 +150,16 @@ PlanTensor read_tensor(const Field& field) {
   return tensor;
 }
 
-std::vector<PlanTensor> read_tensors(const Field& list) {
-  std::vector<PlanTensor> tensors;
+std::vector<Tensor> read_tensors(const Field& list) {
+  std::vector<Tensor> tensors;
   for (const auto& field : list.items()) tensors.push_back(read_tensor(field));
   return tensors;
 }
 
-std::vector<PlanWeight> read_weights(const Field& list) {
-  std::vector<PlanWeight> weights;
+std::vector<Weight> read_weights(const Field& list) {
+  std::vector<Weight> weights;
   for (const auto& field : list.items()) {
-    PlanWeight weight;
+    Weight weight;
     weight.name = field["name"].text();
     weight.stage_name = field["stage_name"].text();
     weight.numel = field["numel"].integer(0);
@@ -174,61 +171,72 @@ std::vector<PlanWeight> read_weights(const Field& list) {
   return weights;
 }
 
-void read_model(const Field& model, PlanFile& plan) {
-  plan.model_path = model["path"].text();
-  plan.model_sha256 = model["sha256"].text();
-  plan.model_format = model["format"].text();
-  plan.model_params = model["params"].integer(0);
-  plan.evaluated_batch = model["evaluated_batch"].integer(1);
-  plan.model_inputs = read_tensors(model["inputs"]);
-  for (std::size_t i = 0; i < plan.model_inputs.size(); ++i) {
-    if (auto bound = model["inputs"].items()[i].find("index_bound")) plan.model_inputs[i].index_bound = bound->integer(1);
-    if (plan.model_inputs[i].batch_dim < 0)
-      model["inputs"].fail("input " + std::to_string(i) + " ('" + text_excerpt(plan.model_inputs[i].name) + "') has no batch dim");
+void read_model(const Field& model, Plan& plan) {
+  auto& m = plan.model;
+  m.path = model["path"].text();
+  m.sha256 = model["sha256"].text();
+  m.format = model["format"].text();
+  m.params = model["params"].integer(0);
+  if (auto bytes = model.find("param_bytes")) m.param_bytes = bytes->integer(0);
+  m.evaluated_batch = model["evaluated_batch"].integer(1);
+  m.inputs = read_tensors(model["inputs"]);
+  for (std::size_t i = 0; i < m.inputs.size(); ++i) {
+    if (auto bound = model["inputs"].items()[i].find("index_bound")) m.inputs[i].index_bound = bound->integer(1);
+    if (m.inputs[i].batch_dim < 0)
+      model["inputs"].fail("input " + std::to_string(i) + " ('" + text_excerpt(m.inputs[i].name) + "') has no batch dim");
   }
 }
 
-void read_cluster(const Field& cluster, PlanFile& plan) {
-  plan.gpus = cluster["gpus"].small(1);
-  plan.gpus_per_node = cluster["gpus_per_node"].small(1);
-  plan.nodes = cluster.has("nodes") ? cluster["nodes"].small(1) : (plan.gpus + plan.gpus_per_node - 1) / plan.gpus_per_node;
-  plan.mem_bytes = cluster["mem_bytes"].integer(1);
-  plan.device = cluster["device"].text();
-  if (plan.gpus % plan.gpus_per_node != 0 || plan.nodes * plan.gpus_per_node != plan.gpus) {
-    cluster.fail(std::to_string(plan.gpus) + " gpus do not make " + std::to_string(plan.nodes) + " node(s) of " +
-                 std::to_string(plan.gpus_per_node));
+std::optional<Link> read_link(const Field& cluster, const char* key) {
+  auto field = cluster.find(key);
+  if (!field) return std::nullopt;
+  return Link{(*field)["bandwidth_gbps"].non_negative(), (*field)["latency_us"].non_negative()};
+}
+
+void read_cluster(const Field& cluster, Plan& plan) {
+  auto& c = plan.cluster;
+  c.gpus = cluster["gpus"].small(1);
+  c.gpus_per_node = cluster["gpus_per_node"].small(1);
+  c.nodes = cluster.has("nodes") ? cluster["nodes"].small(1) : (c.gpus + c.gpus_per_node - 1) / c.gpus_per_node;
+  c.mem_bytes = cluster["mem_bytes"].integer(1);
+  c.device = cluster["device"].text();
+  c.intra_node = read_link(cluster, "intra_node");
+  c.inter_node = read_link(cluster, "inter_node");
+  if (c.gpus % c.gpus_per_node != 0 || c.nodes * c.gpus_per_node != c.gpus) {
+    cluster.fail(std::to_string(c.gpus) + " gpus do not make " + std::to_string(c.nodes) + " node(s) of " +
+                 std::to_string(c.gpus_per_node));
   }
 }
 
-void read_batch(const Field& batch, PlanFile& plan) {
-  plan.global_batch = batch["global"].integer(1);
-  plan.pipelines = batch["pipelines"].small(1);
-  plan.microbatches = batch["microbatches"].small(1);
-  plan.microbatch_size = batch["microbatch_size"].small(1);
-  if (static_cast<std::int64_t>(plan.pipelines) * plan.microbatches * plan.microbatch_size != plan.global_batch) {
-    batch.fail("global " + std::to_string(plan.global_batch) + " is not pipelines x microbatches x microbatch_size (" +
-               std::to_string(plan.pipelines) + " x " + std::to_string(plan.microbatches) + " x " +
-               std::to_string(plan.microbatch_size) + ")");
+void read_batch(const Field& batch, Plan& plan) {
+  auto& b = plan.batch;
+  b.global = batch["global"].integer(1);
+  b.pipelines = batch["pipelines"].small(1);
+  b.microbatches = batch["microbatches"].small(1);
+  b.microbatch_size = batch["microbatch_size"].small(1);
+  if (static_cast<std::int64_t>(b.pipelines) * b.microbatches * b.microbatch_size != b.global) {
+    batch.fail("global " + std::to_string(b.global) + " is not pipelines x microbatches x microbatch_size (" +
+               std::to_string(b.pipelines) + " x " + std::to_string(b.microbatches) + " x " +
+               std::to_string(b.microbatch_size) + ")");
   }
 }
 
-// A named choice the planner knows ("1f1b"), checked with the planner's own parser:
+// A named choice ("1f1b"), parsed with the option's own parser:
 // "plan.json: schedule zigzag: unknown schedule (known: 1f1b, gpipe)".
-std::string read_choice(const Field& field, void (*check)(std::string_view, std::string_view)) {
-  std::string value = field.text();
-  check(text_excerpt(value), field.label());
-  return value;
+template <typename Choice>
+Choice read_choice(const Field& field, Choice (*parse)(std::string_view, std::string_view)) {
+  return parse(text_excerpt(field.text()), field.label());
 }
 
 // Where a stage input comes from: a model input, or an output of an earlier stage whose name
 // and dtype it carries.
-void read_source(const Field& input, PlanTensor& tensor, int stage_id, const PlanFile& plan) {
+void read_source(const Field& input, Tensor& tensor, int stage_id, const Plan& plan) {
   Field source = input["source"];
   if (source.has("model_input") && source.has("stage")) source.fail("names both a model input and a stage");
   if (source.has("model_input")) {
     tensor.model_input = source["model_input"].text();
     bool known = false;
-    for (const auto& model_input : plan.model_inputs) known |= model_input.name == *tensor.model_input;
+    for (const auto& model_input : plan.model.inputs) known |= model_input.name == *tensor.model_input;
     if (!known) source["model_input"].fail("'" + text_excerpt(*tensor.model_input) + "' is not one of model.inputs");
     return;
   }
@@ -257,14 +265,14 @@ void read_source(const Field& input, PlanTensor& tensor, int stage_id, const Pla
   }
 }
 
-void read_stage_ranks(const Field& field, PlanStage& stage, const PlanFile& plan) {
+void read_stage_ranks(const Field& field, Stage& stage, const Plan& plan) {
   for (const auto& rank : field["ranks"].items()) stage.ranks.push_back(rank.small(0));
   stage.replicas_per_pipeline = field["replicas_per_pipeline"].small(1);
-  if (plan.microbatch_size % stage.replicas_per_pipeline != 0) {
+  if (plan.batch.microbatch_size % stage.replicas_per_pipeline != 0) {
     field["replicas_per_pipeline"].fail(std::to_string(stage.replicas_per_pipeline) + " does not divide the microbatch size " +
-                                        std::to_string(plan.microbatch_size));
+                                        std::to_string(plan.batch.microbatch_size));
   }
-  std::size_t expected = static_cast<std::size_t>(stage.replicas_per_pipeline) * plan.pipelines;
+  std::size_t expected = static_cast<std::size_t>(stage.replicas_per_pipeline) * plan.batch.pipelines;
   if (stage.ranks.size() != expected) {
     field["ranks"].fail(std::to_string(stage.ranks.size()) + " rank(s), expected replicas_per_pipeline x pipelines = " +
                         std::to_string(expected));
@@ -273,17 +281,31 @@ void read_stage_ranks(const Field& field, PlanStage& stage, const PlanFile& plan
     replicas->fail(json_excerpt(replicas->raw()) + " differs from the " + std::to_string(expected) + " ranks of the stage");
 }
 
-void read_predicted(const Field& predicted, PlanStage& stage) {
-  stage.predicted_fwd_ms = predicted["fwd_ms"].non_negative();
-  stage.predicted_bwd_ms = predicted["bwd_ms"].non_negative();
-  stage.predicted_mem_bytes = predicted["mem_bytes"].non_negative();
-  if (auto p2p = predicted.find("p2p_ms")) stage.predicted_p2p_ms = p2p->non_negative();
-  if (auto allreduce = predicted.find("allreduce_ms")) stage.predicted_allreduce_ms = allreduce->non_negative();
-  if (auto in_flight = predicted.find("in_flight")) stage.in_flight = in_flight->small();
+MemoryBreakdown read_memory(const Field& memory) {
+  MemoryBreakdown m;
+  m.weights = memory["weights"].non_negative();
+  m.grads = memory["grads"].non_negative();
+  m.optimizer = memory["optimizer"].non_negative();
+  m.activations = memory["activations"].non_negative();
+  m.workspace = memory["workspace"].non_negative();
+  m.comm_buffers = memory["comm_buffers"].non_negative();
+  return m;
 }
 
-PlanStage read_stage(const Field& field, int index, const PlanFile& plan) {
-  PlanStage stage;
+StagePrediction read_predicted(const Field& predicted) {
+  StagePrediction p;
+  p.fwd_ms = predicted["fwd_ms"].non_negative();
+  p.bwd_ms = predicted["bwd_ms"].non_negative();
+  p.mem_bytes = predicted["mem_bytes"].non_negative();
+  if (auto p2p = predicted.find("p2p_ms")) p.p2p_ms = p2p->non_negative();
+  if (auto allreduce = predicted.find("allreduce_ms")) p.allreduce_ms = allreduce->non_negative();
+  if (auto in_flight = predicted.find("in_flight")) p.in_flight = in_flight->small();
+  if (auto memory = predicted.find("memory")) p.memory = read_memory(*memory);
+  return p;
+}
+
+Stage read_stage(const Field& field, int index, const Plan& plan) {
+  Stage stage;
   stage.id = field["id"].small(std::numeric_limits<int>::min());
   if (stage.id != index) field["id"].fail(std::to_string(stage.id) + ", expected " + std::to_string(index) + " (stage ids run 0, 1, ... in order)");
   stage.file = field["file"].text();
@@ -308,7 +330,9 @@ PlanStage read_stage(const Field& field, int index, const PlanFile& plan) {
   stage.buffers = read_weights(field["buffers"]);
   stage.recompute = field["recompute"].flag();
   stage.offload = field["offload"].flag();
-  read_predicted(field["predicted"], stage);
+  stage.predicted = read_predicted(field["predicted"]);
+  if (auto ops = field.find("ops"))
+    for (const auto& op : ops->items()) stage.ops.push_back(op.small());
   if (auto range = field.find("op_range")) stage.op_range = range->text();
   if (auto blocks = field.find("blocks")) {
     auto pair = blocks->items();
@@ -320,7 +344,7 @@ PlanStage read_stage(const Field& field, int index, const PlanFile& plan) {
 
 // Ranks 0..R-1, each once, each where its stage says it is; with the unused devices they make
 // up the cluster.
-void read_ranks(const Field& list, PlanFile& plan) {
+void read_ranks(const Field& list, Plan& plan) {
   auto fields = list.items();
   const int count = static_cast<int>(fields.size());
   std::size_t staged = 0;
@@ -328,8 +352,9 @@ void read_ranks(const Field& list, PlanFile& plan) {
   if (staged != fields.size())
     list.fail(std::to_string(count) + " rank(s), but the stages place " + std::to_string(staged));
   std::vector<bool> seen(fields.size(), false);
+  const int per_node = plan.cluster.gpus_per_node;
   for (const auto& field : fields) {
-    PlanRank rank;
+    RankPlacement rank;
     rank.rank = field["rank"].small(0);
     if (rank.rank >= count) field["rank"].fail(std::to_string(rank.rank) + " is not in 0.." + std::to_string(count - 1));
     if (seen[rank.rank]) field["rank"].fail(std::to_string(rank.rank) + " appears twice");
@@ -345,53 +370,57 @@ void read_ranks(const Field& list, PlanFile& plan) {
       field.fail("rank " + std::to_string(rank.rank) + " as replica " + std::to_string(rank.replica) + " of stage " +
                  std::to_string(rank.stage) + " disagrees with stages[" + std::to_string(rank.stage) + "].ranks");
     }
-    if (rank.node != rank.rank / plan.gpus_per_node || rank.local_rank != rank.rank % plan.gpus_per_node) {
-      field.fail("rank " + std::to_string(rank.rank) + " is local rank " + std::to_string(rank.rank % plan.gpus_per_node) +
-                 " of node " + std::to_string(rank.rank / plan.gpus_per_node) + " with " + std::to_string(plan.gpus_per_node) +
+    if (rank.node != rank.rank / per_node || rank.local_rank != rank.rank % per_node) {
+      field.fail("rank " + std::to_string(rank.rank) + " is local rank " + std::to_string(rank.rank % per_node) +
+                 " of node " + std::to_string(rank.rank / per_node) + " with " + std::to_string(per_node) +
                  " devices per node, not " + std::to_string(rank.local_rank) + " of " + std::to_string(rank.node));
     }
     plan.ranks.push_back(rank);
   }
 }
 
-void read_unused(const Field& document, PlanFile& plan) {
+void read_unused(const Field& document, Plan& plan) {
   if (auto unused = document.find("unused_devices")) {
     int count = (*unused)["count"].small(0);
-    for (const auto& rank : (*unused)["ranks"].items()) plan.unused_ranks.push_back(rank.small(0, plan.gpus - 1));
-    if (static_cast<int>(plan.unused_ranks.size()) != count)
-      (*unused)["ranks"].fail(std::to_string(plan.unused_ranks.size()) + " listed, but count is " + std::to_string(count));
-    plan.unused_reason = (*unused)["reason"].text();
+    for (const auto& rank : (*unused)["ranks"].items()) plan.unused.ranks.push_back(rank.small(0, plan.cluster.gpus - 1));
+    if (static_cast<int>(plan.unused.ranks.size()) != count)
+      (*unused)["ranks"].fail(std::to_string(plan.unused.ranks.size()) + " listed, but count is " + std::to_string(count));
+    plan.unused.reason = (*unused)["reason"].text();
   }
   int used = static_cast<int>(plan.ranks.size());
-  if (used + static_cast<int>(plan.unused_ranks.size()) != plan.gpus) {
-    document["ranks"].fail(std::to_string(used) + " rank(s) and " + std::to_string(plan.unused_ranks.size()) +
-                           " unused device(s) do not make the cluster's " + std::to_string(plan.gpus));
+  if (used + static_cast<int>(plan.unused.ranks.size()) != plan.cluster.gpus) {
+    document["ranks"].fail(std::to_string(used) + " rank(s) and " + std::to_string(plan.unused.ranks.size()) +
+                           " unused device(s) do not make the cluster's " + std::to_string(plan.cluster.gpus));
   }
 }
 
-void read_plan_predicted(const Field& predicted, PlanFile& plan) {
-  plan.iteration_ms = predicted["iteration_ms"].non_negative();
-  plan.samples_per_s = predicted["samples_per_s"].non_negative();
-  plan.bubble_fraction = predicted["bubble_fraction"].non_negative();
-  plan.lower_bound_ms = predicted["lower_bound_ms"].non_negative();
-  plan.peak_mem_bytes = predicted["peak_mem_bytes"].non_negative();
-  plan.efficiency = plan.iteration_ms > 0 ? plan.lower_bound_ms / plan.iteration_ms : 0;
-  if (auto efficiency = predicted.find("efficiency")) plan.efficiency = efficiency->non_negative();
+void read_plan_predicted(const Field& predicted, Plan& plan) {
+  auto& p = plan.predicted;
+  p.iteration_ms = predicted["iteration_ms"].non_negative();
+  p.samples_per_s = predicted["samples_per_s"].non_negative();
+  p.bubble_fraction = predicted["bubble_fraction"].non_negative();
+  p.lower_bound_ms = predicted["lower_bound_ms"].non_negative();
+  p.peak_mem_bytes = predicted["peak_mem_bytes"].non_negative();
+  p.efficiency = p.iteration_ms > 0 ? p.lower_bound_ms / p.iteration_ms : 0;
+  if (auto efficiency = predicted.find("efficiency")) p.efficiency = efficiency->non_negative();
 }
-
-void check_schedule(std::string_view name, std::string_view what) { cost::parse_schedule(name, what); }
-void check_optimizer(std::string_view name, std::string_view what) { cost::parse_optimizer(name, what); }
-void check_precision(std::string_view name, std::string_view what) { cost::parse_precision(name, what); }
 
 }  // namespace
 
-std::string PlanFile::stage_path(const PlanStage& stage) const {
-  std::filesystem::path file(stage.file);
-  return file.is_absolute() ? file.string() : (std::filesystem::path(folder) / file).string();
+std::string Plan::folder() const {
+  auto parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? "." : parent.string();
 }
 
+std::string Plan::stage_path(const Stage& stage) const {
+  std::filesystem::path file(stage.file);
+  return file.is_absolute() ? file.string() : (std::filesystem::path(folder()) / file).string();
+}
+
+namespace {
+
 // A tied weight names the other stages that hold it: they must exist.
-void check_shared_weights(const Field& stages, const PlanFile& plan) {
+void check_shared_weights(const Field& stages, const Plan& plan) {
   for (const auto& stage : plan.stages)
     for (const auto& weight : stage.params)
       for (int other : weight.shared_with)
@@ -401,20 +430,19 @@ void check_shared_weights(const Field& stages, const PlanFile& plan) {
         }
 }
 
-PlanFile plan_from_json(nlohmann::json document, const std::string& path) {
-  PlanFile plan;
+}  // namespace
+
+Plan from_json(const nlohmann::json& document, const std::string& path) {
+  Plan plan;
   plan.path = path;
-  auto parent = std::filesystem::path(path).parent_path();
-  plan.folder = parent.empty() ? "." : parent.string();
-  plan.json = std::move(document);
-  Field root(plan.json, "", plan.path);
+  Field root(document, "", plan.path);
   check_header(root);
   read_model(root["model"], plan);
   read_cluster(root["cluster"], plan);
   read_batch(root["batch"], plan);
-  plan.schedule = read_choice(root["schedule"], check_schedule);
-  plan.optimizer = read_choice(root["optimizer"], check_optimizer);
-  if (auto precision = root.find("precision")) plan.precision = read_choice(*precision, check_precision);
+  plan.schedule = read_choice(root["schedule"], parse_schedule);
+  plan.optimizer = read_choice(root["optimizer"], parse_optimizer);
+  if (auto precision = root.find("precision")) plan.precision = read_choice(*precision, parse_precision);
   auto stages = root["stages"].items();
   if (stages.empty()) root["stages"].fail("no stages");
   for (std::size_t i = 0; i < stages.size(); ++i) plan.stages.push_back(read_stage(stages[i], static_cast<int>(i), plan));
@@ -425,9 +453,9 @@ PlanFile plan_from_json(nlohmann::json document, const std::string& path) {
   return plan;
 }
 
-PlanFile read_plan_file(const std::string& path) { return plan_from_json(parse_document(path), path); }
+Plan read_plan_file(const std::string& path) { return from_json(parse_document(path), path); }
 
-void check_stage_file(const PlanFile& plan, const PlanStage& stage, bool check_sha256) {
+void check_stage_file(const Plan& plan, const Stage& stage, bool check_sha256) {
   std::string path = plan.stage_path(stage);
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
@@ -442,9 +470,9 @@ void check_stage_file(const PlanFile& plan, const PlanStage& stage, bool check_s
   }
 }
 
-void check_stage_files_exist(const PlanFile& plan) {
+void check_stage_files(const Plan& plan) {
   for (const auto& stage : plan.stages) check_stage_file(plan, stage, /*check_sha256=*/false);
   for (const auto& stage : plan.stages) check_stage_file(plan, stage);
 }
 
-}  // namespace rannc::emit
+}  // namespace rannc::plan

@@ -20,7 +20,7 @@
 #include <unordered_map>
 
 #include "compiler/torch_plugin.h"
-#include "compiler/torchscript_source.h"
+#include "torch_side/torchscript_source.h"
 #include "support/error.h"
 
 namespace rannc {

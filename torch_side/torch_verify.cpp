@@ -23,9 +23,9 @@
 #include <set>
 
 #include "compiler/torch_plugin.h"
-#include "compiler/torchscript_source.h"
+#include "torch_side/torchscript_source.h"
 #include "emit/index_bound.h"
-#include "emit/torchscript_stages.h"
+#include "torch_side/torchscript_stages.h"
 #include "support/error.h"
 
 namespace rannc {
@@ -97,14 +97,14 @@ struct Workload {
   std::map<std::string, Tensors> chunk_seeds;      // other model outputs: one per reference chunk
 };
 
-at::ScalarType scalar_type_of(const emit::PlanTensor& tensor) {
+at::ScalarType scalar_type_of(const plan::Tensor& tensor) {
   auto dtype = ir::parse_dtype(tensor.dtype);
   auto type = dtype ? ir::to_scalar_type(*dtype) : std::nullopt;
   if (!type) throw InputError("verify: tensor '" + tensor.name + "' has dtype " + tensor.dtype + ", which libtorch lacks");
   return *type;
 }
 
-at::Tensor random_tensor(const emit::PlanTensor& tensor, std::vector<std::int64_t> shape, at::Generator& generator,
+at::Tensor random_tensor(const plan::Tensor& tensor, std::vector<std::int64_t> shape, at::Generator& generator,
                          std::int64_t bound) {
   return ir::random_tensor(scalar_type_of(tensor), shape, generator, bound);
 }
@@ -115,8 +115,8 @@ std::vector<std::int64_t> with_batch(std::vector<std::int64_t> shape, int batch_
 }
 
 // The model outputs as the plan lists them, by name.
-std::map<std::string, const emit::PlanTensor*> model_outputs(const emit::PlanFile& plan) {
-  std::map<std::string, const emit::PlanTensor*> outputs;
+std::map<std::string, const plan::Tensor*> model_outputs(const plan::Plan& plan) {
+  std::map<std::string, const plan::Tensor*> outputs;
   for (const auto& stage : plan.stages)
     for (const auto& output : stage.outputs)
       if (output.model_output) outputs[output.name] = &output;
@@ -130,7 +130,7 @@ bool mixes_samples(const torch::jit::Module& module) {
 }
 
 // A random op in training mode makes every run differ: no comparison could pass. Returns why.
-std::optional<std::string> random_op(const emit::PlanStage& stage, const torch::jit::Module& module) {
+std::optional<std::string> random_op(const plan::Stage& stage, const torch::jit::Module& module) {
   for (auto* node : module.get_method("forward").graph()->nodes()) {
     std::string kind = node->kind().toQualString();
     bool random = kind.rfind("aten::rand", 0) == 0 || kind.rfind("aten::bernoulli", 0) == 0 ||
@@ -151,31 +151,31 @@ std::optional<std::string> random_op(const emit::PlanStage& stage, const torch::
 
 // Samples per reference forward: the smallest stage slice that is observable (see the top of
 // the file), else a whole microbatch.
-std::int64_t reference_chunk(const emit::PlanFile& plan, const std::vector<torch::jit::Module>& stages,
+std::int64_t reference_chunk(const plan::Plan& plan, const std::vector<torch::jit::Module>& stages,
                              std::string& note) {
   std::set<std::int64_t> slices;
   for (std::size_t s = 0; s < plan.stages.size(); ++s) {
     const auto& stage = plan.stages[s];
     bool loss_output = std::any_of(stage.outputs.begin(), stage.outputs.end(),
                                    [](const auto& o) { return o.model_output && o.batch_dim < 0; });
-    if (loss_output || mixes_samples(stages[s])) slices.insert(plan.microbatch_size / stage.replicas_per_pipeline);
+    if (loss_output || mixes_samples(stages[s])) slices.insert(plan.batch.microbatch_size / stage.replicas_per_pipeline);
   }
   if (slices.size() > 1) {
     note = "stages that mix samples (BatchNorm) run on replica slices of " + std::to_string(*slices.rbegin()) + " and " +
            std::to_string(*slices.begin()) + " samples in this plan; one process computes one size, so all are compared at " +
            std::to_string(*slices.begin());
   }
-  return slices.empty() ? plan.microbatch_size : *slices.begin();
+  return slices.empty() ? plan.batch.microbatch_size : *slices.begin();
 }
 
 Workload make_workload(const TorchPlugin::VerifyRequest& request, std::int64_t chunk) {
   const auto& plan = *request.plan;
   Workload work;
-  work.microbatch = plan.microbatch_size;
-  work.samples = static_cast<std::int64_t>(plan.microbatches) * plan.microbatch_size;
+  work.microbatch = plan.batch.microbatch_size;
+  work.samples = static_cast<std::int64_t>(plan.batch.microbatches) * plan.batch.microbatch_size;
   work.chunk = chunk;
   auto generator = at::detail::createCPUGenerator(request.seed);
-  for (const auto& input : plan.model_inputs) {
+  for (const auto& input : plan.model.inputs) {
     auto bound = emit::index_bound(request.model->graph, input.name);
     work.inputs[input.name] = random_tensor(input, with_batch(input.shape, input.batch_dim, work.samples), generator, bound);
   }
@@ -219,7 +219,7 @@ class Reference {
  public:
   explicit Reference(const TorchPlugin::VerifyRequest& request) : request_(request) {
     if (request.reference) {
-      module_ = emit::source_stage_module(*request.reference, "Reference");
+      module_ = source_stage_module(*request.reference, "Reference");
     } else {
       // Loaded afresh, not copied from the frontend's module: Module::deepcopy in libtorch 1.13
       // gives parameters that are not autograd leaves, so their .grad would never fill.
@@ -234,7 +234,7 @@ class Reference {
     auto outputs = model_outputs(plan);
     for (std::int64_t begin = 0; begin < work.samples; begin += work.chunk) {
       Tensors inputs;
-      for (const auto& input : plan.model_inputs)
+      for (const auto& input : plan.model.inputs)
         inputs.push_back(slice(work.inputs.at(input.name), input.batch_dim, begin, work.chunk));
       auto values = tuple_tensors(run_forward(module_, inputs, "the model"), "the model");
       if (values.size() != output_names_.size()) throw InputError("verify: the model returns a different number of outputs than its plan");
@@ -272,7 +272,7 @@ class Reference {
 // than the reference chunk, see the top of the file).
 class Pipeline {
  public:
-  Pipeline(const emit::PlanFile& plan, std::vector<torch::jit::Module> modules, std::int64_t chunk)
+  Pipeline(const plan::Plan& plan, std::vector<torch::jit::Module> modules, std::int64_t chunk)
       : plan_(plan), modules_(std::move(modules)), chunk_(chunk), consumers_(plan.stages.size()) {
     check_weight_names();
     for (const auto& stage : plan.stages) {
@@ -286,7 +286,7 @@ class Pipeline {
 
   RunResult run(const Workload& work) {
     RunResult result;
-    for (std::int64_t m = 0; m < plan_.microbatches; ++m) run_microbatch(work, m * work.microbatch, result);
+    for (std::int64_t m = 0; m < plan_.batch.microbatches; ++m) run_microbatch(work, m * work.microbatch, result);
     for (std::size_t s = 0; s < plan_.stages.size(); ++s) {
       for (const auto& param : plan_.stages[s].params)
         accumulate(result.gradients[param.name], modules_[s].attr(param.stage_name).toTensor().grad());
@@ -305,10 +305,10 @@ class Pipeline {
     std::vector<Tensors> joined_input_grads;             // [stage][input], the whole microbatch
   };
 
-  std::int64_t slice_length(const emit::PlanStage& stage) const {
-    return std::min<std::int64_t>(plan_.microbatch_size / stage.replicas_per_pipeline, chunk_);
+  std::int64_t slice_length(const plan::Stage& stage) const {
+    return std::min<std::int64_t>(plan_.batch.microbatch_size / stage.replicas_per_pipeline, chunk_);
   }
-  int slices(const emit::PlanStage& stage) const { return static_cast<int>(plan_.microbatch_size / slice_length(stage)); }
+  int slices(const plan::Stage& stage) const { return static_cast<int>(plan_.batch.microbatch_size / slice_length(stage)); }
 
   void check_weight_names() const {
     for (const auto& stage : plan_.stages) {
@@ -322,7 +322,7 @@ class Pipeline {
   }
 
   // Tensors in and out of a stage must be what the plan says, or nothing after this can be trusted.
-  void check_tensors(const emit::PlanStage& stage, const Tensors& tensors, const std::vector<emit::PlanTensor>& planned,
+  void check_tensors(const plan::Stage& stage, const Tensors& tensors, const std::vector<plan::Tensor>& planned,
                      const char* role, std::int64_t length) const {
     std::string what = plan_.path + ": stage " + std::to_string(stage.id) + " (" + stage.file + ")";
     if (tensors.size() != planned.size()) {
@@ -339,7 +339,7 @@ class Pipeline {
     }
   }
 
-  void check_outputs(const emit::PlanStage& stage, const Tensors& outputs, std::int64_t length) const {
+  void check_outputs(const plan::Stage& stage, const Tensors& outputs, std::int64_t length) const {
     check_tensors(stage, outputs, stage.outputs, "output", length);
     for (std::size_t o = 0; o < outputs.size(); ++o) {
       const auto& planned = stage.outputs[o];
@@ -359,13 +359,13 @@ class Pipeline {
     for (auto s = stages; s-- > 0;) backward_stage(work, first_sample, plan_.stages[s], mb);
   }
 
-  at::Tensor whole_input(const Workload& work, std::int64_t first_sample, const emit::PlanTensor& input,
+  at::Tensor whole_input(const Workload& work, std::int64_t first_sample, const plan::Tensor& input,
                          const Microbatch& mb) const {
     if (input.model_input) return slice(work.inputs.at(*input.model_input), input.batch_dim, first_sample, work.microbatch);
     return mb.joined_outputs[input.from_stage][input.from_output];
   }
 
-  void forward(const Workload& work, std::int64_t first_sample, const emit::PlanStage& stage, Microbatch& mb,
+  void forward(const Workload& work, std::int64_t first_sample, const plan::Stage& stage, Microbatch& mb,
                RunResult& result) {
     auto length = slice_length(stage);
     std::string what = "stage " + std::to_string(stage.id) + " (" + stage.file + ")";
@@ -396,7 +396,7 @@ class Pipeline {
 
   // The gradient arriving at output `o` of replica `j`: the model's seed if it is a model output,
   // plus what every stage that reads it sends back.
-  at::Tensor output_grad(const Workload& work, std::int64_t first_sample, const emit::PlanStage& stage, std::size_t o,
+  at::Tensor output_grad(const Workload& work, std::int64_t first_sample, const plan::Stage& stage, std::size_t o,
                          int j, const Microbatch& mb) const {
     const auto& output = stage.outputs[o];
     auto length = slice_length(stage);
@@ -409,7 +409,7 @@ class Pipeline {
     return grad;
   }
 
-  void backward_stage(const Workload& work, std::int64_t first_sample, const emit::PlanStage& stage, Microbatch& mb) {
+  void backward_stage(const Workload& work, std::int64_t first_sample, const plan::Stage& stage, Microbatch& mb) {
     for (int j = 0; j < slices(stage); ++j) {
       Tensors grads;
       for (std::size_t o = 0; o < stage.outputs.size(); ++o) grads.push_back(output_grad(work, first_sample, stage, o, j, mb));
@@ -427,7 +427,7 @@ class Pipeline {
     }
   }
 
-  const emit::PlanFile& plan_;
+  const plan::Plan& plan_;
   std::vector<torch::jit::Module> modules_;
   std::int64_t chunk_;
   std::vector<std::vector<std::vector<Consumer>>> consumers_;  // [stage][output] -> readers
@@ -463,7 +463,7 @@ TorchPlugin::Difference compare(const std::string& what, const Tensors& ours, co
   return {what, max_abs, scale > 0 ? max_abs / scale : max_abs};
 }
 
-void compare_outputs(const emit::PlanFile& plan, const RunResult& ours, const RunResult& reference, Report& report) {
+void compare_outputs(const plan::Plan& plan, const RunResult& ours, const RunResult& reference, Report& report) {
   for (const auto& [name, output] : model_outputs(plan)) {
     if (!reference.outputs.count(name)) {
       report.problems.push_back("output " + name + ": the plan has it, the model does not return it");
@@ -505,7 +505,7 @@ void compare_gradients(const RunResult& ours, const RunResult& reference, double
     if (!reference.gradients.count(name)) report.problems.push_back("gradient " + name + ": a stage holds it, the model has no such parameter");
 }
 
-std::vector<torch::jit::Module> load_stages(const emit::PlanFile& plan) {
+std::vector<torch::jit::Module> load_stages(const plan::Plan& plan) {
   std::vector<torch::jit::Module> modules;
   for (const auto& stage : plan.stages) {
     auto path = plan.stage_path(stage);

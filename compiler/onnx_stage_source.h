@@ -15,7 +15,7 @@ namespace onnx {
 class ModelProto;
 }
 
-namespace rannc::emit {
+namespace rannc {
 
 // A tensor the stage module holds: a weight of the stage (its StageLayout stage_name, "p0",
 // "b1") or a constant too large to write inline ("c0", ...).
@@ -37,6 +37,6 @@ struct StageSource {
 // Throws InputError naming the model and the first ONNX op type (with its node name) that has
 // no mapping, or a weight whose data is not available (external data that was not loaded).
 StageSource onnx_stage_source(const std::string& model_path, const onnx::ModelProto& model, const ir::Graph& graph,
-                              const StageLayout& stage);
+                              const emit::StageLayout& stage);
 
-}  // namespace rannc::emit
+}  // namespace rannc

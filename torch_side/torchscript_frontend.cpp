@@ -25,10 +25,10 @@
 #include <tuple>
 #include <variant>
 
-#include "compiler/torchscript_source.h"
+#include "torch_side/torchscript_source.h"
 #include "emit/index_bound.h"
 #include "ir/batch_dims.h"
-#include "ir/torch_dtype.h"
+#include "torch_side/torch_dtype.h"
 #include "support/error.h"
 
 namespace rannc {

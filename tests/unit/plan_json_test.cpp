@@ -1,4 +1,4 @@
-// Reading plan.json back: a valid plan gives every field; each malformed plan gives one line
+// plan.json written and read back: a valid plan gives every field; each malformed plan gives one line
 // that names the file and the field.
 #include <catch2/catch.hpp>
 
@@ -9,13 +9,13 @@
 
 #include <unistd.h>
 
-#include "emit/plan_file.h"
+#include "plan/plan_json.h"
 #include "plan_fixture.h"
 #include "support/error.h"
 #include "support/sha256.h"
 
 using namespace rannc;
-using namespace rannc::emit;
+using namespace rannc::plan;
 using nlohmann::json;
 
 namespace {
@@ -23,7 +23,7 @@ namespace {
 // A folder of its own per test process, removed at the end of the test.
 struct TempDir {
   std::filesystem::path path;
-  TempDir() : path(std::filesystem::temp_directory_path() / ("rannc_plan_file_test_" + std::to_string(::getpid()))) {
+  TempDir() : path(std::filesystem::temp_directory_path() / ("rannc_plan_json_test_" + std::to_string(::getpid()))) {
     std::filesystem::create_directories(path);
   }
   ~TempDir() { std::filesystem::remove_all(path); }
@@ -36,7 +36,7 @@ struct TempDir {
 // The message of the InputError reading `document` as "plan.json" throws, or "" if none.
 std::string error_of(const json& document) {
   try {
-    plan_from_json(document, "plan.json");
+    from_json(document, "plan.json");
   } catch (const InputError& e) {
     return e.what();
   }
@@ -61,23 +61,23 @@ json changed(const std::function<void(json&)>& change) {
 
 }  // namespace
 
-TEST_CASE("a valid plan reads back with every field", "[plan_file]") {
+TEST_CASE("a valid plan reads back with every field", "[plan_json]") {
   TempDir dir;
   auto path = dir.write("plan.json", test::small_plan().dump(1));
-  PlanFile plan = read_plan_file(path);
+  Plan plan = read_plan_file(path);
   CHECK(plan.path == path);
-  CHECK(plan.folder == dir.path.string());
-  CHECK(plan.model_format == "onnx");
-  CHECK(plan.model_params == 10);
-  CHECK(plan.evaluated_batch == 4);
-  REQUIRE(plan.model_inputs.size() == 1);
-  CHECK(plan.model_inputs[0].shape == std::vector<std::int64_t>{4, 8});
-  CHECK(plan.gpus == 4);
-  CHECK(plan.nodes == 2);
-  CHECK(plan.mem_bytes == 1073741824);
-  CHECK(plan.microbatches == 2);
-  CHECK(plan.schedule == "1f1b");
-  CHECK(plan.optimizer == "adam");
+  CHECK(plan.folder() == dir.path.string());
+  CHECK(plan.model.format == "onnx");
+  CHECK(plan.model.params == 10);
+  CHECK(plan.model.evaluated_batch == 4);
+  REQUIRE(plan.model.inputs.size() == 1);
+  CHECK(plan.model.inputs[0].shape == std::vector<std::int64_t>{4, 8});
+  CHECK(plan.cluster.gpus == 4);
+  CHECK(plan.cluster.nodes == 2);
+  CHECK(plan.cluster.mem_bytes == 1073741824);
+  CHECK(plan.batch.microbatches == 2);
+  CHECK(plan.schedule == Schedule::k1F1B);
+  CHECK(plan.optimizer == Optimizer::kAdam);
   REQUIRE(plan.stages.size() == 2);
   const auto& second = plan.stages[1];
   CHECK(second.ranks == std::vector<int>{1, 2});
@@ -92,19 +92,19 @@ TEST_CASE("a valid plan reads back with every field", "[plan_file]") {
   CHECK(second.params[0].shared_with == std::vector<int>{0});
   CHECK(second.buffers[0].stage_name == "b0");
   CHECK(second.recompute);
-  CHECK(second.predicted_mem_bytes == 268435456);
+  CHECK(second.predicted.mem_bytes == 268435456);
   CHECK(plan.stages[0].op_range == "aten::linear h .. aten::relu a");
   CHECK(plan.stages[0].blocks == std::vector<int>{0, 3});
   REQUIRE(plan.ranks.size() == 3);
   CHECK(plan.ranks[2].node == 1);
   CHECK(plan.ranks[2].replica == 1);
-  CHECK(plan.unused_ranks == std::vector<int>{3});
-  CHECK(plan.iteration_ms == 12.5);
-  CHECK(plan.efficiency == 0.8);
+  CHECK(plan.unused.ranks == std::vector<int>{3});
+  CHECK(plan.predicted.iteration_ms == 12.5);
+  CHECK(plan.predicted.efficiency == 0.8);
   CHECK(plan.stage_path(plan.stages[1]) == (dir.path / "stage_1.pt").string());
 }
 
-TEST_CASE("unreadable and foreign files are one line naming the file", "[plan_file]") {
+TEST_CASE("unreadable and foreign files are one line naming the file", "[plan_json]") {
   TempDir dir;
   auto missing = (dir.path / "nothing.json").string();
   CHECK(file_error_of(missing) == missing + ": no such file");
@@ -120,7 +120,7 @@ TEST_CASE("unreadable and foreign files are one line naming the file", "[plan_fi
   CHECK(error_of(json::object({{"stages", json::array()}})) == "plan.json: not a rannc plan: no \"format\" field");
 }
 
-TEST_CASE("format and version are checked before any field", "[plan_file]") {
+TEST_CASE("format and version are checked before any field", "[plan_json]") {
   CHECK(error_of(changed([](json& p) { p = {{"format", "onnx-model"}}; })) ==
         "plan.json: format: 'onnx-model' is not rannc-plan");
   CHECK(error_of(changed([](json& p) { p["version"] = 2; p.erase("stages"); })) ==
@@ -129,7 +129,7 @@ TEST_CASE("format and version are checked before any field", "[plan_file]") {
         "plan.json: version: expected an integer, found a string \"1\"");
 }
 
-TEST_CASE("missing and mistyped fields are named by their JSON path", "[plan_file]") {
+TEST_CASE("missing and mistyped fields are named by their JSON path", "[plan_json]") {
   CHECK(error_of(changed([](json& p) { p["stages"][1]["inputs"][0]["source"].erase("stage"); })) ==
         "plan.json: stages[1].inputs[0].source.stage: missing");
   CHECK(error_of(changed([](json& p) { p["stages"][0]["predicted"]["fwd_ms"] = "fast"; })) ==
@@ -145,7 +145,7 @@ TEST_CASE("missing and mistyped fields are named by their JSON path", "[plan_fil
         "plan.json: schedule zigzag: unknown schedule (known: 1f1b, gpipe)");
 }
 
-TEST_CASE("stages are in order and take inputs from earlier stages' outputs", "[plan_file]") {
+TEST_CASE("stages are in order and take inputs from earlier stages' outputs", "[plan_json]") {
   CHECK(error_of(changed([](json& p) { p["stages"][1]["id"] = 2; })) ==
         "plan.json: stages[1].id: 2, expected 1 (stage ids run 0, 1, ... in order)");
   CHECK(error_of(changed([](json& p) { p["stages"][1]["inputs"][0]["source"]["stage"] = 1; })) ==
@@ -166,7 +166,7 @@ TEST_CASE("stages are in order and take inputs from earlier stages' outputs", "[
         "plan.json: model.inputs: input 0 ('x') has no batch dim");
 }
 
-TEST_CASE("ranks cover 0..R-1 once, as the stages place them", "[plan_file]") {
+TEST_CASE("ranks cover 0..R-1 once, as the stages place them", "[plan_json]") {
   CHECK(error_of(changed([](json& p) { p["ranks"][2]["rank"] = 1; })) == "plan.json: ranks[2].rank: 1 appears twice");
   CHECK(error_of(changed([](json& p) { p["ranks"][2]["rank"] = 5; })) == "plan.json: ranks[2].rank: 5 is not in 0..2");
   CHECK(error_of(changed([](json& p) { p["ranks"][1]["stage"] = 0; })) ==
@@ -185,34 +185,34 @@ TEST_CASE("ranks cover 0..R-1 once, as the stages place them", "[plan_file]") {
         "plan.json: batch: global 16 is not pipelines x microbatches x microbatch_size (1 x 2 x 4)");
 }
 
-TEST_CASE("stage files named by the plan must exist", "[plan_file]") {
+TEST_CASE("stage files named by the plan must exist", "[plan_json]") {
   TempDir dir;
-  PlanFile plan = read_plan_file(dir.write("plan.json", test::small_plan().dump()));
+  Plan plan = read_plan_file(dir.write("plan.json", test::small_plan().dump()));
   dir.write("stage_0.pt", "x");
   try {
-    check_stage_files_exist(plan);
+    check_stage_files(plan);
     FAIL("no error for the missing stage_1.pt");
   } catch (const InputError& e) {
     CHECK(std::string(e.what()) == plan.path + ": stage 1's file " + (dir.path / "stage_1.pt").string() +
                                        " is missing (write the stage files with the partition verb)");
   }
   dir.write("stage_1.pt", "x");
-  CHECK_NOTHROW(check_stage_files_exist(plan));
+  CHECK_NOTHROW(check_stage_files(plan));
 }
 
-TEST_CASE("stage files must be the ones whose sha256 the plan records", "[plan_file]") {
+TEST_CASE("stage files must be the ones whose sha256 the plan records", "[plan_json]") {
   TempDir dir;
   dir.write("stage_0.pt", "zero");
   dir.write("stage_1.pt", "one");
   json document = test::small_plan();
   document["stages"][0]["sha256"] = sha256_of_file((dir.path / "stage_0.pt").string());
   document["stages"][1]["sha256"] = sha256_of_file((dir.path / "stage_0.pt").string());  // not stage_1's
-  PlanFile plan = read_plan_file(dir.write("plan.json", document.dump()));
+  Plan plan = read_plan_file(dir.write("plan.json", document.dump()));
   CHECK(plan.stages[0].sha256.size() == 64);
   CHECK_NOTHROW(check_stage_file(plan, plan.stages[0]));
   CHECK_NOTHROW(check_stage_file(plan, plan.stages[1], /*check_sha256=*/false));
   try {
-    check_stage_files_exist(plan);
+    check_stage_files(plan);
     FAIL("no error for a stage_1.pt that is not the plan's");
   } catch (const InputError& e) {
     CHECK_THAT(e.what(), Catch::StartsWith((dir.path / "stage_1.pt").string() + " does not match " + plan.path + " (sha256 "));

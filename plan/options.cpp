@@ -1,0 +1,35 @@
+#include "plan/options.h"
+
+#include "support/named_choice.h"
+
+namespace rannc::plan {
+
+std::string_view optimizer_name(Optimizer optimizer) {
+  switch (optimizer) {
+    case Optimizer::kSgd: return "sgd";
+    case Optimizer::kMomentum: return "momentum";
+    case Optimizer::kAdam: return "adam";
+  }
+  return "adam";
+}
+
+Optimizer parse_optimizer(std::string_view name, std::string_view what) {
+  return parse_named_choice(name, what, "optimizer", {Optimizer::kSgd, Optimizer::kMomentum, Optimizer::kAdam},
+                            optimizer_name);
+}
+
+std::string_view precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16Mixed: return "bf16-mixed";
+    case Precision::kFp16Mixed: return "fp16-mixed";
+  }
+  return "fp32";
+}
+
+Precision parse_precision(std::string_view name, std::string_view what) {
+  return parse_named_choice(name, what, "precision", {Precision::kFp32, Precision::kBf16Mixed, Precision::kFp16Mixed},
+                            precision_name);
+}
+
+}  // namespace rannc::plan

@@ -1,0 +1,135 @@
+// The plan: what partition decides and every other tool reads (show, verify, rannc-run, the
+// launch files and pictures). plan.json is this structure written out (plan/plan_json.h);
+// docs/plan-format.md describes each field and docs/plan.schema.json is its JSON Schema.
+//
+// Shapes are per microbatch per replica. Times are milliseconds and sizes bytes, as predicted
+// by the cost model for one training step.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plan/options.h"
+#include "plan/schedule.h"
+
+namespace rannc::plan {
+
+inline constexpr const char* kFormat = "rannc-plan";
+inline constexpr int kVersion = 1;
+
+struct Tensor {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::string dtype;             // ir::dtype_name spelling: "float32", "int64", ...
+  int batch_dim = -1;            // where the runtime slices a microbatch among replicas; -1: not sliced
+  std::int64_t index_bound = 0;  // integer model inputs: valid values are below it (0: not given)
+  // Stage inputs only: where the tensor comes from, a model input or an earlier stage's output.
+  std::optional<std::string> model_input;
+  int from_stage = -1, from_output = -1;
+  // Stage outputs only.
+  bool model_output = false;
+};
+
+struct Weight {
+  std::string name;        // qualified name in the model ("blocks.0.qkv.weight")
+  std::string stage_name;  // attribute name in the stage module ("p3", "b0")
+  std::int64_t numel = 0, bytes = 0;
+  std::vector<int> shared_with;  // other stages holding the same (tied) weight
+};
+
+// Memory of one device, by what it holds.
+struct MemoryBreakdown {
+  double weights = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0, comm_buffers = 0;
+  double total() const { return weights + grads + optimizer + activations + workspace + comm_buffers; }
+};
+
+struct StagePrediction {
+  double fwd_ms = 0, bwd_ms = 0;     // per microbatch on one replica (bwd includes recomputation)
+  double p2p_ms = 0;                 // receiving the inputs of one microbatch
+  double allreduce_ms = 0;           // the stage's gradients among its ranks, once per step
+  int in_flight = 0;                 // microbatches kept between forward and backward
+  double mem_bytes = 0;              // per device: memory.total() in plans partition writes
+  MemoryBreakdown memory;
+};
+
+struct Stage {
+  int id = 0;
+  std::string file;    // the stage file, relative to the plan's folder
+  std::string sha256;  // of the stage file as partition wrote it ("" in --plan-only plans)
+  std::vector<int> ranks;  // every replica of every pipeline, ascending
+  int replicas_per_pipeline = 1;
+  std::vector<int> blocks;  // [begin, end) of the block sequence (empty: not recorded)
+  std::string op_range;     // "first op .. last op"
+  std::vector<int> ops;     // the model's ops the stage computes (ir op ids)
+  std::vector<Tensor> inputs, outputs;
+  std::vector<Weight> params, buffers;
+  bool recompute = false, offload = false;
+  StagePrediction predicted;
+};
+
+struct RankPlacement {
+  int rank = 0, node = 0, local_rank = 0, stage = 0, replica = 0;
+};
+
+struct Model {
+  std::string path;  // the model file partition read
+  std::string sha256;
+  std::string format;  // "onnx" | "torchscript"
+  std::int64_t params = 0, param_bytes = 0;
+  std::int64_t evaluated_batch = 1;
+  std::vector<Tensor> inputs;  // the example inputs, at the evaluated batch
+};
+
+struct Link {
+  double bandwidth_gbps = 0, latency_us = 0;
+};
+
+struct Cluster {
+  int gpus = 1, nodes = 1, gpus_per_node = 1;
+  std::int64_t mem_bytes = 0;
+  std::string device;  // preset or custom device name
+  std::optional<Link> intra_node, inter_node;
+};
+
+struct Batch {
+  std::int64_t global = 1;  // pipelines x microbatches x microbatch_size
+  int pipelines = 1, microbatches = 1, microbatch_size = 1;
+};
+
+struct Prediction {
+  double iteration_ms = 0, samples_per_s = 0, bubble_fraction = 0, lower_bound_ms = 0, peak_mem_bytes = 0;
+  double efficiency = 0;  // lower_bound_ms / iteration_ms
+};
+
+// Devices of the cluster that carry no stage, and why.
+struct Unused {
+  std::vector<int> ranks;
+  std::string reason;
+};
+
+struct Plan {
+  Model model;
+  Cluster cluster;
+  Batch batch;
+  Schedule schedule = Schedule::k1F1B;
+  Optimizer optimizer = Optimizer::kAdam;
+  Precision precision = Precision::kFp32;
+  std::vector<Stage> stages;
+  std::vector<RankPlacement> ranks;
+  Prediction predicted;
+  Unused unused;
+
+  // Where the plan was read from, or is written to; stage files are relative to its folder.
+  std::string path;
+  std::string folder() const;
+  // A stage file's path on disk.
+  std::string stage_path(const Stage& stage) const;
+
+  int stage_count() const { return static_cast<int>(stages.size()); }
+  // Stages after `stage` in its pipeline (what the schedule's rules are written in).
+  int stages_after(int stage) const { return stage_count() - 1 - stage; }
+};
+
+}  // namespace rannc::plan

@@ -1,0 +1,149 @@
+// plan.json from a Plan. Field names here and in plan_reader.cpp are the format
+// (docs/plan-format.md); a field is optional in the reader only for plans written by hand.
+#include "plan/plan_json.h"
+
+#include "support/error.h"
+#include "support/input_file.h"
+#include "support/stable_number.h"
+
+namespace rannc::plan {
+namespace {
+
+using nlohmann::json;
+
+json tensor_json(const Tensor& tensor) {
+  json entry = {{"name", tensor.name}, {"shape", tensor.shape}, {"dtype", tensor.dtype}, {"batch_dim", tensor.batch_dim}};
+  if (tensor.index_bound > 0) entry["index_bound"] = tensor.index_bound;
+  if (tensor.model_input) entry["source"] = {{"model_input", *tensor.model_input}};
+  if (tensor.from_stage >= 0) entry["source"] = {{"stage", tensor.from_stage}, {"output", tensor.from_output}};
+  if (tensor.model_output) entry["model_output"] = true;
+  return entry;
+}
+
+json tensors_json(const std::vector<Tensor>& tensors) {
+  json list = json::array();
+  for (const auto& tensor : tensors) list.push_back(tensor_json(tensor));
+  return list;
+}
+
+json weights_json(const std::vector<Weight>& weights) {
+  json list = json::array();
+  for (const auto& weight : weights) {
+    json entry = {{"name", weight.name}, {"stage_name", weight.stage_name}, {"numel", weight.numel}, {"bytes", weight.bytes}};
+    if (!weight.shared_with.empty()) entry["shared_with"] = weight.shared_with;
+    list.push_back(entry);
+  }
+  return list;
+}
+
+}  // namespace
+
+json memory_to_json(const MemoryBreakdown& m) {
+  return {{"weights", stable_number(m.weights)},     {"grads", stable_number(m.grads)},
+          {"optimizer", stable_number(m.optimizer)}, {"activations", stable_number(m.activations)},
+          {"workspace", stable_number(m.workspace)}, {"comm_buffers", stable_number(m.comm_buffers)},
+          {"total", stable_number(m.total())}};
+}
+
+namespace {
+
+json stage_json(const Stage& stage) {
+  const auto& p = stage.predicted;
+  json entry = {
+      {"id", stage.id},
+      {"file", stage.file},
+      {"ranks", stage.ranks},
+      {"replicas", stage.ranks.size()},
+      {"replicas_per_pipeline", stage.replicas_per_pipeline},
+      {"ops", stage.ops},
+      {"inputs", tensors_json(stage.inputs)},
+      {"outputs", tensors_json(stage.outputs)},
+      {"params", weights_json(stage.params)},
+      {"buffers", weights_json(stage.buffers)},
+      {"recompute", stage.recompute},
+      {"offload", stage.offload},
+      {"predicted",
+       {{"fwd_ms", stable_number(p.fwd_ms)},
+        {"bwd_ms", stable_number(p.bwd_ms)},
+        {"p2p_ms", stable_number(p.p2p_ms)},
+        {"allreduce_ms", stable_number(p.allreduce_ms)},
+        {"in_flight", p.in_flight},
+        {"mem_bytes", stable_number(p.mem_bytes)},
+        {"memory", memory_to_json(p.memory)}}},
+  };
+  if (!stage.sha256.empty()) entry["sha256"] = stage.sha256;
+  if (!stage.blocks.empty()) entry["blocks"] = stage.blocks;  // half-open [begin, end)
+  if (!stage.op_range.empty()) entry["op_range"] = stage.op_range;
+  return entry;
+}
+
+json model_json(const Model& model) {
+  return {{"path", model.path},     {"sha256", model.sha256},           {"format", model.format},
+          {"params", model.params}, {"param_bytes", model.param_bytes}, {"evaluated_batch", model.evaluated_batch},
+          {"inputs", tensors_json(model.inputs)}};
+}
+
+json link_json(const Link& link) {
+  return {{"bandwidth_gbps", stable_number(link.bandwidth_gbps)}, {"latency_us", stable_number(link.latency_us)}};
+}
+
+json cluster_json(const Cluster& cluster) {
+  json entry = {{"gpus", cluster.gpus},
+                {"nodes", cluster.nodes},
+                {"gpus_per_node", cluster.gpus_per_node},
+                {"mem_bytes", cluster.mem_bytes},
+                {"device", cluster.device}};
+  if (cluster.intra_node) entry["intra_node"] = link_json(*cluster.intra_node);
+  if (cluster.inter_node) entry["inter_node"] = link_json(*cluster.inter_node);
+  return entry;
+}
+
+json ranks_json(const std::vector<RankPlacement>& ranks) {
+  json list = json::array();
+  for (const auto& r : ranks)
+    list.push_back({{"rank", r.rank}, {"node", r.node}, {"local_rank", r.local_rank}, {"stage", r.stage}, {"replica", r.replica}});
+  return list;
+}
+
+json prediction_json(const Prediction& p) {
+  return {{"iteration_ms", stable_number(p.iteration_ms)},     {"samples_per_s", stable_number(p.samples_per_s)},
+          {"bubble_fraction", stable_number(p.bubble_fraction)}, {"lower_bound_ms", stable_number(p.lower_bound_ms)},
+          {"efficiency", stable_number(p.efficiency)},         {"peak_mem_bytes", stable_number(p.peak_mem_bytes)}};
+}
+
+}  // namespace
+
+json to_json(const Plan& plan) {
+  json stages = json::array();
+  for (const auto& stage : plan.stages) stages.push_back(stage_json(stage));
+  json document = {
+      {"format", kFormat},
+      {"version", kVersion},
+      {"model", model_json(plan.model)},
+      {"cluster", cluster_json(plan.cluster)},
+      {"batch",
+       {{"global", plan.batch.global},
+        {"pipelines", plan.batch.pipelines},
+        {"microbatches", plan.batch.microbatches},
+        {"microbatch_size", plan.batch.microbatch_size}}},
+      {"schedule", std::string(schedule_name(plan.schedule))},
+      {"optimizer", std::string(optimizer_name(plan.optimizer))},
+      {"precision", std::string(precision_name(plan.precision))},
+      {"stages", stages},
+      {"ranks", ranks_json(plan.ranks)},
+      {"predicted", prediction_json(plan.predicted)},
+  };
+  if (!plan.unused.ranks.empty()) {
+    document["unused_devices"] = {{"count", plan.unused.ranks.size()}, {"ranks", plan.unused.ranks}, {"reason", plan.unused.reason}};
+  }
+  // nlohmann::json writes NaN and infinity as null, which no reader accepts: a prediction that
+  // overflowed is an error here, not a plan.
+  if (auto field = first_non_finite(document)) {
+    throw InputError("plan.json: " + *field + " is not a finite number (the cluster's or the profile DB's figures are out of range)");
+  }
+  return document;
+}
+
+std::string to_text(const Plan& plan) { return to_json(plan).dump(1) + "\n"; }
+
+}  // namespace rannc::plan

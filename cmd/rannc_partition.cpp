@@ -1,5 +1,5 @@
 // rannc-partition: the command-line entry point. Parses options, runs a verb, and turns every
-// error into one line on stderr and the exit status of CONTRACT.md.
+// error into one line on stderr and the exit status of docs/contract.md.
 #include <CLI/CLI.hpp>
 
 #include <filesystem>
@@ -179,7 +179,7 @@ void add_verify_command(CLI::App& app, VerifyCommandOptions& options, CLI::App*&
   command->add_flag("--json", options.json, "print the result as JSON");
 }
 
-// Exit 1 when a difference is beyond the tolerance (CONTRACT.md: the request is not met).
+// Exit 1 when a difference is beyond the tolerance (docs/contract.md: the request is not met).
 int run_verify_command(VerifyCommandOptions& options) {
   if (!options.model_path.empty()) options.verify.model_path = options.model_path;
   VerifyOutcome outcome = run_verify(options.verify);
@@ -215,7 +215,7 @@ int run(int argc, char** argv) {
   InspectOptions inspect;
   auto* inspect_command = app.add_subcommand("inspect", "show the ops, parameters, shapes and FLOPs of a model");
   add_model_options(*inspect_command, inspect.model);
-  inspect_command->add_flag("--json", inspect.json, "print JSON (see CONTRACT.md)");
+  inspect_command->add_flag("--json", inspect.json, "print JSON (see docs/contract.md)");
   inspect_command->add_flag("--dump-ir", inspect.dump_ir, "print the lowered IR graph, one op a line (with --json: every value and op as JSON)");
   inspect_command->add_option("--device", inspect.device, "also predict a training step on this device preset");
   inspect_command->add_option("--cluster", inspect.cluster_file, "like --device, with the device of this cluster JSON");

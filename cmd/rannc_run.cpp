@@ -1,4 +1,4 @@
-// rannc-run: executes a plan under mpirun, one process per rank (CONTRACT.md, "rannc-run").
+// rannc-run: executes a plan under mpirun, one process per rank (docs/contract.md, "rannc-run").
 #include <CLI/CLI.hpp>
 
 #include <iostream>

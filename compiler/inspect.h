@@ -1,4 +1,4 @@
-// `rannc-partition inspect`: what a model holds, as a table or as the JSON of CONTRACT.md.
+// `rannc-partition inspect`: what a model holds, as a table or as the JSON of docs/contract.md.
 #pragma once
 
 #include <nlohmann/json.hpp>

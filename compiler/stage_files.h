@@ -1,4 +1,4 @@
-// Writing the stage files of a plan (CONTRACT.md "Stage files") beside plan.json.
+// Writing the stage files of a plan (docs/contract.md "Stage files") beside plan.json.
 #pragma once
 
 #include <string>

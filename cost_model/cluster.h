@@ -1,5 +1,5 @@
 // The cluster a plan targets: how many devices, how they are grouped into nodes, how much
-// memory each has and how fast they talk. Built from the CLI flags of CONTRACT.md or from a
+// memory each has and how fast they talk. Built from the CLI flags of docs/contract.md or from a
 // cluster JSON file (--cluster); every malformed or impossible description is an InputError
 // that names the flag or the JSON field at fault.
 //
@@ -45,7 +45,7 @@ struct Cluster {
   int node_of(int rank) const { return rank / gpus_per_node; }
 };
 
-// The flags of CONTRACT.md; unset ones take the defaults there.
+// The flags of docs/contract.md; unset ones take the defaults there.
 struct ClusterFlags {
   std::optional<int> gpus;              // --gpus, default 1
   std::optional<std::string> mem;       // --mem, default the device's memory
@@ -67,7 +67,7 @@ inline constexpr std::int64_t kMaxMemBytes = std::int64_t{1} << 50;  // 1 PiB pe
 std::int64_t parse_size(std::string_view text, std::string_view what);
 
 // With cluster_file set, the file alone describes the cluster and the other flags are ignored
-// (the file wins; CONTRACT.md: --cluster "overrides the four above").
+// (the file wins; docs/contract.md: --cluster "overrides the four above").
 Cluster cluster_from_flags(const ClusterFlags& flags);
 
 // The JSON form above; `source` names the file in errors. load_cluster_file also turns a missing

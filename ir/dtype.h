@@ -1,4 +1,4 @@
-// Element types of tensors, named as in CONTRACT.md ("float32", "int64", ...).
+// Element types of tensors, named as in docs/contract.md ("float32", "int64", ...).
 #pragma once
 
 #include <cstdint>

@@ -126,13 +126,13 @@ json parse_document(const std::string& path) {
 // "format" and "version" first: a foreign or newer file gets that said, not a missing field.
 void check_header(const Field& document) {
   if (!document.raw().is_object()) document.fail("not a plan: expected a JSON object, found " + std::string(type_name(document.raw())));
-  if (!document.has("format")) document.fail("not a rannc plan: no \"format\" field");
+  if (!document.has("format")) document.fail("format: missing (not a rannc plan)");
   std::string format = document["format"].text();
   if (format != kFormat) document["format"].fail("'" + text_excerpt(format) + "' is not " + kFormat);
   auto version = document["version"].integer();
   if (version != kVersion) {
-    document.fail("version " + std::to_string(version) + " is not supported (this build reads version " +
-                  std::to_string(kVersion) + ")");
+    document["version"].fail(std::to_string(version) + " is not supported (this build reads version " +
+                             std::to_string(kVersion) + ")");
   }
 }
 
@@ -141,7 +141,10 @@ Tensor read_tensor(const Field& field) {
   tensor.name = field["name"].text();
   for (const auto& dim : field["shape"].items()) tensor.shape.push_back(dim.integer(0));
   tensor.dtype = field["dtype"].text();
-  if (!ir::parse_dtype(tensor.dtype)) field["dtype"].fail("'" + text_excerpt(tensor.dtype) + "' is not a dtype");
+  // Only the names the writer spells ("float32", not the CLI's alias "fp32"), as the schema says.
+  auto dtype = ir::parse_dtype(tensor.dtype);
+  if (!dtype || ir::dtype_name(*dtype) != tensor.dtype)
+    field["dtype"].fail("'" + text_excerpt(tensor.dtype) + "' is not a dtype");
   tensor.batch_dim = field["batch_dim"].small(-1);
   if (tensor.batch_dim >= static_cast<int>(tensor.shape.size())) {
     field["batch_dim"].fail(std::to_string(tensor.batch_dim) + " is not a dim of a " + std::to_string(tensor.shape.size()) +
@@ -180,10 +183,11 @@ void read_model(const Field& model, Plan& plan) {
   if (auto bytes = model.find("param_bytes")) m.param_bytes = bytes->integer(0);
   m.evaluated_batch = model["evaluated_batch"].integer(1);
   m.inputs = read_tensors(model["inputs"]);
+  auto fields = model["inputs"].items();
   for (std::size_t i = 0; i < m.inputs.size(); ++i) {
-    if (auto bound = model["inputs"].items()[i].find("index_bound")) m.inputs[i].index_bound = bound->integer(1);
+    if (auto bound = fields[i].find("index_bound")) m.inputs[i].index_bound = bound->integer(1);
     if (m.inputs[i].batch_dim < 0)
-      model["inputs"].fail("input " + std::to_string(i) + " ('" + text_excerpt(m.inputs[i].name) + "') has no batch dim");
+      fields[i]["batch_dim"].fail("-1: input '" + text_excerpt(m.inputs[i].name) + "' has no batch dim");
   }
 }
 
@@ -222,10 +226,10 @@ void read_batch(const Field& batch, Plan& plan) {
 }
 
 // A named choice ("1f1b"), parsed with the option's own parser:
-// "plan.json: schedule zigzag: unknown schedule (known: 1f1b, gpipe)".
+// "plan.json: schedule: zigzag: unknown schedule (known: 1f1b, gpipe)".
 template <typename Choice>
 Choice read_choice(const Field& field, Choice (*parse)(std::string_view, std::string_view)) {
-  return parse(text_excerpt(field.text()), field.label());
+  return parse(text_excerpt(field.text()), field.label() + ":");
 }
 
 // Where a stage input comes from: a model input, or an output of an earlier stage whose name
@@ -289,6 +293,7 @@ MemoryBreakdown read_memory(const Field& memory) {
   m.activations = memory["activations"].non_negative();
   m.workspace = memory["workspace"].non_negative();
   m.comm_buffers = memory["comm_buffers"].non_negative();
+  if (auto total = memory.find("total")) total->non_negative();  // derived from the others; only checked
   return m;
 }
 

@@ -1,4 +1,4 @@
-// The training loss: which model output it is taken of and how (CONTRACT.md: a scalar output is
+// The training loss: which model output it is taken of and how (docs/contract.md: a scalar output is
 // the loss; otherwise --loss cross_entropy or mse against target.npy). Each microbatch slice
 // adds its share, summed and divided by the elements of the whole global batch, so the step's
 // loss and gradients are those of one process taking the mean over the global batch.

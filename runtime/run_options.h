@@ -1,4 +1,4 @@
-// What `rannc-run` is asked to do (CONTRACT.md, "rannc-run").
+// What `rannc-run` is asked to do (docs/contract.md, "rannc-run").
 #pragma once
 
 #include <cstdint>

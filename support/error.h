@@ -1,4 +1,4 @@
-// Errors that reach the user as one line and an exit status (see CONTRACT.md, "Exit status").
+// Errors that reach the user as one line and an exit status (see docs/contract.md, "Exit status").
 #pragma once
 
 #include <stdexcept>

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The partition verb end to end on the GPT-style sample: plan.json follows CONTRACT.md and is
+"""The partition verb end to end on the GPT-style sample: plan.json follows docs/contract.md and is
 consistent with itself and the model, every stage fits its device, every device is used or the
 plan says why, forced stage/microbatch counts and GPipe are honoured, and the same inputs give
 byte-identical plans.
@@ -12,6 +12,8 @@ import subprocess
 import sys
 import tempfile
 
+import plan_schema
+
 
 def partition(binary, model, out, *args):
     command = [binary, model, "-o", out, "--json", *args]
@@ -21,7 +23,9 @@ def partition(binary, model, out, *args):
     summary = json.loads(result.stdout)
     with open(os.path.join(out, "plan.json"), "rb") as f:
         raw = f.read()
-    return summary, json.loads(raw), raw
+    plan = json.loads(raw)
+    plan_schema.check(plan, os.path.join(out, "plan.json"))
+    return summary, plan, raw
 
 
 def check(condition, message):

@@ -17,6 +17,8 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 
+import plan_schema
+
 COMPANIONS = ("launch.sh", "job.sbatch", "schedule.svg", "stages.dot")
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -35,7 +37,9 @@ def run(command, **kwargs):
 def partition(binary, model, out, *args):
     run([binary, model, "-o", out, *args])
     with open(os.path.join(out, "plan.json")) as f:
-        return json.load(f)
+        plan = json.load(f)
+    plan_schema.check(plan, os.path.join(out, "plan.json"))
+    return plan
 
 
 def read(out, name):

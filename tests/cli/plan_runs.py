@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import sys
 
+import plan_schema
+
 
 def fail(message):
     print("FAIL:", message)
@@ -24,8 +26,11 @@ def write_plan(rannc, model, out_dir, args):
     """`rannc MODEL ARGS -o OUT_DIR` into an emptied OUT_DIR; returns its plan.json."""
     shutil.rmtree(out_dir, ignore_errors=True)
     run([rannc, model, *args, "-o", out_dir])
-    with open(os.path.join(out_dir, "plan.json")) as f:
-        return json.load(f)
+    path = os.path.join(out_dir, "plan.json")
+    with open(path) as f:
+        plan = json.load(f)
+    plan_schema.check(plan, path)
+    return plan
 
 
 def verify(rannc, out_dir, context=""):

@@ -117,14 +117,14 @@ TEST_CASE("unreadable and foreign files are one line naming the file", "[plan_js
   CHECK_THAT(message, Catch::StartsWith(truncated + ": not valid JSON (truncated?): parse error at line"));
   CHECK(message.find('\n') == std::string::npos);
   CHECK(error_of(json::array({1, 2})) == "plan.json: not a plan: expected a JSON object, found an array");
-  CHECK(error_of(json::object({{"stages", json::array()}})) == "plan.json: not a rannc plan: no \"format\" field");
+  CHECK(error_of(json::object({{"stages", json::array()}})) == "plan.json: format: missing (not a rannc plan)");
 }
 
 TEST_CASE("format and version are checked before any field", "[plan_json]") {
   CHECK(error_of(changed([](json& p) { p = {{"format", "onnx-model"}}; })) ==
         "plan.json: format: 'onnx-model' is not rannc-plan");
   CHECK(error_of(changed([](json& p) { p["version"] = 2; p.erase("stages"); })) ==
-        "plan.json: version 2 is not supported (this build reads version 1)");
+        "plan.json: version: 2 is not supported (this build reads version 1)");
   CHECK(error_of(changed([](json& p) { p["version"] = "1"; })) ==
         "plan.json: version: expected an integer, found a string \"1\"");
 }
@@ -142,7 +142,7 @@ TEST_CASE("missing and mistyped fields are named by their JSON path", "[plan_jso
   CHECK(error_of(changed([](json& p) { p["stages"][0]["outputs"][0]["batch_dim"] = 2; })) ==
         "plan.json: stages[0].outputs[0].batch_dim: 2 is not a dim of a 2-dim tensor");
   CHECK(error_of(changed([](json& p) { p["schedule"] = "zigzag"; })) ==
-        "plan.json: schedule zigzag: unknown schedule (known: 1f1b, gpipe)");
+        "plan.json: schedule: zigzag: unknown schedule (known: 1f1b, gpipe)");
 }
 
 TEST_CASE("stages are in order and take inputs from earlier stages' outputs", "[plan_json]") {
@@ -163,7 +163,7 @@ TEST_CASE("stages are in order and take inputs from earlier stages' outputs", "[
   CHECK(error_of(changed([](json& p) { p["stages"][1]["outputs"][0]["dtype"] = "float99"; })) ==
         "plan.json: stages[1].outputs[0].dtype: 'float99' is not a dtype");
   CHECK(error_of(changed([](json& p) { p["model"]["inputs"][0]["batch_dim"] = -1; })) ==
-        "plan.json: model.inputs: input 0 ('x') has no batch dim");
+        "plan.json: model.inputs[0].batch_dim: -1: input 'x' has no batch dim");
 }
 
 TEST_CASE("ranks cover 0..R-1 once, as the stages place them", "[plan_json]") {

@@ -21,6 +21,7 @@
 #include "plan/plan_json.h"
 #include "ir/dump.h"
 #include "support/error.h"
+#include "support/executable.h"
 
 namespace rannc {
 namespace {
@@ -159,6 +160,7 @@ int run_partition_command(PartitionCommandOptions& options) {
   if (options.model.model_path.empty()) throw InputError("MODEL is required (see rannc-partition --help)");
   options.partition.model_path = options.model.model_path;
   options.partition.load = options.model.to_load_options();
+  options.partition.runtime_folder = executable_folder().string();
   PartitionReport report = run_partition(options.partition);
   if (options.json) print_json(report.summary, 2);
   else std::cout << report.text;

@@ -234,7 +234,7 @@ int run_help(CLI::App& app, const std::string& tool_help, const std::string& top
 
 int run(int argc, char** argv) {
   // Nothing to do: the usage, as the one error line (exit 2).
-  if (argc < 2) throw InputError(std::string("no model or command given; ") + kUsage + " (see rannc-partition help)");
+  if (argc < 2) throw InputError(std::string("no model or command given; ") + kUsage + " (see rannc-partition --help)");
   CLI::App app{"rannc-partition: plans hybrid pipeline/data-parallel training of a model on a cluster\n" +
                std::string(kUsage)};
   app.name("rannc-partition");

@@ -15,11 +15,13 @@
 #include "compiler/profile.h"
 #include "compiler/show.h"
 #include "compiler/verify.h"
+#include "cmd/version.h"
 #include "cost_model/cluster.h"
 #include "cost_model/op_work.h"
 #include "plan/plan_json.h"
 #include "ir/dump.h"
 #include "support/error.h"
+#include "support/executable.h"
 
 namespace rannc {
 namespace {
@@ -158,6 +160,7 @@ int run_partition_command(PartitionCommandOptions& options) {
   if (options.model.model_path.empty()) throw InputError("MODEL is required (see rannc-partition --help)");
   options.partition.model_path = options.model.model_path;
   options.partition.load = options.model.to_load_options();
+  options.partition.runtime_folder = executable_folder().string();
   PartitionReport report = run_partition(options.partition);
   if (options.json) print_json(report.summary, 2);
   else std::cout << report.text;
@@ -206,10 +209,37 @@ int run_show(const ShowOptions& options) {
   return 0;
 }
 
+constexpr const char* kUsage =
+    "usage: rannc-partition MODEL [--gpus N --mem SIZE ...] | inspect | profile | show | verify | help [COMMAND]";
+
+// `help` and `help COMMAND`: the usage of the tool (with the default verb, `partition`) or of one
+// command, on stdout. `tool_help` is taken before parsing: once a command is parsed, the app's
+// help() is that command's.
+int run_help(CLI::App& app, const std::string& tool_help, const std::string& topic) {
+  if (topic.empty() || topic == "partition") {
+    std::cout << tool_help;
+    return 0;
+  }
+  CLI::App* command = nullptr;
+  try {
+    command = app.get_subcommand(topic);
+  } catch (const CLI::OptionNotFound&) {
+  }
+  if (!command || topic == "help") {
+    throw InputError("help " + topic + ": no such command (commands: partition, inspect, profile, show, verify)");
+  }
+  std::cout << command->help(app.get_name());
+  return 0;
+}
+
 int run(int argc, char** argv) {
-  CLI::App app{"rannc-partition: plans hybrid pipeline/data-parallel training of a model on a cluster\n"
-               "usage: rannc-partition MODEL [--gpus N --mem SIZE ...] | inspect | profile | show | verify"};
+  // Nothing to do: the usage, as the one error line (exit 2).
+  if (argc < 2) throw InputError(std::string("no model or command given; ") + kUsage + " (see rannc-partition --help)");
+  CLI::App app{"rannc-partition: plans hybrid pipeline/data-parallel training of a model on a cluster\n" +
+               std::string(kUsage)};
+  app.name("rannc-partition");
   app.require_subcommand(0, 1);
+  app.set_version_flag("--version", version_line("rannc-partition"), "print the version and those of libtorch and ONNX");
   PartitionCommandOptions partition;
   add_partition_options(app, partition);
   InspectOptions inspect;
@@ -237,14 +267,22 @@ int run(int argc, char** argv) {
   VerifyCommandOptions verify;
   CLI::App* verify_command = nullptr;
   add_verify_command(app, verify, verify_command);
+  std::string help_topic;
+  auto* help_command = app.add_subcommand("help", "print this help, or a command's (help inspect)");
+  help_command->add_option("COMMAND", help_topic, "partition, inspect, profile, show or verify");
+  const std::string tool_help = app.help();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
+    std::cout << app.help();  // the parsed command's, if any
+    return 0;
+  } catch (const CLI::CallForVersion& e) {
+    std::cout << e.what() << "\n";
     return 0;
   } catch (const CLI::ParseError& e) {
     throw InputError(first_line(e.what()) + " (see rannc-partition --help)");
   }
+  if (help_command->parsed()) return run_help(app, tool_help, help_topic);
   if (inspect_command->parsed()) return run_inspect(inspect);
   if (profile_command->parsed()) return run_profile_command(profile);
   if (show_command->parsed()) return run_show(show);

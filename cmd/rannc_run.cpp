@@ -3,6 +3,7 @@
 
 #include <iostream>
 
+#include "cmd/version.h"
 #include "runtime/mpi_world.h"
 #include "runtime/run.h"
 #include "support/error.h"
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   CLI::App app{"rannc-run: trains a model by the plan of rannc-partition, one process per rank under mpirun"};
   rannc::runtime::RunOptions options;
   add_options(app, options);
+  app.set_version_flag("--version", rannc::version_line("rannc-run"), "print the version and those of libtorch and ONNX");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,5 +1,6 @@
 #include "compiler/partition.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <limits>
@@ -53,12 +54,33 @@ partition::PlanRequest request_from(const PartitionOptions& options) {
   return request;
 }
 
-std::string plan_path_in(const std::string& out_dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec || !std::filesystem::is_directory(out_dir)) throw InputError(out_dir + ": cannot create the output folder");
-  return (std::filesystem::path(out_dir) / "plan.json").string();
-}
+// The output folder, made only once there is a plan to write, so that a run that fails before
+// (a bad model, no plan that fits) leaves nothing behind. When a later step fails, discard()
+// removes what this run made: the folder and any parents it created, never a folder that was
+// there before (nor its files).
+class OutputFolder {
+ public:
+  explicit OutputFolder(const std::string& path) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::path created;
+    for (fs::path p = fs::absolute(path, ec); !ec && !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+      created = p;
+      if (p == p.parent_path()) break;
+    }
+    fs::create_directories(path, ec);
+    if (ec || !fs::is_directory(path)) throw InputError(path + ": cannot create the output folder");
+    created_ = created;
+  }
+
+  void discard() const {
+    std::error_code ec;  // best effort: the run is failing already, with its own error
+    if (!created_.empty()) std::filesystem::remove_all(created_, ec);
+  }
+
+ private:
+  std::filesystem::path created_;  // the topmost folder this run created; empty: none
+};
 
 nlohmann::json summary_json(const partition::PlanResult& result, const std::string& path, const partition::PlanRequest& request,
                             double load_ms, double total_ms) {
@@ -86,30 +108,43 @@ nlohmann::json summary_json(const partition::PlanResult& result, const std::stri
 
 // The files beside plan.json for people and schedulers. They are made from the plan as a reader
 // sees it (checked by the plan reader), so they cannot describe anything plan.json does not say.
-void write_companion_files(const plan::Plan& plan, const partition::PlacedPipeline& pipeline) {
+void write_companion_files(const plan::Plan& plan, const partition::PlacedPipeline& pipeline,
+                           const std::string& runtime_folder) {
   auto beside = [&](const char* name) { return (std::filesystem::path(plan.folder()) / name).string(); };
   std::string launch = beside("launch.sh");
-  write_file_atomically(launch, emit::launch_script(plan), "the launch script");
+  write_file_atomically(launch, emit::launch_script(plan, runtime_folder), "the launch script");
   std::error_code ec;
   namespace fs = std::filesystem;
   fs::permissions(launch, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add, ec);
   if (ec) throw InputError(launch + ": cannot make it executable: " + ec.message());
-  write_file_atomically(beside("job.sbatch"), emit::sbatch_script(plan), "the SLURM job");
+  write_file_atomically(beside("job.sbatch"), emit::sbatch_script(plan, runtime_folder), "the SLURM job");
   write_file_atomically(beside("schedule.svg"), emit::schedule_svg(pipeline, emit::plan_title(plan)), "the schedule picture");
   write_file_atomically(beside("stages.dot"), emit::stages_dot(plan), "the stage graph");
 }
 
-// plan.json of an earlier run, and with --plan-only the stage files this plan would name:
-// those on disk belong to another plan, and readers must not take them for this one's.
-void remove_outputs_of_old_plan(const std::string& plan_path, const std::vector<emit::StageLayout>* stage_files) {
-  auto remove = [](const std::filesystem::path& path) {
-    std::error_code ec;
-    std::filesystem::remove(path, ec);
+// stage_<digits>.pt, the name of every stage file partition writes (emit/stage_layout.cpp).
+bool is_stage_file_name(const std::string& name) {
+  const std::string prefix = "stage_", suffix = ".pt";
+  if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return false;
+  auto digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  return std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// plan.json of an earlier run and its stage files: readers must not take them for this plan's
+// (with --plan-only, or fewer stages, some would never be overwritten). Other files stay.
+void remove_outputs_of_old_plan(const std::string& plan_path) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> old{plan_path};
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(fs::path(plan_path).parent_path(), ec))
+    if (is_stage_file_name(entry.path().filename().string())) old.push_back(entry.path());
+  if (ec) throw InputError(fs::path(plan_path).parent_path().string() + ": cannot list the output folder: " + ec.message());
+  for (const auto& path : old) {
+    fs::remove(path, ec);
     if (ec) throw InputError(path.string() + ": cannot remove the output of an earlier run: " + ec.message());
-  };
-  remove(plan_path);
-  if (stage_files)
-    for (const auto& stage : *stage_files) remove(std::filesystem::path(plan_path).parent_path() / stage.file);
+  }
 }
 
 std::int64_t weight_bytes(const ir::Graph& graph) {
@@ -142,6 +177,35 @@ nlohmann::json check_written_stages(const Model& model, const plan::Plan& plan, 
   return check.summary;
 }
 
+// Everything the run writes into the output folder, the plan last (see run_partition).
+struct Outputs {
+  const Model& model;
+  plan::Plan& plan;
+  const std::vector<emit::StageLayout>& layouts;
+  const partition::PlanResult& result;
+};
+
+// Writes the stage files, checks them, writes the companion files and plan.json; returns the
+// check's summary (null with --plan-only) and sets `check_line`.
+nlohmann::json write_outputs(const Outputs& out, const PartitionOptions& options, std::string& check_line) {
+  // The old plan goes first, so that a run that fails part-way leaves no plan.json naming files
+  // it did not write; plan.json is the last file written, once everything it names is there.
+  remove_outputs_of_old_plan(out.plan.path);
+  if (!options.plan_only) {
+    auto hashes = write_stage_files(out.model, out.layouts, options.out_dir);
+    for (std::size_t i = 0; i < hashes.size(); ++i) out.plan.stages[i].sha256 = hashes[i];
+  }
+  // Checked as every reader will check it before it is written: a plan the runtime would refuse
+  // is never left behind.
+  std::string text = plan::to_text(out.plan);
+  plan::from_json(nlohmann::json::parse(text), out.plan.path);
+  nlohmann::json check;
+  if (!options.plan_only) check = check_written_stages(out.model, out.plan, options, check_line);
+  write_companion_files(out.plan, out.result.pipeline, options.runtime_folder);
+  write_file_atomically(out.plan.path, text, "the plan");
+  return check;
+}
+
 }  // namespace
 
 PartitionReport run_partition(const PartitionOptions& options) {
@@ -149,8 +213,6 @@ PartitionReport run_partition(const PartitionOptions& options) {
   partition::PlanRequest request = request_from(options);
   std::optional<cost::ProfileDb> db;
   if (!options.profile_db.empty()) db = cost::ProfileDb::load(options.profile_db, /*must_exist=*/true);
-  std::string plan_path = plan_path_in(options.out_dir);
-  FolderLock lock(options.out_dir);  // held until every file is written
   auto batch = requested_batch(options.load);
   if (batch && *batch > std::numeric_limits<int>::max())
     throw InputError("--batch " + std::to_string(*batch) + ": larger than a plan supports (2^31 - 1)");
@@ -163,31 +225,28 @@ PartitionReport run_partition(const PartitionOptions& options) {
   cost::CostModel costs(model.graph, request.cluster.device, request.precision, db ? &*db : nullptr);
   auto result = partition::plan_model(model.graph, model.batch, costs, request);
   auto layouts = emit::stage_layouts(model.graph, result);
-  emit::ModelFacts facts{options.model_path, sha256_of_file(options.model_path),
+  // The model's absolute path, so that the plan finds it from any working directory.
+  emit::ModelFacts facts{std::filesystem::canonical(options.model_path).string(), sha256_of_file(options.model_path),
                          std::string(model_format_name(model.format)), model.batch};
   plan::Plan plan = emit::build_plan(model.graph, facts, request, result, layouts);
-  plan.path = plan_path;
-  // The old plan goes first, so that a run that fails part-way leaves no plan.json naming files
-  // it did not write; plan.json is the last file written, once everything it names is there.
-  remove_outputs_of_old_plan(plan_path, options.plan_only ? &layouts : nullptr);
-  if (!options.plan_only) {
-    auto hashes = write_stage_files(model, layouts, options.out_dir);
-    for (std::size_t i = 0; i < hashes.size(); ++i) plan.stages[i].sha256 = hashes[i];
-  }
-  // Checked as every reader will check it before it is written: a plan the runtime would refuse
-  // is never left behind.
-  std::string text = plan::to_text(plan);
-  plan::from_json(nlohmann::json::parse(text), plan_path);
+  plan.path = (std::filesystem::path(options.out_dir) / "plan.json").string();
+
+  OutputFolder folder(options.out_dir);
+  // Held until every file is written. A run refused here leaves the folder to the run that holds it.
+  FolderLock lock(options.out_dir);
   std::string check_line;
   nlohmann::json check;
-  if (!options.plan_only) check = check_written_stages(model, plan, options, check_line);
-  write_companion_files(plan, result.pipeline);
-  write_file_atomically(plan_path, text, "the plan");
+  try {
+    check = write_outputs({model, plan, layouts, result}, options, check_line);
+  } catch (...) {
+    folder.discard();
+    throw;
+  }
   double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 
   PartitionReport report;
-  report.plan_path = plan_path;
-  report.summary = summary_json(result, plan_path, request, load_ms, total_ms);
+  report.plan_path = plan.path;
+  report.summary = summary_json(result, plan.path, request, load_ms, total_ms);
   report.text = show_text(plan);
   if (!options.plan_only) {
     report.summary["check"] = check;

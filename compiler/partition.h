@@ -27,6 +27,9 @@ struct PartitionOptions {
   // weights take at most check_limit_bytes (the check runs the model on this machine).
   bool check = true;
   std::int64_t check_limit_bytes = std::int64_t{2} << 30;
+  // Where launch.sh and job.sbatch look for rannc-run after $RANNC_RUN and before PATH: the
+  // folder of the running rannc-partition, which rannc-run is built and installed beside.
+  std::string runtime_folder;
 };
 
 struct PartitionReport {

@@ -91,8 +91,8 @@ class TorchPlugin {
   virtual VerifyReport verify(const VerifyRequest& request) = 0;
 };
 
-// Loads the plugin once: from $RANNC_TORCH_PLUGIN, else from the executable's folder or
-// ../lib/rannc beside it. Throws Error when it cannot be found or loaded.
+// Loads the plugin once: from $RANNC_TORCH_PLUGIN, else from the executable's folder (build
+// tree) or ../lib/rannc-partition beside it (install tree). Throws Error when it cannot be found or loaded.
 TorchPlugin& torch_plugin();
 
 }  // namespace rannc

@@ -7,22 +7,19 @@
 
 #include "compiler/torch_plugin.h"
 #include "support/error.h"
+#include "support/executable.h"
 
 namespace rannc {
 namespace {
 
 constexpr const char* kPluginFile = "librannc_torch.so";
 
-std::filesystem::path executable_folder() {
-  std::error_code error;
-  auto exe = std::filesystem::read_symlink("/proc/self/exe", error);
-  return error ? std::filesystem::path() : exe.parent_path();
-}
-
 std::vector<std::filesystem::path> candidate_paths() {
   if (const char* env = std::getenv("RANNC_TORCH_PLUGIN"); env && *env) return {env};
   auto folder = executable_folder();
-  return {folder / kPluginFile, folder / ".." / "lib" / "rannc" / kPluginFile};
+  // Beside the executable in the build tree; in the install tree, where cmake --install puts it
+  // relative to the executable's folder (RANNC_PLUGIN_DIR_FROM_BIN, e.g. ../lib/rannc-partition).
+  return {folder / kPluginFile, folder / RANNC_PLUGIN_DIR_FROM_BIN / kPluginFile};
 }
 
 TorchPlugin* load_plugin() {

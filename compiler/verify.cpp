@@ -92,7 +92,7 @@ VerifyOutcome run_verify(const VerifyOptions& options) {
   if (!(options.tolerance > 0)) throw InputError("--tolerance must be positive");
   auto plan = plan::read_plan_file(options.plan_path);
   plan::check_stage_files(plan);
-  Model model = load_planned_model(plan, options.model_path.value_or(plan.model.path));
+  Model model = load_planned_model(plan, options.model_path.value_or(plan.model_file()));
   auto request = request_for(model, plan, options.seed);
   auto report = torch_plugin().verify(request);
 

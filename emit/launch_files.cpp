@@ -20,6 +20,29 @@ std::string shell_safe(const std::string& text) {
   return safe.empty() ? "model" : safe;
 }
 
+// Any text as one bash word: single-quoted, with each ' written as '\''.
+std::string shell_quoted(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+// Sets $rannc_run as the header of launch_files.h says, or exits 2 naming `script`.
+std::string find_runtime(const std::string& script, const std::string& runtime_folder) {
+  std::ostringstream out;
+  out << "rannc_run=\"${RANNC_RUN:-}\"\n";
+  if (!runtime_folder.empty()) {
+    std::string beside = shell_quoted((std::filesystem::path(runtime_folder) / "rannc-run").string());
+    out << "if [[ -z \"$rannc_run\" && -x " << beside << " ]]; then rannc_run=" << beside << "; fi\n";
+  }
+  out << "if [[ -z \"$rannc_run\" ]]; then rannc_run=\"$(command -v rannc-run || true)\"; fi\n"
+      << "if [[ -z \"$rannc_run\" ]]; then\n"
+      << "  echo \"" << script << ": cannot find rannc-run (set RANNC_RUN, or put it on PATH)\" >&2\n"
+      << "  exit 2\n"
+      << "fi\n";
+  return out.str();
+}
+
 std::string plural(int n, const char* noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); }
 
 // Ranks fill nodes in order (rank r is local rank r % K of node r / K).
@@ -44,21 +67,22 @@ std::string job_comment(const plan::Plan& plan) {
 
 int launched_ranks(const plan::Plan& plan) { return static_cast<int>(plan.ranks.size()); }
 
-std::string launch_script(const plan::Plan& plan) {
+std::string launch_script(const plan::Plan& plan, const std::string& runtime_folder) {
   std::ostringstream out;
   out << "#!/usr/bin/env bash\n"
       << "# Runs the plan beside this script under MPI, from any working directory.\n"
       << job_comment(plan)
       << "# usage: launch.sh [rannc-run options: --steps N --data DIR --report FILE ...]\n"
-      << "# MPIRUN (default mpirun, e.g. \"mpirun --hostfile hosts\" across nodes) and RANNC_RUN\n"
-      << "# (default rannc-run on PATH) override the launcher and the runtime.\n"
+      << "# MPIRUN (default mpirun, e.g. \"mpirun --hostfile hosts\" across nodes) overrides the launcher;\n"
+      << "# rannc-run is $RANNC_RUN, else the one beside the rannc-partition that wrote the plan, else on PATH.\n"
       << "set -euo pipefail\n"
       << "here=\"$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\"\n"
-      << "exec ${MPIRUN:-mpirun} -np " << launched_ranks(plan) << " \"${RANNC_RUN:-rannc-run}\" \"$here/plan.json\" \"$@\"\n";
+      << find_runtime("launch.sh", runtime_folder)
+      << "exec ${MPIRUN:-mpirun} -np " << launched_ranks(plan) << " \"$rannc_run\" \"$here/plan.json\" \"$@\"\n";
   return out.str();
 }
 
-std::string sbatch_script(const plan::Plan& plan) {
+std::string sbatch_script(const plan::Plan& plan, const std::string& runtime_folder) {
   std::ostringstream out;
   out << "#!/usr/bin/env bash\n"
       << "#SBATCH --job-name=rannc-" << shell_safe(std::filesystem::path(plan.model.path).stem().string()) << "\n"
@@ -68,8 +92,8 @@ std::string sbatch_script(const plan::Plan& plan) {
       << "#SBATCH --gpus-per-node=" << ranks_per_node(plan) << "\n"
       << "# A SLURM job of the plan in this folder, one task per rank and one GPU per task.\n"
       << job_comment(plan)
-      << "# usage: cd OUT && sbatch job.sbatch [rannc-run options]; RANNC_PLAN and RANNC_RUN override\n"
-      << "# the plan and the runtime.\n"
+      << "# usage: cd OUT && sbatch job.sbatch [rannc-run options]; RANNC_PLAN overrides the plan.\n"
+      << "# rannc-run is $RANNC_RUN, else the one beside the rannc-partition that wrote the plan, else on PATH.\n"
       << "set -euo pipefail\n"
       << "# sbatch runs a copy of this script from its spool folder, so the plan is looked for in\n"
       << "# the folder the job was submitted from.\n"
@@ -78,7 +102,8 @@ std::string sbatch_script(const plan::Plan& plan) {
       << "  echo \"job.sbatch: $plan not found: submit from the plan's folder or set RANNC_PLAN\" >&2\n"
       << "  exit 2\n"
       << "fi\n"
-      << "srun --ntasks=" << launched_ranks(plan) << " \"${RANNC_RUN:-rannc-run}\" \"$plan\" \"$@\"\n";
+      << find_runtime("job.sbatch", runtime_folder)
+      << "srun --ntasks=" << launched_ranks(plan) << " \"$rannc_run\" \"$plan\" \"$@\"\n";
   return out.str();
 }
 

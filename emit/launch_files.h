@@ -12,10 +12,14 @@ namespace rannc::emit {
 // The ranks a plan runs (devices that carry no stage get none).
 int launched_ranks(const plan::Plan& plan);
 
+// Both scripts take rannc-run from $RANNC_RUN, else from `runtime_folder` (the folder of the
+// rannc-partition that wrote the plan, where rannc-run is built and installed beside it; empty:
+// none), else from PATH; when none is found they say so in one line and exit 2.
+
 // `mpirun -np R rannc-run plan.json "$@"`, from any working directory.
-std::string launch_script(const plan::Plan& plan);
+std::string launch_script(const plan::Plan& plan, const std::string& runtime_folder);
 
 // A SLURM job of the plan's nodes, one task per rank, one GPU per task.
-std::string sbatch_script(const plan::Plan& plan);
+std::string sbatch_script(const plan::Plan& plan, const std::string& runtime_folder);
 
 }  // namespace rannc::emit

@@ -74,7 +74,7 @@ struct RankPlacement {
 };
 
 struct Model {
-  std::string path;  // the model file partition read
+  std::string path;  // the model file partition read (absolute; a relative one is from the plan's folder)
   std::string sha256;
   std::string format;  // "onnx" | "torchscript"
   std::int64_t params = 0, param_bytes = 0;
@@ -126,6 +126,9 @@ struct Plan {
   std::string folder() const;
   // A stage file's path on disk.
   std::string stage_path(const Stage& stage) const;
+  // The model's path on disk: model.path, which partition writes absolute; a relative one (a
+  // plan written by hand) is taken from the plan's folder, like the stage files.
+  std::string model_file() const;
 
   int stage_count() const { return static_cast<int>(stages.size()); }
   // Stages after `stage` in its pipeline (what the schedule's rules are written in).

@@ -417,10 +417,18 @@ std::string Plan::folder() const {
   return parent.empty() ? "." : parent.string();
 }
 
-std::string Plan::stage_path(const Stage& stage) const {
-  std::filesystem::path file(stage.file);
-  return file.is_absolute() ? file.string() : (std::filesystem::path(folder()) / file).string();
+namespace {
+
+std::string from_plan_folder(const Plan& plan, const std::string& path) {
+  std::filesystem::path file(path);
+  return file.is_absolute() ? file.string() : (std::filesystem::path(plan.folder()) / file).string();
 }
+
+}  // namespace
+
+std::string Plan::stage_path(const Stage& stage) const { return from_plan_folder(*this, stage.file); }
+
+std::string Plan::model_file() const { return from_plan_folder(*this, model.path); }
 
 namespace {
 

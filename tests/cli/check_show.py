@@ -74,7 +74,7 @@ def check_show(binary, out, plan):
               "memory fraction")
 
 
-def check_launch(out, plan, tmp):
+def check_launch(binary, out, plan, tmp):
     ranks = len(plan["ranks"])
     script = os.path.join(out, "launch.sh")
     text = read(out, "launch.sh").decode()
@@ -88,8 +88,10 @@ def check_launch(out, plan, tmp):
         f.write("#!/bin/sh\necho \"$@\"\n")
     os.chmod(stub, 0o755)
     args = run(["bash", script, "--steps", "2"], cwd=tmp, env={**os.environ, "MPIRUN": stub}).split()
-    check(len(args) == 6 and args[:3] == ["-np", str(ranks), "rannc-run"] and args[4:] == ["--steps", "2"],
-          f"launch.sh ran: {args}")
+    check(len(args) == 6 and args[:2] == ["-np", str(ranks)] and args[4:] == ["--steps", "2"], f"launch.sh ran: {args}")
+    # The rannc-run built beside the rannc-partition that wrote the plan.
+    beside = os.path.join(os.path.dirname(os.path.realpath(binary)), "rannc-run")
+    check(os.path.realpath(args[2]) == beside, f"launch.sh runs {args[2]}, not {beside}")
     check(os.path.realpath(args[3]) == os.path.realpath(os.path.join(out, "plan.json")), f"launch.sh plan path {args[3]}")
 
     job = read(out, "job.sbatch").decode()
@@ -134,7 +136,7 @@ def main():
             out = os.path.join(tmp, f"out{index}")
             plan = partition(binary, os.path.join(samples, model), out, *args)
             check_show(binary, out, plan)
-            check_launch(out, plan, tmp)
+            check_launch(binary, out, plan, tmp)
             check_pictures(out, plan)
             again = os.path.join(tmp, f"again{index}")
             partition(binary, os.path.join(samples, model), again, *args)

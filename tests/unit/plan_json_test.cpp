@@ -102,6 +102,10 @@ TEST_CASE("a valid plan reads back with every field", "[plan_json]") {
   CHECK(plan.predicted.iteration_ms == 12.5);
   CHECK(plan.predicted.efficiency == 0.8);
   CHECK(plan.stage_path(plan.stages[1]) == (dir.path / "stage_1.pt").string());
+  // A relative model path (a plan written by hand) is taken from the plan's folder.
+  CHECK(plan.model_file() == (dir.path / "models/tiny.onnx").string());
+  plan.model.path = "/data/tiny.onnx";
+  CHECK(plan.model_file() == "/data/tiny.onnx");
 }
 
 TEST_CASE("unreadable and foreign files are one line naming the file", "[plan_json]") {

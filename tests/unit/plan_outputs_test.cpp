@@ -56,28 +56,46 @@ partition::PlacedPipeline simulated_pipeline() {
 
 TEST_CASE("launch.sh runs mpirun on the plan's ranks from any folder", "[launch]") {
   auto plan = plan::from_json(test::small_plan(), "out/plan.json");
-  std::string script = launch_script(plan);
+  std::string script = launch_script(plan, "/opt/rannc/bin");
   CHECK_THAT(script, Catch::StartsWith("#!/usr/bin/env bash\n"));
   CHECK_THAT(script, Catch::Contains("\nset -euo pipefail\n"));
   CHECK_THAT(script, Catch::Contains("here=\"$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\""));
-  CHECK_THAT(script, Catch::Contains("mpirun} -np 3 \"${RANNC_RUN:-rannc-run}\" \"$here/plan.json\" \"$@\"\n"));
+  CHECK_THAT(script, Catch::Contains("mpirun} -np 3 \"$rannc_run\" \"$here/plan.json\" \"$@\"\n"));
   CHECK_THAT(script, Catch::Contains("# 1 device of the cluster (3) carries no stage and gets no rank.\n"));
   CHECK(launched_ranks(plan) == 3);
 }
 
+TEST_CASE("launch.sh and job.sbatch take rannc-run from RANNC_RUN, beside rannc-partition, or PATH", "[launch]") {
+  auto plan = plan::from_json(test::small_plan(), "out/plan.json");
+  for (const auto& [script, name] : {std::pair{launch_script(plan, "/opt/rannc/bin"), "launch.sh"},
+                                     std::pair{sbatch_script(plan, "/opt/rannc/bin"), "job.sbatch"}}) {
+    CHECK_THAT(script, Catch::Contains("rannc_run=\"${RANNC_RUN:-}\"\n"
+                                       "if [[ -z \"$rannc_run\" && -x '/opt/rannc/bin/rannc-run' ]]; then "
+                                       "rannc_run='/opt/rannc/bin/rannc-run'; fi\n"
+                                       "if [[ -z \"$rannc_run\" ]]; then rannc_run=\"$(command -v rannc-run || true)\"; fi\n"
+                                       "if [[ -z \"$rannc_run\" ]]; then\n"
+                                       "  echo \"" + std::string(name) +
+                                       ": cannot find rannc-run (set RANNC_RUN, or put it on PATH)\" >&2\n  exit 2\nfi\n"));
+  }
+  // A folder of any name stays one shell word; without one, only RANNC_RUN and PATH are tried.
+  CHECK_THAT(launch_script(plan, "/it's here"), Catch::Contains("-x '/it'\\''s here/rannc-run' ]]"));
+  CHECK_THAT(launch_script(plan, ""), !Catch::Contains("-x '"));
+  CHECK_THAT(launch_script(plan, ""), Catch::Contains("command -v rannc-run"));
+}
+
 TEST_CASE("job.sbatch asks SLURM for the nodes and GPUs the ranks use", "[launch]") {
   auto plan = plan::from_json(test::small_plan(), "out/plan.json");
-  std::string job = sbatch_script(plan);
+  std::string job = sbatch_script(plan, "/opt/rannc/bin");
   CHECK_THAT(job, Catch::StartsWith("#!/usr/bin/env bash\n#SBATCH --job-name=rannc-tiny\n"));
   CHECK_THAT(job, Catch::Contains("#SBATCH --nodes=2\n#SBATCH --ntasks=3\n#SBATCH --ntasks-per-node=2\n"
                                   "#SBATCH --gpus-per-node=2\n"));
-  CHECK_THAT(job, Catch::Contains("\nsrun --ntasks=3 \"${RANNC_RUN:-rannc-run}\" \"$plan\" \"$@\"\n"));
+  CHECK_THAT(job, Catch::Contains("\nsrun --ntasks=3 \"$rannc_run\" \"$plan\" \"$@\"\n"));
   // Names from the plan cannot break the script: a new line in a model path stays in its comment.
   auto tricky = test::small_plan();
   tricky["model"]["path"] = "dir/my model\n$(rm -rf x).onnx";
-  auto script = sbatch_script(plan::from_json(tricky, "plan.json"));
+  auto script = sbatch_script(plan::from_json(tricky, "plan.json"), "");
   CHECK_THAT(script, Catch::Contains("#SBATCH --job-name=rannc-my_model___rm_-rf_x_\n"));
-  CHECK(count_of(launch_script(plan::from_json(tricky, "plan.json")), "\n") == count_of(launch_script(plan), "\n"));
+  CHECK(count_of(launch_script(plan::from_json(tricky, "plan.json"), ""), "\n") == count_of(launch_script(plan, ""), "\n"));
 }
 
 TEST_CASE("schedule.svg has one row per rank with its stage's simulated tasks", "[pictures]") {

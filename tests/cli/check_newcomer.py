@@ -5,7 +5,7 @@ build tree on PATH.
 usage: check_newcomer.py CHECK PREFIX [ARGS...]
 
 install PREFIX CMAKE BUILD_DIR   cmake --install BUILD_DIR --prefix PREFIX (emptied first): both tools
-                                 in bin/, the torch plugin under lib, README and LICENSE in
+                                 in bin/, the torch plugin under lib, README, LICENSE and docs/ in
                                  share/doc/rannc-partition.
 version-help PREFIX              --version of both tools (one line, exit 0); `help` and `help COMMAND`
                                  print the usage (exit 0); `help NOTHING` and no arguments are one
@@ -77,7 +77,10 @@ def install(prefix, cmake, build_dir):
     run([cmake, "--install", build_dir, "--prefix", prefix])
     expected = [tool(prefix, "rannc-partition"), tool(prefix, "rannc-run"),
                 os.path.join(prefix, "share/doc/rannc-partition/README.md"),
-                os.path.join(prefix, "share/doc/rannc-partition/LICENSE")]
+                os.path.join(prefix, "share/doc/rannc-partition/LICENSE"),
+                os.path.join(prefix, "share/doc/rannc-partition/contract.md"),
+                os.path.join(prefix, "share/doc/rannc-partition/plan-format.md"),
+                os.path.join(prefix, "share/doc/rannc-partition/plan.schema.json")]
     missing = [path for path in expected if not os.path.isfile(path)]
     plugins = glob.glob(os.path.join(prefix, "lib*", "**", "librannc_torch.so"), recursive=True)
     if missing or len(plugins) != 1:

@@ -6,7 +6,7 @@
 1. Includes go only to the same folder or an earlier one in LAYERS.
 2. Torch headers (torch/, ATen/, c10/, caffe2/) appear only in torch_side/ and runtime/.
 3. What rannc-run compiles in (cmd/rannc_run.cpp and runtime/, with every header they reach)
-   stays within support/, ir/, plan/, runtime/ and the header-only files of torch_side/.
+   stays within support/, ir/, plan/, runtime/, cmd/ and the header-only files of torch_side/.
 4. rannc-run links only the runtime's, plan's, IR's and support's libraries and needs no METIS,
    ONNX or protobuf; rannc-partition needs no libtorch (it loads the torch plugin on demand).
 """
@@ -17,7 +17,7 @@ import sys
 
 LAYERS = ["support", "ir", "plan", "cost_model", "partitioner", "emit", "compiler", "torch_side", "runtime", "cmd"]
 TORCH_FOLDERS = {"torch_side", "runtime"}
-RUNTIME_FOLDERS = {"support", "ir", "plan", "runtime"}
+RUNTIME_FOLDERS = {"support", "ir", "plan", "runtime", "cmd"}
 RUNTIME_ARCHIVES = {"librannc_runtime.a", "librannc_runtime_core.a", "librannc_plan.a", "librannc_ir.a",
                     "librannc_support.a"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+([<"])([^>"]+)[>"]', re.M)

@@ -14,6 +14,11 @@
 
 namespace rannc::plan {
 
+// The option enums go into any JSON by their names ("1f1b", "adam", "fp32"), never as numbers.
+inline void to_json(nlohmann::json& json, Schedule schedule) { json = std::string(schedule_name(schedule)); }
+inline void to_json(nlohmann::json& json, Optimizer optimizer) { json = std::string(optimizer_name(optimizer)); }
+inline void to_json(nlohmann::json& json, Precision precision) { json = std::string(precision_name(precision)); }
+
 // Throws InputError naming the field when a number is NaN or infinite (JSON cannot hold it).
 nlohmann::json to_json(const Plan& plan);
 // A memory breakdown as plan.json writes it: {"weights", "grads", "optimizer", "activations",

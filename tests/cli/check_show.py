@@ -65,6 +65,8 @@ def check_show(binary, out, plan):
     check(summary["ranks"] == len(plan["ranks"]), "show --json ranks")
     check(summary["predicted"]["iteration_ms"] == plan["predicted"]["iteration_ms"], "show --json step time")
     check(summary["batch"]["microbatches"] == plan["batch"]["microbatches"], "show --json microbatches")
+    for option in ("schedule", "optimizer", "precision"):
+        check(summary[option] == plan[option], f"show --json {option}: {summary[option]!r}, plan.json {plan[option]!r}")
     for shown, stage in zip(summary["stages"], plan["stages"]):
         ranks = sorted(r for node in shown["nodes"] for r in node["ranks"])
         check(ranks == sorted(stage["ranks"]), f"stage {stage['id']} ranks by node")

@@ -161,8 +161,20 @@ std::vector<std::vector<const SimulatedTask*>> tasks_by_stage(const partition::P
   return tasks;
 }
 
+// A length in hundredths of a px, as short as it goes: 1250 -> "12.5", -300 -> "-3".
+std::string hundredths_text(long long hundredths) {
+  std::string text = hundredths < 0 ? "-" : "";
+  long long magnitude = hundredths < 0 ? -hundredths : hundredths;
+  text += std::to_string(magnitude / 100);
+  int fraction = static_cast<int>(magnitude % 100);
+  if (fraction != 0) text += "." + std::to_string(fraction / 10) + (fraction % 10 ? std::to_string(fraction % 10) : "");
+  return text;
+}
+
 // A stage's boxes of each kind as one path: boxes that overlap on screen (at least 1.5 px
-// wide, like task_box) are joined, so a long run of thin boxes is one rectangle.
+// wide, like task_box) are joined, so a long run of thin boxes is one rectangle. Each rectangle
+// is a stroke as thick as its lane along the lane's middle, moving on from the end of the one
+// before: positions are rounded to 0.01 px first, so the relative moves do not drift.
 std::string merged_boxes(const std::vector<const SimulatedTask*>& tasks, const Layout& layout) {
   std::ostringstream out;
   for (const auto& style : kStyles) {
@@ -176,13 +188,19 @@ std::string merged_boxes(const std::vector<const SimulatedTask*>& tasks, const L
     std::sort(spans.begin(), spans.end());
     auto [y, height] = lane_of(style.kind);
     std::string name = partition::task_kind_name(style.kind);
-    out << "<path class=\"tasks\" data-kind=\"" << name << "\" data-tasks=\"" << spans.size() << "\" fill=\""
-        << style.colour << "\" d=\"";
+    out << "<path class=\"tasks\" data-kind=\"" << name << "\" data-tasks=\"" << spans.size()
+        << "\" fill=\"none\" stroke=\"" << style.colour << "\" stroke-width=\"" << fixed(height) << "\" d=\"";
+    long long at = 0;  // the pen, in hundredths of a px
+    bool first = true;
     for (std::size_t i = 0; i < spans.size();) {
       double begin = spans[i].first, end = spans[i].second;
       for (++i; i < spans.size() && spans[i].first <= end; ++i) end = std::max(end, spans[i].second);
-      out << "M" << fixed(begin) << " " << fixed(y) << "h" << fixed(end - begin) << "v" << fixed(height) << "h"
-          << fixed(begin - end) << "z";
+      long long from = std::llround(begin * 100), to = std::llround(end * 100);
+      if (first) out << "M" << hundredths_text(from) << " " << hundredths_text(std::llround((y + height / 2) * 100));
+      else out << "m" << hundredths_text(from - at) << " 0";
+      out << "h" << hundredths_text(to - from);
+      at = to;
+      first = false;
     }
     out << "\"><title>" << xml_escaped(name) << ": " << counted(spans.size(), "task") << "</title></path>\n";
   }

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <map>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "ir/dtype.h"
 #include "support/format.h"
@@ -142,16 +144,83 @@ std::string legend() {
   return out.str();
 }
 
+// Above this many ranks the picture folds replicas and pipelines: one row per stage.
+constexpr std::size_t kMaxRankRows = 16;
+// Above this many tasks in the picture, each stage's boxes of one kind become one <path>.
+constexpr std::size_t kMaxBoxes = 2000;
+
+std::string counted(std::size_t count, const std::string& noun) {
+  return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");
+}
+
+// Each stage's tasks, in the order they were scheduled.
+std::vector<std::vector<const SimulatedTask*>> tasks_by_stage(const partition::PlacedPipeline& plan) {
+  std::vector<std::vector<const SimulatedTask*>> tasks(plan.stages.size());
+  for (const auto& task : plan.simulation.tasks)
+    if (task.stage >= 0 && task.stage < static_cast<int>(tasks.size())) tasks[task.stage].push_back(&task);
+  return tasks;
+}
+
+// A length in hundredths of a px, as short as it goes: 1250 -> "12.5", -300 -> "-3".
+std::string hundredths_text(long long hundredths) {
+  std::string text = hundredths < 0 ? "-" : "";
+  long long magnitude = hundredths < 0 ? -hundredths : hundredths;
+  text += std::to_string(magnitude / 100);
+  int fraction = static_cast<int>(magnitude % 100);
+  if (fraction != 0) text += "." + std::to_string(fraction / 10) + (fraction % 10 ? std::to_string(fraction % 10) : "");
+  return text;
+}
+
+// A stage's boxes of each kind as one path: boxes that overlap on screen (at least 1.5 px
+// wide, like task_box) are joined, so a long run of thin boxes is one rectangle. Each rectangle
+// is a stroke as thick as its lane along the lane's middle, moving on from the end of the one
+// before: positions are rounded to 0.01 px first, so the relative moves do not drift.
+std::string merged_boxes(const std::vector<const SimulatedTask*>& tasks, const Layout& layout) {
+  std::ostringstream out;
+  for (const auto& style : kStyles) {
+    std::vector<std::pair<double, double>> spans;  // px, start and end
+    for (const auto* task : tasks) {
+      if (task->kind != style.kind) continue;
+      double x = layout.x(task->start_ms);
+      spans.emplace_back(x, x + std::max(1.5, (task->end_ms - task->start_ms) * layout.ms_scale));
+    }
+    if (spans.empty()) continue;
+    std::sort(spans.begin(), spans.end());
+    auto [y, height] = lane_of(style.kind);
+    std::string name = partition::task_kind_name(style.kind);
+    out << "<path class=\"tasks\" data-kind=\"" << name << "\" data-tasks=\"" << spans.size()
+        << "\" fill=\"none\" stroke=\"" << style.colour << "\" stroke-width=\"" << fixed(height) << "\" d=\"";
+    long long at = 0;  // the pen, in hundredths of a px
+    bool first = true;
+    for (std::size_t i = 0; i < spans.size();) {
+      double begin = spans[i].first, end = spans[i].second;
+      for (++i; i < spans.size() && spans[i].first <= end; ++i) end = std::max(end, spans[i].second);
+      long long from = std::llround(begin * 100), to = std::llround(end * 100);
+      if (first) out << "M" << hundredths_text(from) << " " << hundredths_text(std::llround((y + height / 2) * 100));
+      else out << "m" << hundredths_text(from - at) << " 0";
+      out << "h" << hundredths_text(to - from);
+      at = to;
+      first = false;
+    }
+    out << "\"><title>" << xml_escaped(name) << ": " << counted(spans.size(), "task") << "</title></path>\n";
+  }
+  return out.str();
+}
+
+std::string stage_boxes(const std::vector<const SimulatedTask*>& tasks, const Layout& layout, bool merge) {
+  if (merge) return merged_boxes(tasks, layout);
+  std::string out;
+  for (const auto* task : tasks) out += task_box(*task, layout);
+  return out;
+}
+
 // Each stage's timeline once, in <defs>; every rank's row shows its stage's with <use>.
-std::string stage_timelines(const partition::PlacedPipeline& plan, const Layout& layout) {
+std::string stage_timelines(const std::vector<std::vector<const SimulatedTask*>>& tasks, const Layout& layout,
+                            bool merge) {
   std::ostringstream out;
   out << "<defs>\n";
-  for (std::size_t s = 0; s < plan.stages.size(); ++s) {
-    out << "<g id=\"stage-" << s << "\">\n";
-    for (const auto& task : plan.simulation.tasks)
-      if (task.stage == static_cast<int>(s)) out << task_box(task, layout);
-    out << "</g>\n";
-  }
+  for (std::size_t s = 0; s < tasks.size(); ++s)
+    out << "<g id=\"stage-" << s << "\">\n" << stage_boxes(tasks[s], layout, merge) << "</g>\n";
   out << "</defs>\n";
   return out.str();
 }
@@ -165,6 +234,33 @@ std::string rank_rows(const partition::PlacedPipeline& plan) {
         << "<text x=\"" << fixed(Layout::kLeft - 8) << "\" y=\"12\" text-anchor=\"end\">rank " << rank.rank
         << " &#183; stage " << rank.stage << "</text>"
         << "<use href=\"#stage-" << rank.stage << "\"/></g>\n";
+    y += Layout::kRowPitch;
+  }
+  return out.str();
+}
+
+// One row per stage, its replicas and pipelines folded: the counts in the label and in
+// data-ranks, data-replicas (per pipeline) and data-pipelines; the ranks in the tooltip.
+std::string stage_rows(const partition::PlacedPipeline& plan, const std::vector<std::vector<const SimulatedTask*>>& tasks,
+                       const Layout& layout, bool merge) {
+  std::vector<std::vector<int>> ranks(plan.stages.size());
+  for (const auto& rank : plan.ranks)
+    if (rank.stage >= 0 && rank.stage < static_cast<int>(ranks.size())) ranks[rank.stage].push_back(rank.rank);
+  std::size_t pipelines = static_cast<std::size_t>(std::max(1, plan.config.pipelines));
+  std::ostringstream out;
+  double y = Layout::kTop;
+  for (std::size_t s = 0; s < plan.stages.size(); ++s) {
+    std::size_t count = ranks[s].size(), replicas = count / pipelines;
+    std::string counts = counted(replicas, "replica") + " x " + counted(pipelines, "pipeline");
+    std::string head = "stage " + std::to_string(s) + " &#183; " + counted(count, "rank");
+    out << "<g class=\"stage\" data-stage=\"" << s << "\" data-ranks=\"" << count << "\" data-replicas=\"" << replicas
+        << "\" data-pipelines=\"" << pipelines << "\" transform=\"translate(0," << fixed(y) << ")\">"
+        << "<title>stage " << s << " &#183; " << counted(count, "rank") << " (" << counts << "): ranks "
+        << ranges_text(ranks[s]) << "</title>"
+        << "<text x=\"" << fixed(Layout::kLeft - 8) << "\" y=\"12\" text-anchor=\"end\">" << head << "</text>"
+        << "<text x=\"" << fixed(Layout::kLeft - 8) << "\" y=\"25\" text-anchor=\"end\" font-size=\"10\">(" << counts
+        << ")</text>\n"
+        << stage_boxes(tasks[s], layout, merge) << "</g>\n";
     y += Layout::kRowPitch;
   }
   return out.str();
@@ -249,7 +345,11 @@ std::string schedule_svg(const partition::PlacedPipeline& plan, const std::strin
   double span = std::max(plan.simulation.iteration_ms, 1e-6);
   Layout layout;
   layout.ms_scale = Layout::kWidth / span;
-  double rows_bottom = Layout::kTop + Layout::kRowPitch * static_cast<double>(plan.ranks.size());
+  bool fold = plan.ranks.size() > kMaxRankRows;
+  bool merge = plan.simulation.tasks.size() > kMaxBoxes;
+  auto tasks = tasks_by_stage(plan);
+  std::size_t rows = fold ? plan.stages.size() : plan.ranks.size();
+  double rows_bottom = Layout::kTop + Layout::kRowPitch * static_cast<double>(rows);
   double height = rows_bottom + 44 + (!plan.unused_ranks.empty() ? 20 : 0);
   std::ostringstream out;
   out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -258,7 +358,9 @@ std::string schedule_svg(const partition::PlacedPipeline& plan, const std::strin
       << "<style>.grid { stroke: #ddd; } .task { stroke: #fff; stroke-width: 0.5; } .mb { fill: #fff; font-size: 9px; text-anchor: middle; }</style>\n"
       << "<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n"
       << "<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">" << xml_escaped(title) << "</text>\n"
-      << legend() << time_axis(span, rows_bottom, layout) << stage_timelines(plan, layout) << rank_rows(plan);
+      << legend() << time_axis(span, rows_bottom, layout);
+  if (fold) out << stage_rows(plan, tasks, layout, merge);
+  else out << stage_timelines(tasks, layout, merge) << rank_rows(plan);
   if (!plan.unused_ranks.empty()) {
     out << "<text x=\"10\" y=\"" << fixed(rows_bottom + 58) << "\">unused devices " << ranges_text(plan.unused_ranks) << ": "
         << xml_escaped(plan.unused_reason) << "</text>\n";

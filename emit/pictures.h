@@ -1,5 +1,5 @@
 // Pictures of a plan for people: schedule.svg, the simulated training step as a timeline with
-// one row per rank, and stages.dot, the stage graph for Graphviz. Both are deterministic text
+// one row per rank (one per stage once the ranks are many), and stages.dot, the stage graph for Graphviz. Both are deterministic text
 // (the same plan gives the same bytes) and are written beside plan.json.
 #pragma once
 
@@ -15,7 +15,12 @@ std::string plan_title(const plan::Plan& plan);
 
 // The step as the simulator modelled it: per rank (in rank order) its stage's forwards,
 // backwards, transfers received and gradient allreduce, on a time axis in ms. Each row is
-// `<g class="rank" data-rank="R" data-stage="S">`. `title` heads the picture.
+// `<g class="rank" data-rank="R" data-stage="S">`; each stage's timeline is drawn once and
+// shown on its ranks' rows. Above 16 ranks, replicas and pipelines fold: one row per stage,
+// `<g class="stage" data-stage="S" data-ranks="N" data-replicas="R" data-pipelines="P">`,
+// labelled with those counts (R replicas per pipeline). Above 2000 tasks, each stage's boxes
+// of one kind are one `<path class="tasks" data-kind="K">`, boxes that overlap joined, so the
+// file stays small at any size. `title` heads the picture.
 std::string schedule_svg(const partition::PlacedPipeline& plan, const std::string& title);
 
 // One node per stage (id, op range, replicas, predicted times and memory), one per model input

@@ -176,15 +176,22 @@ namespace {
 // The dynamic program for one bound. A state is a suffix of the blocks: (first block, devices it
 // uses); its frontier holds, per count of stages in the suffix (capped where it no longer
 // matters), the least sum of stage times, keeping only entries not beaten by one with fewer stages.
+//
+// The blocks are solved last to first. The frontiers of the block being solved grow in one
+// working row indexed by devices; once the block is done they are stored back to back, in
+// ascending devices, and only read from then on.
 class BoundedProgram {
  public:
   explicit BoundedProgram(const StageOptions& options)
       : options_(options),
         config_(options.config()),
         blocks_(options.block_count()),
-        frontier_(static_cast<std::size_t>(blocks_ + 1), std::vector<std::vector<Entry>>(config_.pipeline_devices + 1)),
-        reachable_(static_cast<std::size_t>(blocks_ + 1)) {
+        cells_(static_cast<std::size_t>(blocks_ + 1)),
+        entries_(static_cast<std::size_t>(blocks_ + 1)),
+        work_(static_cast<std::size_t>(config_.pipeline_devices + 1)) {
     cap_ = config_.stages ? *config_.stages : config_.schedule == plan::Schedule::kGPipe ? 1 : config_.microbatches;
+    for (int stages = 0; stages <= cap_; ++stages)
+      in_flight_.push_back(plan::microbatches_in_flight(config_.schedule, stages, config_.microbatches));
   }
 
   // The least sum of stage times with every stage term below `bound` (strictly).
@@ -192,75 +199,121 @@ class BoundedProgram {
 
  private:
   struct Entry {
-    int stages = 0;
     double sum = 0;
+    int stages = 0;
     int option = -1;        // index into options.from(first block)
     int next_devices = -1;  // state after the first stage
     int next_stages = -1;
   };
-  void relax(int begin, int option_index, const StageOption& option);
+  // A non-empty frontier of a solved block: entries_[block][first, first + count).
+  struct Cell {
+    int devices = 0;
+    int first = 0, count = 0;
+  };
+  void relax(int option_index, const StageOption& option);
   void insert(std::vector<Entry>& entries, const Entry& entry) const;
+  void store(int begin);
+  const Cell* find_cell(int begin, int devices) const;
   PipelineSolution rebuild(int devices, const Entry& entry) const;
 
   const StageOptions& options_;
   const SearchConfig& config_;
   int blocks_;
   int cap_;
-  std::vector<std::vector<std::vector<Entry>>> frontier_;  // [first block][devices]
-  std::vector<std::vector<int>> reachable_;                // devices with a non-empty frontier, per first block
+  std::vector<std::vector<Cell>> cells_;      // [first block]: its non-empty frontiers, ascending devices
+  std::vector<std::vector<Entry>> entries_;   // [first block]: their entries, sorted by stage count within each
+  std::vector<std::vector<Entry>> work_;      // [devices]: the frontiers of the block being solved
+  std::vector<int> touched_;                  // devices whose working frontier is not empty
+  std::vector<int> in_flight_;  // microbatches a stage keeps in flight, by the stages after it (at most cap_)
 };
 
+// A frontier holds at most one entry per stage count, sorted by it. Without a forced stage count
+// its sums also fall strictly as the counts rise (an entry with fewer stages and no more time
+// beats the other), so the entries an insertion beats follow where it goes.
 void BoundedProgram::insert(std::vector<Entry>& entries, const Entry& entry) const {
-  // With a forced stage count only equal counts compare; otherwise fewer stages after a stage
-  // is never worse for memory, so an entry with no more stages and no more time dominates.
-  bool forced = config_.stages.has_value();
-  auto beats = [&](const Entry& a, const Entry& b) {
-    return (forced ? a.stages == b.stages : a.stages <= b.stages) && a.sum <= b.sum;
-  };
-  for (const auto& existing : entries)
-    if (beats(existing, entry)) return;
-  entries.erase(std::remove_if(entries.begin(), entries.end(), [&](const Entry& e) { return beats(entry, e); }),
-                entries.end());
-  auto at = std::lower_bound(entries.begin(), entries.end(), entry,
-                             [](const Entry& a, const Entry& b) { return a.stages < b.stages; });
-  entries.insert(at, entry);
+  auto at = std::lower_bound(entries.begin(), entries.end(), entry.stages,
+                             [](const Entry& e, int stages) { return e.stages < stages; });
+  if (config_.stages) {
+    // Only equal counts compare.
+    if (at != entries.end() && at->stages == entry.stages) {
+      if (at->sum <= entry.sum) return;
+      *at = entry;
+      return;
+    }
+    entries.insert(at, entry);
+    return;
+  }
+  // Fewer stages after a stage is never worse for memory, so an entry with no more stages and
+  // no more time dominates: the one with the most stages up to this count has the least time.
+  auto upto = at != entries.end() && at->stages == entry.stages ? at + 1 : at;
+  if (upto != entries.begin() && std::prev(upto)->sum <= entry.sum) return;
+  auto beaten_end = at;
+  while (beaten_end != entries.end() && beaten_end->sum >= entry.sum) ++beaten_end;
+  if (beaten_end == at) {
+    entries.insert(at, entry);
+  } else {
+    *at = entry;
+    entries.erase(at + 1, beaten_end);
+  }
 }
 
-void BoundedProgram::relax(int begin, int option_index, const StageOption& option) {
-  auto& targets = frontier_[begin];
-  for (int devices_after : reachable_[option.end]) {
-    int devices = devices_after + option.replicas;
-    if (devices > config_.pipeline_devices) continue;
-    for (const auto& after : frontier_[option.end][devices_after]) {
+void BoundedProgram::relax(int option_index, const StageOption& option) {
+  const Entry* after_entries = entries_[option.end].data();
+  // Ascending devices, so once one is too many every later one is.
+  for (const Cell& cell : cells_[option.end]) {
+    int devices = cell.devices + option.replicas;
+    if (devices > config_.pipeline_devices) break;
+    auto& entries = work_[devices];
+    bool was_empty = entries.empty();
+    for (const Entry* after = after_entries + cell.first, *last = after + cell.count; after != last; ++after) {
       // Entries are sorted by stage count, and the microbatches in flight only grow with it.
-      if (plan::microbatches_in_flight(config_.schedule, after.stages, config_.microbatches) > option.max_in_flight) break;
-      int stages = after.stages + 1;
+      if (in_flight_[after->stages] > option.max_in_flight) break;
+      int stages = after->stages + 1;
       if (config_.stages ? stages > cap_ : false) continue;
-      insert(targets[devices], {std::min(stages, cap_), after.sum + option.t_ms, option_index, devices_after,
-                                after.stages});
+      insert(entries, {after->sum + option.t_ms, std::min(stages, cap_), option_index, cell.devices, after->stages});
     }
+    // A frontier never empties again once it has an entry.
+    if (was_empty && !entries.empty()) touched_.push_back(devices);
   }
+}
+
+void BoundedProgram::store(int begin) {
+  std::sort(touched_.begin(), touched_.end());
+  auto& cells = cells_[begin];
+  auto& entries = entries_[begin];
+  cells.clear();
+  entries.clear();
+  for (int devices : touched_) {
+    auto& work = work_[devices];
+    cells.push_back({devices, static_cast<int>(entries.size()), static_cast<int>(work.size())});
+    entries.insert(entries.end(), work.begin(), work.end());
+    work.clear();
+  }
+  touched_.clear();
+}
+
+const BoundedProgram::Cell* BoundedProgram::find_cell(int begin, int devices) const {
+  const auto& cells = cells_[begin];
+  auto at = std::lower_bound(cells.begin(), cells.end(), devices, [](const Cell& c, int d) { return c.devices < d; });
+  return at != cells.end() && at->devices == devices ? &*at : nullptr;
 }
 
 std::optional<PipelineSolution> BoundedProgram::solve(double bound) {
-  for (auto& by_devices : frontier_)
-    for (auto& entries : by_devices) entries.clear();
-  frontier_[blocks_][0].push_back({0, 0, -1, -1, -1});
-  reachable_[blocks_] = {0};
+  cells_[blocks_] = {{0, 0, 1}};
+  entries_[blocks_] = {{0, 0, -1, -1, -1}};
   for (int begin = blocks_ - 1; begin >= 0; --begin) {
     const auto& list = options_.from(begin);
     for (int i = 0; i < static_cast<int>(list.size()); ++i)
-      if (list[i].term_ms < bound) relax(begin, i, list[i]);
-    reachable_[begin].clear();
-    for (int devices = 0; devices <= config_.pipeline_devices; ++devices)
-      if (!frontier_[begin][devices].empty()) reachable_[begin].push_back(devices);
+      if (list[i].term_ms < bound) relax(i, list[i]);
+    store(begin);
   }
   const Entry* best = nullptr;
   int best_devices = 0;
-  for (int devices : reachable_[0]) {
-    for (const auto& entry : frontier_[0][devices]) {
+  for (const Cell& cell : cells_[0]) {
+    for (int k = cell.first; k < cell.first + cell.count; ++k) {
+      const Entry& entry = entries_[0][k];
       if (entry.stages < 1 || (config_.stages && entry.stages != *config_.stages)) continue;
-      if (!best || entry.sum < best->sum) best = &entry, best_devices = devices;
+      if (!best || entry.sum < best->sum) best = &entry, best_devices = cell.devices;
     }
   }
   if (!best) return std::nullopt;
@@ -279,8 +332,9 @@ PipelineSolution BoundedProgram::rebuild(int devices, const Entry& first) const 
     begin = option.end;
     devices = entry->next_devices;
     int stages = entry->next_stages;
-    const auto& entries = frontier_[begin][devices];
-    entry = &*std::find_if(entries.begin(), entries.end(), [&](const Entry& e) { return e.stages == stages; });
+    const Cell* cell = find_cell(begin, devices);
+    const Entry* entries = entries_[begin].data() + cell->first;
+    entry = std::find_if(entries, entries + cell->count, [&](const Entry& e) { return e.stages == stages; });
   }
   return solution;
 }

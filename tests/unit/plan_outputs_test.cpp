@@ -2,6 +2,7 @@
 // schedule.svg and stages.dot.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <regex>
 #include <string>
 #include <vector>
@@ -49,6 +50,27 @@ partition::PlacedPipeline simulated_pipeline() {
   plan.ranks = {{0, 0, 0, 0, 0}, {1, 0, 1, 1, 0}, {2, 0, 2, 1, 1}, {3, 0, 3, 0, 1}, {4, 0, 4, 1, 2}, {5, 0, 5, 1, 3}};
   plan.unused_ranks = {6, 7};
   plan.unused_reason = "replicas <do not> help";
+  return plan;
+}
+
+// Stages with these replicas per pipeline in `pipelines` pipelines, placed as the planner
+// places them (pipelines on consecutive ranks) and simulated.
+partition::PlacedPipeline folded_pipeline(const std::vector<int>& replicas, int pipelines, int microbatches) {
+  partition::PlacedPipeline plan;
+  plan.config.pipelines = pipelines;
+  plan.config.microbatches = microbatches;
+  plan.stages.resize(replicas.size());
+  std::vector<partition::SimulatedStage> stages(replicas.size(), {1.0, 2.0, 0.25, 0.5});
+  plan.simulation = partition::simulate(stages, replicas, microbatches, plan::Schedule::k1F1B);
+  int used = 0;
+  for (int r : replicas) used += r;
+  for (int p = 0, offset = 0; p < pipelines; ++p, offset = 0)
+    for (int s = 0; s < static_cast<int>(replicas.size()); offset += replicas[s++])
+      for (int i = 0; i < replicas[s]; ++i) {
+        int rank = p * used + offset + i;
+        plan.ranks.push_back({rank, 0, rank, s, p * replicas[s] + i});
+      }
+  std::sort(plan.ranks.begin(), plan.ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
   return plan;
 }
 
@@ -117,6 +139,71 @@ TEST_CASE("schedule.svg has one row per rank with its stage's simulated tasks", 
   CHECK_THAT(svg, Catch::Contains("unused devices 6-7: replicas &lt;do not&gt; help"));
   CHECK_THAT(svg, Catch::Contains("time in the step (ms)"));
   CHECK(svg == schedule_svg(plan, "tiny <model> & co"));
+}
+
+TEST_CASE("schedule.svg folds replicas and pipelines into one row per stage above 16 ranks", "[pictures]") {
+  auto plan = folded_pipeline({1, 2, 3}, 4, 4);  // 24 ranks
+  std::string svg = schedule_svg(plan, "folded");
+  CHECK(tags_balance(svg));
+  CHECK(count_of(svg, "<g class=\"rank\"") == 0);
+  CHECK(count_of(svg, "<use ") == 0);
+  CHECK(count_of(svg, "<g class=\"stage\"") == 3);
+  CHECK_THAT(svg, Catch::Contains("<g class=\"stage\" data-stage=\"0\" data-ranks=\"4\" data-replicas=\"1\" data-pipelines=\"4\""));
+  CHECK_THAT(svg, Catch::Contains("<g class=\"stage\" data-stage=\"1\" data-ranks=\"8\" data-replicas=\"2\" data-pipelines=\"4\""));
+  CHECK_THAT(svg, Catch::Contains("<g class=\"stage\" data-stage=\"2\" data-ranks=\"12\" data-replicas=\"3\" data-pipelines=\"4\""));
+  // The counts in the label, the ranks in the tooltip.
+  CHECK_THAT(svg, Catch::Contains(">stage 1 &#183; 8 ranks</text>"));
+  CHECK_THAT(svg, Catch::Contains(">(2 replicas x 4 pipelines)</text>"));
+  CHECK_THAT(svg, Catch::Contains(">(1 replica x 4 pipelines)</text>"));
+  CHECK_THAT(svg, Catch::Contains("<title>stage 2 &#183; 12 ranks (3 replicas x 4 pipelines): ranks 3-5,9-11,15-17,21-23</title>"));
+  // Each stage's timeline drawn once, in its row.
+  CHECK(count_of(svg, "data-kind=\"forward\"") == 3 * 4);
+  CHECK(count_of(svg, "data-kind=\"backward\"") == 3 * 4);
+  CHECK(count_of(svg, "data-kind=\"gradient allreduce\"") == 3);
+  CHECK(count_of(svg, "<path ") == 0);
+  CHECK(svg == schedule_svg(plan, "folded"));
+  // 16 ranks still have a row each.
+  auto sixteen = folded_pipeline({1, 3}, 4, 4);
+  std::string rows = schedule_svg(sixteen, "per rank");
+  CHECK(count_of(rows, "<g class=\"rank\"") == 16);
+  CHECK(count_of(rows, "<g class=\"stage\"") == 0);
+}
+
+TEST_CASE("schedule.svg joins many tasks into one path per stage and kind", "[pictures]") {
+  auto plan = folded_pipeline({1, 2, 3}, 4, 256);
+  REQUIRE(plan.simulation.tasks.size() > 2000);
+  std::string svg = schedule_svg(plan, "many tasks");
+  CHECK(tags_balance(svg));
+  CHECK(count_of(svg, "<rect class=\"task\"") == 0);
+  CHECK(count_of(svg, "<text x=\"") < 100);  // no microbatch numbers
+  // Stage 0 receives no activations, the last stage no gradients.
+  CHECK(count_of(svg, "<path class=\"tasks\"") == 4 + 5 + 4);
+  CHECK(count_of(svg, "<path class=\"tasks\" data-kind=\"forward\" data-tasks=\"256\"") == 3);
+  CHECK(count_of(svg, "<path class=\"tasks\" data-kind=\"activation transfer\" data-tasks=\"256\"") == 2);
+  CHECK(count_of(svg, "<path class=\"tasks\" data-kind=\"gradient allreduce\" data-tasks=\"1\"") == 3);
+  CHECK_THAT(svg, Catch::Contains("<title>backward: 256 tasks</title>"));
+  CHECK(count_of(svg, "<g class=\"stage\"") == 3);
+  CHECK(svg.size() < 40 * plan.simulation.tasks.size());
+  CHECK(svg == schedule_svg(plan, "many tasks"));
+  // Boxes that overlap on screen (at least 1.5 px wide) are one rectangle: at 2048 microbatches
+  // 1F1B's steady state is one run, and the picture stays small.
+  auto long_step = folded_pipeline({1, 2, 3}, 4, 2048);
+  std::string joined = schedule_svg(long_step, "long step");
+  auto backward_at = joined.find("data-kind=\"backward\" data-tasks=\"2048\"");
+  REQUIRE(backward_at != std::string::npos);
+  auto d_at = joined.find(" d=\"", backward_at) + 4;
+  std::string d = joined.substr(d_at, joined.find('"', d_at) - d_at);
+  CHECK_THAT(d, Catch::Matches(R"(M[0-9.]+ [0-9.]+h[0-9.]+(m-?[0-9.]+ 0h[0-9.]+)*)"));
+  CHECK(count_of(d, "h") < 100);
+  CHECK(joined.size() < 20000);
+  // Per-rank rows (16 ranks or fewer) draw each stage's joined paths once too.
+  auto few_ranks = folded_pipeline({1, 1}, 2, 1024);
+  std::string rows = schedule_svg(few_ranks, "per rank");
+  CHECK(tags_balance(rows));
+  CHECK(count_of(rows, "<g class=\"rank\"") == 4);
+  CHECK(count_of(rows, "<use href=\"#stage-1\"/>") == 2);
+  CHECK(count_of(rows, "<path class=\"tasks\" data-kind=\"forward\" data-tasks=\"1024\"") == 2);
+  CHECK(count_of(rows, "<rect class=\"task\"") == 0);
 }
 
 TEST_CASE("stages.dot has a node per stage and edges labelled with tensors and bytes", "[pictures]") {

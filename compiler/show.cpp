@@ -138,7 +138,14 @@ std::string show_text(const plan::Plan& plan) {
   std::snprintf(summary, sizeof summary, "predicted  step %s, %.1f samples/s, bubble %.0f%%, lower bound %s, efficiency %.0f%%\n",
                 human_ms(plan.predicted.iteration_ms).c_str(), plan.predicted.samples_per_s, 100 * plan.predicted.bubble_fraction,
                 human_ms(plan.predicted.lower_bound_ms).c_str(), 100 * plan.predicted.efficiency);
-  out << summary << "peak       " << human_bytes(plan.predicted.peak_mem_bytes) << " per device of "
+  out << summary;
+  if (plan.predicted.flop_bound_ms > 0) {  // plans from before the physical bound lack it
+    std::snprintf(summary, sizeof summary, "flops      %.1f model TFLOP/s per device, %.0f%% of peak; %s at peak\n",
+                  plan.predicted.model_tflops_per_device, 100 * plan.predicted.peak_fraction,
+                  human_ms(plan.predicted.flop_bound_ms).c_str());
+    out << summary;
+  }
+  out << "peak       " << human_bytes(plan.predicted.peak_mem_bytes) << " per device of "
       << human_bytes(static_cast<double>(plan.cluster.mem_bytes)) << " (" << percent_of_limit(memory_fraction(plan, plan.predicted.peak_mem_bytes))
       << ")\n"
       << "unused     " << unused_text(plan) << "\n";
@@ -167,6 +174,9 @@ nlohmann::json show_json(const plan::Plan& plan) {
             {"bubble_fraction", stable_number(plan.predicted.bubble_fraction)},
             {"lower_bound_ms", stable_number(plan.predicted.lower_bound_ms)},
             {"efficiency", stable_number(plan.predicted.efficiency)},
+            {"flop_bound_ms", stable_number(plan.predicted.flop_bound_ms)},
+            {"model_tflops_per_device", stable_number(plan.predicted.model_tflops_per_device)},
+            {"peak_fraction", stable_number(plan.predicted.peak_fraction)},
             {"peak_mem_bytes", stable_number(plan.predicted.peak_mem_bytes)},
             {"peak_mem_fraction", stable_number(memory_fraction(plan, plan.predicted.peak_mem_bytes))}}},
           {"unused_devices",

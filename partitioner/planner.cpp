@@ -55,6 +55,28 @@ double whole_step_ms(const ir::Graph& graph, const cost::CostModel& costs, doubl
   return ms;
 }
 
+// FLOPs scale with the batch: the op works are at the evaluated batch, `fraction` scales them.
+double step_model_flops(const ir::Graph& graph, const cost::CostModel& costs, double fraction) {
+  double flops = 0;
+  for (const auto& op : graph.ops()) flops += costs.work(op.id).flops_fwd + costs.work(op.id).flops_bwd;
+  return flops * fraction;
+}
+
+// The bounds beside the simulated step. The peak is the best the device does at this precision
+// (its matmul peak: tensor cores under mixed precision), so the FLOP bound holds for every op.
+void set_bounds(plan::Prediction& predicted, const StepBounds& bounds, const cost::Cluster& cluster,
+                plan::Precision precision) {
+  const double devices = cluster.gpus();
+  const double peak = cost::peak_flops(cluster.device, precision, cost::OpClass::kMatMul);
+  const double step_s = predicted.iteration_ms / 1e3;
+  predicted.lower_bound_ms = bounds.lower_bound_ms;
+  predicted.efficiency = step_s > 0 ? bounds.lower_bound_ms / predicted.iteration_ms : 0;
+  predicted.flop_bound_ms = peak > 0 ? bounds.model_flops / (peak * devices) * 1e3 : 0;
+  double flops_per_device = step_s > 0 ? bounds.model_flops / step_s / devices : 0;
+  predicted.model_tflops_per_device = flops_per_device / 1e12;
+  predicted.peak_fraction = peak > 0 ? flops_per_device / peak : 0;
+}
+
 // For memory suggestions: the most memory-friendly config of each pipeline width (the most
 // microbatches; recomputation is an option of every stage anyway).
 bool any_config_fits(const SearchContext& context, const std::vector<SearchConfig>& configs) {
@@ -167,7 +189,7 @@ std::optional<ConfigChoice> search_configs(const SearchContext& context, const s
 }
 
 PlacedPipeline place_and_simulate(const SearchContext& context, const ConfigChoice& choice, std::int64_t global_batch,
-                                  double lower_bound_ms) {
+                                  const StepBounds& bounds) {
   const SearchConfig& config = choice.config;
   const cost::Cluster& cluster = *context.cluster;
   StageOptions options(context, config);
@@ -217,8 +239,7 @@ PlacedPipeline place_and_simulate(const SearchContext& context, const ConfigChoi
   placed.predicted.iteration_ms = placed.simulation.iteration_ms;
   placed.predicted.samples_per_s = placed.simulation.iteration_ms > 0 ? global_batch / (placed.simulation.iteration_ms / 1e3) : 0;
   placed.predicted.bubble_fraction = placed.simulation.bubble_fraction;
-  placed.predicted.lower_bound_ms = lower_bound_ms;
-  placed.predicted.efficiency = placed.predicted.iteration_ms > 0 ? lower_bound_ms / placed.predicted.iteration_ms : 0;
+  set_bounds(placed.predicted, bounds, cluster, context.precision);
   return placed;
 }
 
@@ -265,8 +286,9 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
   }
   start = Clock::now();
   double fraction = static_cast<double>(request.global_batch) / static_cast<double>(evaluated_batch);
-  double lower_bound = whole_step_ms(graph, costs, fraction) / request.cluster.gpus();
-  result.pipeline = place_and_simulate(context, *choice, request.global_batch, lower_bound);
+  StepBounds bounds{whole_step_ms(graph, costs, fraction) / request.cluster.gpus(),
+                    step_model_flops(graph, costs, fraction)};
+  result.pipeline = place_and_simulate(context, *choice, request.global_batch, bounds);
   result.times.simulate_ms = elapsed_ms(start);
   return result;
 }

@@ -98,7 +98,14 @@ std::optional<ConfigChoice> search_configs(const SearchContext& context, const s
                                            int* searched = nullptr);
 
 // Places the chosen pipeline on ranks and simulates it.
+// What no plan of the step can beat, for the report: the cost model's whole step on one device
+// over N (`lower_bound_ms`) and the step's model FLOPs, which the physical bound puts at the
+// device's peak.
+struct StepBounds {
+  double lower_bound_ms = 0;
+  double model_flops = 0;  // forward and backward of the global batch, recomputation not counted
+};
 PlacedPipeline place_and_simulate(const SearchContext& context, const ConfigChoice& choice, std::int64_t global_batch,
-                        double lower_bound_ms);
+                                  const StepBounds& bounds);
 
 }  // namespace rannc::partition

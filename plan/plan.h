@@ -101,6 +101,11 @@ struct Batch {
 struct Prediction {
   double iteration_ms = 0, samples_per_s = 0, bubble_fraction = 0, lower_bound_ms = 0, peak_mem_bytes = 0;
   double efficiency = 0;  // lower_bound_ms / iteration_ms
+  // The physical bound: the step's model FLOPs (forward and backward, recomputation not
+  // counted) at the device's peak for the precision, spread over every device of the cluster;
+  // and the model FLOP/s per device the predicted step reaches, alone and as a share of that peak
+  // (the figure compared across systems: peak_fraction = flop_bound_ms / iteration_ms).
+  double flop_bound_ms = 0, model_tflops_per_device = 0, peak_fraction = 0;
 };
 
 // Devices of the cluster that carry no stage, and why.

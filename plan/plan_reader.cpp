@@ -408,6 +408,10 @@ void read_plan_predicted(const Field& predicted, Plan& plan) {
   p.peak_mem_bytes = predicted["peak_mem_bytes"].non_negative();
   p.efficiency = p.iteration_ms > 0 ? p.lower_bound_ms / p.iteration_ms : 0;
   if (auto efficiency = predicted.find("efficiency")) p.efficiency = efficiency->non_negative();
+  // Added to version 1 later: absent from older plans.
+  if (auto bound = predicted.find("flop_bound_ms")) p.flop_bound_ms = bound->non_negative();
+  if (auto tflops = predicted.find("model_tflops_per_device")) p.model_tflops_per_device = tflops->non_negative();
+  if (auto fraction = predicted.find("peak_fraction")) p.peak_fraction = fraction->non_negative();
 }
 
 }  // namespace

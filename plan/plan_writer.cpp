@@ -108,7 +108,10 @@ json ranks_json(const std::vector<RankPlacement>& ranks) {
 json prediction_json(const Prediction& p) {
   return {{"iteration_ms", stable_number(p.iteration_ms)},     {"samples_per_s", stable_number(p.samples_per_s)},
           {"bubble_fraction", stable_number(p.bubble_fraction)}, {"lower_bound_ms", stable_number(p.lower_bound_ms)},
-          {"efficiency", stable_number(p.efficiency)},         {"peak_mem_bytes", stable_number(p.peak_mem_bytes)}};
+          {"efficiency", stable_number(p.efficiency)},         {"peak_mem_bytes", stable_number(p.peak_mem_bytes)},
+          {"flop_bound_ms", stable_number(p.flop_bound_ms)},
+          {"model_tflops_per_device", stable_number(p.model_tflops_per_device)},
+          {"peak_fraction", stable_number(p.peak_fraction)}};
 }
 
 }  // namespace

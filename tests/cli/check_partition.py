@@ -28,6 +28,10 @@ def partition(binary, model, out, *args):
     return summary, plan, raw
 
 
+def close(a, b, rel=1e-3):
+    return abs(a - b) <= rel * max(abs(a), abs(b))
+
+
 def check(condition, message):
     if not condition:
         sys.exit("FAILED: " + message)
@@ -68,8 +72,27 @@ def check_plan(plan, expected_params, gpus, limit=None):
     check(any(o.get("model_output") for o in stages[-1]["outputs"]), "the last stage returns the model output")
     predicted = plan["predicted"]
     check(predicted["iteration_ms"] >= predicted["lower_bound_ms"] > 0, "step above its lower bound")
+    # The physical bound is below the cost model's (no op beats the device's peak), and the
+    # share of peak is the bound over the step.
+    check(0 < predicted["flop_bound_ms"] <= predicted["lower_bound_ms"], "FLOP bound at or below the lower bound")
+    check(close(predicted["peak_fraction"], predicted["flop_bound_ms"] / predicted["iteration_ms"]),
+          "peak_fraction = flop_bound_ms / iteration_ms")
     check(0 <= predicted["bubble_fraction"] < 1, "bubble fraction")
     check(predicted["peak_mem_bytes"] == max(s["predicted"]["mem_bytes"] for s in stages), "peak memory")
+
+
+def check_model_flops(binary, model, plan, devices):
+    """The model FLOP/s behind the physical bound: a step's forward and backward, for a GPT about
+    3 times the forward that `inspect` counts at the same batch (backward: 2 per weight matmul)."""
+    result = subprocess.run([binary, "inspect", model, "--batch", str(plan["batch"]["global"]), "--json"],
+                            capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        sys.exit(f"FAILED: inspect: {result.stderr}")
+    forward = json.loads(result.stdout)["flops_fwd"]
+    predicted = plan["predicted"]
+    step_flops = predicted["model_tflops_per_device"] * 1e12 * devices * predicted["iteration_ms"] / 1e3
+    check(2 * forward <= step_flops <= 3.2 * forward,
+          f"model FLOPs per step {step_flops:.4g} are not 2-3.2x the forward's {forward:.4g}")
 
 
 def main():
@@ -83,6 +106,7 @@ def main():
         summary, plan, raw = partition(binary, model, a, *args)
         check_plan(plan, params, 8)
         check(summary["stages"] > 1, "40M per device forces a pipeline")
+        check_model_flops(binary, model, plan, 8)
         check(any(p.get("shared_with") for s in plan["stages"] for p in s["params"]), "the tied weight is shared")
         _, _, raw_again = partition(binary, model, b, *args)
         check(raw == raw_again, "plan.json is not byte-identical across runs")

@@ -149,7 +149,7 @@ int compare_splits(const std::string& path) {
         {"uniform layers", pipeline_from_cuts(options, uniform_layer_cuts(layers, stages))},
         {"by parameters", pipeline_from_cuts(options, balanced_param_cuts(model.graph, units, blocking, stages))}};
     auto step = [&](const PipelineSolution& solution) {
-      return place_and_simulate(context, {config, solution}, kBatch, 0).predicted.iteration_ms;
+      return place_and_simulate(context, {config, solution}, kBatch, {}).predicted.iteration_ms;
     };
     double our_step = step(*ours);
     std::printf("| %d | ours | %s | %.3f ms | %.3f ms | |\n", stages, describe(*ours).c_str(), ours->objective_ms(), our_step);

@@ -14,6 +14,7 @@
 #include "compiler/partition.h"
 #include "compiler/profile.h"
 #include "compiler/show.h"
+#include "compiler/sweep.h"
 #include "compiler/verify.h"
 #include "cmd/version.h"
 #include "cost_model/cluster.h"
@@ -129,24 +130,29 @@ struct PartitionCommandOptions {
   bool json = false;
 };
 
-// The default verb's options live on the top-level app: `rannc-partition MODEL --gpus N ...`.
-void add_partition_options(CLI::App& app, PartitionCommandOptions& options) {
-  add_model_options(app, options.model);
-  app.get_option("MODEL")->required(false);
-  auto& flags = options.partition.cluster;
-  app.add_option("--gpus", flags.gpus, "total devices in the job (default 1)");
+// What a plan is asked for, beside the device count: shared by partition and sweep.
+void add_request_options(CLI::App& app, PartitionOptions& p) {
+  auto& flags = p.cluster;
   app.add_option("--mem", flags.mem, "memory per device, e.g. 32G, 80GiB, 512M (default: the device's)");
   app.add_option("--gpus-per-node", flags.gpus_per_node, "devices per node (default min(8, gpus))");
   app.add_option("--device", flags.device, "device preset (default a100-80g)");
-  app.add_option("--cluster", flags.cluster_file, "cluster description JSON (overrides the four above)");
-  auto& p = options.partition;
   app.add_option("--stages", p.stages, "force the number of pipeline stages");
   app.add_option("--microbatches", p.microbatches, "force the microbatch count per pipeline");
   app.add_option("--schedule", p.schedule, "1f1b (default) or gpipe");
   app.add_option("--optimizer", p.optimizer, "sgd, momentum or adam (default): optimizer state memory");
   app.add_option("--precision", p.precision, "fp32 (default), bf16-mixed or fp16-mixed");
-  app.add_option("-o,--out", p.out_dir, "output folder (default rannc-out)");
   app.add_option("--profile-db", p.profile_db, "calibrate the costs with this profile DB");
+}
+
+// The default verb's options live on the top-level app: `rannc-partition MODEL --gpus N ...`.
+void add_partition_options(CLI::App& app, PartitionCommandOptions& options) {
+  add_model_options(app, options.model);
+  app.get_option("MODEL")->required(false);
+  auto& p = options.partition;
+  app.add_option("--gpus", p.cluster.gpus, "total devices in the job (default 1)");
+  add_request_options(app, p);
+  app.add_option("--cluster", p.cluster.cluster_file, "cluster description JSON (overrides --gpus, --mem, --gpus-per-node, --device)");
+  app.add_option("-o,--out", p.out_dir, "output folder (default rannc-out)");
   app.add_flag("--plan-only", p.plan_only, "write plan.json without stage files (a model whose weights are not in the file)");
   app.add_flag("--no-check", [&p](std::int64_t) { p.check = false; },
                "write plan.json without first checking the stage files against the model");
@@ -163,6 +169,31 @@ int run_partition_command(PartitionCommandOptions& options) {
   options.partition.runtime_folder = executable_folder().string();
   PartitionReport report = run_partition(options.partition);
   if (options.json) print_json(report.summary, 2);
+  else std::cout << report.text;
+  return 0;
+}
+
+struct SweepCommandOptions {
+  ModelOptions model;
+  SweepOptions sweep;
+  bool json = false;
+};
+
+CLI::App* add_sweep_command(CLI::App& app, SweepCommandOptions& options) {
+  auto* command = app.add_subcommand("sweep", "plan the model on each of several device counts: a table, JSON or CSV");
+  add_model_options(*command, options.model);
+  command->add_option("--gpus", options.sweep.gpus, "the device counts, e.g. 8,16,32,64")->delimiter(',')->required();
+  add_request_options(*command, options.sweep.partition);
+  command->add_option("--csv", options.sweep.csv_path, "also write the rows as CSV to this file");
+  command->add_flag("--json", options.json, "print the rows as JSON");
+  return command;
+}
+
+int run_sweep_command(SweepCommandOptions& options) {
+  options.sweep.partition.model_path = options.model.model_path;
+  options.sweep.partition.load = options.model.to_load_options();
+  SweepReport report = run_sweep(options.sweep);
+  if (options.json) print_json(report.rows, 2);
   else std::cout << report.text;
   return 0;
 }
@@ -210,7 +241,7 @@ int run_show(const ShowOptions& options) {
 }
 
 constexpr const char* kUsage =
-    "usage: rannc-partition MODEL [--gpus N --mem SIZE ...] | inspect | profile | show | verify | help [COMMAND]";
+    "usage: rannc-partition MODEL [--gpus N --mem SIZE ...] | inspect | profile | show | verify | sweep | help [COMMAND]";
 
 // `help` and `help COMMAND`: the usage of the tool (with the default verb, `partition`) or of one
 // command, on stdout. `tool_help` is taken before parsing: once a command is parsed, the app's
@@ -226,7 +257,7 @@ int run_help(CLI::App& app, const std::string& tool_help, const std::string& top
   } catch (const CLI::OptionNotFound&) {
   }
   if (!command || topic == "help") {
-    throw InputError("help " + topic + ": no such command (commands: partition, inspect, profile, show, verify)");
+    throw InputError("help " + topic + ": no such command (commands: partition, inspect, profile, show, verify, sweep)");
   }
   std::cout << command->help(app.get_name());
   return 0;
@@ -267,9 +298,11 @@ int run(int argc, char** argv) {
   VerifyCommandOptions verify;
   CLI::App* verify_command = nullptr;
   add_verify_command(app, verify, verify_command);
+  SweepCommandOptions sweep;
+  auto* sweep_command = add_sweep_command(app, sweep);
   std::string help_topic;
   auto* help_command = app.add_subcommand("help", "print this help, or a command's (help inspect)");
-  help_command->add_option("COMMAND", help_topic, "partition, inspect, profile, show or verify");
+  help_command->add_option("COMMAND", help_topic, "partition, inspect, profile, show, verify or sweep");
   const std::string tool_help = app.help();
   try {
     app.parse(argc, argv);
@@ -287,6 +320,7 @@ int run(int argc, char** argv) {
   if (profile_command->parsed()) return run_profile_command(profile);
   if (show_command->parsed()) return run_show(show);
   if (verify_command->parsed()) return run_verify_command(verify);
+  if (sweep_command->parsed()) return run_sweep_command(sweep);
   return run_partition_command(partition);
 }
 

@@ -31,8 +31,9 @@ void check_positive(const std::optional<int>& value, const char* flag) {
   if (value && *value < 1) throw InputError(std::string(flag) + " " + std::to_string(*value) + ": must be at least 1");
 }
 
-// Every request option checked before the model is read, so a typo fails fast.
-partition::PlanRequest request_from(const PartitionOptions& options) {
+}  // namespace
+
+partition::PlanRequest plan_request(const PartitionOptions& options) {
   partition::PlanRequest request;
   request.cluster = cost::cluster_from_flags(options.cluster);
   request.schedule = plan::parse_schedule(options.schedule, "--schedule");
@@ -47,12 +48,22 @@ partition::PlanRequest request_from(const PartitionOptions& options) {
   }
   request.stages = options.stages;
   request.microbatches = options.microbatches;
+  auto batch = requested_batch(options.load);
+  if (batch && *batch > std::numeric_limits<int>::max())
+    throw InputError("--batch " + std::to_string(*batch) + ": larger than a plan supports (2^31 - 1)");
   if (options.stages && *options.stages > request.cluster.gpus()) {
     throw InputError("--stages " + std::to_string(*options.stages) + ": more stages than the " +
                      std::to_string(request.cluster.gpus()) + " devices");
   }
   return request;
 }
+
+void set_model_batch(partition::PlanRequest& request, const PartitionOptions& options, const Model& model) {
+  request.global_batch = requested_batch(options.load).value_or(model.batch);
+  if (model.fixed_batch) request.fixed_microbatch = static_cast<int>(*model.fixed_batch);  // the loader bounds it
+}
+
+namespace {
 
 // The output folder, made only once there is a plan to write, so that a run that fails before
 // (a bad model, no plan that fits) leaves nothing behind. When a later step fails, discard()
@@ -213,16 +224,12 @@ nlohmann::json write_outputs(const Outputs& out, const PartitionOptions& options
 
 PartitionReport run_partition(const PartitionOptions& options) {
   auto start = Clock::now();
-  partition::PlanRequest request = request_from(options);
+  partition::PlanRequest request = plan_request(options);
   std::optional<cost::ProfileDb> db;
   if (!options.profile_db.empty()) db = cost::ProfileDb::load(options.profile_db, /*must_exist=*/true);
-  auto batch = requested_batch(options.load);
-  if (batch && *batch > std::numeric_limits<int>::max())
-    throw InputError("--batch " + std::to_string(*batch) + ": larger than a plan supports (2^31 - 1)");
 
   Model model = load_model(options.model_path, options.load);
-  request.global_batch = requested_batch(options.load).value_or(model.batch);
-  if (model.fixed_batch) request.fixed_microbatch = static_cast<int>(*model.fixed_batch);  // the loader bounds it
+  set_model_batch(request, options, model);
   double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 
   cost::CostModel costs(model.graph, request.cluster.device, request.precision, db ? &*db : nullptr);

@@ -8,6 +8,7 @@
 
 #include "compiler/model.h"
 #include "cost_model/cluster.h"
+#include "partitioner/planner.h"
 
 namespace rannc {
 
@@ -40,5 +41,11 @@ struct PartitionReport {
 
 // Throws InputError for bad options or input, Error(kCannotMeet) when no plan fits.
 PartitionReport run_partition(const PartitionOptions& options);
+
+// The planner's request from the options, every option checked before the model is read (so a
+// typo fails fast); set_model_batch completes it once the model is loaded (--batch or the
+// model's, and the microbatch of a model that runs only at one batch).
+partition::PlanRequest plan_request(const PartitionOptions& options);
+void set_model_batch(partition::PlanRequest& request, const PartitionOptions& options, const Model& model);
 
 }  // namespace rannc

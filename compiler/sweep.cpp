@@ -1,0 +1,141 @@
+#include "compiler/sweep.h"
+
+#include <cstdio>
+#include <optional>
+#include <sstream>
+
+#include "cost_model/cost_model.h"
+#include "cost_model/profile_db.h"
+#include "support/atomic_file.h"
+#include "support/error.h"
+#include "support/format.h"
+#include "support/stable_number.h"
+
+namespace rannc {
+namespace {
+
+// One device count's plan, or why there is none.
+struct SweepRow {
+  int devices = 0;
+  std::optional<partition::PlacedPipeline> pipeline;
+  std::string refusal;  // the planner's "cannot meet" line when there is no plan
+};
+
+// "1/1/4", or "8 each" when every stage has the same count.
+std::string replica_text(const partition::PlacedPipeline& p, bool fold) {
+  std::string text;
+  bool same = true;
+  for (const auto& stage : p.stages) {
+    same = same && stage.option.replicas == p.stages.front().option.replicas;
+    text += (text.empty() ? "" : "/") + std::to_string(stage.option.replicas);
+  }
+  return fold && same && p.stages.size() > 1 ? std::to_string(p.stages.front().option.replicas) + " each" : text;
+}
+
+nlohmann::json row_json(const SweepRow& row) {
+  nlohmann::json entry = {{"devices", row.devices}};
+  if (!row.pipeline) {
+    entry["fits"] = false;
+    entry["reason"] = row.refusal;
+    return entry;
+  }
+  const auto& p = *row.pipeline;
+  entry.update({{"fits", true},
+                {"stages", p.stages.size()},
+                {"pipelines", p.config.pipelines},
+                {"replicas_per_pipeline", replica_text(p, /*fold=*/false)},
+                {"microbatches", p.config.microbatches},
+                {"unused_devices", p.unused_ranks.size()},
+                {"iteration_ms", stable_number(p.predicted.iteration_ms)},
+                {"samples_per_s", stable_number(p.predicted.samples_per_s)},
+                {"model_tflops_per_device", stable_number(p.predicted.model_tflops_per_device)},
+                {"peak_fraction", stable_number(p.predicted.peak_fraction)},
+                {"peak_mem_bytes", stable_number(p.predicted.peak_mem_bytes)}});
+  return entry;
+}
+
+std::string table_text(const std::vector<SweepRow>& rows, std::int64_t mem_limit) {
+  std::ostringstream out;
+  char line[512];
+  std::snprintf(line, sizeof line, "%8s  %-26s %6s %12s %12s %7s  %s\n", "devices", "layout (replicas per stage)",
+                "micro", "samples/s", "TFLOP/s/dev", "peak", "memory per device");
+  out << line;
+  for (const auto& row : rows) {
+    if (!row.pipeline) {
+      out << std::string(8 - std::min<std::size_t>(8, std::to_string(row.devices).size()), ' ') << row.devices
+          << "  does not fit: " << row.refusal << "\n";
+      continue;
+    }
+    const auto& p = *row.pipeline;
+    std::string layout = std::to_string(p.stages.size()) + " x " + std::to_string(p.config.pipelines) + " (" +
+                         replica_text(p, /*fold=*/true) + ")";
+    if (layout.size() > 26) layout = layout.substr(0, 23) + "...";
+    std::string memory = human_bytes(p.predicted.peak_mem_bytes) + " of " + human_bytes(static_cast<double>(mem_limit));
+    std::snprintf(line, sizeof line, "%8d  %-26s %6d %12.1f %12.1f %6.0f%%  %s\n", row.devices, layout.c_str(),
+                  p.config.microbatches, p.predicted.samples_per_s, p.predicted.model_tflops_per_device,
+                  100 * p.predicted.peak_fraction, memory.c_str());
+    out << line;
+  }
+  return out.str();
+}
+
+std::string csv_text(const nlohmann::json& rows) {
+  const char* columns[] = {"devices", "fits", "stages", "pipelines", "replicas_per_pipeline", "microbatches",
+                           "unused_devices", "iteration_ms", "samples_per_s", "model_tflops_per_device",
+                           "peak_fraction", "peak_mem_bytes"};
+  std::string text;
+  for (const char* column : columns) text += std::string(text.empty() ? "" : ",") + column;
+  text += "\n";
+  for (const auto& row : rows) {
+    std::string line;
+    for (const char* column : columns) {
+      std::string cell;
+      if (row.contains(column)) cell = row[column].is_string() ? row[column].get<std::string>() : row[column].dump();
+      line += std::string(line.empty() ? "" : ",") + cell;
+    }
+    text += line + "\n";
+  }
+  return text;
+}
+
+}  // namespace
+
+SweepReport run_sweep(const SweepOptions& options) {
+  if (options.partition.cluster.cluster_file)
+    throw InputError("sweep: --cluster fixes the device count; give --device, --mem and --gpus-per-node instead");
+  if (options.gpus.empty()) throw InputError("sweep: --gpus takes the device counts to plan, e.g. 8,16,32");
+  // Every request, and the CSV's folder, is checked before the model is read.
+  if (!options.csv_path.empty()) check_can_write(options.csv_path, "--csv");
+  std::vector<partition::PlanRequest> requests;
+  for (int devices : options.gpus) {
+    PartitionOptions one = options.partition;
+    one.cluster.gpus = devices;
+    requests.push_back(plan_request(one));
+  }
+  std::optional<cost::ProfileDb> db;
+  if (!options.partition.profile_db.empty()) db = cost::ProfileDb::load(options.partition.profile_db, /*must_exist=*/true);
+  Model model = load_model(options.partition.model_path, options.partition.load);
+  const auto& first = requests.front();
+  cost::CostModel costs(model.graph, first.cluster.device, first.precision, db ? &*db : nullptr);
+
+  std::vector<SweepRow> rows;
+  for (auto& request : requests) {
+    set_model_batch(request, options.partition, model);
+    SweepRow row{request.cluster.gpus(), std::nullopt, ""};
+    try {
+      row.pipeline = partition::plan_model(model.graph, model.batch, costs, request).pipeline;
+    } catch (const Error& e) {
+      if (e.status() != ExitStatus::kCannotMeet) throw;
+      row.refusal = e.what();
+    }
+    rows.push_back(std::move(row));
+  }
+  SweepReport report;
+  report.rows = nlohmann::json::array();
+  for (const auto& row : rows) report.rows.push_back(row_json(row));
+  report.text = table_text(rows, first.cluster.mem_bytes);
+  if (!options.csv_path.empty()) write_file_atomically(options.csv_path, csv_text(report.rows), "the sweep CSV");
+  return report;
+}
+
+}  // namespace rannc

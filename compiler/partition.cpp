@@ -97,19 +97,13 @@ nlohmann::json summary_json(const partition::PlanResult& result, const std::stri
                             double load_ms, double total_ms) {
   const auto& p = result.pipeline;
   const auto& t = result.times;
-  return {{"plan", path},
+  // The prediction's fields sit at the top level, beside the layout and the planning times.
+  nlohmann::json summary = plan::prediction_to_json(p.predicted);
+  summary.update({{"plan", path},
           {"stages", p.stages.size()},
           {"pipelines", p.config.pipelines},
           {"microbatches", p.config.microbatches},
           {"microbatch_size", p.config.microbatch_size},
-          {"iteration_ms", stable_number(p.predicted.iteration_ms)},
-          {"lower_bound_ms", stable_number(p.predicted.lower_bound_ms)},
-          {"efficiency", stable_number(p.predicted.efficiency)},
-          {"flop_bound_ms", stable_number(p.predicted.flop_bound_ms)},
-          {"model_tflops_per_device", stable_number(p.predicted.model_tflops_per_device)},
-          {"peak_fraction", stable_number(p.predicted.peak_fraction)},
-          {"bubble_fraction", stable_number(p.predicted.bubble_fraction)},
-          {"peak_mem_bytes", stable_number(p.predicted.peak_mem_bytes)},
           {"mem_limit_bytes", request.cluster.mem_bytes},
           {"unused_devices", p.unused_ranks.size()},
           {"units", result.partitioning.units.units.size()},
@@ -117,7 +111,8 @@ nlohmann::json summary_json(const partition::PlanResult& result, const std::stri
           {"configs_searched", result.configs_searched},
           {"planning_ms",
            {{"load", load_ms}, {"units", t.units_ms}, {"coarsen", t.coarsen_ms}, {"costs", t.costs_ms},
-            {"search", t.search_ms}, {"simulate", t.simulate_ms}, {"total", total_ms}}}};
+            {"search", t.search_ms}, {"simulate", t.simulate_ms}, {"total", total_ms}}}});
+  return summary;
 }
 
 // The files beside plan.json for people and schedulers. They are made from the plan as a reader

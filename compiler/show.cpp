@@ -152,6 +152,17 @@ std::string show_text(const plan::Plan& plan) {
   return out.str();
 }
 
+namespace {
+
+// plan.json's prediction, with the peak memory as a share of the limit.
+nlohmann::json predicted_json(const plan::Plan& plan) {
+  auto predicted = plan::prediction_to_json(plan.predicted);
+  predicted["peak_mem_fraction"] = stable_number(memory_fraction(plan, plan.predicted.peak_mem_bytes));
+  return predicted;
+}
+
+}  // namespace
+
 nlohmann::json show_json(const plan::Plan& plan) {
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& stage : plan.stages) stages.push_back(stage_json(plan, stage));
@@ -168,17 +179,7 @@ nlohmann::json show_json(const plan::Plan& plan) {
           {"precision", plan.precision},
           {"ranks", plan.ranks.size()},
           {"stages", stages},
-          {"predicted",
-           {{"iteration_ms", stable_number(plan.predicted.iteration_ms)},
-            {"samples_per_s", stable_number(plan.predicted.samples_per_s)},
-            {"bubble_fraction", stable_number(plan.predicted.bubble_fraction)},
-            {"lower_bound_ms", stable_number(plan.predicted.lower_bound_ms)},
-            {"efficiency", stable_number(plan.predicted.efficiency)},
-            {"flop_bound_ms", stable_number(plan.predicted.flop_bound_ms)},
-            {"model_tflops_per_device", stable_number(plan.predicted.model_tflops_per_device)},
-            {"peak_fraction", stable_number(plan.predicted.peak_fraction)},
-            {"peak_mem_bytes", stable_number(plan.predicted.peak_mem_bytes)},
-            {"peak_mem_fraction", stable_number(memory_fraction(plan, plan.predicted.peak_mem_bytes))}}},
+          {"predicted", predicted_json(plan)},
           {"unused_devices",
            {{"count", plan.unused.ranks.size()}, {"ranks", plan.unused.ranks}, {"reason", plan.unused.reason}}}};
 }

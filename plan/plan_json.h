@@ -24,6 +24,8 @@ nlohmann::json to_json(const Plan& plan);
 // A memory breakdown as plan.json writes it: {"weights", "grads", "optimizer", "activations",
 // "workspace", "comm_buffers", "total"} in bytes.
 nlohmann::json memory_to_json(const MemoryBreakdown& memory);
+// The step prediction as plan.json writes it; show and the partition summary print the same.
+nlohmann::json prediction_to_json(const Prediction& predicted);
 // to_json, dumped as plan.json is written (one space of indent, a final newline).
 std::string to_text(const Plan& plan);
 

@@ -105,7 +105,9 @@ json ranks_json(const std::vector<RankPlacement>& ranks) {
   return list;
 }
 
-json prediction_json(const Prediction& p) {
+}  // namespace
+
+json prediction_to_json(const Prediction& p) {
   return {{"iteration_ms", stable_number(p.iteration_ms)},     {"samples_per_s", stable_number(p.samples_per_s)},
           {"bubble_fraction", stable_number(p.bubble_fraction)}, {"lower_bound_ms", stable_number(p.lower_bound_ms)},
           {"efficiency", stable_number(p.efficiency)},         {"peak_mem_bytes", stable_number(p.peak_mem_bytes)},
@@ -113,8 +115,6 @@ json prediction_json(const Prediction& p) {
           {"model_tflops_per_device", stable_number(p.model_tflops_per_device)},
           {"peak_fraction", stable_number(p.peak_fraction)}};
 }
-
-}  // namespace
 
 json to_json(const Plan& plan) {
   json stages = json::array();
@@ -134,7 +134,7 @@ json to_json(const Plan& plan) {
       {"precision", plan.precision},
       {"stages", stages},
       {"ranks", ranks_json(plan.ranks)},
-      {"predicted", prediction_json(plan.predicted)},
+      {"predicted", prediction_to_json(plan.predicted)},
   };
   if (!plan.unused.ranks.empty()) {
     document["unused_devices"] = {{"count", plan.unused.ranks.size()}, {"ranks", plan.unused.ranks}, {"reason", plan.unused.reason}};

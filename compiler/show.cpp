@@ -15,10 +15,6 @@ namespace {
 using plan::Plan;
 using plan::Stage;
 
-std::string plural(std::int64_t n, const std::string& noun, const std::string& nouns = "") {
-  return std::to_string(n) + " " + (n == 1 ? noun : nouns.empty() ? noun + "s" : nouns);
-}
-
 // Of a memory limit: rounded down, so a stage just under its limit never shows 100%.
 std::string percent_of_limit(double fraction) {
   char text[32];

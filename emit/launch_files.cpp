@@ -43,8 +43,6 @@ std::string find_runtime(const std::string& script, const std::string& runtime_f
   return out.str();
 }
 
-std::string plural(int n, const char* noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); }
-
 // Ranks fill nodes in order (rank r is local rank r % K of node r / K).
 int used_nodes(const plan::Plan& plan) { return (launched_ranks(plan) + plan.cluster.gpus_per_node - 1) / plan.cluster.gpus_per_node; }
 int ranks_per_node(const plan::Plan& plan) { return std::min(launched_ranks(plan), plan.cluster.gpus_per_node); }

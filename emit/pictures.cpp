@@ -149,10 +149,6 @@ constexpr std::size_t kMaxRankRows = 16;
 // Above this many tasks in the picture, each stage's boxes of one kind become one <path>.
 constexpr std::size_t kMaxBoxes = 2000;
 
-std::string counted(std::size_t count, const std::string& noun) {
-  return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");
-}
-
 // Each stage's tasks, in the order they were scheduled.
 std::vector<std::vector<const SimulatedTask*>> tasks_by_stage(const partition::PlacedPipeline& plan) {
   std::vector<std::vector<const SimulatedTask*>> tasks(plan.stages.size());
@@ -202,7 +198,7 @@ std::string merged_boxes(const std::vector<const SimulatedTask*>& tasks, const L
       at = to;
       first = false;
     }
-    out << "\"><title>" << xml_escaped(name) << ": " << counted(spans.size(), "task") << "</title></path>\n";
+    out << "\"><title>" << xml_escaped(name) << ": " << plural(static_cast<std::int64_t>(spans.size()), "task") << "</title></path>\n";
   }
   return out.str();
 }
@@ -243,20 +239,18 @@ std::string rank_rows(const partition::PlacedPipeline& plan) {
 // data-ranks, data-replicas (per pipeline) and data-pipelines; the ranks in the tooltip.
 std::string stage_rows(const partition::PlacedPipeline& plan, const std::vector<std::vector<const SimulatedTask*>>& tasks,
                        const Layout& layout, bool merge) {
-  std::vector<std::vector<int>> ranks(plan.stages.size());
-  for (const auto& rank : plan.ranks)
-    if (rank.stage >= 0 && rank.stage < static_cast<int>(ranks.size())) ranks[rank.stage].push_back(rank.rank);
-  std::size_t pipelines = static_cast<std::size_t>(std::max(1, plan.config.pipelines));
+  const std::int64_t pipelines = plan.config.pipelines;
   std::ostringstream out;
   double y = Layout::kTop;
   for (std::size_t s = 0; s < plan.stages.size(); ++s) {
-    std::size_t count = ranks[s].size(), replicas = count / pipelines;
-    std::string counts = counted(replicas, "replica") + " x " + counted(pipelines, "pipeline");
-    std::string head = "stage " + std::to_string(s) + " &#183; " + counted(count, "rank");
-    out << "<g class=\"stage\" data-stage=\"" << s << "\" data-ranks=\"" << count << "\" data-replicas=\"" << replicas
-        << "\" data-pipelines=\"" << pipelines << "\" transform=\"translate(0," << fixed(y) << ")\">"
-        << "<title>stage " << s << " &#183; " << counted(count, "rank") << " (" << counts << "): ranks "
-        << ranges_text(ranks[s]) << "</title>"
+    const auto& stage = plan.stages[s];
+    const auto count = static_cast<std::int64_t>(stage.ranks.size());
+    std::string counts = plural(stage.option.replicas, "replica") + " x " + plural(pipelines, "pipeline");
+    std::string head = "stage " + std::to_string(s) + " &#183; " + plural(count, "rank");
+    out << "<g class=\"stage\" data-stage=\"" << s << "\" data-ranks=\"" << count << "\" data-replicas=\""
+        << stage.option.replicas << "\" data-pipelines=\"" << pipelines << "\" transform=\"translate(0," << fixed(y)
+        << ")\">"
+        << "<title>" << head << " (" << counts << "): ranks " << ranges_text(stage.ranks) << "</title>"
         << "<text x=\"" << fixed(Layout::kLeft - 8) << "\" y=\"12\" text-anchor=\"end\">" << head << "</text>"
         << "<text x=\"" << fixed(Layout::kLeft - 8) << "\" y=\"25\" text-anchor=\"end\" font-size=\"10\">(" << counts
         << ")</text>\n"

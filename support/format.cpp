@@ -19,6 +19,10 @@ std::string scaled(double amount, const char* const units[], int count, double s
 
 }  // namespace
 
+std::string plural(std::int64_t n, const std::string& noun, const std::string& nouns) {
+  return std::to_string(n) + " " + (n == 1 ? noun : nouns.empty() ? noun + "s" : nouns);
+}
+
 std::string with_commas(std::int64_t n) {
   std::string digits = std::to_string(n);
   int first_digit = n < 0 ? 1 : 0;

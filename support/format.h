@@ -15,6 +15,8 @@ std::string human_bytes(double bytes);
 std::string human_flops(double flops);
 // "12.3 ms", "1.234 s"
 std::string human_ms(double ms);
+// "1 stage", "3 stages"; `nouns` for an irregular plural ("2 microbatches").
+std::string plural(std::int64_t n, const std::string& noun, const std::string& nouns = "");
 // Ranks and the like as runs: {0, 1, 2, 3, 8} -> "0-3,8" (sorted first).
 std::string ranges_text(std::vector<int> numbers);
 

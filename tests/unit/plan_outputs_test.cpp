@@ -54,7 +54,7 @@ partition::PlacedPipeline simulated_pipeline() {
 }
 
 // Stages with these replicas per pipeline in `pipelines` pipelines, placed as the planner
-// places them (pipelines on consecutive ranks) and simulated.
+// places them (pipelines on consecutive ranks, each stage's ranks listed ascending) and simulated.
 partition::PlacedPipeline folded_pipeline(const std::vector<int>& replicas, int pipelines, int microbatches) {
   partition::PlacedPipeline plan;
   plan.config.pipelines = pipelines;
@@ -69,7 +69,9 @@ partition::PlacedPipeline folded_pipeline(const std::vector<int>& replicas, int 
       for (int i = 0; i < replicas[s]; ++i) {
         int rank = p * used + offset + i;
         plan.ranks.push_back({rank, 0, rank, s, p * replicas[s] + i});
+        plan.stages[s].ranks.push_back(rank);
       }
+  for (std::size_t s = 0; s < replicas.size(); ++s) plan.stages[s].option.replicas = replicas[s];
   std::sort(plan.ranks.begin(), plan.ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
   return plan;
 }

@@ -9,7 +9,7 @@
 #include "support/atomic_file.h"
 #include "support/error.h"
 #include "support/format.h"
-#include "support/stable_number.h"
+#include "plan/plan_json.h"
 
 namespace rannc {
 namespace {
@@ -40,17 +40,13 @@ nlohmann::json row_json(const SweepRow& row) {
     return entry;
   }
   const auto& p = *row.pipeline;
+  entry.update(plan::prediction_to_json(p.predicted));  // as plan.json writes it
   entry.update({{"fits", true},
                 {"stages", p.stages.size()},
                 {"pipelines", p.config.pipelines},
                 {"replicas_per_pipeline", replica_text(p, /*fold=*/false)},
                 {"microbatches", p.config.microbatches},
-                {"unused_devices", p.unused_ranks.size()},
-                {"iteration_ms", stable_number(p.predicted.iteration_ms)},
-                {"samples_per_s", stable_number(p.predicted.samples_per_s)},
-                {"model_tflops_per_device", stable_number(p.predicted.model_tflops_per_device)},
-                {"peak_fraction", stable_number(p.predicted.peak_fraction)},
-                {"peak_mem_bytes", stable_number(p.predicted.peak_mem_bytes)}});
+                {"unused_devices", p.unused_ranks.size()}});
   return entry;
 }
 
@@ -62,8 +58,8 @@ std::string table_text(const std::vector<SweepRow>& rows, std::int64_t mem_limit
   out << line;
   for (const auto& row : rows) {
     if (!row.pipeline) {
-      out << std::string(8 - std::min<std::size_t>(8, std::to_string(row.devices).size()), ' ') << row.devices
-          << "  does not fit: " << row.refusal << "\n";
+      std::snprintf(line, sizeof line, "%8d  does not fit: ", row.devices);
+      out << line << row.refusal << "\n";
       continue;
     }
     const auto& p = *row.pipeline;

@@ -36,17 +36,6 @@ json weights_json(const std::vector<Weight>& weights) {
   return list;
 }
 
-}  // namespace
-
-json memory_to_json(const MemoryBreakdown& m) {
-  return {{"weights", stable_number(m.weights)},     {"grads", stable_number(m.grads)},
-          {"optimizer", stable_number(m.optimizer)}, {"activations", stable_number(m.activations)},
-          {"workspace", stable_number(m.workspace)}, {"comm_buffers", stable_number(m.comm_buffers)},
-          {"total", stable_number(m.total())}};
-}
-
-namespace {
-
 json stage_json(const Stage& stage) {
   const auto& p = stage.predicted;
   json entry = {
@@ -106,6 +95,13 @@ json ranks_json(const std::vector<RankPlacement>& ranks) {
 }
 
 }  // namespace
+
+json memory_to_json(const MemoryBreakdown& m) {
+  return {{"weights", stable_number(m.weights)},     {"grads", stable_number(m.grads)},
+          {"optimizer", stable_number(m.optimizer)}, {"activations", stable_number(m.activations)},
+          {"workspace", stable_number(m.workspace)}, {"comm_buffers", stable_number(m.comm_buffers)},
+          {"total", stable_number(m.total())}};
+}
 
 json prediction_to_json(const Prediction& p) {
   return {{"iteration_ms", stable_number(p.iteration_ms)},     {"samples_per_s", stable_number(p.samples_per_s)},

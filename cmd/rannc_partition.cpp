@@ -139,6 +139,8 @@ void add_request_options(CLI::App& app, PartitionOptions& p) {
   app.add_option("--stages", p.stages, "force the number of pipeline stages");
   app.add_option("--microbatches", p.microbatches, "force the microbatch count per pipeline");
   app.add_option("--schedule", p.schedule, "1f1b (default) or gpipe");
+  app.add_option("--shard-state", p.shard_state,
+                 "auto (default: chosen per stage), none or optimizer: split the optimizer state among a stage's replicas");
   app.add_option("--optimizer", p.optimizer, "sgd, momentum or adam (default): optimizer state memory");
   app.add_option("--precision", p.precision, "fp32 (default), bf16-mixed or fp16-mixed");
   app.add_option("--profile-db", p.profile_db, "calibrate the costs with this profile DB");

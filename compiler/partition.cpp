@@ -48,6 +48,7 @@ partition::PlanRequest plan_request(const PartitionOptions& options) {
   }
   request.stages = options.stages;
   request.microbatches = options.microbatches;
+  if (options.shard_state != "auto") request.state_sharding = plan::parse_state_sharding(options.shard_state, "--shard-state");
   auto batch = requested_batch(options.load);
   if (batch && *batch > std::numeric_limits<int>::max())
     throw InputError("--batch " + std::to_string(*batch) + ": larger than a plan supports (2^31 - 1)");

@@ -22,6 +22,7 @@ struct PartitionOptions {
   std::string precision = "fp32";
   std::optional<int> stages;
   std::optional<int> microbatches;
+  std::string shard_state = "auto";  // auto, none or optimizer
   std::string profile_db;
   bool plan_only = false;  // write plan.json without stage files
   // partition checks the stage files against the model before writing plan.json, when the

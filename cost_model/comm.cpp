@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "cost_model/memory.h"
+
 namespace rannc::cost {
 namespace {
 
@@ -91,6 +93,22 @@ double allgather_seconds(const Cluster& cluster, const std::vector<int>& ranks, 
 
 double alltoall_seconds(const Cluster& cluster, const std::vector<int>& ranks, double bytes_per_rank) {
   return alltoall_seconds(bytes_per_rank, static_cast<int>(ranks.size()), group_link(cluster, span_of(cluster, ranks)));
+}
+
+double reduce_scatter_seconds(const Cluster& cluster, const std::vector<int>& ranks, double bytes) {
+  GroupSpan span = span_of(cluster, ranks);
+  if (span.nodes <= 1) return ring_pass_seconds(bytes, static_cast<int>(ranks.size()), cluster.intra_node);
+  return ring_pass_seconds(bytes, span.per_node, cluster.intra_node) +
+         ring_pass_seconds(bytes / span.fewest_per_node, span.nodes, cluster.inter_node);
+}
+
+double gradient_sync_seconds(const Cluster& cluster, const std::vector<int>& ranks, double param_elements,
+                             plan::StateSharding sharding, plan::Precision precision) {
+  const double grad_bytes = param_elements * param_state_bytes(plan::Optimizer::kSgd, precision).grads;
+  if (sharding == plan::StateSharding::kNone) return allreduce_seconds(cluster, ranks, grad_bytes);
+  double weight_bytes = precision == plan::Precision::kFp32 ? 4 : 2;
+  return reduce_scatter_seconds(cluster, ranks, grad_bytes) +
+         reduce_scatter_seconds(cluster, ranks, param_elements * weight_bytes);
 }
 
 double p2p_seconds(const Cluster& cluster, int from_rank, int to_rank, double bytes) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cost_model/cluster.h"
+#include "plan/options.h"
 
 namespace rannc::cost {
 
@@ -43,5 +44,16 @@ double allreduce_seconds(const Cluster& cluster, const std::vector<int>& ranks, 
 double allgather_seconds(const Cluster& cluster, const std::vector<int>& ranks, double bytes_total);
 double alltoall_seconds(const Cluster& cluster, const std::vector<int>& ranks, double bytes_per_rank);
 double p2p_seconds(const Cluster& cluster, int from_rank, int to_rank, double bytes);
+
+// Reduce-scatter of `bytes` among a group (each rank ends with bytes / n of the sum), or its
+// mirror the all-gather: one ring pass in a node; across nodes the first (or last) half of the
+// hierarchical allreduce, so that reduce-scatter plus all-gather is exactly an allreduce.
+double reduce_scatter_seconds(const Cluster& cluster, const std::vector<int>& ranks, double bytes);
+
+// A stage's gradient synchronisation each step among its ranks, for `param_elements` trainable
+// elements: an allreduce of the fp32 gradients; with sharded state a reduce-scatter of them and
+// an all-gather of the updated working weights (16-bit under mixed precision).
+double gradient_sync_seconds(const Cluster& cluster, const std::vector<int>& ranks, double param_elements,
+                             plan::StateSharding sharding, plan::Precision precision);
 
 }  // namespace rannc::cost

@@ -84,11 +84,14 @@ double stored_bytes(const ir::Value& value, plan::Precision precision) {
   return ir::is_floating_point(value.type.dtype) ? bytes * activation_byte_scale(precision) : bytes;
 }
 
-ParamStateBytes param_state_bytes(plan::Optimizer optimizer, plan::Precision precision) {
+ParamStateBytes param_state_bytes(plan::Optimizer optimizer, plan::Precision precision, const StateLayout& layout) {
   ParamStateBytes bytes;
-  bytes.weights = precision == plan::Precision::kFp32 ? 4 : 2 + 4;
+  const double shard = layout.sharded() ? 1.0 / layout.replicas : 1.0;
+  const double master = 4;
+  if (precision == plan::Precision::kFp32) bytes.weights = layout.sharded() ? 4 + master * shard : master;
+  else bytes.weights = 2 + master * shard;
   bytes.grads = 4;
-  bytes.optimizer = optimizer == plan::Optimizer::kAdam ? 8 : optimizer == plan::Optimizer::kMomentum ? 4 : 0;
+  bytes.optimizer = (optimizer == plan::Optimizer::kAdam ? 8 : optimizer == plan::Optimizer::kMomentum ? 4 : 0) * shard;
   return bytes;
 }
 
@@ -139,23 +142,28 @@ int microbatches_in_flight(const StagePlacement& placement) {
 
 plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, const StagePlacement& placement, plan::Optimizer optimizer,
                              plan::Precision precision) {
-  return stage_memory(footprint, microbatches_in_flight(placement), placement.recompute, placement.replicas > 1,
-                      optimizer, precision);
+  return stage_memory(footprint, microbatches_in_flight(placement), placement.recompute, placement.state, optimizer,
+                      precision);
 }
 
-plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_flight, bool recompute, bool replicated,
+plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_flight, bool recompute, const StateLayout& state,
                              plan::Optimizer optimizer, plan::Precision precision) {
-  ParamStateBytes state = param_state_bytes(optimizer, precision);
+  ParamStateBytes bytes = param_state_bytes(optimizer, precision, state);
   plan::MemoryBreakdown memory;
-  memory.weights = footprint.param_elements * state.weights + footprint.buffer_bytes;
-  memory.grads = footprint.param_elements * state.grads;
-  memory.optimizer = footprint.param_elements * state.optimizer;
+  memory.weights = footprint.param_elements * bytes.weights + footprint.buffer_bytes;
+  memory.grads = footprint.param_elements * bytes.grads;
+  memory.optimizer = footprint.param_elements * bytes.optimizer;
   double kept_microbatches = recompute ? 1.0 : in_flight;
   memory.activations = in_flight * footprint.input_bytes + kept_microbatches * footprint.kept_bytes;
   memory.workspace = footprint.workspace_bytes;
   memory.comm_buffers = 2 * (footprint.input_bytes + footprint.output_bytes);
-  // DDP copies every gradient into its buckets (unless gradient_as_bucket_view is set).
-  if (replicated) memory.comm_buffers += memory.grads;
+  if (state.sharded()) {
+    // The reduce-scatter's send and receive buckets, and this replica's shard of the sum.
+    memory.comm_buffers += 2 * std::min(kGradientBucketBytes, memory.grads) + memory.grads / state.replicas;
+  } else if (state.replicas > 1) {
+    // The allreduce sums one flat copy of every gradient.
+    memory.comm_buffers += memory.grads;
+  }
   return memory;
 }
 

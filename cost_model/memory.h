@@ -12,14 +12,27 @@
 
 namespace rannc::cost {
 
+// How the copies of a stage hold its training state: R replicas of the stage (in all pipelines),
+// and whether they split the optimizer state among them (plan/options.h).
+struct StateLayout {
+  int replicas = 1;
+  plan::StateSharding sharding = plan::StateSharding::kNone;
+  bool sharded() const { return replicas > 1 && sharding != plan::StateSharding::kNone; }
+};
+
 // Bytes per parameter element. fp32: weights 4, gradients 4. Mixed precision: a 16-bit copy
 // of the weights beside the fp32 master (2 + 4), gradients accumulated in fp32 (4). Optimizer
-// state in fp32: momentum 4, Adam 8 (two moments), SGD none.
+// state in fp32: momentum 4, Adam 8 (two moments), SGD none. Sharded state: each replica keeps
+// 1/R of the optimizer state and of the fp32 master weights, beside its full working copy of
+// the weights (16-bit, or fp32 when training in fp32) and its full gradients.
 struct ParamStateBytes {
   double weights = 0, grads = 0, optimizer = 0;
   double total() const { return weights + grads + optimizer; }
 };
-ParamStateBytes param_state_bytes(plan::Optimizer optimizer, plan::Precision precision);
+ParamStateBytes param_state_bytes(plan::Optimizer optimizer, plan::Precision precision, const StateLayout& layout = {});
+
+// Gradient bytes each bucket of the gradient synchronisation holds (PyTorch DDP's default bucket).
+inline constexpr double kGradientBucketBytes = 25.0 * 1024 * 1024;
 
 // Bytes of a tensor as stored during training: floating activations in 16 bits under mixed
 // precision; 0 for non-tensors.
@@ -57,7 +70,7 @@ struct StagePlacement {
   int stages = 1;
   int stage_index = 0;
   int microbatches = 1;
-  int replicas = 1;
+  StateLayout state;
   bool recompute = false;
 };
 
@@ -66,11 +79,12 @@ int microbatches_in_flight(const StagePlacement& placement);
 
 // Recomputation keeps only the stage inputs of each microbatch in flight, and the activations
 // of the one microbatch being recomputed. Communication: double-buffered sends and receives of
-// one microbatch, plus a 25 MiB gradient bucket (PyTorch DDP's default) when replicated.
+// one microbatch; when replicated, the flat copy of the gradients the allreduce sums, or with
+// sharded state the gradient shard plus two buckets of the reduce-scatter.
 plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, const StagePlacement& placement, plan::Optimizer optimizer,
                              plan::Precision precision);
 // The same with the microbatches in flight given directly (the partitioner's form).
-plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_flight, bool recompute, bool replicated,
+plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_flight, bool recompute, const StateLayout& state,
                              plan::Optimizer optimizer, plan::Precision precision);
 
 }  // namespace rannc::cost

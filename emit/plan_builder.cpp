@@ -67,6 +67,7 @@ plan::Stage plan_stage(const ir::Graph& graph, const partition::PlanResult& resu
   stage.params = plan_weights(graph, layout.params);
   stage.buffers = plan_weights(graph, layout.buffers);
   stage.recompute = option.recompute;
+  stage.state_sharding = option.sharding;
   stage.predicted = {option.fwd_ms, option.bwd_ms,          option.p2p_ms, planned.allreduce_ms,
                      planned.in_flight, planned.memory.total(), planned.memory};
   return stage;

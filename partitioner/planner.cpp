@@ -107,7 +107,7 @@ std::string what_would_fit(const ir::Graph& graph, const UnitGraph& units, const
     if (configs.empty()) return false;
     BlockCosts blocks = block_costs(graph, units, blocking, costs, activations, evaluated_batch, sample_sizes(configs));
     RangeTable ranges(blocks);
-    SearchContext context{&blocks, &ranges, &trial.cluster, request.optimizer, request.precision};
+    SearchContext context{&blocks, &ranges, &trial.cluster, request.optimizer, request.precision, request.state_sharding};
     return any_config_fits(context, configs);
   };
   std::string advice;
@@ -209,9 +209,9 @@ PlacedPipeline place_and_simulate(const SearchContext& context, const ConfigChoi
     stage.option = option;
     for (int p = 0; p < config.pipelines; ++p)
       for (int i = 0; i < option.replicas; ++i) stage.ranks.push_back(p * used + offset + i);
-    double grad_bytes = context.ranges->param_elements(option.begin, option.end) *
-                        cost::param_state_bytes(context.optimizer, context.precision).grads;
-    if (grad_bytes > 0) stage.allreduce_ms = cost::allreduce_seconds(cluster, stage.ranks, grad_bytes) * 1e3;
+    double elements = context.ranges->param_elements(option.begin, option.end);
+    if (elements > 0)
+      stage.allreduce_ms = cost::gradient_sync_seconds(cluster, stage.ranks, elements, option.sharding, context.precision) * 1e3;
     simulated.push_back({option.fwd_ms, option.bwd_ms, option.p2p_ms / 2, stage.allreduce_ms});
     replicas.push_back(option.replicas);
     offset += option.replicas;
@@ -221,8 +221,7 @@ PlacedPipeline place_and_simulate(const SearchContext& context, const ConfigChoi
   for (std::size_t s = 0; s < placed.stages.size(); ++s) {
     auto& stage = placed.stages[s];
     stage.in_flight = placed.simulation.max_in_flight[s];
-    stage.memory = options.memory(stage.option.begin, stage.option.end, stage.option.replicas, stage.option.recompute,
-                                  stage.in_flight);
+    stage.memory = options.memory(stage.option, stage.in_flight);
     placed.predicted.peak_mem_bytes = std::max(placed.predicted.peak_mem_bytes, stage.memory.total());
     for (int i = 0; i < static_cast<int>(stage.ranks.size()); ++i) {
       int rank = stage.ranks[i];
@@ -275,7 +274,8 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
   result.times.costs_ms = elapsed_ms(start);
 
   start = Clock::now();
-  SearchContext context{&result.partitioning.blocks, &ranges, &request.cluster, request.optimizer, request.precision};
+  SearchContext context{&result.partitioning.blocks, &ranges, &request.cluster, request.optimizer, request.precision,
+                        request.state_sharding};
   auto choice = search_configs(context, configs, &result.configs_searched);
   result.times.search_ms = elapsed_ms(start);
   if (!choice) {

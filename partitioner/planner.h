@@ -39,6 +39,7 @@ struct PlanRequest {
   plan::Precision precision = plan::Precision::kFp32;
   std::optional<int> stages;        // --stages
   std::optional<int> microbatches;  // --microbatches
+  std::optional<plan::StateSharding> state_sharding;  // --shard-state: forced on replicated stages; nullopt: chosen per stage
   std::optional<int> fixed_microbatch;  // a model that runs only at this batch: microbatch size, one replica per stage
   int max_blocks = 192;             // coarsening target
 };
@@ -48,7 +49,7 @@ struct PlannedStage {
   std::vector<int> ranks;         // every replica of every pipeline, ascending
   int in_flight = 0;              // microbatches kept between forward and backward
   plan::MemoryBreakdown memory;   // per device
-  double allreduce_ms = 0;        // among its actual ranks
+  double allreduce_ms = 0;        // the gradient synchronisation among its actual ranks
 };
 
 // The chosen pipeline, placed on ranks and simulated (emit/plan_builder.h makes the Plan of it).

@@ -40,39 +40,73 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
     : context_(context), config_(config) {
   const BlockCosts& blocks = *context.blocks;
   const RangeTable& ranges = *context.ranges;
+  constexpr std::array<plan::StateSharding, 2> kShardings{plan::StateSharding::kNone, plan::StateSharding::kOptimizer};
   for (int r = 1; r <= config.pipeline_devices; ++r) {
     if (config.microbatch_size % r != 0) continue;
     if (config.replica_samples && config.microbatch_size / r != *config.replica_samples) continue;
     replica_choices_.push_back(r);
-    // Collective times are affine in the bytes: keep the fixed part and the slope.
     auto ranks = canonical_ranks(config, r);
-    double fixed = cost::allreduce_seconds(*context.cluster, ranks, 0);
-    double per_gb = cost::allreduce_seconds(*context.cluster, ranks, 1e9) - fixed;
-    allreduce_fixed_ms_.push_back(fixed * kMs);
-    allreduce_ms_per_byte_.push_back(per_gb * kMs / 1e9);
+    std::array<double, 2> fixed{}, slope{};
+    for (auto sharding : kShardings) {
+      auto at = static_cast<std::size_t>(sharding);
+      fixed[at] = cost::gradient_sync_seconds(*context.cluster, ranks, 0, sharding, context.precision) * kMs;
+      double per_billion = cost::gradient_sync_seconds(*context.cluster, ranks, 1e9, sharding, context.precision) * kMs;
+      slope[at] = (per_billion - fixed[at]) / 1e9;
+    }
+    sync_fixed_ms_.push_back(fixed);
+    sync_ms_per_element_.push_back(slope);
   }
   balanced_ms_ = partition::balanced_ms(context, config);
-  double state_per_element = cost::param_state_bytes(context.optimizer, context.precision).total();
   double limit = static_cast<double>(context.cluster->mem_bytes);
   by_begin_.resize(static_cast<std::size_t>(blocks.count()));
   for (int begin = 0; begin < blocks.count(); ++begin) {
     for (int replicas : replica_choices_) {
+      // The least state a weight element can take at this replica count.
+      double least_state = std::numeric_limits<double>::infinity();
+      for (auto sharding : kShardings)
+        if (allows(sharding, replicas))
+          least_state = std::min(least_state, cost::param_state_bytes(context.optimizer, context.precision,
+                                                                      state_layout(replicas, sharding)).total());
       int sample = blocks.sample_index(config.microbatch_size / replicas);
-      double fwd = 0, bwd = 0, workspace = 0;
+      RangeWork work;
       for (int end = begin + 1; end <= blocks.count(); ++end) {
         // Weights only grow with the range: once they alone overflow, every longer range does too.
-        if (ranges.param_elements(begin, end) * state_per_element + ranges.buffer_bytes(begin, end) > limit) break;
-        fwd += blocks.fwd_ms[end - 1][sample];
-        bwd += blocks.bwd_ms[end - 1][sample];
-        workspace = std::max(workspace, blocks.workspace_bytes[end - 1][sample]);
-        auto plain = evaluate(begin, end, replicas, false, fwd, bwd, workspace);
-        if (plain) by_begin_[begin].push_back(*plain);
-        // Recomputing only costs time: it is worth an option when it lets more microbatches fly.
-        auto recomputed = evaluate(begin, end, replicas, true, fwd, bwd, workspace);
-        if (recomputed && (!plain || recomputed->max_in_flight > plain->max_in_flight))
-          by_begin_[begin].push_back(*recomputed);
+        if (ranges.param_elements(begin, end) * least_state + ranges.buffer_bytes(begin, end) > limit) break;
+        work.fwd += blocks.fwd_ms[end - 1][sample];
+        work.bwd += blocks.bwd_ms[end - 1][sample];
+        work.workspace = std::max(work.workspace, blocks.workspace_bytes[end - 1][sample]);
+        add_variants(begin, end, replicas, work);
       }
     }
+  }
+}
+
+bool StageOptions::allows(plan::StateSharding sharding, int replicas) const {
+  if (context_.state_sharding && config_.pipelines * replicas > 1) return sharding == *context_.state_sharding;
+  // Sharding among one copy is no sharding.
+  return sharding == plan::StateSharding::kNone || config_.pipelines * replicas > 1;
+}
+
+cost::StateLayout StageOptions::state_layout(int replicas, plan::StateSharding sharding) const {
+  return {config_.pipelines * replicas, sharding};
+}
+
+// Recomputing only costs time, sharding only adds a collective's latency (or saves time where the
+// weights gather in 16 bits): a variant is worth an option unless another one is at least as
+// good in time, synchronisation and microbatches in flight (ties keep the first listed).
+void StageOptions::add_variants(int begin, int end, int replicas, const RangeWork& work) {
+  std::vector<StageOption> variants;
+  for (bool recompute : {false, true})
+    for (auto sharding : {plan::StateSharding::kNone, plan::StateSharding::kOptimizer})
+      if (auto variant = evaluate(begin, end, replicas, recompute, sharding, work)) variants.push_back(*variant);
+  auto at_least_as_good = [](const StageOption& a, const StageOption& b) {
+    return a.t_ms <= b.t_ms && a.term_ms <= b.term_ms && a.max_in_flight >= b.max_in_flight;
+  };
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    bool beaten = false;
+    for (std::size_t j = 0; j < variants.size() && !beaten; ++j)
+      beaten = j != i && at_least_as_good(variants[j], variants[i]) && (j < i || !at_least_as_good(variants[i], variants[j]));
+    if (!beaten) by_begin_[begin].push_back(variants[i]);
   }
 }
 
@@ -88,15 +122,16 @@ cost::StageFootprint StageOptions::footprint(int begin, int end, int replicas) c
   return footprint;
 }
 
-std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replicas, bool recompute, double fwd,
-                                                  double bwd, double workspace) const {
+std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replicas, bool recompute,
+                                                  plan::StateSharding sharding, const RangeWork& work) const {
+  if (!allows(sharding, replicas)) return std::nullopt;
   if (replicas > 1 && context_.ranges->sends_batch_free(begin, end)) return std::nullopt;
   cost::StageFootprint stage = footprint(begin, end, replicas);
-  stage.workspace_bytes = workspace;
-  bool replicated = config_.pipelines * replicas > 1;
+  stage.workspace_bytes = work.workspace;
+  cost::StateLayout state = state_layout(replicas, sharding);
   double limit = static_cast<double>(context_.cluster->mem_bytes);
   auto fits = [&](int n) {
-    return cost::stage_memory(stage, n, recompute, replicated, context_.optimizer, context_.precision).total() <= limit;
+    return cost::stage_memory(stage, n, recompute, state, context_.optimizer, context_.precision).total() <= limit;
   };
   if (!fits(1)) return std::nullopt;
   // Memory grows with the microbatches in flight: the largest count that fits, by bisection.
@@ -111,45 +146,45 @@ std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replic
   option.end = end;
   option.replicas = replicas;
   option.recompute = recompute;
+  option.sharding = sharding;
   option.max_in_flight = low;
-  option.fwd_ms = fwd;
-  option.bwd_ms = bwd + (recompute ? fwd : 0);
+  option.fwd_ms = work.fwd;
+  option.bwd_ms = work.bwd + (recompute ? work.fwd : 0);
   double fraction = (config_.microbatch_size / replicas) / context_.blocks->evaluated_batch;
   double received = context_.ranges->received_bytes(begin, end) * fraction;
   if (received > 0) option.p2p_ms = 2 * cost::p2p_seconds(received, pipeline_link(*context_.cluster, config_)) * kMs;
   std::size_t choice = static_cast<std::size_t>(
       std::find(replica_choices_.begin(), replica_choices_.end(), replicas) - replica_choices_.begin());
-  double grad_bytes = stage.param_elements * cost::param_state_bytes(context_.optimizer, context_.precision).grads;
-  if (grad_bytes > 0) option.allreduce_ms = allreduce_fixed_ms_[choice] + allreduce_ms_per_byte_[choice] * grad_bytes;
+  auto at = static_cast<std::size_t>(sharding);
+  if (stage.param_elements > 0)
+    option.allreduce_ms = sync_fixed_ms_[choice][at] + sync_ms_per_element_[choice][at] * stage.param_elements;
   option.t_ms = option.fwd_ms + option.bwd_ms + option.p2p_ms;
   option.term_ms = (config_.microbatches - 1) * option.t_ms + option.allreduce_ms;
   return option;
 }
 
-double StageOptions::largest_workspace(int begin, int end, int replicas) const {
+StageOptions::RangeWork StageOptions::range_work(int begin, int end, int replicas) const {
   int sample = context_.blocks->sample_index(config_.microbatch_size / replicas);
-  double workspace = 0;
-  for (int block = begin; block < end; ++block)
-    workspace = std::max(workspace, context_.blocks->workspace_bytes[block][sample]);
-  return workspace;
-}
-
-std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replicas, bool recompute) const {
-  if (std::find(replica_choices_.begin(), replica_choices_.end(), replicas) == replica_choices_.end()) return std::nullopt;
-  int sample = context_.blocks->sample_index(config_.microbatch_size / replicas);
-  double fwd = 0, bwd = 0;
+  RangeWork work;
   for (int block = begin; block < end; ++block) {
-    fwd += context_.blocks->fwd_ms[block][sample];
-    bwd += context_.blocks->bwd_ms[block][sample];
+    work.fwd += context_.blocks->fwd_ms[block][sample];
+    work.bwd += context_.blocks->bwd_ms[block][sample];
+    work.workspace = std::max(work.workspace, context_.blocks->workspace_bytes[block][sample]);
   }
-  return evaluate(begin, end, replicas, recompute, fwd, bwd, largest_workspace(begin, end, replicas));
+  return work;
 }
 
-plan::MemoryBreakdown StageOptions::memory(int begin, int end, int replicas, bool recompute, int in_flight) const {
-  cost::StageFootprint stage = footprint(begin, end, replicas);
-  stage.workspace_bytes = largest_workspace(begin, end, replicas);
-  return cost::stage_memory(stage, in_flight, recompute, config_.pipelines * replicas > 1, context_.optimizer,
-                            context_.precision);
+std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replicas, bool recompute,
+                                                  plan::StateSharding sharding) const {
+  if (std::find(replica_choices_.begin(), replica_choices_.end(), replicas) == replica_choices_.end()) return std::nullopt;
+  return evaluate(begin, end, replicas, recompute, sharding, range_work(begin, end, replicas));
+}
+
+plan::MemoryBreakdown StageOptions::memory(const StageOption& option, int in_flight) const {
+  cost::StageFootprint stage = footprint(option.begin, option.end, option.replicas);
+  stage.workspace_bytes = range_work(option.begin, option.end, option.replicas).workspace;
+  return cost::stage_memory(stage, in_flight, option.recompute, state_layout(option.replicas, option.sharding),
+                            context_.optimizer, context_.precision);
 }
 
 std::optional<PipelineSolution> evaluate_pipeline(const StageOptions& options, std::vector<StageOption> stages) {

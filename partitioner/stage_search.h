@@ -8,7 +8,8 @@
 //
 //   t = fwd + bwd (+ fwd again when recomputing) + 2 x p2p(inputs received from earlier stages)
 //
-// and after its last backward it allreduces its gradients among its P x r replicas (AR; costed as
+// and after its last backward it synchronises its gradients among its P x r replicas (AR: an
+// allreduce, or with sharded optimizer state a reduce-scatter plus an all-gather; costed as
 // if its replicas were the first r devices of each pipeline: a stage placed across a node
 // boundary may take longer, which the simulation of the placed plan then reports). The
 // iteration time of the pipeline is modelled as
@@ -27,6 +28,7 @@
 // the dynamic program tracks the stages after each suffix (capped at M) to check this exactly.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <vector>
 
@@ -53,15 +55,17 @@ struct SearchContext {
   const cost::Cluster* cluster = nullptr;
   plan::Optimizer optimizer = plan::Optimizer::kAdam;
   plan::Precision precision = plan::Precision::kFp32;
+  std::optional<plan::StateSharding> state_sharding;  // forced on every replicated stage; nullopt: each stage's choice
 };
 
 struct StageOption {
   int begin = 0, end = 0;  // blocks [begin, end)
   int replicas = 1;        // per pipeline
   bool recompute = false;
+  plan::StateSharding sharding = plan::StateSharding::kNone;
   double fwd_ms = 0, bwd_ms = 0;  // per microbatch and replica; bwd includes the recomputed forward
   double p2p_ms = 0;              // receiving inputs and sending their gradients back
-  double allreduce_ms = 0;
+  double allreduce_ms = 0;        // the gradient synchronisation
   double t_ms = 0;                // fwd + bwd + p2p
   double term_ms = 0;             // (M - 1) t + allreduce
   int max_in_flight = 0;          // microbatches in flight that fit in memory
@@ -72,13 +76,16 @@ class StageOptions {
  public:
   StageOptions(const SearchContext& context, const SearchConfig& config);
 
-  // The options the search considers (recomputation only where it lets more microbatches fly).
+  // The options the search considers: of a range's variants (recomputed or not, sharded state or
+  // not), those no other variant beats in time, gradient synchronisation and microbatches in flight.
   const std::vector<StageOption>& from(int begin) const { return by_begin_[begin]; }
   // Any stage, evaluated afresh; nullopt when it does not fit in memory with one microbatch in
-  // flight, or its replica count does not divide the microbatch.
-  std::optional<StageOption> evaluate(int begin, int end, int replicas, bool recompute) const;
+  // flight, its replica count does not divide the microbatch, or the sharding is not allowed
+  // (forced otherwise, or a stage of one replica in all).
+  std::optional<StageOption> evaluate(int begin, int end, int replicas, bool recompute,
+                                      plan::StateSharding sharding = plan::StateSharding::kNone) const;
   const std::vector<int>& replica_choices() const { return replica_choices_; }
-  plan::MemoryBreakdown memory(int begin, int end, int replicas, bool recompute, int in_flight) const;
+  plan::MemoryBreakdown memory(const StageOption& option, int in_flight) const;
   int block_count() const { return static_cast<int>(by_begin_.size()); }
   // The work of one microbatch spread evenly over the pipeline's devices: the longest stage time
   // is never shorter (splitting a microbatch over r replicas never makes the work smaller:
@@ -88,14 +95,22 @@ class StageOptions {
   const SearchConfig& config() const { return config_; }
 
  private:
+  // The time of a range's work, and its largest workspace, at one replica count.
+  struct RangeWork {
+    double fwd = 0, bwd = 0, workspace = 0;
+  };
   cost::StageFootprint footprint(int begin, int end, int replicas) const;
-  std::optional<StageOption> evaluate(int begin, int end, int replicas, bool recompute, double fwd, double bwd,
-                                      double workspace) const;
-  double largest_workspace(int begin, int end, int replicas) const;
+  std::optional<StageOption> evaluate(int begin, int end, int replicas, bool recompute, plan::StateSharding sharding,
+                                      const RangeWork& work) const;
+  void add_variants(int begin, int end, int replicas, const RangeWork& work);
+  bool allows(plan::StateSharding sharding, int replicas) const;
+  cost::StateLayout state_layout(int replicas, plan::StateSharding sharding) const;
+  RangeWork range_work(int begin, int end, int replicas) const;
   SearchContext context_;
   SearchConfig config_;
   std::vector<int> replica_choices_;
-  std::vector<double> allreduce_fixed_ms_, allreduce_ms_per_byte_;  // by index in replica_choices_
+  // The gradient synchronisation is affine in the parameters: [replica choice][sharding].
+  std::vector<std::array<double, 2>> sync_fixed_ms_, sync_ms_per_element_;
   std::vector<std::vector<StageOption>> by_begin_;
   double balanced_ms_ = 0;
 };

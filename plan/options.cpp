@@ -32,4 +32,17 @@ Precision parse_precision(std::string_view name, std::string_view what) {
                             precision_name);
 }
 
+std::string_view state_sharding_name(StateSharding sharding) {
+  switch (sharding) {
+    case StateSharding::kNone: return "none";
+    case StateSharding::kOptimizer: return "optimizer";
+  }
+  return "none";
+}
+
+StateSharding parse_state_sharding(std::string_view name, std::string_view what) {
+  return parse_named_choice(name, what, "state sharding", {StateSharding::kNone, StateSharding::kOptimizer},
+                            state_sharding_name);
+}
+
 }  // namespace rannc::plan

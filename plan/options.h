@@ -18,4 +18,12 @@ enum class Precision : std::uint8_t { kFp32, kBf16Mixed, kFp16Mixed };
 std::string_view precision_name(Precision precision);
 Precision parse_precision(std::string_view name, std::string_view what);
 
+// How a stage's data-parallel replicas hold the training state. kOptimizer splits the optimizer
+// state and the fp32 master weights among them (ZeRO stage 1, Megatron's distributed optimizer):
+// gradients are reduce-scattered, each replica steps its shard, and the updated weights are
+// all-gathered, instead of every replica allreducing and stepping everything.
+enum class StateSharding : std::uint8_t { kNone, kOptimizer };
+std::string_view state_sharding_name(StateSharding sharding);
+StateSharding parse_state_sharding(std::string_view name, std::string_view what);
+
 }  // namespace rannc::plan

@@ -48,7 +48,9 @@ struct MemoryBreakdown {
 struct StagePrediction {
   double fwd_ms = 0, bwd_ms = 0;     // per microbatch on one replica (bwd includes recomputation)
   double p2p_ms = 0;                 // receiving the inputs of one microbatch
-  double allreduce_ms = 0;           // the stage's gradients among its ranks, once per step
+  // The stage's gradients among its ranks, once per step: an allreduce, or with sharded state a
+  // reduce-scatter of the gradients plus an all-gather of the updated weights.
+  double allreduce_ms = 0;
   int in_flight = 0;                 // microbatches kept between forward and backward
   double mem_bytes = 0;              // per device: memory.total() in plans partition writes
   MemoryBreakdown memory;
@@ -66,6 +68,7 @@ struct Stage {
   std::vector<Tensor> inputs, outputs;
   std::vector<Weight> params, buffers;
   bool recompute = false, offload = false;
+  StateSharding state_sharding = StateSharding::kNone;  // among all of the stage's ranks
   StagePrediction predicted;
 };
 

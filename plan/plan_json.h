@@ -18,6 +18,7 @@ namespace rannc::plan {
 inline void to_json(nlohmann::json& json, Schedule schedule) { json = std::string(schedule_name(schedule)); }
 inline void to_json(nlohmann::json& json, Optimizer optimizer) { json = std::string(optimizer_name(optimizer)); }
 inline void to_json(nlohmann::json& json, Precision precision) { json = std::string(precision_name(precision)); }
+inline void to_json(nlohmann::json& json, StateSharding sharding) { json = std::string(state_sharding_name(sharding)); }
 
 // Throws InputError naming the field when a number is NaN or infinite (JSON cannot hold it).
 nlohmann::json to_json(const Plan& plan);

@@ -335,6 +335,7 @@ Stage read_stage(const Field& field, int index, const Plan& plan) {
   stage.buffers = read_weights(field["buffers"]);
   stage.recompute = field["recompute"].flag();
   stage.offload = field["offload"].flag();
+  if (auto sharding = field.find("state_sharding")) stage.state_sharding = read_choice(*sharding, parse_state_sharding);
   stage.predicted = read_predicted(field["predicted"]);
   if (auto ops = field.find("ops"))
     for (const auto& op : ops->items()) stage.ops.push_back(op.small());

@@ -51,6 +51,7 @@ json stage_json(const Stage& stage) {
       {"buffers", weights_json(stage.buffers)},
       {"recompute", stage.recompute},
       {"offload", stage.offload},
+      {"state_sharding", stage.state_sharding},
       {"predicted",
        {{"fwd_ms", stable_number(p.fwd_ms)},
         {"bwd_ms", stable_number(p.bwd_ms)},

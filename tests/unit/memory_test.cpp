@@ -95,7 +95,33 @@ TEST_CASE("stage memory: state, in-flight activations, recomputation, buffers", 
   p.recompute = true;
   auto recomputed = cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32);
   CHECK(recomputed.activations == 3 * 200 + 5000);
-  p.replicas = 2;
+  p.state.replicas = 2;
   auto replicated = cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32);
-  CHECK(replicated.comm_buffers == 2 * (200 + 300) + 4000);  // the bucket is at most the gradients
+  CHECK(replicated.comm_buffers == 2 * (200 + 300) + 4000);  // the flat copy the allreduce sums
+}
+
+TEST_CASE("sharded state: each of R replicas keeps 1/R of the optimizer state and master weights", "[memory]") {
+  cost::StateLayout four{4, plan::StateSharding::kOptimizer};
+  // Mixed precision: the 16-bit working copy whole, the fp32 master and Adam's moments split.
+  auto mixed = cost::param_state_bytes(plan::Optimizer::kAdam, plan::Precision::kBf16Mixed, four);
+  CHECK(mixed.weights == 2 + 1);
+  CHECK(mixed.grads == 4);
+  CHECK(mixed.optimizer == 2);
+  // fp32: the working weights are the master, so the shard of the master is a copy beside them.
+  auto fp32 = cost::param_state_bytes(plan::Optimizer::kAdam, plan::Precision::kFp32, four);
+  CHECK(fp32.weights == 4 + 1);
+  CHECK(fp32.optimizer == 2);
+  CHECK(fp32.total() < cost::param_state_bytes(plan::Optimizer::kAdam, plan::Precision::kFp32).total());
+  // One replica has nothing to share with.
+  cost::StateLayout alone{1, plan::StateSharding::kOptimizer};
+  CHECK(cost::param_state_bytes(plan::Optimizer::kAdam, plan::Precision::kFp32, alone).total() == 16);
+
+  cost::StageFootprint f;
+  f.param_elements = 1e9;
+  cost::StagePlacement p;
+  p.state = four;
+  auto m = cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32);
+  // Two reduce-scatter buckets and this replica's quarter of the summed gradients.
+  CHECK(m.comm_buffers == Approx(2 * cost::kGradientBucketBytes + 4e9 / 4));
+  CHECK(m.total() == Approx(5e9 + 4e9 + 2e9 + m.comm_buffers));
 }

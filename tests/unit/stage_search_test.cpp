@@ -63,11 +63,13 @@ void enumerate(const StageOptions& options, int begin, int devices_left, std::ve
     for (int replicas : options.replica_choices()) {
       if (replicas > devices_left) continue;
       for (bool recompute : {false, true}) {
-        auto option = options.evaluate(begin, end, replicas, recompute);
-        if (!option) continue;
-        stages.push_back(*option);
-        enumerate(options, end, devices_left - replicas, stages, best, pipelines);
-        stages.pop_back();
+        for (auto sharding : {plan::StateSharding::kNone, plan::StateSharding::kOptimizer}) {
+          auto option = options.evaluate(begin, end, replicas, recompute, sharding);
+          if (!option) continue;
+          stages.push_back(*option);
+          enumerate(options, end, devices_left - replicas, stages, best, pipelines);
+          stages.pop_back();
+        }
       }
     }
   }
@@ -85,6 +87,7 @@ struct RandomCase {
   plan::Schedule schedule;
   std::optional<int> stages;
   double mem_gb;
+  plan::Precision precision = plan::Precision::kFp32;
 };
 
 RandomCase random_case(std::mt19937& rng, int index) {
@@ -99,6 +102,8 @@ RandomCase random_case(std::mt19937& rng, int index) {
   c.schedule = rng() % 4 == 0 ? plan::Schedule::kGPipe : plan::Schedule::k1F1B;
   if (rng() % 5 == 0) c.stages = 1 + static_cast<int>(rng() % std::min(c.devices, c.blocks));
   c.mem_gb = 3 + static_cast<double>(rng() % 40);
+  // Mixed precision gathers 16-bit weights: sharded state is then faster as well as smaller.
+  if (index % 3 == 2) c.precision = plan::Precision::kBf16Mixed;
   return c;
 }
 
@@ -106,7 +111,7 @@ RandomCase random_case(std::mt19937& rng, int index) {
 
 TEST_CASE("the stage search finds the brute-force optimum on random small instances", "[stage_search]") {
   std::mt19937 rng(20261121);
-  int feasible = 0, with_recompute = 0, multi_stage = 0, replicated = 0;
+  int feasible = 0, with_recompute = 0, multi_stage = 0, replicated = 0, sharded = 0;
   for (int index = 0; index < 320; ++index) {
     RandomCase c = random_case(rng, index);
     std::vector<int> samples;
@@ -116,7 +121,7 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
     BlockCosts blocks = random_blocks(rng, c.blocks, samples);
     RangeTable ranges(blocks);
     cost::Cluster cluster = small_cluster(c.devices, c.mem_gb * 1e9);
-    SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, plan::Precision::kFp32};
+    SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, c.precision, {}};
     SearchConfig config{1, c.devices, c.microbatches, c.microbatch_size, c.schedule, c.stages};
     StageOptions options(context, config);
     long pipelines = 0;
@@ -125,7 +130,7 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
     INFO("case " << index << ": " << c.blocks << " blocks, " << c.devices << " devices, M=" << c.microbatches
                  << ", b=" << c.microbatch_size << ", " << plan::schedule_name(c.schedule) << ", "
                  << (c.stages ? std::to_string(*c.stages) + " stages forced" : "stages free") << ", " << c.mem_gb
-                 << " GB; " << pipelines << " pipelines enumerated");
+                 << " GB, " << plan::precision_name(c.precision) << "; " << pipelines << " pipelines enumerated");
     REQUIRE(found.has_value() == expected.has_value());
     if (!expected) continue;
     ++feasible;
@@ -138,6 +143,7 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
     for (const auto& stage : found->stages) {
       with_recompute += stage.recompute;
       replicated += stage.replicas > 1;
+      sharded += stage.sharding != plan::StateSharding::kNone;
     }
   }
   // The instances exercise what the search decides: not only trivial answers.
@@ -145,6 +151,7 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
   CHECK(multi_stage >= 40);
   CHECK(with_recompute >= 10);
   CHECK(replicated >= 40);
+  CHECK(sharded >= 20);
 }
 
 TEST_CASE("a stage that sends a value without a batch dim keeps one replica", "[stage_search]") {
@@ -159,7 +166,7 @@ TEST_CASE("a stage that sends a value without a batch dim keeps one replica", "[
   CHECK_FALSE(ranges.sends_batch_free(0, 3));  // the consumer is inside: nothing sent
   CHECK_FALSE(ranges.sends_batch_free(1, 2));
   cost::Cluster cluster = small_cluster(4, 1e12);
-  SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kSgd, plan::Precision::kFp32};
+  SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kSgd, plan::Precision::kFp32, {}};
   SearchConfig config;
   config.pipeline_devices = 4;
   config.microbatches = 2;
@@ -225,7 +232,7 @@ TEST_CASE("the exact search beats RaNNC's separable dynamic program", "[stage_se
     for (int b = 0; b < blocks_count; ++b) std::swap(blocks.fwd_ms[b][0], b % 3 == 0 ? blocks.bwd_ms[b][0] : blocks.fwd_ms[b][0]);
     RangeTable ranges(blocks);
     cost::Cluster cluster = small_cluster(stages, 1e15);
-    SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, plan::Precision::kFp32};
+    SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, plan::Precision::kFp32, {}};
     SearchConfig config{1, stages, microbatches, 1, plan::Schedule::k1F1B, stages};
     StageOptions options(context, config);
     auto theirs = separable_dp(options, stages);

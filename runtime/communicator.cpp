@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/tensor.h>
 
 #include <algorithm>
@@ -73,6 +74,8 @@ Communicator::Communicator(const MpiWorld& world, const std::vector<GradientGrou
 
 Communicator::~Communicator() = default;
 
+int Communicator::rank() const { return world_->getRank(); }
+
 // Waits, adding the time to the communication total; a failure says what was being waited for
 // (a transfer names its peer: when a rank dies, the others say whom they lost).
 template <typename F>
@@ -111,6 +114,30 @@ void Communicator::sum_over_groups(std::vector<at::Tensor>& buffers) {
     works.push_back(groups_[i]->allreduce(tensors));
   }
   for (auto& work : works) wait_for("summing gradients", [&] { work->wait(); });
+}
+
+c10d::ProcessGroup& Communicator::group(int index) const {
+  const auto& group = groups_.at(static_cast<std::size_t>(index));
+  if (!group) throw std::logic_error("gradient group " + std::to_string(index) + " has only this rank");
+  return *group;
+}
+
+void Communicator::reduce_scatter(int index, const at::Tensor& input, at::Tensor& output) {
+  auto& pg = group(index);
+  at::Tensor flat = input.contiguous();
+  at::Tensor received = at::empty_like(flat);
+  std::vector<std::int64_t> even_split;  // empty: equal chunks
+  wait_for("reduce-scattering gradients",
+           [&] { pg.alltoall_base(received, flat, even_split, even_split)->wait(); });
+  output.copy_(received.view({pg.getSize(), -1}).sum(0));
+}
+
+void Communicator::all_gather(int index, const at::Tensor& input, at::Tensor& output) {
+  auto& pg = group(index);
+  std::vector<at::Tensor> inputs{input.contiguous()};
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (const auto& chunk : output.view({pg.getSize(), -1}).unbind(0)) outputs[0].push_back(chunk);
+  wait_for("all-gathering updated weights", [&] { pg.allgather(outputs, inputs)->wait(); });
 }
 
 double Communicator::sum_over_world(double value) {

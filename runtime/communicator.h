@@ -29,6 +29,8 @@ class Communicator {
   Communicator(const MpiWorld& world, const std::vector<GradientGroup>& groups, std::chrono::seconds timeout);
   ~Communicator();
 
+  int rank() const;  // in the world
+
   // Starts sending; the tensor is kept until wait_for_sends.
   void send(const at::Tensor& tensor, int peer, int tag);
   at::Tensor receive(const std::vector<std::int64_t>& shape, at::ScalarType dtype, int peer, int tag);
@@ -36,6 +38,13 @@ class Communicator {
 
   // Sums buffers[i] over the ranks of group i, all groups at once.
   void sum_over_groups(std::vector<at::Tensor>& buffers);
+  // In group `group` of n ranks: `input` holds n equal chunks; this rank's `output` becomes the
+  // sum over the ranks of their chunk at its own position. Gloo has no reduce-scatter, so this is
+  // an all-to-all (chunk j to the j-th rank) and a local sum: each rank sends and receives
+  // (n - 1) / n of the input, as a ring reduce-scatter does.
+  void reduce_scatter(int group, const at::Tensor& input, at::Tensor& output);
+  // In group `group`: `output` (n chunks of input's size) becomes every rank's `input` in rank order.
+  void all_gather(int group, const at::Tensor& input, at::Tensor& output);
   // The sum of `value` over all ranks.
   double sum_over_world(double value);
 
@@ -45,6 +54,7 @@ class Communicator {
  private:
   template <typename F>
   void wait_for(const std::string& what, F&& wait);
+  c10d::ProcessGroup& group(int index) const;
 
   c10::intrusive_ptr<c10d::ProcessGroup> world_;
   std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> groups_;  // null where a group is only this rank

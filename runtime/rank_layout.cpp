@@ -83,6 +83,15 @@ std::vector<Piece> RankLayout::pieces_from(int to, int replica, int from, bool b
   return pieces(replica_slice(to, replica), false, from, batched);
 }
 
+std::vector<ShardBucket> shard_buckets(std::int64_t elements, int ranks, std::int64_t bucket_elements) {
+  std::vector<ShardBucket> buckets;
+  for (std::int64_t begin = 0; begin < elements; begin += bucket_elements) {
+    std::int64_t length = std::min(bucket_elements, elements - begin);
+    buckets.push_back({begin, length, (length + ranks - 1) / ranks});
+  }
+  return buckets;
+}
+
 std::vector<GradientGroup> RankLayout::gradient_groups(int stage) const {
   const auto& params = plan_.stages.at(static_cast<std::size_t>(stage)).params;
   // Weights that share the same set of holding stages are summed over the same ranks.
@@ -101,8 +110,10 @@ std::vector<GradientGroup> RankLayout::gradient_groups(int stage) const {
       group.key += (s == *holders.begin() ? " " : ",") + std::to_string(s);
       const auto& holder = plan_.stages.at(static_cast<std::size_t>(s));
       ranks.insert(holder.ranks.begin(), holder.ranks.end());
+      group.sharded = group.sharded || holder.state_sharding != plan::StateSharding::kNone;
     }
     group.ranks.assign(ranks.begin(), ranks.end());
+    group.sharded = group.sharded && group.ranks.size() > 1;
     // Every holder lists its copies in the same order, so the summed buffers line up.
     std::sort(weights.begin(), weights.end(), [&](int a, int b) { return params[a].name < params[b].name; });
     group.weights = weights;

@@ -33,7 +33,19 @@ struct GradientGroup {
   std::string key;               // "stages 0,4": names the group in the rendezvous store
   std::vector<int> ranks;        // ascending
   std::vector<int> weights;      // indices into this rank's stage params, ordered by name
+  // The ranks split the optimizer state of these weights (any holding stage shards its state,
+  // and there is more than one rank): each steps its shard of every bucket.
+  bool sharded = false;
 };
+
+// A bucket of a sharded group's weights, laid end to end in group order: elements
+// [begin, begin + length), cut into one chunk per rank of the group (the last one padded):
+// rank i of the group owns [begin + i * chunk, begin + min((i + 1) * chunk, length)).
+struct ShardBucket {
+  std::int64_t begin = 0, length = 0, chunk = 0;
+};
+// Consecutive buckets of at most `bucket_elements` (at least 1) covering `elements`.
+std::vector<ShardBucket> shard_buckets(std::int64_t elements, int ranks, std::int64_t bucket_elements);
 
 class RankLayout {
  public:

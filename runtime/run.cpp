@@ -31,6 +31,7 @@ struct RankSetup {
   LossPlan loss;
   std::unique_ptr<TrainingData> data;
   std::unique_ptr<StageRunner> runner;
+  OptimizerSettings optimizer;
 };
 
 std::vector<SampleSpec> sample_specs(const plan::Plan& plan, const LossPlan& loss) {
@@ -77,9 +78,10 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   plan::check_stage_file(plan, stage);  // the file this rank loads is the one partition wrote
   setup->data = std::make_unique<TrainingData>(options, plan.batch.global, sample_specs(plan, setup->loss),
                                                needed_arrays(stage, setup->loss));
-  OptimizerSettings optimizer{
-      options.optimizer.empty() ? plan.optimizer : plan::parse_optimizer(options.optimizer, "--optimizer"), options.lr};
-  setup->runner = std::make_unique<StageRunner>(plan, stage, optimizer);
+  setup->optimizer = {options.optimizer.empty() ? plan.optimizer : plan::parse_optimizer(options.optimizer, "--optimizer"),
+                      options.lr};
+  if (options.bucket_kib < 1) throw InputError("--bucket-kib must be at least 1");
+  setup->runner = std::make_unique<StageRunner>(plan, stage);
   if (stage.id == setup->loss.stage)
     setup->runner->set_loss(loss_function(setup->loss, plan, *setup->layout, setup->placement, *setup->data));
   return setup;
@@ -114,7 +116,8 @@ std::string describe(const plan::Plan& plan) {
 
 json rank_json(const RankRecord& r) {
   return {{"rank", r.rank}, {"stage", r.stage}, {"peak_mem_bytes", r.peak_mem_bytes}, {"fwd_ms", r.fwd_ms},
-          {"bwd_ms", r.bwd_ms}, {"comm_ms", r.comm_ms}, {"offload_bytes", r.offload_bytes}};
+          {"bwd_ms", r.bwd_ms}, {"comm_ms", r.comm_ms}, {"offload_bytes", r.offload_bytes},
+          {"optimizer_elements", r.optimizer_elements}};
 }
 
 void write_report(const std::string& path, const std::vector<StepRecord>& steps, const std::vector<std::string>& ranks,
@@ -134,7 +137,9 @@ std::string loss_text(double loss) { return std::isnan(loss) ? "nan" : loss > 0 
 int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
   Communicator communicator(world, setup.layout->gradient_groups(setup.placement.stage),
                             std::chrono::seconds(options.timeout_s));
-  Trainer trainer(setup.plan, *setup.layout, world.rank(), *setup.runner, *setup.data, communicator);
+  StateSync state(setup.runner->parameters(), setup.layout->gradient_groups(setup.placement.stage), communicator,
+                  setup.optimizer, options.bucket_kib * 1024);
+  Trainer trainer(setup.plan, *setup.layout, world.rank(), *setup.runner, *setup.data, communicator, state);
   if (world.rank() == 0) std::cout << "rannc-run: " << describe(setup.plan) << std::endl;
   std::vector<StepRecord> steps;
   std::string stopped;

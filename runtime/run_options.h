@@ -16,6 +16,7 @@ struct RunOptions {
   std::uint64_t seed = 0;
   std::string report_path;  // empty: no report
   int timeout_s = 300;      // how long a rank waits on a peer before giving up
+  std::int64_t bucket_kib = 25 * 1024;  // gradient bucket of sharded state (the plan's memory assumes 25 MiB)
 };
 
 }  // namespace rannc::runtime

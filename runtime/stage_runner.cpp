@@ -2,16 +2,12 @@
 
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/sgd.h>
 #include <torch/script.h>
 
 #include "torch_side/torch_error.h"
 
 namespace rannc::runtime {
 namespace {
-
-constexpr double kMomentum = 0.9;  // --optimizer momentum: SGD with this momentum
 
 std::unique_ptr<torch::jit::Module> load_stage(const std::string& path) {
   // Stage files run as saved: the optimizing executor would re-specialize them to the first
@@ -31,17 +27,9 @@ at::Tensor stage_parameter(const torch::jit::Module& module, const std::string& 
   return module.attr(weight.stage_name).toTensor();
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Tensor>& params,
-                                                        const OptimizerSettings& settings) {
-  if (settings.kind == plan::Optimizer::kAdam)
-    return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(settings.lr));
-  double momentum = settings.kind == plan::Optimizer::kMomentum ? kMomentum : 0.0;
-  return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(settings.lr).momentum(momentum));
-}
-
 }  // namespace
 
-StageRunner::StageRunner(const plan::Plan& plan, const plan::Stage& stage, const OptimizerSettings& optimizer)
+StageRunner::StageRunner(const plan::Plan& plan, const plan::Stage& stage)
     : stage_(stage), module_(load_stage(plan.stage_path(stage))) {
   for (const auto& weight : stage.params) {
     auto param = stage_parameter(*module_, plan.stage_path(stage), weight);
@@ -50,7 +38,6 @@ StageRunner::StageRunner(const plan::Plan& plan, const plan::Stage& stage, const
     param.mutable_grad() = at::zeros_like(param);
     params_.push_back(param);
   }
-  optimizer_ = make_optimizer(params_, optimizer);
 }
 
 StageRunner::~StageRunner() = default;
@@ -129,16 +116,8 @@ std::vector<at::Tensor> StageRunner::backward(int microbatch, const std::vector<
   return input_grads;
 }
 
-std::vector<at::Tensor> StageRunner::gradients() const {
-  std::vector<at::Tensor> grads;
-  for (const auto& param : params_) grads.push_back(param.grad());
-  return grads;
-}
-
 void StageRunner::zero_gradients() {
   for (auto& param : params_) param.mutable_grad().zero_();
 }
-
-void StageRunner::optimizer_step() { optimizer_->step(); }
 
 }  // namespace rannc::runtime

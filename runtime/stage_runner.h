@@ -1,5 +1,5 @@
 // One rank's stage: the TorchScript stage file, run forward and backward microbatch by microbatch,
-// with the plan's recomputation and CPU offload, and the optimizer over its parameters.
+// with the plan's recomputation and CPU offload. The optimizer is StateSync's (state_sync.h).
 #pragma once
 
 #include <cstdint>
@@ -16,9 +16,6 @@
 namespace torch::jit {
 struct Module;
 }
-namespace torch::optim {
-class Optimizer;
-}
 
 namespace rannc::runtime {
 
@@ -26,16 +23,11 @@ namespace rannc::runtime {
 // model output the loss is taken of has one).
 using LossFunction = std::function<at::Tensor(const std::vector<at::Tensor>& outputs, int microbatch)>;
 
-struct OptimizerSettings {
-  plan::Optimizer kind = plan::Optimizer::kSgd;
-  double lr = 0.01;
-};
-
 class StageRunner {
  public:
   // Loads the stage file; throws InputError naming it when it cannot be loaded or lacks a
   // parameter the plan names.
-  StageRunner(const plan::Plan& plan, const plan::Stage& stage, const OptimizerSettings& optimizer);
+  StageRunner(const plan::Plan& plan, const plan::Stage& stage);
   ~StageRunner();
 
   void set_loss(LossFunction loss) { loss_ = std::move(loss); }
@@ -49,10 +41,10 @@ class StageRunner {
   // (undefined for inputs that have none).
   std::vector<at::Tensor> backward(int microbatch, const std::vector<at::Tensor>& output_grads);
 
-  // The gradients of the plan's parameters, in plan order (summed over the step so far).
-  std::vector<at::Tensor> gradients() const;
+  // The trainable parameters in plan order (the host copies when offloaded), with their
+  // gradients summed over the step so far: what the optimizer updates in place.
+  const std::vector<at::Tensor>& parameters() const { return params_; }
   void zero_gradients();
-  void optimizer_step();
 
   std::int64_t offload_bytes() const { return offload_bytes_; }  // copied host to device so far
 
@@ -69,7 +61,6 @@ class StageRunner {
   const plan::Stage& stage_;
   std::unique_ptr<torch::jit::Module> module_;
   std::vector<at::Tensor> params_;  // the trainable parameters the optimizer updates (host copies when offloaded)
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
   LossFunction loss_;
   std::map<int, Microbatch> in_flight_;
   std::int64_t offload_bytes_ = 0;

@@ -38,7 +38,7 @@ at::Tensor cut(const at::Tensor& tensor, int batch_dim, const SampleRange& range
 }  // namespace
 
 Trainer::Trainer(const plan::Plan& plan, const RankLayout& layout, int rank, StageRunner& runner, TrainingData& data,
-                 Communicator& communicator)
+                 Communicator& communicator, StateSync& state)
     : plan_(plan),
       layout_(layout),
       stage_(plan.stages.at(static_cast<std::size_t>(layout.placement(rank).stage))),
@@ -47,9 +47,9 @@ Trainer::Trainer(const plan::Plan& plan, const RankLayout& layout, int rank, Sta
       runner_(runner),
       data_(data),
       communicator_(communicator),
+      state_(state),
       tasks_(plan::stage_passes(plan.schedule, plan.stages_after(stage_.id), plan.batch.microbatches)),
-      consumers_(stage_.outputs.size()),
-      groups_(layout.gradient_groups(stage_.id)) {
+      consumers_(stage_.outputs.size()) {
   for (const auto& stage : plan.stages) {
     tag_stride_ = std::max(tag_stride_, static_cast<int>(stage.inputs.size()));
     for (std::size_t k = 0; k < stage.inputs.size(); ++k) {
@@ -134,31 +134,6 @@ void Trainer::send_input_grads(int microbatch, const std::vector<at::Tensor>& gr
   }
 }
 
-// One flat buffer per group, so each group is one allreduce.
-void Trainer::sum_gradients() {
-  auto grads = runner_.gradients();
-  std::vector<at::Tensor> buffers(groups_.size());
-  bool any = false;
-  for (std::size_t g = 0; g < groups_.size(); ++g) {
-    if (groups_[g].ranks.size() < 2) continue;
-    std::vector<at::Tensor> flat;
-    for (int w : groups_[g].weights) flat.push_back(grads[static_cast<std::size_t>(w)].reshape({-1}));
-    buffers[g] = at::cat(flat);
-    any = true;
-  }
-  if (!any) return;
-  communicator_.sum_over_groups(buffers);
-  for (std::size_t g = 0; g < groups_.size(); ++g) {
-    if (!buffers[g].defined()) continue;
-    std::int64_t offset = 0;
-    for (int w : groups_[g].weights) {
-      auto& grad = grads[static_cast<std::size_t>(w)];
-      grad.copy_(buffers[g].narrow(0, offset, grad.numel()).view_as(grad));
-      offset += grad.numel();
-    }
-  }
-}
-
 StepRecord Trainer::run_step(int step) {
   auto start = Clock::now();
   data_.load_step(step);
@@ -182,8 +157,7 @@ StepRecord Trainer::run_step(int step) {
     }
   }
   communicator_.wait_for_sends();
-  sum_gradients();
-  runner_.optimizer_step();
+  state_.step();
   // Ranks without the loss add 0.
   if (layout_.world_size() > 1) loss = communicator_.sum_over_world(loss);
   comm_ms_ += communicator_.take_wait_ms();
@@ -193,8 +167,8 @@ StepRecord Trainer::run_step(int step) {
 
 RankRecord Trainer::record() const {
   double steps = std::max(steps_run_, 1);
-  return {rank_, stage_.id, peak_tensor_bytes(), runner_.offload_bytes(), fwd_ms_ / steps, bwd_ms_ / steps,
-          comm_ms_ / steps};
+  return {rank_, stage_.id, peak_tensor_bytes(), runner_.offload_bytes(), state_.stepped_elements(),
+          fwd_ms_ / steps, bwd_ms_ / steps, comm_ms_ / steps};
 }
 
 }  // namespace rannc::runtime

@@ -1,6 +1,6 @@
 // One rank's training steps: the stage's passes in schedule order, activations and their
-// gradients exchanged with the neighbouring stages' replicas, gradients summed over the ranks
-// that hold the same weights, then the optimizer step.
+// gradients exchanged with the neighbouring stages' replicas, then the state synchronisation
+// (gradients summed over the ranks that hold the same weights, and the optimizer step).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,7 @@
 #include "runtime/communicator.h"
 #include "runtime/rank_layout.h"
 #include "runtime/stage_runner.h"
+#include "runtime/state_sync.h"
 #include "runtime/training_data.h"
 
 namespace rannc::runtime {
@@ -26,13 +27,14 @@ struct StepRecord {
 struct RankRecord {
   int rank = 0, stage = 0;
   std::int64_t peak_mem_bytes = 0, offload_bytes = 0;
+  std::int64_t optimizer_elements = 0;  // weight elements this rank's optimizer steps (its shards when sharded)
   double fwd_ms = 0, bwd_ms = 0, comm_ms = 0;
 };
 
 class Trainer {
  public:
   Trainer(const plan::Plan& plan, const RankLayout& layout, int rank, StageRunner& runner, TrainingData& data,
-          Communicator& communicator);
+          Communicator& communicator, StateSync& state);
 
   // Every rank runs the same steps; the loss comes back on every rank.
   StepRecord run_step(int step);
@@ -47,7 +49,6 @@ class Trainer {
   void send_outputs(int microbatch, const std::vector<at::Tensor>& outputs);
   std::vector<at::Tensor> gather_output_grads(int microbatch);
   void send_input_grads(int microbatch, const std::vector<at::Tensor>& grads);
-  void sum_gradients();
   int tag(int microbatch, int input, plan::Pass pass) const;
 
   const plan::Plan& plan_;
@@ -58,9 +59,9 @@ class Trainer {
   StageRunner& runner_;
   TrainingData& data_;
   Communicator& communicator_;
+  StateSync& state_;
   std::vector<plan::PassTask> tasks_;
   std::vector<std::vector<Consumer>> consumers_;  // per output of this stage
-  std::vector<GradientGroup> groups_;
   int tag_stride_ = 1;
   int steps_run_ = 0;
   double fwd_ms_ = 0, bwd_ms_ = 0, comm_ms_ = 0;

@@ -1,10 +1,10 @@
 """rannc-run trains as one process would: partition a model, run the plan under mpirun on a data
-folder, and compare the loss of every step with single-process torch SGD on the same data.
+folder, and compare the loss of every step with single-process torch SGD (or Adam) on the same data.
 
 usage: check_training.py --partition BIN --run BIN --model PATH --out DIR [--np 4] [--steps 5]
            [--loss cross_entropy|mse] [--lr 0.05] [--seed 1] [--accumulate] [--tolerance 1e-4]
-           [--expect-stages K] [--expect-replicas] [--expect-schedule NAME] [--recompute] [--offload]
-           -- EXTRA_PARTITION_ARGS...
+           [--expect-stages K] [--expect-replicas] [--expect-schedule NAME] [--expect-sharded]
+           [--recompute] [--offload] [--optimizer sgd|adam] [--bucket-kib N] -- EXTRA_PARTITION_ARGS...
 
 Checks: the plan has the expected shape; rannc-run exits 0; rank 0 prints one `step N loss X ms Y`
 line per step; the report has one entry per step and per rank (peak_mem_bytes > 0); each step's
@@ -38,10 +38,10 @@ def fail(message):
     sys.exit(1)
 
 
-def partition(rannc, model, out_dir, gpus, extra):
+def partition(rannc, model, out_dir, gpus, optimizer, extra):
     """Plans `model` for `gpus` CPU devices into out_dir; returns the plan."""
     shutil.rmtree(out_dir, ignore_errors=True)
-    command = [rannc, os.path.abspath(model), *extra, "--device", "cpu", "--gpus", str(gpus), "--optimizer", "sgd",
+    command = [rannc, os.path.abspath(model), *extra, "--device", "cpu", "--gpus", str(gpus), "--optimizer", optimizer,
                "-o", out_dir]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
@@ -122,6 +122,23 @@ def check_report(report, plan, steps):
                 fail(f"report rank {entry['rank']}: {key} {entry.get(key)}")
 
 
+def check_sharded_state(report, plan):
+    """Each rank of a sharded stage steps about 1/n of its stage's weights (n: the ranks sharing
+    them), every other rank at most all of them (fewer where a tied weight is sharded by a stage
+    it shares): the optimizer state really is split."""
+    stepped = {entry["rank"]: entry.get("optimizer_elements") for entry in report["ranks"]}
+    for stage in plan["stages"]:
+        elements = sum(p["numel"] for p in stage["params"])
+        for rank in stage["ranks"]:
+            if stage.get("state_sharding", "none") == "none":
+                if not 0 < stepped[rank] <= elements:
+                    fail(f"rank {rank} (stage {stage['id']}, unsharded) steps {stepped[rank]} of {elements} elements")
+            elif not stepped[rank] < elements / len(stage["ranks"]) * 1.5:
+                fail(f"rank {rank} (stage {stage['id']}, sharded over {len(stage['ranks'])}) steps {stepped[rank]} "
+                     f"of its {elements} weight elements")
+    print("sharded state: optimizer elements per rank", [stepped[r] for r in sorted(stepped)])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--partition", required=True)
@@ -138,12 +155,15 @@ def main():
     parser.add_argument("--expect-stages", type=int)
     parser.add_argument("--expect-replicas", action="store_true", help="some stage has >= 2 replicas per pipeline")
     parser.add_argument("--expect-schedule")
+    parser.add_argument("--expect-sharded", action="store_true", help="some stage has sharded optimizer state")
+    parser.add_argument("--optimizer", default="sgd", choices=training_reference.OPTIMIZERS)
+    parser.add_argument("--bucket-kib", type=int, help="rannc-run's gradient bucket of sharded state")
     parser.add_argument("--recompute", action="store_true", help="set recompute on every stage of the plan")
     parser.add_argument("--offload", action="store_true", help="set offload on every stage of the plan")
     args = parse(parser)
 
     plan_dir, data_dir = os.path.join(args.out, "plan"), os.path.join(args.out, "data")
-    plan = partition(args.partition, args.model, plan_dir, args.np, args.extra)
+    plan = partition(args.partition, args.model, plan_dir, args.np, args.optimizer, args.extra)
     print("plan:", describe(plan))
     if args.expect_stages is not None and len(plan["stages"]) != args.expect_stages:
         fail(f"expected {args.expect_stages} stages, the plan has {len(plan['stages'])}")
@@ -151,6 +171,8 @@ def main():
         fail("expected a stage with 2 or more replicas per pipeline, the plan has none")
     if args.expect_schedule and plan["schedule"] != args.expect_schedule:
         fail(f"expected schedule {args.expect_schedule}, the plan has {plan['schedule']}")
+    if args.expect_sharded and all(s.get("state_sharding", "none") == "none" for s in plan["stages"]):
+        fail("expected a stage with sharded optimizer state, the plan has none")
 
     if args.recompute or args.offload:
         plan = set_stage_flags(os.path.join(plan_dir, "plan.json"), args.recompute, args.offload)
@@ -160,8 +182,9 @@ def main():
         os.remove(report_path)
     ranks = len(plan["ranks"])
     command = mpirun_command(ranks, args.run, os.path.join(plan_dir, "plan.json"), "--steps", args.steps,
-                             "--data", data_dir, "--loss", args.loss, "--optimizer", "sgd", "--lr", args.lr,
-                             "--seed", args.seed, "--report", report_path)
+                             "--data", data_dir, "--loss", args.loss, "--optimizer", args.optimizer, "--lr", args.lr,
+                             "--seed", args.seed, "--report", report_path,
+                             *(["--bucket-kib", args.bucket_kib] if args.bucket_kib else []))
     print("run:", " ".join(command), flush=True)
     status, output, seconds = run_job(command, 600)
     if status != 0:
@@ -176,14 +199,17 @@ def main():
     except (OSError, ValueError) as error:
         fail(f"report {report_path}: {error}")
     check_report(report, plan, args.steps)
+    if args.expect_sharded:
+        check_sharded_state(report, plan)
     if args.offload and not all(r.get("offload_bytes", 0) > 0 for r in report["ranks"]):
         fail(f"offload: every rank must report copied bytes, the report has {[r.get('offload_bytes') for r in report['ranks']]}")
 
     start = time.monotonic()
     model = os.path.abspath(args.model)
     reference = training_reference.reference_losses(model, data_dir, plan, args.steps, args.loss, args.lr,
-                                                    args.accumulate)
-    frozen = training_reference.reference_losses(model, data_dir, plan, args.steps, args.loss, 0.0, args.accumulate)
+                                                    args.accumulate, args.optimizer)
+    frozen = training_reference.reference_losses(model, data_dir, plan, args.steps, args.loss, 0.0, args.accumulate,
+                                                 args.optimizer)
     print(f"reference: {time.monotonic() - start:.1f} s")
 
     def rel(a, b):

@@ -2,7 +2,7 @@
 
 make_data() writes the `--data` folder rannc-run reads (one NAME.npy per model input plus
 target.npy, dim 0 = steps x global batch); reference_losses() trains the unpartitioned TorchScript
-model on the same data with plain torch SGD and returns the loss of every step, computed before
+model on the same data with plain torch SGD (or Adam) and returns the loss of every step, computed before
 that step's update, as rannc-run must report it.
 
 With `accumulate` (models with BatchNorm, whose statistics depend on which samples are forwarded
@@ -79,15 +79,21 @@ def _loss_sum(out, target, loss):
     return F.mse_loss(out, target, reduction="sum")
 
 
-def reference_losses(model_path, data_folder, plan, steps, loss, lr, accumulate=False):
-    """Trains the whole model in one process with SGD(lr); returns each step's loss (before its update).
+OPTIMIZERS = ("sgd", "adam")
+
+
+def reference_losses(model_path, data_folder, plan, steps, loss, lr, accumulate=False, optimizer_name="sgd"):
+    """Trains the whole model in one process with SGD(lr) or Adam(lr); returns each step's loss (before its update).
 
     lr 0 gives the losses of the untrained model, forward only: what a run that never updates would report.
     """
     torch.manual_seed(0)
     model = torch.jit.load(model_path)
     model.train()
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    if optimizer_name == "adam":
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     inputs = _load_inputs(plan, data_folder)
     target = np.load(os.path.join(data_folder, "target.npy"), mmap_mode="r")
     batch = plan["batch"]

@@ -118,6 +118,40 @@ TEST_CASE("gradients are summed over every rank holding a copy, tied copies incl
   REQUIRE(other.size() == 1);
   CHECK(other[0].key == "stages 0,1");
   CHECK(other[0].ranks == std::vector<int>{0, 1, 2});
+  CHECK_FALSE(other[0].sharded);
+
+  // Stage 1 (2 replicas) shards its state: so does every group it is in, tied copies included,
+  // but not stage 0's own group of one rank.
+  document["stages"][1]["state_sharding"] = "optimizer";
+  auto sharded_plan = plan::from_json(document, "plan.json");
+  RankLayout sharded_layout(sharded_plan);
+  auto sharded = sharded_layout.gradient_groups(0);
+  CHECK_FALSE(sharded[0].sharded);
+  CHECK(sharded[1].sharded);
+}
+
+TEST_CASE("shard buckets cover the weights once, each cut into one chunk per rank", "[runtime]") {
+  auto buckets = shard_buckets(10, 3, 4);
+  REQUIRE(buckets.size() == 3);
+  CHECK(buckets[0].begin == 0);
+  CHECK(buckets[0].length == 4);
+  CHECK(buckets[0].chunk == 2);  // ranks own [0, 2), [2, 4) and nothing: 3 chunks pad 4 to 6
+  CHECK(buckets[2].begin == 8);
+  CHECK(buckets[2].length == 2);
+  CHECK(buckets[2].chunk == 1);
+  for (std::int64_t elements : {1, 7, 64, 1000}) {
+    for (int ranks : {1, 2, 3, 8}) {
+      std::int64_t covered = 0;
+      for (const auto& bucket : shard_buckets(elements, ranks, 16)) {
+        CHECK(bucket.begin == covered);
+        CHECK(bucket.chunk * ranks >= bucket.length);
+        CHECK((bucket.chunk - 1) * ranks < bucket.length);
+        covered += bucket.length;
+      }
+      CHECK(covered == elements);
+    }
+  }
+  CHECK(shard_buckets(0, 4, 16).empty());
 }
 
 namespace {

@@ -1,0 +1,137 @@
+#include "runtime/state_sync.h"
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+
+#include <algorithm>
+#include <set>
+
+namespace rannc::runtime {
+namespace {
+
+constexpr double kMomentum = 0.9;  // --optimizer momentum: SGD with this momentum
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Tensor>& params,
+                                                        const OptimizerSettings& settings) {
+  if (settings.kind == plan::Optimizer::kAdam)
+    return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(settings.lr));
+  double momentum = settings.kind == plan::Optimizer::kMomentum ? kMomentum : 0.0;
+  return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(settings.lr).momentum(momentum));
+}
+
+// Calls visit(tensor piece, offset in range) for every part of `tensors`, laid end to end, that
+// falls in elements [begin, begin + length).
+template <typename Visit>
+void for_each_piece(const std::vector<at::Tensor>& tensors, std::int64_t begin, std::int64_t length, Visit&& visit) {
+  std::int64_t start = 0;
+  for (const auto& tensor : tensors) {
+    std::int64_t numel = tensor.numel();
+    std::int64_t from = std::max(begin, start), to = std::min(begin + length, start + numel);
+    if (from < to) visit(tensor.view({-1}).narrow(0, from - start, to - from), from - begin);
+    start += numel;
+  }
+}
+
+// Elements [begin, begin + length) of `tensors` laid end to end, zero-padded to `size`.
+at::Tensor read_range(const std::vector<at::Tensor>& tensors, std::int64_t begin, std::int64_t length, std::int64_t size) {
+  std::vector<at::Tensor> pieces;
+  for_each_piece(tensors, begin, length, [&](const at::Tensor& piece, std::int64_t) { pieces.push_back(piece.detach()); });
+  if (size > length) pieces.push_back(at::zeros({size - length}, tensors.front().options()));
+  return at::cat(pieces);
+}
+
+void write_range(const std::vector<at::Tensor>& tensors, std::int64_t begin, const at::Tensor& source) {
+  at::NoGradGuard no_grad;
+  for_each_piece(tensors, begin, source.numel(), [&](const at::Tensor& piece, std::int64_t offset) {
+    piece.copy_(source.narrow(0, offset, piece.numel()));
+  });
+}
+
+}  // namespace
+
+StateSync::StateSync(std::vector<at::Tensor> params, std::vector<GradientGroup> groups, Communicator& communicator,
+                     const OptimizerSettings& settings, std::int64_t bucket_bytes)
+    : params_(std::move(params)), groups_(std::move(groups)), communicator_(communicator) {
+  std::set<int> in_shards;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const auto& group = groups_[g];
+    if (!group.sharded) continue;
+    in_shards.insert(group.weights.begin(), group.weights.end());
+    auto weights = group_tensors(group, false);
+    std::int64_t elements = 0;
+    for (const auto& weight : weights) elements += weight.numel();
+    const auto replicas = static_cast<std::int64_t>(group.ranks.size());
+    const auto me = static_cast<std::int64_t>(
+        std::find(group.ranks.begin(), group.ranks.end(), communicator.rank()) - group.ranks.begin());
+    // Every rank of the group cuts the same buckets: their bytes are the gradients' (fp32).
+    std::int64_t element_bytes = weights.front().element_size();
+    for (const auto& bucket : shard_buckets(elements, static_cast<int>(replicas), std::max<std::int64_t>(1, bucket_bytes / element_bytes))) {
+      std::int64_t own_begin = std::min(me * bucket.chunk, bucket.length);
+      std::int64_t own = std::min(bucket.chunk, bucket.length - own_begin);
+      at::Tensor master = read_range(weights, bucket.begin + own_begin, own, bucket.chunk).clone().requires_grad_(true);
+      master.mutable_grad() = at::zeros_like(master);
+      shards_.push_back({static_cast<int>(g), bucket, master});
+    }
+  }
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (!in_shards.count(static_cast<int>(i))) stepped_.push_back(params_[i]);
+  for (const auto& shard : shards_) stepped_.push_back(shard.master);
+  optimizer_ = make_optimizer(stepped_, settings);
+}
+
+StateSync::~StateSync() = default;
+
+std::vector<at::Tensor> StateSync::group_tensors(const GradientGroup& group, bool gradients) const {
+  std::vector<at::Tensor> tensors;
+  for (int w : group.weights) {
+    const auto& param = params_.at(static_cast<std::size_t>(w));
+    tensors.push_back(gradients ? param.grad() : param);
+  }
+  return tensors;
+}
+
+// One flat buffer per group, so each group is one allreduce.
+void StateSync::sum_unsharded_gradients() {
+  std::vector<at::Tensor> buffers(groups_.size());
+  bool any = false;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    if (groups_[g].ranks.size() < 2 || groups_[g].sharded) continue;
+    std::vector<at::Tensor> flat;
+    for (const auto& grad : group_tensors(groups_[g], true)) flat.push_back(grad.reshape({-1}));
+    buffers[g] = at::cat(flat);
+    any = true;
+  }
+  if (!any) return;
+  communicator_.sum_over_groups(buffers);
+  for (std::size_t g = 0; g < groups_.size(); ++g)
+    if (buffers[g].defined()) write_range(group_tensors(groups_[g], true), 0, buffers[g]);
+}
+
+// Bucket by bucket, in the one global order of the groups, so at most one bucket is in flight.
+void StateSync::step() {
+  sum_unsharded_gradients();
+  for (auto& shard : shards_) {
+    const auto& group = groups_[static_cast<std::size_t>(shard.group)];
+    const auto size = static_cast<std::int64_t>(group.ranks.size()) * shard.bucket.chunk;
+    auto gradients = read_range(group_tensors(group, true), shard.bucket.begin, shard.bucket.length, size);
+    communicator_.reduce_scatter(shard.group, gradients, shard.master.mutable_grad());
+  }
+  optimizer_->step();
+  for (auto& shard : shards_) {
+    const auto& group = groups_[static_cast<std::size_t>(shard.group)];
+    auto gathered = at::empty({static_cast<std::int64_t>(group.ranks.size()) * shard.bucket.chunk}, shard.master.options());
+    communicator_.all_gather(shard.group, shard.master.detach(), gathered);
+    write_range(group_tensors(group, false), shard.bucket.begin, gathered.narrow(0, 0, shard.bucket.length));
+  }
+}
+
+std::int64_t StateSync::stepped_elements() const {
+  std::int64_t elements = 0;
+  for (const auto& tensor : stepped_) elements += tensor.numel();
+  return elements;
+}
+
+}  // namespace rannc::runtime

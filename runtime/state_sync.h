@@ -1,0 +1,67 @@
+// The training state of one rank's stage across the ranks that hold the same weights: after the
+// step's last backward the gradients are summed over each gradient group, then the optimizer
+// steps. An unsharded group allreduces its gradients and every rank steps all of its weights. A
+// sharded group (plan stages[i].state_sharding) cuts its weights into buckets and each bucket
+// into one chunk per rank: the gradients are reduce-scattered, each rank steps only its chunks
+// (so it keeps 1/n of the optimizer state, beside an fp32 master copy of those chunks), and the
+// updated chunks are all-gathered back into every rank's weights. The optimizers are elementwise,
+// so both give the same weights.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "plan/options.h"
+#include "runtime/communicator.h"
+#include "runtime/rank_layout.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace rannc::runtime {
+
+struct OptimizerSettings {
+  plan::Optimizer kind = plan::Optimizer::kSgd;
+  double lr = 0.01;
+};
+
+// Gradient bytes a bucket of a sharded group holds: the plan's memory prediction assumes
+// cost::kGradientBucketBytes (25 MiB).
+inline constexpr std::int64_t kDefaultBucketBytes = 25LL * 1024 * 1024;
+
+class StateSync {
+ public:
+  // `params` are the stage's trainable parameters in plan order, with their gradients; the
+  // optimizer updates them in place.
+  StateSync(std::vector<at::Tensor> params, std::vector<GradientGroup> groups, Communicator& communicator,
+            const OptimizerSettings& settings, std::int64_t bucket_bytes = kDefaultBucketBytes);
+  ~StateSync();
+
+  // Sums the gradients, steps the optimizer and brings every copy of the weights up to date.
+  void step();
+
+  // Elements of optimizer-stepped state this rank keeps (its shards, plus unsharded weights).
+  std::int64_t stepped_elements() const;
+
+ private:
+  struct Shard {
+    int group = 0;
+    ShardBucket bucket;
+    at::Tensor master;  // this rank's chunk of the bucket's weights (stepped by the optimizer)
+  };
+  std::vector<at::Tensor> group_tensors(const GradientGroup& group, bool gradients) const;
+  void sum_unsharded_gradients();
+
+  std::vector<at::Tensor> params_;
+  std::vector<GradientGroup> groups_;
+  Communicator& communicator_;
+  std::vector<Shard> shards_;
+  std::vector<at::Tensor> stepped_;  // what the optimizer steps: unsharded weights and shard masters
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+};
+
+}  // namespace rannc::runtime

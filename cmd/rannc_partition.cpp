@@ -134,6 +134,7 @@ struct PartitionCommandOptions {
 void add_request_options(CLI::App& app, PartitionOptions& p) {
   auto& flags = p.cluster;
   app.add_option("--mem", flags.mem, "memory per device, e.g. 32G, 80GiB, 512M (default: the device's)");
+  app.add_option("--host-mem", flags.host_mem, "host memory per node for offloaded state (default: the device's usual node)");
   app.add_option("--gpus-per-node", flags.gpus_per_node, "devices per node (default min(8, gpus))");
   app.add_option("--device", flags.device, "device preset (default a100-80g)");
   app.add_option("--stages", p.stages, "force the number of pipeline stages");
@@ -153,7 +154,7 @@ void add_partition_options(CLI::App& app, PartitionCommandOptions& options) {
   auto& p = options.partition;
   app.add_option("--gpus", p.cluster.gpus, "total devices in the job (default 1)");
   add_request_options(app, p);
-  app.add_option("--cluster", p.cluster.cluster_file, "cluster description JSON (overrides --gpus, --mem, --gpus-per-node, --device)");
+  app.add_option("--cluster", p.cluster.cluster_file, "cluster description JSON (overrides --gpus, --mem, --host-mem, --gpus-per-node, --device)");
   app.add_option("-o,--out", p.out_dir, "output folder (default rannc-out)");
   app.add_flag("--plan-only", p.plan_only, "write plan.json without stage files (a model whose weights are not in the file)");
   app.add_flag("--no-check", [&p](std::int64_t) { p.check = false; },

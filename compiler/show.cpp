@@ -76,14 +76,15 @@ class Table {
 };
 
 std::string stage_table(const plan::Plan& plan) {
-  Table table({"stage", "blocks", "replicas", "ranks", "recompute", "sharded", "fwd / mb", "bwd / mb", "memory / rank vs limit",
-               "ops"},
-              "rrllllrrll");
+  Table table({"stage", "blocks", "replicas", "ranks", "recompute", "sharded", "offload", "fwd / mb", "bwd / mb",
+               "memory / rank vs limit", "ops"},
+              "rrlllllrrll");
   for (const auto& stage : plan.stages) {
     table.add({std::to_string(stage.id), blocks_text(stage),
                std::to_string(stage.replicas_per_pipeline) + " x " + std::to_string(plan.batch.pipelines),
                node_ranks_text(stage.ranks, plan.cluster.gpus_per_node), stage.recompute ? "yes" : "no",
                stage.state_sharding == plan::StateSharding::kNone ? "no" : std::string(plan::state_sharding_name(stage.state_sharding)),
+               stage.offload ? "yes" : "no",
                human_ms(stage.predicted.fwd_ms), human_ms(stage.predicted.bwd_ms),
                human_bytes(stage.predicted.mem_bytes) + " / " + human_bytes(static_cast<double>(plan.cluster.mem_bytes)) + " (" +
                    percent_of_limit(memory_fraction(plan, stage.predicted.mem_bytes)) + ")",
@@ -108,6 +109,7 @@ nlohmann::json stage_json(const plan::Plan& plan, const plan::Stage& stage) {
                           {"nodes", nodes},
                           {"recompute", stage.recompute},
                           {"state_sharding", stage.state_sharding},
+                          {"offload", stage.offload},
                           {"fwd_ms", stable_number(stage.predicted.fwd_ms)},
                           {"bwd_ms", stable_number(stage.predicted.bwd_ms)},
                           {"mem_bytes", stable_number(stage.predicted.mem_bytes)},

@@ -94,7 +94,7 @@ std::size_t number_length(std::string_view text) {
 }
 
 std::int64_t checked_mem(std::int64_t bytes, const std::string& what) {
-  if (bytes > kMaxMemBytes) fail(what + ": more than 1 PiB per device");
+  if (bytes > kMaxMemBytes) fail(what + ": more than 1 PiB");
   return bytes;
 }
 
@@ -213,6 +213,18 @@ Link link_field(const Fields& fields, const std::string& source, const std::stri
   return *fallback;
 }
 
+// The host of the JSON's "host" object; each field defaults to `fallback`'s (a preset's host),
+// and without one (a custom device) all are required.
+HostSpec host_from_json(const json& object, const std::string& source, const HostSpec* fallback) {
+  Fields fields(object, source, "host", {"mem", "link", "mem_bandwidth_gbps"});
+  HostSpec host = fallback ? *fallback : HostSpec{};
+  if (fields.find("mem") || !fallback) host.mem_bytes = fields.mem("mem");
+  if (fields.find("link") || !fallback) host.link = link_from_json(fields.need("link"), source, "host.link");
+  if (fields.find("mem_bandwidth_gbps") || !fallback)
+    host.mem_bandwidth = fields.number("mem_bandwidth_gbps", kBandwidthGbps) * kGiga;
+  return host;
+}
+
 DeviceSpec custom_device(const json& object, const std::string& source) {
   Fields fields(object, source, "device",
                 {"name", "peak_fp32_tflops", "peak_half_tflops", "bf16", "mem_bandwidth_gbps", "mem",
@@ -282,11 +294,13 @@ Cluster cluster_from_flags(const ClusterFlags& flags) {
   }
   std::int64_t mem = device.mem_bytes;
   if (flags.mem) mem = checked_mem(parse_size(*flags.mem, "--mem"), "--mem " + one_line(*flags.mem));
-  return Cluster{device, gpus / per_node, per_node, mem, device.intra_node, device.inter_node};
+  HostSpec host = device.host;
+  if (flags.host_mem) host.mem_bytes = checked_mem(parse_size(*flags.host_mem, "--host-mem"), "--host-mem " + one_line(*flags.host_mem));
+  return Cluster{device, gpus / per_node, per_node, mem, device.intra_node, device.inter_node, host};
 }
 
 Cluster cluster_from_json(const json& object, const std::string& source) {
-  Fields fields(object, source, "", {"nodes", "gpus_per_node", "device", "mem", "intra_node", "inter_node"});
+  Fields fields(object, source, "", {"nodes", "gpus_per_node", "device", "mem", "intra_node", "inter_node", "host"});
   int nodes = fields.count("nodes");
   int per_node = fields.count("gpus_per_node");
   if (std::int64_t{nodes} * per_node > kMaxDevices) {
@@ -305,7 +319,9 @@ Cluster cluster_from_json(const json& object, const std::string& source) {
   device.intra_node = link_field(fields, source, "intra_node", custom ? nullptr : &device.intra_node);
   device.inter_node = link_field(fields, source, "inter_node", custom ? nullptr : &device.inter_node);
   std::int64_t mem = fields.find("mem") ? fields.mem("mem") : device.mem_bytes;
-  return Cluster{device, nodes, per_node, mem, device.intra_node, device.inter_node};
+  HostSpec host = custom ? HostSpec{} : device.host;
+  if (const json* host_field = fields.find("host")) host = host_from_json(*host_field, source, custom ? nullptr : &device.host);
+  return Cluster{device, nodes, per_node, mem, device.intra_node, device.inter_node, host};
 }
 
 Cluster load_cluster_file(const std::string& path) { return cluster_from_json(read_json_file(path), path); }

@@ -13,7 +13,12 @@
 //        // every field required except bf16 (default true) and op_overhead_us (default 5)
 //    "mem": "80G",               // optional: memory per device, default the device's
 //    "intra_node": {"bandwidth_gbps": 450, "latency_us": 3},  // optional: default the device's
-//    "inter_node": {"bandwidth_gbps": 50, "latency_us": 5}}   // optional: default the device's
+//    "inter_node": {"bandwidth_gbps": 50, "latency_us": 5},   // optional: default the device's
+//    "host": {"mem": "1T",                                    // optional: per node
+//             "link": {"bandwidth_gbps": 25, "latency_us": 10},  // host <-> each device
+//             "mem_bandwidth_gbps": 410}}                     // the host optimizer's, per node
+//        // host and each of its fields default to the preset's; a custom device has no host
+//        // unless given (then all three fields are required), and without one nothing is offloaded
 //
 // gbps is GB/s (10^9 bytes per second, per direction and per device), not Gb/s. A link object
 // needs both of its fields. With a custom device both links are required (it has no defaults).
@@ -40,6 +45,7 @@ struct Cluster {
   std::int64_t mem_bytes = 0;   // memory per device usable by the plan
   Link intra_node;              // between devices of one node
   Link inter_node;              // between devices of different nodes
+  HostSpec host;                // where offloaded state lives (host.mem_bytes 0: nowhere)
 
   int gpus() const { return nodes * gpus_per_node; }
   int node_of(int rank) const { return rank / gpus_per_node; }
@@ -51,6 +57,7 @@ struct ClusterFlags {
   std::optional<std::string> mem;       // --mem, default the device's memory
   std::optional<int> gpus_per_node;     // --gpus-per-node, default min(8, gpus)
   std::optional<std::string> device;    // --device, default a100-80g
+  std::optional<std::string> host_mem;  // --host-mem, default the device preset's host
   std::optional<std::string> cluster_file;  // --cluster: a JSON file that overrides the four above
 };
 

@@ -111,6 +111,16 @@ double gradient_sync_seconds(const Cluster& cluster, const std::vector<int>& ran
          reduce_scatter_seconds(cluster, ranks, param_elements * weight_bytes);
 }
 
+double offload_seconds(const Cluster& cluster, double param_elements, plan::Optimizer optimizer,
+                       plan::Precision precision) {
+  const HostSpec& host = cluster.host;
+  ParamStateBytes device = param_state_bytes(optimizer, precision, StateLayout{1, plan::StateSharding::kNone, true});
+  double transfers = p2p_seconds(param_elements * device.weights, host.link) + p2p_seconds(param_elements * device.grads, host.link);
+  double touched = param_elements * (4 + 4 + 4 + 2 * optimizer_state_bytes(optimizer));
+  double bandwidth = host.mem_bandwidth / cluster.gpus_per_node;
+  return transfers + (bandwidth > 0 ? touched / bandwidth : 0);
+}
+
 double p2p_seconds(const Cluster& cluster, int from_rank, int to_rank, double bytes) {
   if (from_rank == to_rank) return 0;
   return p2p_seconds(bytes, group_link(cluster, span_of(cluster, {from_rank, to_rank})));

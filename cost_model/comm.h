@@ -56,4 +56,11 @@ double reduce_scatter_seconds(const Cluster& cluster, const std::vector<int>& ra
 double gradient_sync_seconds(const Cluster& cluster, const std::vector<int>& ranks, double param_elements,
                              plan::StateSharding sharding, plan::Precision precision);
 
+// What offloading a stage of `param_elements` trainable elements costs each step, per device:
+// the working weights copied to the device and the gradients back over the host link, and the
+// optimizer step on the host, which reads and writes the weights, reads the gradients and
+// reads and writes the optimizer state at the host's memory bandwidth shared by the node's devices.
+double offload_seconds(const Cluster& cluster, double param_elements, plan::Optimizer optimizer,
+                       plan::Precision precision);
+
 }  // namespace rannc::cost

@@ -26,6 +26,16 @@ constexpr Link kIbEdr{100 * kGiga / 8, kInfinibandLatency};  // 100 Gb/s
 constexpr Link kIbHdr{200 * kGiga / 8, kInfinibandLatency};  // 200 Gb/s
 constexpr Link kIbNdr{400 * kGiga / 8, kInfinibandLatency};  // 400 Gb/s
 
+// Hosts of the usual 8-GPU nodes: memory, PCIe per GPU (effective), and the CPU sockets' memory
+// bandwidth (channels x transfer rate x 8 bytes):
+//   DGX-1 (V100): 512 GiB, PCIe 3.0 x16 ~12 GB/s, 2 x Xeon E5-2698 v4, 4 ch DDR4-2400: 154 GB/s.
+//   DGX A100: 1 TiB, PCIe 4.0 x16 ~25 GB/s, 2 x EPYC 7742, 8 ch DDR4-3200: 410 GB/s.
+//   DGX H100/H200: 2 TiB, PCIe 5.0 x16 ~50 GB/s, 2 x Xeon 8480C, 8 ch DDR5-4800: 614 GB/s.
+constexpr double kPcieLatency = 10 * kMicro;
+constexpr HostSpec kDgx1Host{512 * kGiB, Link{12 * kGiga, kPcieLatency}, 154 * kGiga};
+constexpr HostSpec kDgxA100Host{1024 * kGiB, Link{25 * kGiga, kPcieLatency}, 410 * kGiga};
+constexpr HostSpec kDgxH100Host{2048 * kGiB, Link{50 * kGiga, kPcieLatency}, 614 * kGiga};
+
 struct Figures {
   const char* name;
   const char* description;
@@ -36,6 +46,7 @@ struct Figures {
   std::int64_t mem_bytes;
   Link intra_node;
   Link inter_node;
+  HostSpec host;
 };
 
 DeviceSpec make_spec(const Figures& f) {
@@ -48,7 +59,8 @@ DeviceSpec make_spec(const Figures& f) {
                     f.mem_bytes,
                     kGpuOpOverhead,
                     f.intra_node,
-                    f.inter_node};
+                    f.inter_node,
+                    f.host};
 }
 
 // Dense peaks (no sparsity) from the vendor datasheets:
@@ -65,16 +77,20 @@ DeviceSpec make_spec(const Figures& f) {
 //           byte), t: 2 * bytes / t = 32 GB/s.
 //   links:  shared memory between processes of one machine ~10 GB/s, 2 us; 10 Gb/s Ethernet
 //           between machines = 1.25 GB/s, 50 us (TCP round trips).
+//   host:   the machine itself: "offloaded" state is a second copy in the same memory, copied at
+//           the memory bandwidth (read and write: 16 GB/s); its 24 GiB of RAM, the same memory
+//           the device's figure counts.
 std::vector<DeviceSpec> make_presets() {
   std::vector<DeviceSpec> presets{
-      make_spec({"v100-32g", "NVIDIA V100 SXM2 32GB", 15.7, 125, false, 900, 32 * kGiB, kNvlink2, kIbEdr}),
-      make_spec({"a100-40g", "NVIDIA A100 SXM 40GB", 19.5, 312, true, 1555, 40 * kGiB, kNvlink3, kIbHdr}),
-      make_spec({"a100-80g", "NVIDIA A100 SXM 80GB", 19.5, 312, true, 2039, 80 * kGiB, kNvlink3, kIbHdr}),
-      make_spec({"h100-80g", "NVIDIA H100 SXM5 80GB", 67, 989, true, 3350, 80 * kGiB, kNvlink4, kIbNdr}),
-      make_spec({"h200", "NVIDIA H200 SXM 141GB", 67, 989, true, 4800, kH200MemBytes, kNvlink4, kIbNdr}),
+      make_spec({"v100-32g", "NVIDIA V100 SXM2 32GB", 15.7, 125, false, 900, 32 * kGiB, kNvlink2, kIbEdr, kDgx1Host}),
+      make_spec({"a100-40g", "NVIDIA A100 SXM 40GB", 19.5, 312, true, 1555, 40 * kGiB, kNvlink3, kIbHdr, kDgxA100Host}),
+      make_spec({"a100-80g", "NVIDIA A100 SXM 80GB", 19.5, 312, true, 2039, 80 * kGiB, kNvlink3, kIbHdr, kDgxA100Host}),
+      make_spec({"h100-80g", "NVIDIA H100 SXM5 80GB", 67, 989, true, 3350, 80 * kGiB, kNvlink4, kIbNdr, kDgxH100Host}),
+      make_spec({"h200", "NVIDIA H200 SXM 141GB", 67, 989, true, 4800, kH200MemBytes, kNvlink4, kIbNdr, kDgxH100Host}),
   };
   DeviceSpec cpu = make_spec({"cpu", "CPU (2-core AMD EPYC development machine, libtorch 1.13)", 0.155, 0.155, true, 32,
-                        24 * kGiB, Link{10 * kGiga, 2 * kMicro}, Link{10 * kGiga / 8, 50 * kMicro}});
+                        24 * kGiB, Link{10 * kGiga, 2 * kMicro}, Link{10 * kGiga / 8, 50 * kMicro},
+                        HostSpec{24 * kGiB, Link{16 * kGiga, 0}, 32 * kGiga}});
   cpu.op_overhead = 10 * kMicro;  // torch dispatch per op, no launch
   presets.push_back(cpu);
   return presets;

@@ -18,6 +18,15 @@ struct Link {
   double latency = 0;    // seconds
 };
 
+// The host side of a node, where offloaded training state lives: its memory (for the whole
+// node), the link between it and each device (PCIe), and the memory bandwidth the optimizer
+// step on the host runs at (shared by the node's devices). No memory: nothing can be offloaded.
+struct HostSpec {
+  std::int64_t mem_bytes = 0;  // per node
+  Link link;                   // per device, each direction
+  double mem_bandwidth = 0;    // bytes per second, per node
+};
+
 struct DeviceSpec {
   std::string name;                 // the preset name, e.g. "h100-80g"
   std::string description;          // e.g. "NVIDIA H100 SXM5 80GB"
@@ -29,6 +38,7 @@ struct DeviceSpec {
   double op_overhead = 0;           // seconds per op launched (kernel launch or dispatch)
   Link intra_node;                  // the usual link between devices of one node (NVLink)
   Link inter_node;                  // the usual network link per device between nodes
+  HostSpec host;                    // the usual host of a node of these devices
 };
 
 // The preset of that name, or nullptr.

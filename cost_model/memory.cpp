@@ -84,14 +84,29 @@ double stored_bytes(const ir::Value& value, plan::Precision precision) {
   return ir::is_floating_point(value.type.dtype) ? bytes * activation_byte_scale(precision) : bytes;
 }
 
+double optimizer_state_bytes(plan::Optimizer optimizer) {
+  return optimizer == plan::Optimizer::kAdam ? 8 : optimizer == plan::Optimizer::kMomentum ? 4 : 0;
+}
+
+double host_memory_bytes(double param_elements, plan::Optimizer optimizer, const StateLayout& layout) {
+  if (!layout.offload) return 0;
+  return param_elements * (4 + 4 + optimizer_state_bytes(optimizer) + (layout.replicas > 1 ? 4 : 0));
+}
+
 ParamStateBytes param_state_bytes(plan::Optimizer optimizer, plan::Precision precision, const StateLayout& layout) {
   ParamStateBytes bytes;
+  if (layout.offload) {
+    // The working copy and the step's gradients; the rest is on the host.
+    bytes.weights = precision == plan::Precision::kFp32 ? 4 : 2;
+    bytes.grads = 4;
+    return bytes;
+  }
   const double shard = layout.sharded() ? 1.0 / layout.replicas : 1.0;
   const double master = 4;
   if (precision == plan::Precision::kFp32) bytes.weights = layout.sharded() ? 4 + master * shard : master;
   else bytes.weights = 2 + master * shard;
   bytes.grads = 4;
-  bytes.optimizer = (optimizer == plan::Optimizer::kAdam ? 8 : optimizer == plan::Optimizer::kMomentum ? 4 : 0) * shard;
+  bytes.optimizer = optimizer_state_bytes(optimizer) * shard;
   return bytes;
 }
 

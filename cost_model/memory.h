@@ -14,9 +14,13 @@ namespace rannc::cost {
 
 // How the copies of a stage hold its training state: R replicas of the stage (in all pipelines),
 // and whether they split the optimizer state among them (plan/options.h).
+// Offloaded: the master weights, their gradients and the optimizer state live in host memory;
+// the device holds a working copy of the weights and the step's gradients, sent to the host after
+// the last backward (see offload_seconds in comm.h).
 struct StateLayout {
   int replicas = 1;
   plan::StateSharding sharding = plan::StateSharding::kNone;
+  bool offload = false;
   bool sharded() const { return replicas > 1 && sharding != plan::StateSharding::kNone; }
 };
 
@@ -30,6 +34,12 @@ struct ParamStateBytes {
   double total() const { return weights + grads + optimizer; }
 };
 ParamStateBytes param_state_bytes(plan::Optimizer optimizer, plan::Precision precision, const StateLayout& layout = {});
+// fp32 optimizer state per parameter element: momentum 4, Adam 8, SGD none.
+double optimizer_state_bytes(plan::Optimizer optimizer);
+// Host memory an offloaded stage takes per rank (0 when not offloaded): fp32 master weights,
+// fp32 gradients and the optimizer state, plus the flat copy of the gradients the allreduce sums
+// when replicated.
+double host_memory_bytes(double param_elements, plan::Optimizer optimizer, const StateLayout& layout);
 
 // Gradient bytes each bucket of the gradient synchronisation holds (PyTorch DDP's default bucket).
 inline constexpr double kGradientBucketBytes = 25.0 * 1024 * 1024;

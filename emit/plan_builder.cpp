@@ -68,8 +68,9 @@ plan::Stage plan_stage(const ir::Graph& graph, const partition::PlanResult& resu
   stage.buffers = plan_weights(graph, layout.buffers);
   stage.recompute = option.recompute;
   stage.state_sharding = option.sharding;
-  stage.predicted = {option.fwd_ms, option.bwd_ms,          option.p2p_ms, planned.allreduce_ms,
-                     planned.in_flight, planned.memory.total(), planned.memory};
+  stage.offload = option.offload;
+  stage.predicted = {option.fwd_ms,      option.bwd_ms,           option.p2p_ms,  planned.allreduce_ms, option.offload_ms,
+                     planned.in_flight, planned.memory.total(), planned.memory, planned.host_mem_bytes};
   return stage;
 }
 
@@ -95,10 +96,13 @@ plan::Link plan_link(const cost::Link& link) { return {link.bandwidth / 1e9, lin
 }  // namespace
 
 plan::Cluster plan_cluster(const cost::Cluster& cluster) {
-  return {cluster.gpus(),       cluster.nodes,
-          cluster.gpus_per_node, cluster.mem_bytes,
-          cluster.device.name,  plan_link(cluster.intra_node),
-          plan_link(cluster.inter_node)};
+  plan::Cluster out{cluster.gpus(),       cluster.nodes,
+                    cluster.gpus_per_node, cluster.mem_bytes,
+                    cluster.device.name,  plan_link(cluster.intra_node),
+                    plan_link(cluster.inter_node), std::nullopt};
+  if (cluster.host.mem_bytes > 0)
+    out.host = plan::Host{cluster.host.mem_bytes, plan_link(cluster.host.link), cluster.host.mem_bandwidth / 1e9};
+  return out;
 }
 
 plan::Plan build_plan(const ir::Graph& graph, const ModelFacts& model, const partition::PlanRequest& request,

@@ -212,7 +212,10 @@ PlacedPipeline place_and_simulate(const SearchContext& context, const ConfigChoi
     double elements = context.ranges->param_elements(option.begin, option.end);
     if (elements > 0)
       stage.allreduce_ms = cost::gradient_sync_seconds(cluster, stage.ranks, elements, option.sharding, context.precision) * 1e3;
-    simulated.push_back({option.fwd_ms, option.bwd_ms, option.p2p_ms / 2, stage.allreduce_ms});
+    stage.host_mem_bytes = cost::host_memory_bytes(
+        elements, context.optimizer, {config.pipelines * option.replicas, option.sharding, option.offload});
+    // The host's part of an offloaded stage follows its last backward, as the allreduce does.
+    simulated.push_back({option.fwd_ms, option.bwd_ms, option.p2p_ms / 2, stage.allreduce_ms + option.offload_ms});
     replicas.push_back(option.replicas);
     offset += option.replicas;
     placed.stages.push_back(std::move(stage));

@@ -50,6 +50,7 @@ struct PlannedStage {
   int in_flight = 0;              // microbatches kept between forward and backward
   plan::MemoryBreakdown memory;   // per device
   double allreduce_ms = 0;        // the gradient synchronisation among its actual ranks
+  double host_mem_bytes = 0;      // per rank, when offloaded
 };
 
 // The chosen pipeline, placed on ranks and simulated (emit/plan_builder.h makes the Plan of it).

@@ -66,7 +66,10 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
       for (auto sharding : kShardings)
         if (allows(sharding, replicas))
           least_state = std::min(least_state, cost::param_state_bytes(context.optimizer, context.precision,
-                                                                      state_layout(replicas, sharding)).total());
+                                                                      state_layout(replicas, sharding, false)).total());
+      if (can_offload())
+        least_state = std::min(least_state, cost::param_state_bytes(context.optimizer, context.precision,
+                                                                    state_layout(replicas, plan::StateSharding::kNone, true)).total());
       int sample = blocks.sample_index(config.microbatch_size / replicas);
       RangeWork work;
       for (int end = begin + 1; end <= blocks.count(); ++end) {
@@ -87,18 +90,22 @@ bool StageOptions::allows(plan::StateSharding sharding, int replicas) const {
   return sharding == plan::StateSharding::kNone || config_.pipelines * replicas > 1;
 }
 
-cost::StateLayout StageOptions::state_layout(int replicas, plan::StateSharding sharding) const {
-  return {config_.pipelines * replicas, sharding};
+cost::StateLayout StageOptions::state_layout(int replicas, plan::StateSharding sharding, bool offload) const {
+  return {config_.pipelines * replicas, sharding, offload};
 }
 
+bool StageOptions::can_offload() const { return context_.cluster->host.mem_bytes > 0; }
+
 // Recomputing only costs time, sharding only adds a collective's latency (or saves time where the
-// weights gather in 16 bits): a variant is worth an option unless another one is at least as
-// good in time, synchronisation and microbatches in flight (ties keep the first listed).
+// weights gather in 16 bits), offloading costs host transfers and a slow optimizer step: a
+// variant is worth an option unless another one is at least as good in time, end-of-step work
+// and microbatches in flight (ties keep the first listed).
 void StageOptions::add_variants(int begin, int end, int replicas, const RangeWork& work) {
   std::vector<StageOption> variants;
-  for (bool recompute : {false, true})
-    for (auto sharding : {plan::StateSharding::kNone, plan::StateSharding::kOptimizer})
-      if (auto variant = evaluate(begin, end, replicas, recompute, sharding, work)) variants.push_back(*variant);
+  for (bool offload : {false, true})
+    for (bool recompute : {false, true})
+      for (auto sharding : {plan::StateSharding::kNone, plan::StateSharding::kOptimizer})
+        if (auto variant = evaluate(begin, end, replicas, recompute, sharding, offload, work)) variants.push_back(*variant);
   auto at_least_as_good = [](const StageOption& a, const StageOption& b) {
     return a.t_ms <= b.t_ms && a.term_ms <= b.term_ms && a.max_in_flight >= b.max_in_flight;
   };
@@ -123,12 +130,17 @@ cost::StageFootprint StageOptions::footprint(int begin, int end, int replicas) c
 }
 
 std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replicas, bool recompute,
-                                                  plan::StateSharding sharding, const RangeWork& work) const {
+                                                  plan::StateSharding sharding, bool offload, const RangeWork& work) const {
   if (!allows(sharding, replicas)) return std::nullopt;
+  if (offload && (!can_offload() || sharding != plan::StateSharding::kNone)) return std::nullopt;
   if (replicas > 1 && context_.ranges->sends_batch_free(begin, end)) return std::nullopt;
   cost::StageFootprint stage = footprint(begin, end, replicas);
   stage.workspace_bytes = work.workspace;
-  cost::StateLayout state = state_layout(replicas, sharding);
+  const cost::Cluster& cluster = *context_.cluster;
+  cost::StateLayout state = state_layout(replicas, sharding, offload);
+  // The node's devices share its host memory.
+  double host_share = static_cast<double>(cluster.host.mem_bytes) / cluster.gpus_per_node;
+  if (cost::host_memory_bytes(stage.param_elements, context_.optimizer, state) > host_share) return std::nullopt;
   double limit = static_cast<double>(context_.cluster->mem_bytes);
   auto fits = [&](int n) {
     return cost::stage_memory(stage, n, recompute, state, context_.optimizer, context_.precision).total() <= limit;
@@ -147,6 +159,7 @@ std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replic
   option.replicas = replicas;
   option.recompute = recompute;
   option.sharding = sharding;
+  option.offload = offload;
   option.max_in_flight = low;
   option.fwd_ms = work.fwd;
   option.bwd_ms = work.bwd + (recompute ? work.fwd : 0);
@@ -158,8 +171,10 @@ std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replic
   auto at = static_cast<std::size_t>(sharding);
   if (stage.param_elements > 0)
     option.allreduce_ms = sync_fixed_ms_[choice][at] + sync_ms_per_element_[choice][at] * stage.param_elements;
+  if (offload)
+    option.offload_ms = cost::offload_seconds(cluster, stage.param_elements, context_.optimizer, context_.precision) * kMs;
   option.t_ms = option.fwd_ms + option.bwd_ms + option.p2p_ms;
-  option.term_ms = (config_.microbatches - 1) * option.t_ms + option.allreduce_ms;
+  option.term_ms = (config_.microbatches - 1) * option.t_ms + option.allreduce_ms + option.offload_ms;
   return option;
 }
 
@@ -175,15 +190,15 @@ StageOptions::RangeWork StageOptions::range_work(int begin, int end, int replica
 }
 
 std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replicas, bool recompute,
-                                                  plan::StateSharding sharding) const {
+                                                  plan::StateSharding sharding, bool offload) const {
   if (std::find(replica_choices_.begin(), replica_choices_.end(), replicas) == replica_choices_.end()) return std::nullopt;
-  return evaluate(begin, end, replicas, recompute, sharding, range_work(begin, end, replicas));
+  return evaluate(begin, end, replicas, recompute, sharding, offload, range_work(begin, end, replicas));
 }
 
 plan::MemoryBreakdown StageOptions::memory(const StageOption& option, int in_flight) const {
   cost::StageFootprint stage = footprint(option.begin, option.end, option.replicas);
   stage.workspace_bytes = range_work(option.begin, option.end, option.replicas).workspace;
-  return cost::stage_memory(stage, in_flight, option.recompute, state_layout(option.replicas, option.sharding),
+  return cost::stage_memory(stage, in_flight, option.recompute, state_layout(option.replicas, option.sharding, option.offload),
                             context_.optimizer, context_.precision);
 }
 

@@ -63,11 +63,13 @@ struct StageOption {
   int replicas = 1;        // per pipeline
   bool recompute = false;
   plan::StateSharding sharding = plan::StateSharding::kNone;
+  bool offload = false;           // state in host memory (cost_model/memory.h, StateLayout)
   double fwd_ms = 0, bwd_ms = 0;  // per microbatch and replica; bwd includes the recomputed forward
   double p2p_ms = 0;              // receiving inputs and sending their gradients back
   double allreduce_ms = 0;        // the gradient synchronisation
+  double offload_ms = 0;          // host transfers and the host's optimizer step, once per step
   double t_ms = 0;                // fwd + bwd + p2p
-  double term_ms = 0;             // (M - 1) t + allreduce
+  double term_ms = 0;             // (M - 1) t + allreduce + offload
   int max_in_flight = 0;          // microbatches in flight that fit in memory
 };
 
@@ -77,13 +79,16 @@ class StageOptions {
   StageOptions(const SearchContext& context, const SearchConfig& config);
 
   // The options the search considers: of a range's variants (recomputed or not, sharded state or
-  // not), those no other variant beats in time, gradient synchronisation and microbatches in flight.
+  // not, offloaded or not), those no other variant beats in time, end-of-step work and
+  // microbatches in flight.
   const std::vector<StageOption>& from(int begin) const { return by_begin_[begin]; }
   // Any stage, evaluated afresh; nullopt when it does not fit in memory with one microbatch in
-  // flight, its replica count does not divide the microbatch, or the sharding is not allowed
-  // (forced otherwise, or a stage of one replica in all).
+  // flight, its replica count does not divide the microbatch, the sharding is not allowed
+  // (forced otherwise, or a stage of one replica in all), or it offloads where it cannot (no host
+  // memory, too little of it, or sharded state).
   std::optional<StageOption> evaluate(int begin, int end, int replicas, bool recompute,
-                                      plan::StateSharding sharding = plan::StateSharding::kNone) const;
+                                      plan::StateSharding sharding = plan::StateSharding::kNone,
+                                      bool offload = false) const;
   const std::vector<int>& replica_choices() const { return replica_choices_; }
   plan::MemoryBreakdown memory(const StageOption& option, int in_flight) const;
   int block_count() const { return static_cast<int>(by_begin_.size()); }
@@ -101,10 +106,11 @@ class StageOptions {
   };
   cost::StageFootprint footprint(int begin, int end, int replicas) const;
   std::optional<StageOption> evaluate(int begin, int end, int replicas, bool recompute, plan::StateSharding sharding,
-                                      const RangeWork& work) const;
+                                      bool offload, const RangeWork& work) const;
   void add_variants(int begin, int end, int replicas, const RangeWork& work);
   bool allows(plan::StateSharding sharding, int replicas) const;
-  cost::StateLayout state_layout(int replicas, plan::StateSharding sharding) const;
+  bool can_offload() const;
+  cost::StateLayout state_layout(int replicas, plan::StateSharding sharding, bool offload) const;
   RangeWork range_work(int begin, int end, int replicas) const;
   SearchContext context_;
   SearchConfig config_;

@@ -51,9 +51,13 @@ struct StagePrediction {
   // The stage's gradients among its ranks, once per step: an allreduce, or with sharded state a
   // reduce-scatter of the gradients plus an all-gather of the updated weights.
   double allreduce_ms = 0;
+  // Offloaded stages: the weights copied to the device and the gradients back, and the optimizer
+  // step on the host, once per step.
+  double offload_ms = 0;
   int in_flight = 0;                 // microbatches kept between forward and backward
   double mem_bytes = 0;              // per device: memory.total() in plans partition writes
   MemoryBreakdown memory;
+  double host_mem_bytes = 0;         // per rank, in host memory: the offloaded state
 };
 
 struct Stage {
@@ -89,11 +93,20 @@ struct Link {
   double bandwidth_gbps = 0, latency_us = 0;
 };
 
+// Where offloaded state lives: host memory per node, the host-device link, and the host's
+// memory bandwidth (per node) the optimizer step on the host runs at.
+struct Host {
+  std::int64_t mem_bytes = 0;
+  Link link;
+  double mem_bandwidth_gbps = 0;
+};
+
 struct Cluster {
   int gpus = 1, nodes = 1, gpus_per_node = 1;
   std::int64_t mem_bytes = 0;
   std::string device;  // preset or custom device name
   std::optional<Link> intra_node, inter_node;
+  std::optional<Host> host;
 };
 
 struct Batch {

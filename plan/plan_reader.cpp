@@ -191,10 +191,18 @@ void read_model(const Field& model, Plan& plan) {
   }
 }
 
+Link read_link(const Field& link) { return Link{link["bandwidth_gbps"].non_negative(), link["latency_us"].non_negative()}; }
+
 std::optional<Link> read_link(const Field& cluster, const char* key) {
   auto field = cluster.find(key);
   if (!field) return std::nullopt;
-  return Link{(*field)["bandwidth_gbps"].non_negative(), (*field)["latency_us"].non_negative()};
+  return read_link(*field);
+}
+
+std::optional<Host> read_host(const Field& cluster) {
+  auto field = cluster.find("host");
+  if (!field) return std::nullopt;
+  return Host{(*field)["mem_bytes"].integer(0), read_link((*field)["link"]), (*field)["mem_bandwidth_gbps"].non_negative()};
 }
 
 void read_cluster(const Field& cluster, Plan& plan) {
@@ -206,6 +214,7 @@ void read_cluster(const Field& cluster, Plan& plan) {
   c.device = cluster["device"].text();
   c.intra_node = read_link(cluster, "intra_node");
   c.inter_node = read_link(cluster, "inter_node");
+  c.host = read_host(cluster);
   if (c.gpus % c.gpus_per_node != 0 || c.nodes * c.gpus_per_node != c.gpus) {
     cluster.fail(std::to_string(c.gpus) + " gpus do not make " + std::to_string(c.nodes) + " node(s) of " +
                  std::to_string(c.gpus_per_node));
@@ -304,6 +313,8 @@ StagePrediction read_predicted(const Field& predicted) {
   p.mem_bytes = predicted["mem_bytes"].non_negative();
   if (auto p2p = predicted.find("p2p_ms")) p.p2p_ms = p2p->non_negative();
   if (auto allreduce = predicted.find("allreduce_ms")) p.allreduce_ms = allreduce->non_negative();
+  if (auto offload = predicted.find("offload_ms")) p.offload_ms = offload->non_negative();
+  if (auto host = predicted.find("host_mem_bytes")) p.host_mem_bytes = host->non_negative();
   if (auto in_flight = predicted.find("in_flight")) p.in_flight = in_flight->small();
   if (auto memory = predicted.find("memory")) p.memory = read_memory(*memory);
   return p;

@@ -57,9 +57,11 @@ json stage_json(const Stage& stage) {
         {"bwd_ms", stable_number(p.bwd_ms)},
         {"p2p_ms", stable_number(p.p2p_ms)},
         {"allreduce_ms", stable_number(p.allreduce_ms)},
+        {"offload_ms", stable_number(p.offload_ms)},
         {"in_flight", p.in_flight},
         {"mem_bytes", stable_number(p.mem_bytes)},
-        {"memory", memory_to_json(p.memory)}}},
+        {"memory", memory_to_json(p.memory)},
+        {"host_mem_bytes", stable_number(p.host_mem_bytes)}}},
   };
   if (!stage.sha256.empty()) entry["sha256"] = stage.sha256;
   if (!stage.blocks.empty()) entry["blocks"] = stage.blocks;  // half-open [begin, end)
@@ -85,6 +87,11 @@ json cluster_json(const Cluster& cluster) {
                 {"device", cluster.device}};
   if (cluster.intra_node) entry["intra_node"] = link_json(*cluster.intra_node);
   if (cluster.inter_node) entry["inter_node"] = link_json(*cluster.inter_node);
+  if (cluster.host) {
+    entry["host"] = {{"mem_bytes", cluster.host->mem_bytes},
+                     {"link", link_json(cluster.host->link)},
+                     {"mem_bandwidth_gbps", stable_number(cluster.host->mem_bandwidth_gbps)}};
+  }
   return entry;
 }
 

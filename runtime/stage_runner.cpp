@@ -33,7 +33,7 @@ StageRunner::StageRunner(const plan::Plan& plan, const plan::Stage& stage)
     : stage_(stage), module_(load_stage(plan.stage_path(stage))) {
   for (const auto& weight : stage.params) {
     auto param = stage_parameter(*module_, plan.stage_path(stage), weight);
-    // Offloaded: the optimizer's copy lives in host memory; passes run on copies made just before.
+    // Offloaded: the optimizer's copy lives in host memory; each step runs on a device copy.
     if (stage.offload) param = param.detach().clone().requires_grad_(true);
     param.mutable_grad() = at::zeros_like(param);
     params_.push_back(param);
@@ -43,28 +43,35 @@ StageRunner::StageRunner(const plan::Plan& plan, const plan::Stage& stage)
 StageRunner::~StageRunner() = default;
 
 std::vector<at::Tensor> StageRunner::run_forward(const std::vector<at::Tensor>& inputs) {
-  attach_device_copies();
   std::vector<c10::IValue> args(inputs.begin(), inputs.end());
   auto result = module_->forward(args);
-  attach_host_params();
   std::vector<at::Tensor> outputs;
   for (const auto& element : result.toTupleRef().elements()) outputs.push_back(element.toTensor());
   return outputs;
 }
 
-// The device copies are autograd children of the host parameters, so gradients flow back to the
-// host copies; once the pass ends only what autograd saved for backward keeps them alive.
-void StageRunner::attach_device_copies() {
+// The device copies are leaves of their own: every microbatch's gradients add up on the device,
+// and go to the host parameters once, after the step's last backward.
+void StageRunner::begin_step() {
   if (!stage_.offload) return;
+  device_params_.clear();
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    module_->setattr(stage_.params[i].stage_name, params_[i].clone());
+    auto copy = params_[i].detach().clone().requires_grad_(true);
+    copy.mutable_grad() = at::zeros_like(copy);
+    module_->setattr(stage_.params[i].stage_name, copy);
+    device_params_.push_back(copy);
     offload_bytes_ += static_cast<std::int64_t>(params_[i].nbytes());
   }
 }
 
-void StageRunner::attach_host_params() {
+void StageRunner::end_step() {
   if (!stage_.offload) return;
-  for (std::size_t i = 0; i < params_.size(); ++i) module_->setattr(stage_.params[i].stage_name, params_[i]);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    params_[i].mutable_grad().copy_(device_params_[i].grad());
+    offload_bytes_ += static_cast<std::int64_t>(params_[i].grad().nbytes());
+    module_->setattr(stage_.params[i].stage_name, params_[i]);
+  }
+  device_params_.clear();
 }
 
 std::vector<at::Tensor> StageRunner::forward(int microbatch, std::vector<at::Tensor> inputs, double* loss) {

@@ -46,7 +46,13 @@ class StageRunner {
   const std::vector<at::Tensor>& parameters() const { return params_; }
   void zero_gradients();
 
-  std::int64_t offload_bytes() const { return offload_bytes_; }  // copied host to device so far
+  // Offloaded stages: before the step's first pass, copy the weights to the device; after its
+  // last backward, copy the summed gradients back to the host parameters and drop the copies.
+  // Nothing for other stages.
+  void begin_step();
+  void end_step();
+
+  std::int64_t offload_bytes() const { return offload_bytes_; }  // copied between host and device so far
 
  private:
   struct Microbatch {
@@ -55,12 +61,11 @@ class StageRunner {
   };
 
   std::vector<at::Tensor> run_forward(const std::vector<at::Tensor>& inputs);
-  void attach_device_copies();
-  void attach_host_params();
 
   const plan::Stage& stage_;
   std::unique_ptr<torch::jit::Module> module_;
   std::vector<at::Tensor> params_;  // the trainable parameters the optimizer updates (host copies when offloaded)
+  std::vector<at::Tensor> device_params_;  // offloaded: this step's device copies
   LossFunction loss_;
   std::map<int, Microbatch> in_flight_;
   std::int64_t offload_bytes_ = 0;

@@ -138,6 +138,7 @@ StepRecord Trainer::run_step(int step) {
   auto start = Clock::now();
   data_.load_step(step);
   runner_.zero_gradients();
+  runner_.begin_step();
   double loss = 0;
   for (const auto& task : tasks_) {
     if (task.pass == plan::Pass::kForward) {
@@ -157,6 +158,7 @@ StepRecord Trainer::run_step(int step) {
     }
   }
   communicator_.wait_for_sends();
+  runner_.end_step();
   state_.step();
   // Ranks without the loss add 0.
   if (layout_.world_size() > 1) loss = communicator_.sum_over_world(loss);

@@ -43,6 +43,8 @@ PRESETS = {
     "bert-2.5b": Preset("bert", layers=54, hidden=1920, heads=24, seq=512, vocab=30522),
     "bert-5b": Preset("bert", layers=64, hidden=2560, heads=32, seq=512, vocab=30522),
     "gpt3-175b": Preset("gpt", layers=96, hidden=12288, heads=96, seq=2048, vocab=50257),
+    # The 39.1B GPT of Megatron-LM's scaling table (Narayanan et al., SC'21, Table 1).
+    "gpt-39b": Preset("gpt", layers=48, hidden=8192, heads=64, seq=2048, vocab=51200),
     # GPT-3 175B cut to one and two layers: their difference is one layer, embedding and head
     # excluded (tests/bench/gpt3_layer_h100.py).
     "gpt3-175b-1layer": Preset("gpt", layers=1, hidden=12288, heads=96, seq=2048, vocab=50257),

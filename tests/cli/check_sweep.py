@@ -1,4 +1,5 @@
-"""The sweep verb on the GPT sample over 1, 2, 4 and 8 devices of 40 MiB: one row per count, the
+"""The sweep verb on the GPT sample over 1, 2, 4 and 8 devices of 40 MiB (and no host memory to
+offload to): one row per count, the
 first saying why nothing fits, each other the same plan the partition verb makes for that count
 (layout, microbatches, predicted step, physical-bound figures); the CSV holds the same rows; bad
 device lists and an unwritable CSV are one error line with exit 2.
@@ -14,7 +15,7 @@ import sys
 from plan_runs import fail, run, write_plan
 
 DEVICES = [1, 2, 4, 8]
-REQUEST = ["--batch", "64", "--mem", "40M"]
+REQUEST = ["--batch", "64", "--mem", "40M", "--host-mem", "1"]
 
 
 def main():

@@ -13,6 +13,15 @@
 // repeats MODEL.onnx BLOCKS
 //   Repeated layers must come out of coarsening as equal blocks: 90% of the blocks repeat with a
 //   period of at most 16 blocks (same unit count, same time).
+//
+// layouts MODEL.onnx GPUS BATCH DEVICE PRECISION
+//   The layouts a person writes for Megatron-LM or DeepSpeed without tensor parallelism, against
+//   our plan of the same request, all under the same cost model and simulation: S pipeline
+//   stages of equal transformer layers (S a power of two dividing the layer count; the embedding
+//   with the first stage, the head with the last), D = GPUS / S data-parallel pipelines, every
+//   microbatch size m (a power of two) that divides the batch, recomputation on every stage or
+//   none, sharded optimizer state or not. Prints the best of them per S and ours; exits 1 if one
+//   is faster than ours.
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -21,6 +30,7 @@
 #include <string>
 
 #include "compiler/model.h"
+#include "cost_model/cluster.h"
 #include "cost_model/cost_model.h"
 #include "cost_model/device.h"
 #include "partitioner/planner.h"
@@ -202,6 +212,136 @@ int check_repeats(const std::string& path, int target) {
   return 1;
 }
 
+// The transformer layer each unit belongs to: the highest "layers.N" among the weights its ops read;
+// units that read none follow the unit before them (the embedding counts as layer 0).
+std::vector<int> unit_layers_by_weights(const ir::Graph& graph, const UnitGraph& units) {
+  static const std::regex layer(R"(layers\.(\d+)\.)");
+  std::vector<int> layers;
+  int current = 0;
+  for (const auto& unit : units.units) {
+    for (auto op : unit.ops) {
+      for (auto input : graph.op(op).inputs) {
+        std::smatch match;
+        const auto& value = graph.value(input);
+        if (value.role == ir::ValueRole::kParam && std::regex_search(value.name, match, layer))
+          current = std::max(current, std::stoi(match[1]));
+      }
+    }
+    layers.push_back(current);
+  }
+  return layers;
+}
+
+// One block per transformer layer, in the units' own (topological) order.
+Blocking layer_blocking(const std::vector<int>& layers) {
+  Blocking blocking;
+  for (int u = 0; u < static_cast<int>(layers.size()); ++u) {
+    blocking.order.push_back(u);
+    if (u == 0 || layers[u] != layers[u - 1]) blocking.starts.push_back(u);
+  }
+  return blocking;
+}
+
+struct Layout {
+  int stages = 0, pipelines = 0, microbatch = 0, microbatches = 0;
+  bool recompute = false;
+  plan::StateSharding sharding = plan::StateSharding::kNone;
+  double step_ms = 0;
+};
+
+std::string layout_text(const Layout& l) {
+  char text[160];
+  std::snprintf(text, sizeof text, "%d stages x %d pipelines, %d x %d samples%s%s", l.stages, l.pipelines,
+                l.microbatches, l.microbatch, l.recompute ? ", recompute" : "",
+                l.sharding != plan::StateSharding::kNone ? ", sharded state" : "");
+  return text;
+}
+
+// The simulated step of a hand-written layout, or nullopt when it does not fit in memory.
+std::optional<double> layout_step(const SearchContext& context, const Layout& layout, int layers, std::int64_t batch) {
+  SearchConfig config{layout.pipelines, layout.stages, layout.microbatches, layout.microbatch, plan::Schedule::k1F1B,
+                      layout.stages, std::nullopt};
+  StageOptions options(context, config);
+  std::vector<StageOption> stages;
+  for (int k = 0; k < layout.stages; ++k) {
+    auto option = options.evaluate(k * layers / layout.stages, (k + 1) * layers / layout.stages, 1, layout.recompute,
+                                   layout.sharding);
+    if (!option) return std::nullopt;
+    stages.push_back(*option);
+  }
+  auto solution = evaluate_pipeline(options, stages);
+  if (!solution) return std::nullopt;
+  return place_and_simulate(context, {config, *solution}, batch, {}).predicted.iteration_ms;
+}
+
+int compare_layouts(const std::string& path, int gpus, std::int64_t batch, const std::string& device,
+                    const std::string& precision_name) {
+  LoadOptions load_options;
+  load_options.batch = batch;
+  Model model = load_model(path, load_options);
+  cost::ClusterFlags flags;
+  flags.gpus = gpus;
+  flags.device = device;
+  PlanRequest request;
+  request.cluster = cost::cluster_from_flags(flags);
+  request.global_batch = batch;
+  request.precision = plan::parse_precision(precision_name, "precision");
+  cost::CostModel costs(model.graph, request.cluster.device, request.precision, nullptr);
+  PlanResult ours = plan_model(model.graph, model.batch, costs, request);
+  const double our_step = ours.pipeline.predicted.iteration_ms;
+  const double our_tflops = ours.pipeline.predicted.model_tflops_per_device;
+
+  UnitGraph units = build_units(model.graph);
+  auto layers = unit_layers_by_weights(model.graph, units);
+  Blocking blocking = layer_blocking(layers);
+  std::vector<int> sizes;
+  for (int m = 1; m <= batch; m *= 2) sizes.push_back(m);
+  auto activations = cost::activation_memory(model.graph, costs.requires_grad(), request.precision);
+  BlockCosts blocks = block_costs(model.graph, units, blocking, costs, activations, model.batch, sizes);
+  RangeTable ranges(blocks);
+  SearchContext context{&blocks, &ranges, &request.cluster, request.optimizer, request.precision, {}};
+
+  std::printf("%s on %d x %s, batch %lld, %s: %d layers\n", path.c_str(), gpus, device.c_str(),
+              static_cast<long long>(batch), precision_name.c_str(), blocking.count());
+  std::printf("| layout | step | model TFLOP/s per device | ours faster by |\n|---|---|---|---|\n");
+  std::optional<Layout> best;
+  for (int stages = 1; stages <= blocking.count() && stages <= gpus; stages *= 2) {
+    if (blocking.count() % stages != 0 || gpus % stages != 0 || batch % (gpus / stages) != 0) continue;
+    std::optional<Layout> best_here;
+    int pipelines = gpus / stages;
+    for (int microbatch = 1; microbatch <= batch / pipelines; microbatch *= 2) {
+      if ((batch / pipelines) % microbatch != 0) continue;
+      for (bool recompute : {false, true}) {
+        for (auto sharding : {plan::StateSharding::kNone, plan::StateSharding::kOptimizer}) {
+          if (sharding != plan::StateSharding::kNone && pipelines == 1) continue;
+          Layout layout{stages, pipelines, microbatch, static_cast<int>(batch / pipelines / microbatch), recompute, sharding};
+          auto step = layout_step(context, layout, blocking.count(), batch);
+          if (!step) continue;
+          layout.step_ms = *step;
+          if (!best_here || layout.step_ms < best_here->step_ms) best_here = layout;
+        }
+      }
+    }
+    if (!best_here) {
+      std::printf("| %d stages: none fits | | | |\n", stages);
+      continue;
+    }
+    std::printf("| %s | %.3f s | %.1f | %.1f%% |\n", layout_text(*best_here).c_str(), best_here->step_ms / 1e3,
+                our_tflops * our_step / best_here->step_ms, 100 * (best_here->step_ms / our_step - 1));
+    if (!best || best_here->step_ms < best->step_ms) best = best_here;
+  }
+  const auto& config = ours.pipeline.config;
+  std::printf("| ours: %zu stages x %d pipelines, %d x %d samples | %.3f s | %.1f | |\n", ours.pipeline.stages.size(),
+              config.pipelines, config.microbatches, config.microbatch_size, our_step / 1e3, our_tflops);
+  if (best) {
+    std::printf("best hand-written: %s, %.3f s; ours %.3f s (%.1f%% faster)\n", layout_text(*best).c_str(),
+                best->step_ms / 1e3, our_step / 1e3, 100 * (best->step_ms / our_step - 1));
+  }
+  bool ok = !best || best->step_ms >= our_step;
+  if (!ok) std::fprintf(stderr, "plan_quality: a hand-written layout is faster than our plan\n");
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 }  // namespace rannc::partition
 
@@ -210,10 +350,14 @@ int main(int argc, char** argv) {
   try {
     if (check == "splits" && argc == 3) return rannc::partition::compare_splits(argv[2]);
     if (check == "repeats" && argc == 4) return rannc::partition::check_repeats(argv[2], std::stoi(argv[3]));
+    if (check == "layouts" && argc == 7)
+      return rannc::partition::compare_layouts(argv[2], std::stoi(argv[3]), std::stoll(argv[4]), argv[5], argv[6]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "plan_quality: %s\n", e.what());
     return 2;
   }
-  std::fprintf(stderr, "usage: plan_quality splits GPT_MODEL | plan_quality repeats MODEL.onnx BLOCKS\n");
+  std::fprintf(stderr,
+               "usage: plan_quality splits GPT_MODEL | plan_quality repeats MODEL.onnx BLOCKS | "
+               "plan_quality layouts MODEL.onnx GPUS BATCH DEVICE PRECISION\n");
   return 2;
 }

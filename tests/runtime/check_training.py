@@ -3,7 +3,7 @@ folder, and compare the loss of every step with single-process torch SGD (or Ada
 
 usage: check_training.py --partition BIN --run BIN --model PATH --out DIR [--np 4] [--steps 5]
            [--loss cross_entropy|mse] [--lr 0.05] [--seed 1] [--accumulate] [--tolerance 1e-4]
-           [--expect-stages K] [--expect-replicas] [--expect-schedule NAME] [--expect-sharded]
+           [--expect-stages K] [--expect-replicas] [--expect-schedule NAME] [--expect-sharded] [--expect-offload]
            [--recompute] [--offload] [--optimizer sgd|adam] [--bucket-kib N] -- EXTRA_PARTITION_ARGS...
 
 Checks: the plan has the expected shape; rannc-run exits 0; rank 0 prints one `step N loss X ms Y`
@@ -38,7 +38,7 @@ def fail(message):
     sys.exit(1)
 
 
-def partition(rannc, model, out_dir, gpus, optimizer, extra):
+def partition(rannc, model, out_dir, gpus, extra, optimizer="sgd"):
     """Plans `model` for `gpus` CPU devices into out_dir; returns the plan."""
     shutil.rmtree(out_dir, ignore_errors=True)
     command = [rannc, os.path.abspath(model), *extra, "--device", "cpu", "--gpus", str(gpus), "--optimizer", optimizer,
@@ -122,6 +122,17 @@ def check_report(report, plan, steps):
                 fail(f"report rank {entry['rank']}: {key} {entry.get(key)}")
 
 
+def check_offload_bytes(report, plan, steps):
+    """An offloaded stage's ranks copy their weights in and their gradients out once per step; no
+    other rank copies anything."""
+    for entry in report["ranks"]:
+        stage = plan["stages"][entry["stage"]]
+        expected = 2 * steps * sum(p["bytes"] for p in stage["params"]) if stage["offload"] else 0
+        if entry.get("offload_bytes") != expected:
+            fail(f"rank {entry['rank']} (stage {stage['id']}, offload {stage['offload']}): copied "
+                 f"{entry.get('offload_bytes')} bytes, expected {expected}")
+
+
 def check_sharded_state(report, plan):
     """Each rank of a sharded stage steps about 1/n of its stage's weights (n: the ranks sharing
     them), every other rank at most all of them (fewer where a tied weight is sharded by a stage
@@ -156,6 +167,7 @@ def main():
     parser.add_argument("--expect-replicas", action="store_true", help="some stage has >= 2 replicas per pipeline")
     parser.add_argument("--expect-schedule")
     parser.add_argument("--expect-sharded", action="store_true", help="some stage has sharded optimizer state")
+    parser.add_argument("--expect-offload", action="store_true", help="the planner offloads some stage")
     parser.add_argument("--optimizer", default="sgd", choices=training_reference.OPTIMIZERS)
     parser.add_argument("--bucket-kib", type=int, help="rannc-run's gradient bucket of sharded state")
     parser.add_argument("--recompute", action="store_true", help="set recompute on every stage of the plan")
@@ -163,7 +175,7 @@ def main():
     args = parse(parser)
 
     plan_dir, data_dir = os.path.join(args.out, "plan"), os.path.join(args.out, "data")
-    plan = partition(args.partition, args.model, plan_dir, args.np, args.optimizer, args.extra)
+    plan = partition(args.partition, args.model, plan_dir, args.np, args.extra, args.optimizer)
     print("plan:", describe(plan))
     if args.expect_stages is not None and len(plan["stages"]) != args.expect_stages:
         fail(f"expected {args.expect_stages} stages, the plan has {len(plan['stages'])}")
@@ -173,6 +185,8 @@ def main():
         fail(f"expected schedule {args.expect_schedule}, the plan has {plan['schedule']}")
     if args.expect_sharded and all(s.get("state_sharding", "none") == "none" for s in plan["stages"]):
         fail("expected a stage with sharded optimizer state, the plan has none")
+    if args.expect_offload and not any(s["offload"] for s in plan["stages"]):
+        fail("expected the planner to offload a stage, the plan offloads none")
 
     if args.recompute or args.offload:
         plan = set_stage_flags(os.path.join(plan_dir, "plan.json"), args.recompute, args.offload)
@@ -203,6 +217,7 @@ def main():
         check_sharded_state(report, plan)
     if args.offload and not all(r.get("offload_bytes", 0) > 0 for r in report["ranks"]):
         fail(f"offload: every rank must report copied bytes, the report has {[r.get('offload_bytes') for r in report['ranks']]}")
+    check_offload_bytes(report, plan, args.steps)
 
     start = time.monotonic()
     model = os.path.abspath(args.model)

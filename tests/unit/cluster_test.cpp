@@ -190,7 +190,7 @@ TEST_CASE("cluster from flags: each error names the flag", "[cluster]") {
   flags.mem = "-5G";
   CHECK(error_of(flags) == "--mem -5G: must be positive");
   flags.mem = "2000T";
-  CHECK(error_of(flags) == "--mem 2000T: more than 1 PiB per device");
+  CHECK(error_of(flags) == "--mem 2000T: more than 1 PiB");
 }
 
 TEST_CASE("cluster file wins over the flags", "[cluster]") {
@@ -248,8 +248,35 @@ TEST_CASE("cluster_to_json of the presets is plain", "[cluster]") {
   flags.gpus = 16;
   flags.device = "v100-32g";
   CHECK(cluster_json(cluster_from_flags(flags)).dump() ==
-        R"({"device":"v100-32g","gpus":16,"gpus_per_node":8,"inter_node":{"bandwidth_gbps":12.5,"latency_us":5},)"
+        R"({"device":"v100-32g","gpus":16,"gpus_per_node":8,)"
+        R"("host":{"link":{"bandwidth_gbps":12,"latency_us":10},"mem_bandwidth_gbps":154,"mem_bytes":549755813888},)"
+        R"("inter_node":{"bandwidth_gbps":12.5,"latency_us":5},)"
         R"("intra_node":{"bandwidth_gbps":150,"latency_us":3},"mem_bytes":34359738368,"nodes":2})");
+}
+
+TEST_CASE("the host where state is offloaded: the preset's node, --host-mem, or the JSON's host", "[cluster]") {
+  ClusterFlags flags;
+  flags.gpus = 8;
+  CHECK(cluster_from_flags(flags).host.mem_bytes == std::int64_t{1024} << 30);  // DGX A100
+  flags.host_mem = "64G";
+  CHECK(cluster_from_flags(flags).host.mem_bytes == std::int64_t{64} << 30);
+  CHECK(cluster_from_flags(flags).host.link.bandwidth == 25e9);
+  flags.host_mem = "0";
+  CHECK(input_error([&] { cluster_from_flags(flags); }) == "--host-mem 0: must be positive");
+
+  auto preset = from_json_text(R"({"nodes": 1, "gpus_per_node": 8, "device": "h100-80g", "host": {"mem": "512G"}})");
+  CHECK(preset.host.mem_bytes == std::int64_t{512} << 30);
+  CHECK(preset.host.link.bandwidth == 50e9);  // the other fields stay the preset's
+  const std::string custom = R"({"nodes": 1, "gpus_per_node": 2, "intra_node": {"bandwidth_gbps": 1, "latency_us": 1},
+      "inter_node": {"bandwidth_gbps": 1, "latency_us": 1}, "device": {"name": "g", "peak_fp32_tflops": 1,
+      "peak_half_tflops": 2, "mem_bandwidth_gbps": 3, "mem": "8G"})";
+  CHECK(from_json_text(custom + "}").host.mem_bytes == 0);  // no host: nothing offloads
+  auto hosted = from_json_text(custom + R"(, "host": {"mem": "1T", "link": {"bandwidth_gbps": 20, "latency_us": 4},
+      "mem_bandwidth_gbps": 100}})");
+  CHECK(hosted.host.mem_bandwidth == 100e9);
+  CHECK(input_error([&] { from_json_text(custom + R"(, "host": {"mem": "1T"}})"); }) == "c.json: missing field 'host.link'");
+  CHECK(input_error([&] { from_json_text(custom + R"(, "host": {"mem": "1T", "link": {"bandwidth_gbps": 20, "latency_us": 4},
+      "mem_bandwidth_gbps": 0}})"); }) == "c.json: field 'host.mem_bandwidth_gbps': must be a positive number");
 }
 
 TEST_CASE("cluster JSON: each error names the field", "[cluster]") {
@@ -261,7 +288,7 @@ TEST_CASE("cluster JSON: each error names the field", "[cluster]") {
 
   CHECK(error_of("[1, 2]") == "c.json: must be a JSON object");
   CHECK_THAT(error_of("{" + size + R"(, "device": "h200", "nodse": 1})"),
-             StartsWith("c.json: unknown field 'nodse' (known: device, gpus_per_node, inter_node, intra_node"));
+             StartsWith("c.json: unknown field 'nodse' (known: device, gpus_per_node, host, inter_node, intra_node"));
   CHECK(error_of(R"({"gpus_per_node": 4, "device": "h200"})") == "c.json: missing field 'nodes'");
   CHECK(error_of(R"({"nodes": 0, "gpus_per_node": 4, "device": "h200"})") ==
         "c.json: field 'nodes': must be a positive integer");
@@ -284,7 +311,7 @@ TEST_CASE("cluster JSON: each error names the field", "[cluster]") {
   CHECK(error_of("{" + size + R"(, "device": "h200", "mem": "2P"})") ==
         "c.json: field 'mem' 2P: unknown unit (use B, K, M, G, T, KiB..TiB or KB..TB)");
   CHECK(error_of("{" + size + R"(, "device": "h200", "mem": "2000T"})") ==
-        "c.json: field 'mem': more than 1 PiB per device");
+        "c.json: field 'mem': more than 1 PiB");
   CHECK(error_of("{" + size + R"(, "device": "h200", "mem": -1})") ==
         R"(c.json: field 'mem': must be a size such as "80G" or a positive byte count)");
   CHECK(error_of("{" + size + R"(, "device": "h200", "intra_node": 5})") ==

@@ -64,11 +64,13 @@ void enumerate(const StageOptions& options, int begin, int devices_left, std::ve
       if (replicas > devices_left) continue;
       for (bool recompute : {false, true}) {
         for (auto sharding : {plan::StateSharding::kNone, plan::StateSharding::kOptimizer}) {
-          auto option = options.evaluate(begin, end, replicas, recompute, sharding);
-          if (!option) continue;
-          stages.push_back(*option);
-          enumerate(options, end, devices_left - replicas, stages, best, pipelines);
-          stages.pop_back();
+          for (bool offload : {false, true}) {
+            auto option = options.evaluate(begin, end, replicas, recompute, sharding, offload);
+            if (!option) continue;
+            stages.push_back(*option);
+            enumerate(options, end, devices_left - replicas, stages, best, pipelines);
+            stages.pop_back();
+          }
         }
       }
     }
@@ -111,7 +113,7 @@ RandomCase random_case(std::mt19937& rng, int index) {
 
 TEST_CASE("the stage search finds the brute-force optimum on random small instances", "[stage_search]") {
   std::mt19937 rng(20261121);
-  int feasible = 0, with_recompute = 0, multi_stage = 0, replicated = 0, sharded = 0;
+  int feasible = 0, with_recompute = 0, multi_stage = 0, replicated = 0, sharded = 0, offloaded = 0;
   for (int index = 0; index < 320; ++index) {
     RandomCase c = random_case(rng, index);
     std::vector<int> samples;
@@ -121,6 +123,10 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
     BlockCosts blocks = random_blocks(rng, c.blocks, samples);
     RangeTable ranges(blocks);
     cost::Cluster cluster = small_cluster(c.devices, c.mem_gb * 1e9);
+    // Host memory per node: none (nothing offloads), little, or plenty.
+    static const double kHostGb[] = {0, 24, 96, 1024};
+    cluster.host = cluster.device.host;
+    cluster.host.mem_bytes = static_cast<std::int64_t>(kHostGb[index % 4] * 1e9);
     SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, c.precision, {}};
     SearchConfig config{1, c.devices, c.microbatches, c.microbatch_size, c.schedule, c.stages};
     StageOptions options(context, config);
@@ -130,7 +136,8 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
     INFO("case " << index << ": " << c.blocks << " blocks, " << c.devices << " devices, M=" << c.microbatches
                  << ", b=" << c.microbatch_size << ", " << plan::schedule_name(c.schedule) << ", "
                  << (c.stages ? std::to_string(*c.stages) + " stages forced" : "stages free") << ", " << c.mem_gb
-                 << " GB, " << plan::precision_name(c.precision) << "; " << pipelines << " pipelines enumerated");
+                 << " GB, host " << cluster.host.mem_bytes / 1e9 << " GB, " << plan::precision_name(c.precision) << "; "
+                 << pipelines << " pipelines enumerated");
     REQUIRE(found.has_value() == expected.has_value());
     if (!expected) continue;
     ++feasible;
@@ -144,6 +151,7 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
       with_recompute += stage.recompute;
       replicated += stage.replicas > 1;
       sharded += stage.sharding != plan::StateSharding::kNone;
+      offloaded += stage.offload;
     }
   }
   // The instances exercise what the search decides: not only trivial answers.
@@ -152,6 +160,7 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
   CHECK(with_recompute >= 10);
   CHECK(replicated >= 40);
   CHECK(sharded >= 20);
+  CHECK(offloaded >= 10);
 }
 
 TEST_CASE("a stage that sends a value without a batch dim keeps one replica", "[stage_search]") {

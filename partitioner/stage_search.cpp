@@ -244,8 +244,9 @@ class BoundedProgram {
       in_flight_.push_back(plan::microbatches_in_flight(config_.schedule, stages, config_.microbatches));
   }
 
-  // The least sum of stage times with every stage term below `bound` (strictly).
-  std::optional<PipelineSolution> solve(double bound);
+  // The least sum of stage times with every stage term below `bound` (strictly), among stages
+  // that can be part of a pipeline whose objective is below `beat` (t + term below it).
+  std::optional<PipelineSolution> solve(double bound, double beat);
 
  private:
   struct Entry {
@@ -348,13 +349,13 @@ const BoundedProgram::Cell* BoundedProgram::find_cell(int begin, int devices) co
   return at != cells.end() && at->devices == devices ? &*at : nullptr;
 }
 
-std::optional<PipelineSolution> BoundedProgram::solve(double bound) {
+std::optional<PipelineSolution> BoundedProgram::solve(double bound, double beat) {
   cells_[blocks_] = {{0, 0, 1}};
   entries_[blocks_] = {{0, 0, -1, -1, -1}};
   for (int begin = blocks_ - 1; begin >= 0; --begin) {
     const auto& list = options_.from(begin);
     for (int i = 0; i < static_cast<int>(list.size()); ++i)
-      if (list[i].term_ms < bound) relax(i, list[i]);
+      if (list[i].term_ms < bound && list[i].t_ms + list[i].term_ms < beat) relax(i, list[i]);
     store(begin);
   }
   const Entry* best = nullptr;
@@ -392,7 +393,8 @@ PipelineSolution BoundedProgram::rebuild(int devices, const Entry& first) const 
 }  // namespace
 
 bool has_pipeline(const StageOptions& options) {
-  return BoundedProgram(options).solve(std::numeric_limits<double>::infinity()).has_value();
+  constexpr double kNoBound = std::numeric_limits<double>::infinity();
+  return BoundedProgram(options).solve(kNoBound, kNoBound).has_value();
 }
 
 std::optional<PipelineSolution> search_pipeline(const StageOptions& options, double beat_ms) {
@@ -403,14 +405,14 @@ std::optional<PipelineSolution> search_pipeline(const StageOptions& options, dou
   int most_stages = config.stages ? *config.stages : std::min(config.pipeline_devices, options.block_count());
   BoundedProgram program(options);
   std::optional<PipelineSolution> best;
-  auto solution = program.solve(std::numeric_limits<double>::infinity());
+  auto solution = program.solve(std::numeric_limits<double>::infinity(), beat_ms);
   while (solution) {
     if (solution->objective_ms() < beat_ms) beat_ms = solution->objective_ms(), best = solution;
     // Later rounds never lower the sum; their largest term is at least the least option's,
     // (M - 1) times the mean stage time, and (M - 1) times the balanced share of the work.
     double spread = (config.microbatches - 1) * std::max(solution->sum_ms / most_stages, options.balanced_ms());
     if (solution->sum_ms + std::max(least_term, spread) >= beat_ms) break;
-    solution = program.solve(solution->largest_term_ms);
+    solution = program.solve(solution->largest_term_ms, beat_ms);
   }
   return best;
 }

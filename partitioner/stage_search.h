@@ -23,6 +23,8 @@
 // devices used, stages after) finds the least sum of t_s. Starting from no bound, each round
 // bounds strictly below the previous solution's largest term, which visits every Pareto point
 // of (largest term, sum) in turn; it stops once no later point can beat the best objective.
+// A stage whose t_s + term alone reach the objective to beat (the best of earlier configs, or of
+// earlier rounds) cannot be in a better pipeline, so the program leaves it out.
 //
 // Memory: 1F1B keeps min(stages after + 1, M) microbatches in flight at a stage, GPipe all M;
 // the dynamic program tracks the stages after each suffix (capped at M) to check this exactly.

@@ -176,16 +176,9 @@ std::optional<ConfigChoice> search_configs(const SearchContext& context, const s
                                            int* searched) {
   std::optional<ConfigChoice> best;
   double beat = std::numeric_limits<double>::infinity();
-  // No step of a config is shorter than M times the balanced share of a microbatch's work:
-  // visiting the configs by that bound finds good plans first, and stops at the first config
-  // whose bound no longer beats the best (every later one's bound is at least as high).
-  std::vector<std::pair<double, std::size_t>> order;
-  for (std::size_t i = 0; i < configs.size(); ++i)
-    order.emplace_back(configs[i].microbatches * balanced_ms(context, configs[i]), i);
-  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (const auto& [bound, index] : order) {
-    if (bound >= beat) break;
-    const SearchConfig& config = configs[index];
+  for (const auto& config : configs) {
+    // No step of the config is shorter than M times the balanced share of a microbatch's work.
+    if (config.microbatches * balanced_ms(context, config) >= beat) continue;
     StageOptions options(context, config);
     if (searched) ++*searched;
     auto solution = search_pipeline(options, beat);

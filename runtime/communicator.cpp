@@ -92,13 +92,21 @@ void Communicator::wait_for(const std::string& what, F&& wait) {
 void Communicator::send(const at::Tensor& tensor, int peer, int tag) {
   std::vector<at::Tensor> tensors{tensor.contiguous()};
   auto work = world_->send(tensors, peer, tag);
-  sends_.push_back({work, tensors.front(), peer});
+  sends_.push_back({work, tensors.front(), peer, tag});
 }
 
 at::Tensor Communicator::receive(const std::vector<std::int64_t>& shape, at::ScalarType dtype, int peer, int tag) {
   std::vector<at::Tensor> tensors{at::empty(shape, at::TensorOptions().dtype(dtype))};
   wait_for("receiving from rank " + std::to_string(peer), [&] { world_->recv(tensors, peer, tag)->wait(); });
   return tensors.front();
+}
+
+void Communicator::wait_for_sends_to(int peer, const std::function<bool(int tag)>& delivered) {
+  auto done = std::stable_partition(sends_.begin(), sends_.end(),
+                                    [&](const PendingSend& send) { return send.peer != peer || !delivered(send.tag); });
+  for (auto it = done; it != sends_.end(); ++it)
+    wait_for("sending to rank " + std::to_string(peer), [&] { it->work->wait(); });
+  sends_.erase(done, sends_.end());
 }
 
 void Communicator::wait_for_sends() {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,9 +32,12 @@ class Communicator {
 
   int rank() const;  // in the world
 
-  // Starts sending; the tensor is kept until wait_for_sends.
+  // Starts sending; the tensor is kept until the send is waited for.
   void send(const at::Tensor& tensor, int peer, int tag);
   at::Tensor receive(const std::vector<std::int64_t>& shape, at::ScalarType dtype, int peer, int tag);
+  // Waits for the sends to `peer` whose tag `delivered` says the peer has already received (so the
+  // wait returns at once), and frees their tensors.
+  void wait_for_sends_to(int peer, const std::function<bool(int tag)>& delivered);
   void wait_for_sends();
 
   // Sums buffers[i] over the ranks of group i, all groups at once.
@@ -62,6 +66,7 @@ class Communicator {
     c10::intrusive_ptr<c10d::Work> work;
     at::Tensor tensor;  // kept alive until the send completes
     int peer;
+    int tag;
   };
   std::vector<PendingSend> sends_;
   double wait_ms_ = 0;

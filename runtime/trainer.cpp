@@ -51,6 +51,10 @@ Trainer::Trainer(const plan::Plan& plan, const RankLayout& layout, int rank, Sta
       tasks_(plan::stage_passes(plan.schedule, plan.stages_after(stage_.id), plan.batch.microbatches)),
       consumers_(stage_.outputs.size()) {
   for (const auto& stage : plan.stages) {
+    auto& positions = pass_position_.emplace_back(2, std::vector<int>(static_cast<std::size_t>(plan.batch.microbatches)));
+    auto order = plan::stage_passes(plan.schedule, plan.stages_after(stage.id), plan.batch.microbatches);
+    for (std::size_t i = 0; i < order.size(); ++i)
+      positions[static_cast<std::size_t>(order[i].pass)][static_cast<std::size_t>(order[i].microbatch)] = static_cast<int>(i);
     tag_stride_ = std::max(tag_stride_, static_cast<int>(stage.inputs.size()));
     for (std::size_t k = 0; k < stage.inputs.size(); ++k) {
       const auto& input = stage.inputs[k];
@@ -63,6 +67,22 @@ Trainer::Trainer(const plan::Plan& plan, const RankLayout& layout, int rank, Sta
 // Messages between two ranks are told apart by microbatch, receiving input and direction.
 int Trainer::tag(int microbatch, int input, plan::Pass pass) const {
   return (microbatch * tag_stride_ + input) * 2 + (pass == plan::Pass::kBackward ? 1 : 0);
+}
+
+// A message from a peer comes from one of its passes: every pass before it in the peer's order,
+// and the pass itself, has received what it needed, so the sends to that peer they consumed are
+// delivered and their tensors can go. (Waiting for any other send could deadlock.)
+at::Tensor Trainer::receive_from(int peer_stage, int peer, const std::vector<std::int64_t>& shape, at::ScalarType dtype,
+                                 int microbatch, int input, plan::Pass pass) {
+  auto received = communicator_.receive(shape, dtype, peer, tag(microbatch, input, pass));
+  const auto& positions = pass_position_[static_cast<std::size_t>(peer_stage)];
+  int done = positions[static_cast<std::size_t>(pass)][static_cast<std::size_t>(microbatch)];
+  communicator_.wait_for_sends_to(peer, [&](int sent_tag) {
+    auto sent_pass = static_cast<std::size_t>(sent_tag & 1);
+    auto sent_microbatch = static_cast<std::size_t>((sent_tag >> 1) / tag_stride_);
+    return positions[sent_pass][sent_microbatch] <= done;
+  });
+  return received;
 }
 
 std::vector<at::Tensor> Trainer::gather_inputs(int microbatch) {
@@ -78,8 +98,8 @@ std::vector<at::Tensor> Trainer::gather_inputs(int microbatch) {
     std::vector<at::Tensor> pieces;
     for (const auto& piece : layout_.pieces_from(stage_.id, placement_.replica, input.from_stage, input.batch_dim >= 0)) {
       int peer = layout_.rank_of(input.from_stage, placement_.pipeline, piece.peer_replica);
-      pieces.push_back(communicator_.receive(piece_shape(input, piece.at_receiver), scalar_type(input), peer,
-                                             tag(microbatch, static_cast<int>(k), plan::Pass::kForward)));
+      pieces.push_back(receive_from(input.from_stage, peer, piece_shape(input, piece.at_receiver), scalar_type(input),
+                                    microbatch, static_cast<int>(k), plan::Pass::kForward));
     }
     inputs.push_back(pieces.size() == 1 ? pieces.front() : at::cat(pieces, input.batch_dim));
   }
@@ -110,8 +130,8 @@ std::vector<at::Tensor> Trainer::gather_output_grads(int microbatch) {
       bool batched = output.batch_dim >= 0;
       for (const auto& piece : layout_.pieces_to(stage_.id, placement_.replica, consumer.stage, batched)) {
         int peer = layout_.rank_of(consumer.stage, placement_.pipeline, piece.peer_replica);
-        auto part = communicator_.receive(piece_shape(output, piece.at_sender), scalar_type(output), peer,
-                                          tag(microbatch, consumer.input, plan::Pass::kBackward));
+        auto part = receive_from(consumer.stage, peer, piece_shape(output, piece.at_sender), scalar_type(output),
+                                 microbatch, consumer.input, plan::Pass::kBackward);
         if (!grads[o].defined()) grads[o] = at::zeros(output.shape, at::TensorOptions().dtype(scalar_type(output)));
         cut(grads[o], output.batch_dim, piece.at_sender).add_(part);
       }

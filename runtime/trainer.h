@@ -50,6 +50,8 @@ class Trainer {
   std::vector<at::Tensor> gather_output_grads(int microbatch);
   void send_input_grads(int microbatch, const std::vector<at::Tensor>& grads);
   int tag(int microbatch, int input, plan::Pass pass) const;
+  at::Tensor receive_from(int peer_stage, int peer, const std::vector<std::int64_t>& shape, at::ScalarType dtype,
+                          int microbatch, int input, plan::Pass pass);
 
   const plan::Plan& plan_;
   const RankLayout& layout_;
@@ -62,6 +64,8 @@ class Trainer {
   StateSync& state_;
   std::vector<plan::PassTask> tasks_;
   std::vector<std::vector<Consumer>> consumers_;  // per output of this stage
+  // Per stage, per pass and microbatch: the index of that pass in the stage's order.
+  std::vector<std::vector<std::vector<int>>> pass_position_;
   int tag_stride_ = 1;
   int steps_run_ = 0;
   double fwd_ms_ = 0, bwd_ms_ = 0, comm_ms_ = 0;

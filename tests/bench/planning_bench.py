@@ -2,7 +2,7 @@
 """Planning time of the default (partition) verb on shape-only models, phase by phase.
 
 Each case plans a shape-only ONNX model (built by samples/make_shape_only.py) for a cluster of
-A100 80 GB devices with `--json`, REPS times, each into a fresh output folder. The table shows
+A100 80 GB devices (unless the case names another) with `--json`, REPS times, each into a fresh output folder. The table shows
 the median of each phase the binary reports (planning_ms: load, units, coarsen, costs, search,
 simulate, total), the median wall time of the whole process, and the plan found. The plan.json
 of the first two runs of a case must be byte-identical (planning is deterministic).
@@ -26,6 +26,9 @@ CASES = [  # name, model file, devices, batch, extra arguments
     ("BERT 1920x54 (~2.5B)", "bert-2.5b.onnx", 256, 1024, []),
     ("BERT 5B", "bert-5b.onnx", 256, 1024, []),
     ("GPT-3 175B", "gpt3-175b.onnx", 1024, 1536, ["--precision", "bf16-mixed"]),
+    ("GPT-3 175B", "gpt3-175b.onnx", 4096, 1536, ["--precision", "bf16-mixed"]),
+    ("GPT 39B", "gpt-39b.onnx", 512, 1536, ["--precision", "bf16-mixed"]),
+    ("BERT 5B, V100 fp16", "bert-5b.onnx", 256, 1024, ["--device", "v100-32g", "--precision", "fp16-mixed"]),
 ]
 PHASES = ["load", "units", "coarsen", "costs", "search", "simulate", "total"]
 WALL_LIMIT_S = 60.0
@@ -34,7 +37,8 @@ WALL_LIMIT_S = 60.0
 def plan(binary, model, devices, batch, extra):
     """One planning run: (summary or None, wall seconds, plan.json bytes or stderr line)."""
     with tempfile.TemporaryDirectory() as out:
-        command = [binary, model, "--gpus", str(devices), "--batch", str(batch), "--device", "a100-80g",
+        device = [] if "--device" in extra else ["--device", "a100-80g"]
+        command = [binary, model, "--gpus", str(devices), "--batch", str(batch), *device,
                    *extra, "--plan-only", "-o", out, "--json"]  # shape-only: no weights for stage files
         start = time.perf_counter()
         result = subprocess.run(command, capture_output=True, text=True)

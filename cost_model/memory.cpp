@@ -91,6 +91,20 @@ double optimizer_state_bytes(plan::Optimizer optimizer) {
   return optimizer == plan::Optimizer::kAdam ? 8 : optimizer == plan::Optimizer::kMomentum ? 4 : 0;
 }
 
+namespace {
+
+// Adam's step makes two temporaries the size of the fp32 tensor it steps (the square root of the
+// second moment, then its quotient); SGD and momentum step in place. The tensors stepped are the
+// weights, or with sharded state the chunks of the buckets.
+double optimizer_step_bytes(const StageFootprint& footprint, const StateLayout& state, plan::Optimizer optimizer) {
+  if (optimizer != plan::Optimizer::kAdam) return 0;
+  double largest = footprint.largest_param_elements;
+  if (state.sharded()) largest = std::max(largest, std::min(kGradientBucketBytes / 4, footprint.param_elements) / state.replicas + 1);
+  return 2 * 4 * largest;
+}
+
+}  // namespace
+
 double host_memory_bytes(double param_elements, plan::Optimizer optimizer, const StateLayout& layout) {
   if (!layout.offload) return 0;
   return param_elements * (4 + 4 + optimizer_state_bytes(optimizer) + (layout.replicas > 1 ? 4 : 0));
@@ -139,6 +153,8 @@ StageFootprint whole_model_footprint(const ir::Graph& graph, const ActivationMem
   StageFootprint footprint;
   for (auto id : graph.values_with_role(ir::ValueRole::kParam)) {
     footprint.param_elements += static_cast<double>(graph.value(id).type.numel());
+    footprint.largest_param_elements =
+        std::max(footprint.largest_param_elements, static_cast<double>(graph.value(id).type.numel()));
   }
   for (auto id : graph.values_with_role(ir::ValueRole::kBuffer)) {
     footprint.buffer_bytes += static_cast<double>(graph.value(id).type.bytes());
@@ -173,7 +189,7 @@ plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_fligh
   memory.optimizer = footprint.param_elements * bytes.optimizer;
   double kept_microbatches = recompute ? 1.0 : in_flight;
   memory.activations = in_flight * footprint.input_bytes + kept_microbatches * footprint.kept_bytes;
-  memory.workspace = footprint.workspace_bytes;
+  memory.workspace = std::max(footprint.workspace_bytes, optimizer_step_bytes(footprint, state, optimizer));
   memory.comm_buffers = 2 * (footprint.input_bytes + footprint.output_bytes);
   if (state.sharded()) {
     // The reduce-scatter's send and receive buckets, and this replica's shard of the sum.

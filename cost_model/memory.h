@@ -65,6 +65,7 @@ ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<boo
 // What the memory model needs of a stage, for one microbatch.
 struct StageFootprint {
   double param_elements = 0;
+  double largest_param_elements = 0;  // of one weight: the optimizer steps weight by weight
   double buffer_bytes = 0;     // non-trainable tensors (BatchNorm statistics), kept as they are
   double kept_bytes = 0;       // sum of ActivationMemory::kept_bytes over the stage's ops
   double input_bytes = 0;      // tensors the stage receives (model inputs or earlier stages' outputs)
@@ -88,7 +89,8 @@ struct StagePlacement {
 int microbatches_in_flight(const StagePlacement& placement);
 
 // Recomputation keeps only the stage inputs of each microbatch in flight, and the activations
-// of the one microbatch being recomputed. Communication: double-buffered sends and receives of
+// of the one microbatch being recomputed. The workspace also covers the optimizer step's
+// temporaries (Adam: two of the largest tensor it steps). Communication: double-buffered sends and receives of
 // one microbatch; when replicated, the flat copy of the gradients the allreduce sums, or with
 // sharded state the gradient shard plus two buckets of the reduce-scatter.
 plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, const StagePlacement& placement, plan::Optimizer optimizer,

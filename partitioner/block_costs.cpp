@@ -169,6 +169,14 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
       cell(batch_free_sent_, begin, tensor.consumers.back() + 1) -= 1;
     }
   }
+  std::vector<double> largest_in_block(static_cast<std::size_t>(count_), 0);
+  for (const auto& weight : blocks.weights)
+    for (int block : weight.blocks) largest_in_block[block] = std::max(largest_in_block[block], weight.param_elements);
+  largest_param_elements_.assign(cells, 0);
+  for (int begin = 0; begin < count_; ++begin)
+    for (int end = begin + 1; end <= count_; ++end)
+      cell(largest_param_elements_, begin, end) = std::max(end - 1 > begin ? cell(largest_param_elements_, begin, end - 1) : 0.0,
+                                                           largest_in_block[end - 1]);
   for (auto* table : {&param_elements_, &buffer_bytes_, &received_bytes_, &model_input_bytes_, &sent_bytes_,
                       &batch_free_sent_}) {
     for (int begin = 0; begin < count_; ++begin)

@@ -56,6 +56,8 @@ class RangeTable {
   explicit RangeTable(const BlockCosts& blocks);
 
   double param_elements(int begin, int end) const { return at(param_elements_, begin, end); }
+  // The most elements of one trainable weight the range holds.
+  double largest_param_elements(int begin, int end) const { return at(largest_param_elements_, begin, end); }
   double buffer_bytes(int begin, int end) const { return at(buffer_bytes_, begin, end); }
   // Tensors received from earlier blocks (sent point-to-point between stages).
   double received_bytes(int begin, int end) const { return at(received_bytes_, begin, end); }
@@ -71,6 +73,7 @@ class RangeTable {
  private:
   double at(const std::vector<double>& table, int begin, int end) const { return table[begin * (count_ + 1) + end]; }
   int count_;
+  std::vector<double> largest_param_elements_;  // a running maximum over end, not a sum
   std::vector<double> param_elements_, buffer_bytes_, received_bytes_, model_input_bytes_, sent_bytes_,
       batch_free_sent_, kept_prefix_;
 };

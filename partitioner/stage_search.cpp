@@ -122,6 +122,7 @@ cost::StageFootprint StageOptions::footprint(int begin, int end, int replicas) c
   double fraction = (config_.microbatch_size / replicas) / context_.blocks->evaluated_batch;
   cost::StageFootprint footprint;
   footprint.param_elements = ranges.param_elements(begin, end);
+  footprint.largest_param_elements = ranges.largest_param_elements(begin, end);
   footprint.buffer_bytes = ranges.buffer_bytes(begin, end);
   footprint.kept_bytes = ranges.kept_bytes(begin, end) * fraction;
   footprint.input_bytes = (ranges.received_bytes(begin, end) + ranges.model_input_bytes(begin, end)) * fraction;

@@ -123,5 +123,19 @@ TEST_CASE("sharded state: each of R replicas keeps 1/R of the optimizer state an
   auto m = cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32);
   // Two reduce-scatter buckets and this replica's quarter of the summed gradients.
   CHECK(m.comm_buffers == Approx(2 * cost::kGradientBucketBytes + 4e9 / 4));
-  CHECK(m.total() == Approx(5e9 + 4e9 + 2e9 + m.comm_buffers));
+  // Adam steps each bucket's chunk: two temporaries of its size.
+  CHECK(m.workspace == Approx(2 * 4 * (cost::kGradientBucketBytes / 4 / 4 + 1)));
+  CHECK(m.total() == Approx(5e9 + 4e9 + 2e9 + m.comm_buffers + m.workspace));
+}
+
+TEST_CASE("Adam's step needs two temporaries of the largest weight, SGD steps in place", "[memory]") {
+  cost::StageFootprint f;
+  f.param_elements = 1000;
+  f.largest_param_elements = 600;
+  f.workspace_bytes = 100;
+  cost::StagePlacement p;
+  CHECK(cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32).workspace == 2 * 4 * 600);
+  CHECK(cost::stage_memory(f, p, plan::Optimizer::kSgd, plan::Precision::kFp32).workspace == 100);
+  f.workspace_bytes = 10000;  // the backward's workspace is the larger: the step comes after it
+  CHECK(cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32).workspace == 10000);
 }

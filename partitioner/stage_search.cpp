@@ -321,7 +321,12 @@ void BoundedProgram::relax(int option_index, const StageOption& option) {
       // Entries are sorted by stage count, and the microbatches in flight only grow with it.
       if (in_flight_[after->stages] > option.max_in_flight) break;
       int stages = after->stages + 1;
-      if (config_.stages ? stages > cap_ : false) continue;
+      if (config_.stages) {
+        // With a forced count, the blocks and devices before this stage must take the rest, one each at least.
+        int before = cap_ - stages;
+        if (before < 0) break;
+        if (before > option.begin || devices + before > config_.pipeline_devices) continue;
+      }
       insert(entries, {after->sum + option.t_ms, std::min(stages, cap_), option_index, cell.devices, after->stages});
     }
     // A frontier never empties again once it has an entry.

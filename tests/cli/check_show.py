@@ -74,6 +74,18 @@ def check_show(binary, out, plan):
               "ranks grouped by their node")
         check(abs(shown["mem_fraction"] * plan["cluster"]["mem_bytes"] - stage["predicted"]["mem_bytes"]) < 1e-3 * plan["cluster"]["mem_bytes"],
               "memory fraction")
+        for flag in ("recompute", "offload", "state_sharding"):
+            check(shown[flag] == stage.get(flag, "none"), f"stage {stage['id']} {flag}: show --json {shown[flag]!r}")
+    # The text table's columns for them (left-aligned under their headers): yes or no, and for
+    # sharded state no or the kind.
+    header = next(line for line in text.splitlines() if line.lstrip().startswith("stage "))
+    for row, stage in zip(rows, plan["stages"]):
+        def cell(name):
+            return row[header.index(" " + name + " ") + 1:].split()[0]
+        check(cell("recompute") == ("yes" if stage["recompute"] else "no"), f"recompute cell in {row}")
+        check(cell("offload") == ("yes" if stage["offload"] else "no"), f"offload cell in {row}")
+        sharding = stage.get("state_sharding", "none")
+        check(cell("sharded") == ("no" if sharding == "none" else sharding), f"sharded cell in {row}")
 
 
 def check_launch(binary, out, plan, tmp):
@@ -133,7 +145,9 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         cases = [("gpt.onnx", ["--gpus", "8", "--batch", "64", "--mem", "40M"]),
                  ("gpt.onnx", ["--gpus", "16", "--gpus-per-node", "4", "--batch", "64", "--mem", "40M"]),
-                 ("mlp.onnx", ["--gpus", "8", "--batch", "6"])]  # one rank, seven devices unused
+                 ("mlp.onnx", ["--gpus", "8", "--batch", "6"]),  # one rank, seven devices unused
+                 # Sharded state on the replicated last stage above; here two stages offloaded.
+                 ("gpt.onnx", ["--gpus", "8", "--batch", "64", "--mem", "20M", "--optimizer", "adam"])]
         for index, (model, args) in enumerate(cases):
             out = os.path.join(tmp, f"out{index}")
             plan = partition(binary, os.path.join(samples, model), out, *args)

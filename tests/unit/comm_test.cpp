@@ -99,3 +99,35 @@ TEST_CASE("p2p inside a node and across nodes", "[comm]") {
   CHECK_THROWS_AS(p2p_seconds(c, 0, 8, 1e9), std::out_of_range);
   CHECK_THROWS_AS(allreduce_seconds(c, {-1, 0}, 1e9), std::out_of_range);
 }
+
+TEST_CASE("sharded state: reduce-scatter plus all-gather is an allreduce, 16-bit weights gather faster", "[comm]") {
+  Cluster c = two_nodes();
+  std::vector<int> node0{0, 1, 2, 3};
+  std::vector<int> all{0, 1, 2, 3, 4, 5, 6, 7};
+  for (const auto& ranks : {node0, all}) {
+    // One pass each way: together exactly the allreduce of the same bytes, in a node and across.
+    CHECK(2 * reduce_scatter_seconds(c, ranks, 1e9) == Approx(allreduce_seconds(c, ranks, 1e9)));
+    double plain = gradient_sync_seconds(c, ranks, 1e8, rannc::plan::StateSharding::kNone, rannc::plan::Precision::kFp32);
+    CHECK(plain == Approx(allreduce_seconds(c, ranks, 4e8)));  // fp32 gradients
+    double sharded_fp32 =
+        gradient_sync_seconds(c, ranks, 1e8, rannc::plan::StateSharding::kOptimizer, rannc::plan::Precision::kFp32);
+    CHECK(sharded_fp32 == Approx(plain));
+    double sharded_bf16 =
+        gradient_sync_seconds(c, ranks, 1e8, rannc::plan::StateSharding::kOptimizer, rannc::plan::Precision::kBf16Mixed);
+    CHECK(sharded_bf16 == Approx(reduce_scatter_seconds(c, ranks, 4e8) + reduce_scatter_seconds(c, ranks, 2e8)));
+    CHECK(sharded_bf16 < plain);
+  }
+}
+
+TEST_CASE("offload: the host link both ways and the optimizer step at the host's shared bandwidth", "[comm]") {
+  Cluster c = two_nodes();
+  c.host.link = Link{25e9, 10e-6};
+  c.host.mem_bandwidth = 400e9;  // shared by the node's 4 devices: 100 GB/s each
+  // 1e8 elements of fp32 Adam: weights in (4e8 B) and gradients out (4e8 B), then the step reads
+  // and writes the weights (8 B), reads the gradients (4 B) and reads and writes both moments (16 B).
+  double expected = 2 * (10e-6 + 4e8 / 25e9) + 1e8 * 28 / 100e9;
+  CHECK(offload_seconds(c, 1e8, rannc::plan::Optimizer::kAdam, rannc::plan::Precision::kFp32) == Approx(expected));
+  // Mixed precision sends 16-bit weights in; SGD has no state to touch.
+  double sgd_bf16 = 10e-6 + 2e8 / 25e9 + 10e-6 + 4e8 / 25e9 + 1e8 * 12 / 100e9;
+  CHECK(offload_seconds(c, 1e8, rannc::plan::Optimizer::kSgd, rannc::plan::Precision::kBf16Mixed) == Approx(sgd_bf16));
+}

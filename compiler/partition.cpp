@@ -12,13 +12,14 @@
 #include "cost_model/profile_db.h"
 #include "emit/launch_files.h"
 #include "emit/pictures.h"
-#include "plan/plan_json.h"
 #include "emit/plan_builder.h"
 #include "partitioner/planner.h"
+#include "plan/plan_json.h"
 #include "support/atomic_file.h"
 #include "support/error.h"
 #include "support/folder_lock.h"
 #include "support/format.h"
+#include "support/input_file.h"
 #include "support/sha256.h"
 #include "support/stable_number.h"
 
@@ -48,7 +49,13 @@ partition::PlanRequest plan_request(const PartitionOptions& options) {
   }
   request.stages = options.stages;
   request.microbatches = options.microbatches;
-  if (options.shard_state != "auto") request.state_sharding = plan::parse_state_sharding(options.shard_state, "--shard-state");
+  if (options.shard_state != "auto") {
+    try {
+      request.state_sharding = plan::parse_state_sharding(options.shard_state, "--shard-state");
+    } catch (const InputError&) {
+      throw InputError("--shard-state " + text_excerpt(options.shard_state) + ": unknown (known: auto, none, optimizer)");
+    }
+  }
   auto batch = requested_batch(options.load);
   if (batch && *batch > std::numeric_limits<int>::max())
     throw InputError("--batch " + std::to_string(*batch) + ": larger than a plan supports (2^31 - 1)");

@@ -80,7 +80,8 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
                                                needed_arrays(stage, setup->loss));
   setup->optimizer = {options.optimizer.empty() ? plan.optimizer : plan::parse_optimizer(options.optimizer, "--optimizer"),
                       options.lr};
-  if (options.bucket_kib < 1) throw InputError("--bucket-kib must be at least 1");
+  if (options.bucket_kib < 1 || options.bucket_kib > (std::int64_t{1} << 30))
+    throw InputError("--bucket-kib " + std::to_string(options.bucket_kib) + ": must be 1 to 2^30 (1 TiB)");
   setup->runner = std::make_unique<StageRunner>(plan, stage);
   if (stage.id == setup->loss.stage)
     setup->runner->set_loss(loss_function(setup->loss, plan, *setup->layout, setup->placement, *setup->data));

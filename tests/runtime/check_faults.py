@@ -14,6 +14,7 @@ nan-loss        data whose step 1 holds NaN: step 0 trains, then one line "step 
 diverged        --lr 1e30 with mse: the loss overflows within a few steps; one line, every rank exits 1.
 unwritable-report  --report /proc/nonexistent/report.json: every rank exits 2 before any step runs, with
                 one line naming the report.
+bad-bucket      --bucket-kib 0 and one past 2^30: every rank exits 2 before any step runs, one line each.
 """
 import argparse
 import json
@@ -242,10 +243,16 @@ def unwritable_report(args, plan, plan_path):
         fail(f"training started although the report cannot be written:\n{output}")
 
 
+def bad_bucket(args, plan, plan_path):
+    for value in (0, 2**30 + 1):
+        run_args = ["--steps", 2, *RUN_ARGS, "--bucket-kib", value]
+        expect_stop(args, plan, plan_path, run_args, rf"^rannc-run: --bucket-kib {value}: must be 1 to 2\^30", 2)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("check", choices=["world-size", "bad-stage-file", "killed-rank", "nan-loss", "diverged",
-                                          "unwritable-report"])
+                                          "unwritable-report", "bad-bucket"])
     parser.add_argument("--partition", required=True)
     parser.add_argument("--run", required=True)
     parser.add_argument("--model", required=True)
@@ -257,7 +264,7 @@ def main():
     plan = partition(args.partition, args.model, plan_dir, args.np, args.extra)
     print("plan:", describe(plan))
     {"world-size": world_size, "bad-stage-file": bad_stage_file, "killed-rank": killed_rank, "nan-loss": nan_loss,
-     "diverged": diverged, "unwritable-report": unwritable_report}[args.check](
+     "diverged": diverged, "unwritable-report": unwritable_report, "bad-bucket": bad_bucket}[args.check](
         args, plan, os.path.join(plan_dir, "plan.json"))
     print("OK:", args.check)
 

@@ -19,6 +19,12 @@ void add_options(CLI::App& app, rannc::runtime::RunOptions& options) {
   app.add_option("--loss", options.loss, "cross_entropy or mse against the target, for a model whose output is not a scalar loss");
   app.add_option("--optimizer", options.optimizer, "sgd, momentum (0.9) or adam (default: the plan's)");
   app.add_option("--lr", options.lr, "learning rate (default 0.01)");
+  app.add_option("--lr-schedule", options.lr_schedule,
+                 "constant (default), linear or cosine: decay to 0 at the last of --steps, after the warm-up");
+  app.add_option("--warmup-steps", options.warmup_steps, "steps of linear warm-up from 0 (default 0)");
+  app.add_option("--weight-decay", options.weight_decay, "weight decay: decoupled (AdamW) for adam, L2 for sgd (default 0)");
+  app.add_option("--clip-grad-norm", options.clip_grad_norm,
+                 "clip the gradients' global norm over all stages and replicas to this (default 0: off)");
   app.add_option("--seed", options.seed, "seed of random inputs and targets (default 0)");
   app.add_option("--report", options.report_path, "write per-step losses and times and per-rank measurements (JSON)");
   app.add_option("--timeout", options.timeout_s, "seconds a rank waits for a peer before it gives up (default 300)");

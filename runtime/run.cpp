@@ -58,6 +58,30 @@ std::vector<std::string> needed_arrays(const plan::Stage& stage, const LossPlan&
   return names;
 }
 
+// A finite number in [0, max], or one line naming the flag.
+void check_range(double value, double max, const char* flag) {
+  if (value >= 0 && value <= max) return;
+  char text[96];
+  std::snprintf(text, sizeof text, "%s %g: must be 0 to %g", flag, value, max);
+  throw InputError(text);
+}
+
+OptimizerSettings optimizer_settings(const RunOptions& options, const plan::Plan& plan) {
+  OptimizerSettings settings;
+  settings.kind = options.optimizer.empty() ? plan.optimizer : plan::parse_optimizer(options.optimizer, "--optimizer");
+  check_range(options.lr, 1e30, "--lr");
+  check_range(options.weight_decay, 1e6, "--weight-decay");
+  check_range(options.clip_grad_norm, 1e30, "--clip-grad-norm");
+  if (options.warmup_steps < 0) throw InputError("--warmup-steps must not be negative");
+  settings.lr = options.lr;
+  settings.schedule = parse_lr_schedule(options.lr_schedule);
+  settings.warmup_steps = options.warmup_steps;
+  settings.total_steps = options.steps;
+  settings.weight_decay = options.weight_decay;
+  settings.clip_grad_norm = options.clip_grad_norm;
+  return settings;
+}
+
 std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& world) {
   auto setup = std::make_unique<RankSetup>();
   setup->plan = plan::read_plan_file(options.plan_path);
@@ -78,8 +102,7 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   plan::check_stage_file(plan, stage);  // the file this rank loads is the one partition wrote
   setup->data = std::make_unique<TrainingData>(options, plan.batch.global, sample_specs(plan, setup->loss),
                                                needed_arrays(stage, setup->loss));
-  setup->optimizer = {options.optimizer.empty() ? plan.optimizer : plan::parse_optimizer(options.optimizer, "--optimizer"),
-                      options.lr};
+  setup->optimizer = optimizer_settings(options, plan);
   if (options.bucket_kib < 1 || options.bucket_kib > (std::int64_t{1} << 30))
     throw InputError("--bucket-kib " + std::to_string(options.bucket_kib) + ": must be 1 to 2^30 (1 TiB)");
   setup->runner = std::make_unique<StageRunner>(plan, stage);
@@ -124,7 +147,11 @@ json rank_json(const RankRecord& r) {
 void write_report(const std::string& path, const std::vector<StepRecord>& steps, const std::vector<std::string>& ranks,
                   const std::string& stopped) {
   json report = {{"steps", json::array()}, {"ranks", json::array()}};
-  for (const auto& s : steps) report["steps"].push_back({{"step", s.step}, {"loss", s.loss}, {"ms", s.ms}});
+  for (const auto& s : steps) {
+    json entry = {{"step", s.step}, {"loss", s.loss}, {"ms", s.ms}};
+    if (s.grad_norm > 0) entry["grad_norm"] = s.grad_norm;
+    report["steps"].push_back(entry);
+  }
   for (const auto& text : ranks) report["ranks"].push_back(json::parse(text));
   if (!stopped.empty()) report["stopped"] = stopped;
   write_file_atomically(path, report.dump(1) + "\n", "the report");

@@ -13,6 +13,10 @@ struct RunOptions {
   std::string loss;         // "", "cross_entropy" or "mse"
   std::string optimizer;    // empty: the plan's
   double lr = 0.01;
+  std::string lr_schedule = "constant";  // constant, linear or cosine decay to 0 at the last step
+  int warmup_steps = 0;                  // linear warm-up from 0 over this many steps
+  double weight_decay = 0;               // AdamW's for adam, L2 for sgd and momentum
+  double clip_grad_norm = 0;             // clip the global gradient norm to this; 0: off
   std::uint64_t seed = 0;
   std::string report_path;  // empty: no report
   int timeout_s = 300;      // how long a rank waits on a peer before giving up

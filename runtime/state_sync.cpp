@@ -4,9 +4,11 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 namespace rannc::runtime {
@@ -16,10 +18,15 @@ constexpr double kMomentum = 0.9;  // --optimizer momentum: SGD with this moment
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Tensor>& params,
                                                         const OptimizerSettings& settings) {
+  if (settings.kind == plan::Optimizer::kAdam && settings.weight_decay > 0) {
+    return std::make_unique<torch::optim::AdamW>(params,
+                                                 torch::optim::AdamWOptions(settings.lr).weight_decay(settings.weight_decay));
+  }
   if (settings.kind == plan::Optimizer::kAdam)
     return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(settings.lr));
   double momentum = settings.kind == plan::Optimizer::kMomentum ? kMomentum : 0.0;
-  return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(settings.lr).momentum(momentum));
+  return std::make_unique<torch::optim::SGD>(
+      params, torch::optim::SGDOptions(settings.lr).momentum(momentum).weight_decay(settings.weight_decay));
 }
 
 // Calls visit(tensor piece, offset in range) for every part of `tensors`, laid end to end, that
@@ -54,7 +61,7 @@ void write_range(const std::vector<at::Tensor>& tensors, std::int64_t begin, con
 
 StateSync::StateSync(std::vector<at::Tensor> params, std::vector<GradientGroup> groups, Communicator& communicator,
                      const OptimizerSettings& settings, std::int64_t bucket_bytes)
-    : params_(std::move(params)), groups_(std::move(groups)), communicator_(communicator) {
+    : params_(std::move(params)), groups_(std::move(groups)), communicator_(communicator), settings_(settings) {
   std::set<int> in_shards;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const auto& group = groups_[g];
@@ -79,6 +86,12 @@ StateSync::StateSync(std::vector<at::Tensor> params, std::vector<GradientGroup> 
   for (std::size_t i = 0; i < params_.size(); ++i)
     if (!in_shards.count(static_cast<int>(i))) stepped_.push_back(params_[i]);
   for (const auto& shard : shards_) stepped_.push_back(shard.master);
+  // A whole group's summed gradients are on each of its ranks: the first one counts them.
+  for (const auto& group : groups_) {
+    if (group.sharded || group.ranks.front() != communicator.rank()) continue;
+    for (int w : group.weights) counted_.push_back(params_.at(static_cast<std::size_t>(w)));
+  }
+  for (const auto& shard : shards_) counted_.push_back(shard.master);
   optimizer_ = make_optimizer(stepped_, settings);
 }
 
@@ -110,8 +123,22 @@ void StateSync::sum_unsharded_gradients() {
     if (buffers[g].defined()) write_range(group_tensors(groups_[g], true), 0, buffers[g]);
 }
 
+// torch.nn.utils.clip_grad_norm_: the norm over every gradient element of the model, each
+// counted once, then every gradient scaled by max_norm / (norm + 1e-6) if that is below 1.
+double StateSync::clip_gradients() {
+  double squares = 0;
+  for (const auto& tensor : counted_) squares += tensor.grad().to(at::kDouble).pow(2).sum().item<double>();
+  double norm = std::sqrt(communicator_.sum_over_world(squares));
+  double coefficient = settings_.clip_grad_norm / (norm + 1e-6);
+  if (coefficient < 1) {
+    at::NoGradGuard no_grad;
+    for (auto& tensor : stepped_) tensor.mutable_grad().mul_(coefficient);
+  }
+  return norm;
+}
+
 // Bucket by bucket, in the one global order of the groups, so at most one bucket is in flight.
-void StateSync::step() {
+double StateSync::step(int step) {
   sum_unsharded_gradients();
   for (auto& shard : shards_) {
     const auto& group = groups_[static_cast<std::size_t>(shard.group)];
@@ -119,6 +146,9 @@ void StateSync::step() {
     auto gradients = read_range(group_tensors(group, true), shard.bucket.begin, shard.bucket.length, size);
     communicator_.reduce_scatter(shard.group, gradients, shard.master.mutable_grad());
   }
+  double norm = settings_.clip_grad_norm > 0 ? clip_gradients() : 0;
+  double lr = settings_.lr * lr_factor(settings_.schedule, step, settings_.warmup_steps, settings_.total_steps);
+  for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
   optimizer_->step();
   for (auto& shard : shards_) {
     const auto& group = groups_[static_cast<std::size_t>(shard.group)];
@@ -126,6 +156,7 @@ void StateSync::step() {
     communicator_.all_gather(shard.group, shard.master.detach(), gathered);
     write_range(group_tensors(group, false), shard.bucket.begin, gathered.narrow(0, 0, shard.bucket.length));
   }
+  return norm;
 }
 
 std::int64_t StateSync::stepped_elements() const {

@@ -16,6 +16,7 @@
 
 #include "plan/options.h"
 #include "runtime/communicator.h"
+#include "runtime/lr_schedule.h"
 #include "runtime/rank_layout.h"
 
 namespace torch::optim {
@@ -24,9 +25,15 @@ class Optimizer;
 
 namespace rannc::runtime {
 
+// As torch.optim does: Adam with weight decay is AdamW (decoupled), SGD's is L2; gradients are
+// clipped by their global norm over every stage and replica (torch.nn.utils.clip_grad_norm_).
 struct OptimizerSettings {
   plan::Optimizer kind = plan::Optimizer::kSgd;
   double lr = 0.01;
+  LrSchedule schedule = LrSchedule::kConstant;
+  int warmup_steps = 0, total_steps = 1;
+  double weight_decay = 0;
+  double clip_grad_norm = 0;  // 0: no clipping
 };
 
 // Gradient bytes a bucket of a sharded group holds: the plan's memory prediction assumes
@@ -41,8 +48,10 @@ class StateSync {
             const OptimizerSettings& settings, std::int64_t bucket_bytes = kDefaultBucketBytes);
   ~StateSync();
 
-  // Sums the gradients, steps the optimizer and brings every copy of the weights up to date.
-  void step();
+  // Sums the gradients, clips them, steps the optimizer at step `step`'s learning rate and brings
+  // every copy of the weights up to date. Returns the global gradient norm before clipping (0
+  // when not clipping).
+  double step(int step);
 
   // Elements of optimizer-stepped state this rank keeps (its shards, plus unsharded weights).
   std::int64_t stepped_elements() const;
@@ -55,12 +64,15 @@ class StateSync {
   };
   std::vector<at::Tensor> group_tensors(const GradientGroup& group, bool gradients) const;
   void sum_unsharded_gradients();
+  double clip_gradients();
 
   std::vector<at::Tensor> params_;
   std::vector<GradientGroup> groups_;
   Communicator& communicator_;
   std::vector<Shard> shards_;
   std::vector<at::Tensor> stepped_;  // what the optimizer steps: unsharded weights and shard masters
+  std::vector<at::Tensor> counted_;  // the gradients this rank adds to the global norm, each element once in the world
+  OptimizerSettings settings_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
 

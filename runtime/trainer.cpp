@@ -179,12 +179,12 @@ StepRecord Trainer::run_step(int step) {
   }
   communicator_.wait_for_sends();
   runner_.end_step();
-  state_.step();
+  double grad_norm = state_.step(step);
   // Ranks without the loss add 0.
   if (layout_.world_size() > 1) loss = communicator_.sum_over_world(loss);
   comm_ms_ += communicator_.take_wait_ms();
   ++steps_run_;
-  return {step, loss, ms_since(start)};
+  return {step, loss, ms_since(start), grad_norm};
 }
 
 RankRecord Trainer::record() const {

@@ -21,6 +21,7 @@ namespace rannc::runtime {
 struct StepRecord {
   int step = 0;
   double loss = 0, ms = 0;
+  double grad_norm = 0;  // the global gradient norm before clipping (0 when not clipping)
 };
 
 // Milliseconds per step, averaged over the steps run.

@@ -14,7 +14,9 @@ nan-loss        data whose step 1 holds NaN: step 0 trains, then one line "step 
 diverged        --lr 1e30 with mse: the loss overflows within a few steps; one line, every rank exits 1.
 unwritable-report  --report /proc/nonexistent/report.json: every rank exits 2 before any step runs, with
                 one line naming the report.
-bad-bucket      --bucket-kib 0 and one past 2^30: every rank exits 2 before any step runs, one line each.
+bad-options     --bucket-kib 0 or past 2^30, an unknown --lr-schedule, negative --warmup-steps,
+                --clip-grad-norm or --weight-decay, a NaN --lr: every rank exits 2 before any step
+                runs, with one line naming the option.
 """
 import argparse
 import json
@@ -243,16 +245,26 @@ def unwritable_report(args, plan, plan_path):
         fail(f"training started although the report cannot be written:\n{output}")
 
 
-def bad_bucket(args, plan, plan_path):
-    for value in (0, 2**30 + 1):
-        run_args = ["--steps", 2, *RUN_ARGS, "--bucket-kib", value]
-        expect_stop(args, plan, plan_path, run_args, rf"^rannc-run: --bucket-kib {value}: must be 1 to 2\^30", 2)
+def bad_options(args, plan, plan_path):
+    cases = [(["--bucket-kib", 0], r"--bucket-kib 0: must be 1 to 2\^30"),
+             (["--bucket-kib", 2**30 + 1], rf"--bucket-kib {2**30 + 1}: must be 1 to 2\^30"),
+             (["--lr-schedule", "step"], r"--lr-schedule step: unknown \(known: constant, linear, cosine\)"),
+             (["--warmup-steps", -1], r"--warmup-steps must not be negative"),
+             (["--clip-grad-norm", -1], r"--clip-grad-norm -1: must be 0 to 1e\+30"),
+             (["--weight-decay", -0.5], r"--weight-decay -0.5: must be 0 to 1e\+06"),
+             (["--lr", "nan"], r"--lr nan: must be 0 to 1e\+30")]
+    for option, says in cases:
+        # The option replaces RUN_ARGS' own setting of it, if any.
+        base = list(RUN_ARGS)
+        if option[0] in base:
+            del base[base.index(option[0]):base.index(option[0]) + 2]
+        expect_stop(args, plan, plan_path, ["--steps", 2, *base, *option], rf"^rannc-run: {says}", 2)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("check", choices=["world-size", "bad-stage-file", "killed-rank", "nan-loss", "diverged",
-                                          "unwritable-report", "bad-bucket"])
+                                          "unwritable-report", "bad-options"])
     parser.add_argument("--partition", required=True)
     parser.add_argument("--run", required=True)
     parser.add_argument("--model", required=True)
@@ -264,7 +276,7 @@ def main():
     plan = partition(args.partition, args.model, plan_dir, args.np, args.extra)
     print("plan:", describe(plan))
     {"world-size": world_size, "bad-stage-file": bad_stage_file, "killed-rank": killed_rank, "nan-loss": nan_loss,
-     "diverged": diverged, "unwritable-report": unwritable_report, "bad-bucket": bad_bucket}[args.check](
+     "diverged": diverged, "unwritable-report": unwritable_report, "bad-options": bad_options}[args.check](
         args, plan, os.path.join(plan_dir, "plan.json"))
     print("OK:", args.check)
 

@@ -4,7 +4,8 @@ folder, and compare the loss of every step with single-process torch SGD (or Ada
 usage: check_training.py --partition BIN --run BIN --model PATH --out DIR [--np 4] [--steps 5]
            [--loss cross_entropy|mse] [--lr 0.05] [--seed 1] [--accumulate] [--tolerance 1e-4]
            [--expect-stages K] [--expect-replicas] [--expect-schedule NAME] [--expect-sharded] [--expect-offload]
-           [--recompute] [--offload] [--optimizer sgd|adam] [--bucket-kib N] -- EXTRA_PARTITION_ARGS...
+           [--recompute] [--offload] [--optimizer sgd|momentum|adam] [--bucket-kib N] [--weight-decay X]
+           [--clip-grad-norm X] [--lr-schedule constant|linear|cosine] [--warmup-steps N] -- EXTRA_PARTITION_ARGS...
 
 Checks: the plan has the expected shape; rannc-run exits 0; rank 0 prints one `step N loss X ms Y`
 line per step; the report has one entry per step and per rank (peak_mem_bytes > 0); each step's
@@ -170,6 +171,11 @@ def main():
     parser.add_argument("--expect-offload", action="store_true", help="the planner offloads some stage")
     parser.add_argument("--optimizer", default="sgd", choices=training_reference.OPTIMIZERS)
     parser.add_argument("--bucket-kib", type=int, help="rannc-run's gradient bucket of sharded state")
+    parser.add_argument("--weight-decay", type=float, default=0.0)
+    parser.add_argument("--clip-grad-norm", type=float, default=0.0,
+                        help="also checks that some step's gradient norm was above it (the clipping acted)")
+    parser.add_argument("--lr-schedule", default="constant", choices=training_reference.SCHEDULES)
+    parser.add_argument("--warmup-steps", type=int, default=0)
     parser.add_argument("--recompute", action="store_true", help="set recompute on every stage of the plan")
     parser.add_argument("--offload", action="store_true", help="set offload on every stage of the plan")
     args = parse(parser)
@@ -198,7 +204,9 @@ def main():
     command = mpirun_command(ranks, args.run, os.path.join(plan_dir, "plan.json"), "--steps", args.steps,
                              "--data", data_dir, "--loss", args.loss, "--optimizer", args.optimizer, "--lr", args.lr,
                              "--seed", args.seed, "--report", report_path,
-                             *(["--bucket-kib", args.bucket_kib] if args.bucket_kib else []))
+                             *(["--bucket-kib", args.bucket_kib] if args.bucket_kib else []),
+                             "--weight-decay", args.weight_decay, "--clip-grad-norm", args.clip_grad_norm,
+                             "--lr-schedule", args.lr_schedule, "--warmup-steps", args.warmup_steps)
     print("run:", " ".join(command), flush=True)
     status, output, seconds = run_job(command, 600)
     if status != 0:
@@ -215,14 +223,21 @@ def main():
     check_report(report, plan, args.steps)
     if args.expect_sharded:
         check_sharded_state(report, plan)
+    if args.clip_grad_norm > 0:
+        norms = [s.get("grad_norm", 0) for s in report["steps"]]
+        if not max(norms) > args.clip_grad_norm:
+            fail(f"--clip-grad-norm {args.clip_grad_norm}: no step's gradient norm was above it {norms}: raise it")
+        print("gradient norms before clipping:", [round(n, 4) for n in norms])
     if args.offload and not all(r.get("offload_bytes", 0) > 0 for r in report["ranks"]):
         fail(f"offload: every rank must report copied bytes, the report has {[r.get('offload_bytes') for r in report['ranks']]}")
     check_offload_bytes(report, plan, args.steps)
 
     start = time.monotonic()
     model = os.path.abspath(args.model)
+    training = dict(weight_decay=args.weight_decay, clip_grad_norm=args.clip_grad_norm, schedule=args.lr_schedule,
+                    warmup_steps=args.warmup_steps)
     reference = training_reference.reference_losses(model, data_dir, plan, args.steps, args.loss, args.lr,
-                                                    args.accumulate, args.optimizer)
+                                                    args.accumulate, args.optimizer, **training)
     frozen = training_reference.reference_losses(model, data_dir, plan, args.steps, args.loss, 0.0, args.accumulate,
                                                  args.optimizer)
     print(f"reference: {time.monotonic() - start:.1f} s")

@@ -13,6 +13,7 @@ which rannc-run's allreduce over 2 pipelines adds them (float addition is not as
 ResNet-50 sample amplifies last-bit differences: see check_training.py). Every chunk's loss is its summed loss over the loss elements of the whole
 global batch, so the step's loss and gradients equal those of one mean over the global batch.
 """
+import math
 import os
 
 # One thread, like each rank under the tests' mpirun: reductions split among threads, and kernels
@@ -79,21 +80,43 @@ def _loss_sum(out, target, loss):
     return F.mse_loss(out, target, reduction="sum")
 
 
-OPTIMIZERS = ("sgd", "adam")
+OPTIMIZERS = ("sgd", "momentum", "adam")
+SCHEDULES = ("constant", "linear", "cosine")
 
 
-def reference_losses(model_path, data_folder, plan, steps, loss, lr, accumulate=False, optimizer_name="sgd"):
-    """Trains the whole model in one process with SGD(lr) or Adam(lr); returns each step's loss (before its update).
+def lr_factor(schedule, step, warmup, total):
+    """Hugging Face's get_{constant,linear,cosine}_schedule_with_warmup, as rannc-run's --lr-schedule."""
+    if step < warmup:
+        return step / max(1, warmup)
+    if schedule == "constant":
+        return 1.0
+    progress = (step - warmup) / max(1, total - warmup)
+    if schedule == "linear":
+        return max(0.0, 1.0 - progress)
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def make_optimizer(params, name, lr, weight_decay):
+    """torch.optim as rannc-run builds it: Adam with weight decay is AdamW, SGD's is L2."""
+    if name == "adam":
+        if weight_decay > 0:
+            return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+        return torch.optim.Adam(params, lr=lr)
+    return torch.optim.SGD(params, lr=lr, momentum=0.9 if name == "momentum" else 0.0, weight_decay=weight_decay)
+
+
+def reference_losses(model_path, data_folder, plan, steps, loss, lr, accumulate=False, optimizer_name="sgd",
+                     weight_decay=0.0, clip_grad_norm=0.0, schedule="constant", warmup_steps=0):
+    """Trains the whole model in one process with torch.optim (make_optimizer), the learning-rate
+    schedule and gradient clipping; returns each step's loss (before its update).
 
     lr 0 gives the losses of the untrained model, forward only: what a run that never updates would report.
     """
     torch.manual_seed(0)
     model = torch.jit.load(model_path)
     model.train()
-    if optimizer_name == "adam":
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    else:
-        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    optimizer = make_optimizer(model.parameters(), optimizer_name, lr, weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: lr_factor(schedule, k, warmup_steps, steps))
     inputs = _load_inputs(plan, data_folder)
     target = np.load(os.path.join(data_folder, "target.npy"), mmap_mode="r")
     batch = plan["batch"]
@@ -134,6 +157,9 @@ def reference_losses(model_path, data_folder, plan, steps, loss, lr, accumulate=
         if lr != 0:
             for q, g in zip(params, sums):
                 q.grad = g
+            if clip_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_([q for q in params if q.grad is not None], clip_grad_norm)
             optimizer.step()
+            scheduler.step()
         losses.append(total)
     return losses

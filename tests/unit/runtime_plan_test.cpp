@@ -8,6 +8,7 @@
 #include <map>
 
 #include "plan/plan_json.h"
+#include "runtime/lr_schedule.h"
 #include "runtime/npy_file.h"
 #include "runtime/rank_layout.h"
 #include "support/error.h"
@@ -205,3 +206,24 @@ TEST_CASE("bad .npy files are one line naming the file", "[runtime]") {
 }
 
 }  // namespace rannc::runtime
+
+TEST_CASE("learning-rate schedules: warm-up from 0, then constant, linear or cosine decay to 0", "[runtime]") {
+  using rannc::runtime::LrSchedule;
+  using rannc::runtime::lr_factor;
+  // 2 warm-up steps of 10: 0, 1/2, then the decay over the 8 steps left.
+  CHECK(lr_factor(LrSchedule::kLinear, 0, 2, 10) == 0);
+  CHECK(lr_factor(LrSchedule::kLinear, 1, 2, 10) == 0.5);
+  CHECK(lr_factor(LrSchedule::kLinear, 2, 2, 10) == 1);
+  CHECK(lr_factor(LrSchedule::kLinear, 6, 2, 10) == Approx(0.5));
+  CHECK(lr_factor(LrSchedule::kLinear, 10, 2, 10) == 0);
+  CHECK(lr_factor(LrSchedule::kCosine, 2, 2, 10) == Approx(1));
+  CHECK(lr_factor(LrSchedule::kCosine, 6, 2, 10) == Approx(0.5));
+  CHECK(lr_factor(LrSchedule::kCosine, 10, 2, 10) == Approx(0).margin(1e-12));
+  CHECK(lr_factor(LrSchedule::kConstant, 0, 0, 10) == 1);
+  CHECK(lr_factor(LrSchedule::kConstant, 9, 0, 10) == 1);
+  // Warm-up longer than the run: still rising at the end.
+  CHECK(lr_factor(LrSchedule::kCosine, 4, 10, 5) == Approx(0.4));
+  CHECK(rannc::runtime::parse_lr_schedule("cosine") == LrSchedule::kCosine);
+  CHECK_THROWS_WITH(rannc::runtime::parse_lr_schedule("step"),
+                    "--lr-schedule step: unknown (known: constant, linear, cosine)");
+}

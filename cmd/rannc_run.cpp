@@ -27,6 +27,7 @@ void add_options(CLI::App& app, rannc::runtime::RunOptions& options) {
                  "clip the gradients' global norm over all stages and replicas to this (default 0: off)");
   app.add_option("--seed", options.seed, "seed of random inputs and targets (default 0)");
   app.add_option("--report", options.report_path, "write per-step losses and times and per-rank measurements (JSON)");
+  app.add_option("--log", options.log_path, "append a JSON line per step as it ends (step, loss, lr, ms, samples_per_s)");
   app.add_option("--timeout", options.timeout_s, "seconds a rank waits for a peer before it gives up (default 300)");
   app.add_option("--bucket-kib", options.bucket_kib,
                  "KiB of gradients per bucket of a stage with sharded state (default 25600, what the plan's memory assumes)");

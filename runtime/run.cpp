@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -94,6 +95,7 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   if (options.steps < 1) throw InputError("--steps must be at least 1");
   // Rank 0 writes the report after the last step: a path it cannot write fails now, not then.
   if (world.rank() == 0 && !options.report_path.empty()) check_can_write(options.report_path, "--report");
+  if (world.rank() == 0 && !options.log_path.empty()) check_can_write(options.log_path, "--log");
   for (const auto& stage : plan.stages) plan::check_stage_file(plan, stage, /*check_sha256=*/false);
   setup->layout = std::make_unique<RankLayout>(plan);
   setup->placement = setup->layout->placement(world.rank());
@@ -157,6 +159,40 @@ void write_report(const std::string& path, const std::vector<StepRecord>& steps,
   write_file_atomically(path, report.dump(1) + "\n", "the report");
 }
 
+// Rank 0's account of each step as it ends: a line on stdout (loss, learning rate, throughput and
+// the time left at the mean step so far) and, with --log, a JSON line, flushed at once so that a
+// killed job keeps the steps it ran. A log that cannot be written ends the job with one line.
+class Progress {
+ public:
+  Progress(const RunOptions& options, std::int64_t global_batch)
+      : path_(options.log_path), steps_(options.steps), global_batch_(global_batch) {
+    if (!path_.empty()) log_.open(path_, std::ios::out | std::ios::trunc);
+    if (!path_.empty() && !log_) throw std::runtime_error("--log " + path_ + ": cannot open");
+  }
+
+  void report(const StepRecord& record) {
+    total_ms_ += record.ms;
+    double samples_per_s = record.ms > 0 ? global_batch_ / (record.ms / 1e3) : 0;
+    double eta_s = total_ms_ / (record.step + 1) * (steps_ - record.step - 1) / 1e3;
+    std::printf("step %d loss %.6f ms %.1f lr %.6g samples/s %.1f eta %.1f s\n", record.step, record.loss, record.ms,
+                record.lr, samples_per_s, eta_s);
+    std::fflush(stdout);
+    if (path_.empty()) return;
+    json line = {{"step", record.step}, {"loss", record.loss}, {"lr", record.lr}, {"ms", record.ms},
+                 {"samples_per_s", samples_per_s}};
+    if (record.grad_norm > 0) line["grad_norm"] = record.grad_norm;
+    log_ << line.dump() << '\n' << std::flush;
+    if (!log_) throw std::runtime_error("--log " + path_ + ": cannot write step " + std::to_string(record.step));
+  }
+
+ private:
+  std::string path_;
+  int steps_;
+  double global_batch_;
+  double total_ms_ = 0;
+  std::ofstream log_;
+};
+
 // "nan", "inf" or "-inf".
 std::string loss_text(double loss) { return std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf"; }
 
@@ -171,6 +207,7 @@ int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
   if (world.rank() == 0) std::cout << "rannc-run: " << describe(setup.plan) << std::endl;
   std::vector<StepRecord> steps;
   std::string stopped;
+  Progress progress(options, setup.plan.batch.global);
   for (int step = 0; step < options.steps; ++step) {
     StepRecord record = trainer.run_step(step);
     if (!std::isfinite(record.loss)) {
@@ -180,10 +217,7 @@ int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
       break;
     }
     steps.push_back(record);
-    if (world.rank() == 0) {
-      std::printf("step %d loss %.6f ms %.1f\n", step, steps.back().loss, steps.back().ms);
-      std::fflush(stdout);
-    }
+    if (world.rank() == 0) progress.report(record);
   }
   auto ranks = world.gather(rank_json(trainer.record()).dump());
   // The finite steps are reported even when training stopped, with what stopped it.

@@ -19,6 +19,7 @@ struct RunOptions {
   double clip_grad_norm = 0;             // clip the global gradient norm to this; 0: off
   std::uint64_t seed = 0;
   std::string report_path;  // empty: no report
+  std::string log_path;     // empty: no log; else a JSON line per step, written as training goes
   int timeout_s = 300;      // how long a rank waits on a peer before giving up
   std::int64_t bucket_kib = 25 * 1024;  // gradient bucket of sharded state (the plan's memory assumes 25 MiB)
 };

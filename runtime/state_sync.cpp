@@ -147,8 +147,7 @@ double StateSync::step(int step) {
     communicator_.reduce_scatter(shard.group, gradients, shard.master.mutable_grad());
   }
   double norm = settings_.clip_grad_norm > 0 ? clip_gradients() : 0;
-  double lr = settings_.lr * lr_factor(settings_.schedule, step, settings_.warmup_steps, settings_.total_steps);
-  for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+  for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr_at(step));
   optimizer_->step();
   for (auto& shard : shards_) {
     const auto& group = groups_[static_cast<std::size_t>(shard.group)];
@@ -157,6 +156,10 @@ double StateSync::step(int step) {
     write_range(group_tensors(group, false), shard.bucket.begin, gathered.narrow(0, 0, shard.bucket.length));
   }
   return norm;
+}
+
+double StateSync::lr_at(int step) const {
+  return settings_.lr * lr_factor(settings_.schedule, step, settings_.warmup_steps, settings_.total_steps);
 }
 
 std::int64_t StateSync::stepped_elements() const {

@@ -53,6 +53,9 @@ class StateSync {
   // when not clipping).
   double step(int step);
 
+  // The learning rate step `step` trains at.
+  double lr_at(int step) const;
+
   // Elements of optimizer-stepped state this rank keeps (its shards, plus unsharded weights).
   std::int64_t stepped_elements() const;
 

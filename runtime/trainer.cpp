@@ -184,7 +184,7 @@ StepRecord Trainer::run_step(int step) {
   if (layout_.world_size() > 1) loss = communicator_.sum_over_world(loss);
   comm_ms_ += communicator_.take_wait_ms();
   ++steps_run_;
-  return {step, loss, ms_since(start), grad_norm};
+  return {step, loss, ms_since(start), grad_norm, state_.lr_at(step)};
 }
 
 RankRecord Trainer::record() const {

@@ -22,6 +22,7 @@ struct StepRecord {
   int step = 0;
   double loss = 0, ms = 0;
   double grad_norm = 0;  // the global gradient norm before clipping (0 when not clipping)
+  double lr = 0;         // the learning rate the step trained at
 };
 
 // Milliseconds per step, averaged over the steps run.

@@ -16,7 +16,7 @@ unwritable-report  --report /proc/nonexistent/report.json: every rank exits 2 be
                 one line naming the report.
 bad-options     --bucket-kib 0 or past 2^30, an unknown --lr-schedule, negative --warmup-steps,
                 --clip-grad-norm or --weight-decay, a NaN --lr: every rank exits 2 before any step
-                runs, with one line naming the option.
+                runs, with one line naming the option; so does a --log that cannot be created.
 """
 import argparse
 import json

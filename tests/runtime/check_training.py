@@ -7,8 +7,9 @@ usage: check_training.py --partition BIN --run BIN --model PATH --out DIR [--np 
            [--recompute] [--offload] [--optimizer sgd|momentum|adam] [--bucket-kib N] [--weight-decay X]
            [--clip-grad-norm X] [--lr-schedule constant|linear|cosine] [--warmup-steps N] -- EXTRA_PARTITION_ARGS...
 
-Checks: the plan has the expected shape; rannc-run exits 0; rank 0 prints one `step N loss X ms Y`
-line per step; the report has one entry per step and per rank (peak_mem_bytes > 0); each step's
+Checks: the plan has the expected shape; rannc-run exits 0; rank 0 prints one
+`step N loss X ms Y lr R samples/s S eta E s` line per step (R the schedule's rate) and --log holds
+the same steps as JSON lines; the report has one entry per step and per rank (peak_mem_bytes > 0); each step's
 loss is within relative --tolerance of the reference (--accumulate: the reference forwards the plan's
 microbatches one by one, for BatchNorm); and the updates are visible at that tolerance (the
 reference without updates differs by 10x the tolerance at some step), so a run that never steps
@@ -31,7 +32,7 @@ import time
 
 import training_reference
 
-STEP_LINE = re.compile(r"^step (\d+) loss (\S+) ms (\S+)$")
+STEP_LINE = re.compile(r"^step (\d+) loss (\S+) ms (\S+) lr (\S+) samples/s (\S+) eta (\S+) s$")
 
 
 def fail(message):
@@ -123,6 +124,23 @@ def check_report(report, plan, steps):
                 fail(f"report rank {entry['rank']}: {key} {entry.get(key)}")
 
 
+def check_progress(printed, log_path, report, plan, args):
+    """Each step's printed and logged learning rate is the schedule's; the log's losses are the report's."""
+    try:
+        with open(log_path) as f:
+            logged = [json.loads(line) for line in f]
+    except (OSError, ValueError) as error:
+        fail(f"--log {log_path}: {error}")
+    if [entry.get("step") for entry in logged] != list(range(args.steps)):
+        fail(f"--log steps {[entry.get('step') for entry in logged]}, expected 0..{args.steps - 1}")
+    for step, (line, entry, reported) in enumerate(zip(printed, logged, report["steps"])):
+        lr = args.lr * training_reference.lr_factor(args.lr_schedule, step, args.warmup_steps, args.steps)
+        if abs(float(line.group(4)) - lr) > 1e-5 * lr + 1e-12 or abs(entry["lr"] - lr) > 1e-9 * lr + 1e-15:
+            fail(f"step {step}: learning rate printed {line.group(4)}, logged {entry['lr']}, the schedule's {lr}")
+        if entry["loss"] != reported["loss"] or not entry["samples_per_s"] > 0:
+            fail(f"step {step}: --log {entry} against the report's {reported}")
+
+
 def check_offload_bytes(report, plan, steps):
     """An offloaded stage's ranks copy their weights in and their gradients out once per step; no
     other rank copies anything."""
@@ -198,12 +216,14 @@ def main():
         plan = set_stage_flags(os.path.join(plan_dir, "plan.json"), args.recompute, args.offload)
     training_reference.make_data(plan, args.steps, args.loss, data_dir, args.seed)
     report_path = os.path.join(args.out, "report.json")
-    if os.path.exists(report_path):
-        os.remove(report_path)
+    log_path = os.path.join(args.out, "log.jsonl")
+    for stale in (report_path, log_path):
+        if os.path.exists(stale):
+            os.remove(stale)
     ranks = len(plan["ranks"])
     command = mpirun_command(ranks, args.run, os.path.join(plan_dir, "plan.json"), "--steps", args.steps,
                              "--data", data_dir, "--loss", args.loss, "--optimizer", args.optimizer, "--lr", args.lr,
-                             "--seed", args.seed, "--report", report_path,
+                             "--seed", args.seed, "--report", report_path, "--log", log_path,
                              *(["--bucket-kib", args.bucket_kib] if args.bucket_kib else []),
                              "--weight-decay", args.weight_decay, "--clip-grad-norm", args.clip_grad_norm,
                              "--lr-schedule", args.lr_schedule, "--warmup-steps", args.warmup_steps)
@@ -214,13 +234,15 @@ def main():
     print(f"rannc-run: {seconds:.1f} s")
     printed = [STEP_LINE.match(line.strip()) for line in output.splitlines() if line.startswith("step ")]
     if any(m is None for m in printed) or [int(m.group(1)) for m in printed] != list(range(args.steps)):
-        fail(f"rank 0 must print 'step N loss X ms Y' for steps 0..{args.steps - 1}; output:\n{output}")
+        fail(f"rank 0 must print 'step N loss X ms Y lr R samples/s S eta E s' for steps 0..{args.steps - 1}; "
+             f"output:\n{output}")
     try:
         with open(report_path) as f:
             report = json.load(f)
     except (OSError, ValueError) as error:
         fail(f"report {report_path}: {error}")
     check_report(report, plan, args.steps)
+    check_progress(printed, log_path, report, plan, args)
     if args.expect_sharded:
         check_sharded_state(report, plan)
     if args.clip_grad_norm > 0:

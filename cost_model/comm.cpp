@@ -104,18 +104,17 @@ double reduce_scatter_seconds(const Cluster& cluster, const std::vector<int>& ra
 
 double gradient_sync_seconds(const Cluster& cluster, const std::vector<int>& ranks, double param_elements,
                              plan::StateSharding sharding, plan::Precision precision) {
-  const double grad_bytes = param_elements * param_state_bytes(plan::Optimizer::kSgd, precision).grads;
+  const double grad_bytes = param_elements * kGradientElementBytes;
   if (sharding == plan::StateSharding::kNone) return allreduce_seconds(cluster, ranks, grad_bytes);
-  double weight_bytes = precision == plan::Precision::kFp32 ? 4 : 2;
   return reduce_scatter_seconds(cluster, ranks, grad_bytes) +
-         reduce_scatter_seconds(cluster, ranks, param_elements * weight_bytes);
+         reduce_scatter_seconds(cluster, ranks, param_elements * working_weight_bytes(precision));
 }
 
 double offload_seconds(const Cluster& cluster, double param_elements, plan::Optimizer optimizer,
                        plan::Precision precision) {
   const HostSpec& host = cluster.host;
-  ParamStateBytes device = param_state_bytes(optimizer, precision, StateLayout{1, plan::StateSharding::kNone, true});
-  double transfers = p2p_seconds(param_elements * device.weights, host.link) + p2p_seconds(param_elements * device.grads, host.link);
+  double transfers = p2p_seconds(param_elements * working_weight_bytes(precision), host.link) +
+                     p2p_seconds(param_elements * kGradientElementBytes, host.link);
   double touched = param_elements * (4 + 4 + 4 + 2 * optimizer_state_bytes(optimizer));
   double bandwidth = host.mem_bandwidth / cluster.gpus_per_node;
   return transfers + (bandwidth > 0 ? touched / bandwidth : 0);

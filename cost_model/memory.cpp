@@ -93,13 +93,15 @@ double optimizer_state_bytes(plan::Optimizer optimizer) {
 
 namespace {
 
+const double kBucketBytes = static_cast<double>(plan::kGradientBucketBytes);
+
 // Adam's step makes two temporaries the size of the fp32 tensor it steps (the square root of the
 // second moment, then its quotient); SGD and momentum step in place. The tensors stepped are the
 // weights, or with sharded state the chunks of the buckets.
 double optimizer_step_bytes(const StageFootprint& footprint, const StateLayout& state, plan::Optimizer optimizer) {
   if (optimizer != plan::Optimizer::kAdam) return 0;
   double largest = footprint.largest_param_elements;
-  if (state.sharded()) largest = std::max(largest, std::min(kGradientBucketBytes / 4, footprint.param_elements) / state.replicas + 1);
+  if (state.sharded()) largest = std::max(largest, std::min(kBucketBytes / kGradientElementBytes, footprint.param_elements) / state.replicas + 1);
   return 2 * 4 * largest;
 }
 
@@ -107,22 +109,26 @@ double optimizer_step_bytes(const StageFootprint& footprint, const StateLayout& 
 
 double host_memory_bytes(double param_elements, plan::Optimizer optimizer, const StateLayout& layout) {
   if (!layout.offload) return 0;
-  return param_elements * (4 + 4 + optimizer_state_bytes(optimizer) + (layout.replicas > 1 ? 4 : 0));
+  const double master = 4;
+  return param_elements * (master + kGradientElementBytes + optimizer_state_bytes(optimizer) +
+                           (layout.replicas > 1 ? kGradientElementBytes : 0));
 }
+
+double working_weight_bytes(plan::Precision precision) { return precision == plan::Precision::kFp32 ? 4 : 2; }
 
 ParamStateBytes param_state_bytes(plan::Optimizer optimizer, plan::Precision precision, const StateLayout& layout) {
   ParamStateBytes bytes;
+  bytes.grads = kGradientElementBytes;
   if (layout.offload) {
     // The working copy and the step's gradients; the rest is on the host.
-    bytes.weights = precision == plan::Precision::kFp32 ? 4 : 2;
-    bytes.grads = 4;
+    bytes.weights = working_weight_bytes(precision);
     return bytes;
   }
   const double shard = layout.sharded() ? 1.0 / layout.replicas : 1.0;
   const double master = 4;
-  if (precision == plan::Precision::kFp32) bytes.weights = layout.sharded() ? 4 + master * shard : master;
-  else bytes.weights = 2 + master * shard;
-  bytes.grads = 4;
+  // In fp32 the working weights are the master, unless a shard of the master is kept beside them.
+  if (precision == plan::Precision::kFp32 && !layout.sharded()) bytes.weights = master;
+  else bytes.weights = working_weight_bytes(precision) + master * shard;
   bytes.optimizer = optimizer_state_bytes(optimizer) * shard;
   return bytes;
 }
@@ -193,7 +199,7 @@ plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_fligh
   memory.comm_buffers = 2 * (footprint.input_bytes + footprint.output_bytes);
   if (state.sharded()) {
     // The reduce-scatter's send and receive buckets, and this replica's shard of the sum.
-    memory.comm_buffers += 2 * std::min(kGradientBucketBytes, memory.grads) + memory.grads / state.replicas;
+    memory.comm_buffers += 2 * std::min(kBucketBytes, memory.grads) + memory.grads / state.replicas;
   } else if (state.replicas > 1) {
     // The allreduce sums one flat copy of every gradient.
     memory.comm_buffers += memory.grads;

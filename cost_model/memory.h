@@ -34,15 +34,16 @@ struct ParamStateBytes {
   double total() const { return weights + grads + optimizer; }
 };
 ParamStateBytes param_state_bytes(plan::Optimizer optimizer, plan::Precision precision, const StateLayout& layout = {});
+// Gradients are accumulated in fp32; the working copy of the weights the passes read is 16-bit
+// under mixed precision (what sharded state all-gathers and offload copies to the device).
+inline constexpr double kGradientElementBytes = 4;
+double working_weight_bytes(plan::Precision precision);
 // fp32 optimizer state per parameter element: momentum 4, Adam 8, SGD none.
 double optimizer_state_bytes(plan::Optimizer optimizer);
 // Host memory an offloaded stage takes per rank (0 when not offloaded): fp32 master weights,
 // fp32 gradients and the optimizer state, plus the flat copy of the gradients the allreduce sums
 // when replicated.
 double host_memory_bytes(double param_elements, plan::Optimizer optimizer, const StateLayout& layout);
-
-// Gradient bytes each bucket of the gradient synchronisation holds (PyTorch DDP's default bucket).
-inline constexpr double kGradientBucketBytes = 25.0 * 1024 * 1024;
 
 // Bytes of a tensor as stored during training: floating activations in 16 bits under mixed
 // precision; 0 for non-tensors.

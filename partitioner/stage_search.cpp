@@ -10,6 +10,7 @@ namespace rannc::partition {
 namespace {
 
 constexpr double kMs = 1e3;
+constexpr std::array<plan::StateSharding, 2> kShardings{plan::StateSharding::kNone, plan::StateSharding::kOptimizer};
 
 // The ranks of a stage with r replicas per pipeline, as the placement lays them out: the first
 // r devices of every pipeline. Collective times depend only on how these spread over nodes.
@@ -40,7 +41,6 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
     : context_(context), config_(config) {
   const BlockCosts& blocks = *context.blocks;
   const RangeTable& ranges = *context.ranges;
-  constexpr std::array<plan::StateSharding, 2> kShardings{plan::StateSharding::kNone, plan::StateSharding::kOptimizer};
   for (int r = 1; r <= config.pipeline_devices; ++r) {
     if (config.microbatch_size % r != 0) continue;
     if (config.replica_samples && config.microbatch_size / r != *config.replica_samples) continue;
@@ -104,7 +104,7 @@ void StageOptions::add_variants(int begin, int end, int replicas, const RangeWor
   std::vector<StageOption> variants;
   for (bool offload : {false, true})
     for (bool recompute : {false, true})
-      for (auto sharding : {plan::StateSharding::kNone, plan::StateSharding::kOptimizer})
+      for (auto sharding : kShardings)
         if (auto variant = evaluate(begin, end, replicas, recompute, sharding, offload, work)) variants.push_back(*variant);
   auto at_least_as_good = [](const StageOption& a, const StageOption& b) {
     return a.t_ms <= b.t_ms && a.term_ms <= b.term_ms && a.max_in_flight >= b.max_in_flight;

@@ -23,6 +23,10 @@ Precision parse_precision(std::string_view name, std::string_view what);
 // gradients are reduce-scattered, each replica steps its shard, and the updated weights are
 // all-gathered, instead of every replica allreducing and stepping everything.
 enum class StateSharding : std::uint8_t { kNone, kOptimizer };
+// The gradient bytes of each bucket sharded state is reduce-scattered and all-gathered in (PyTorch
+// DDP's default bucket): what rannc-run uses unless --bucket-kib says otherwise, and what the
+// memory model assumes.
+inline constexpr std::int64_t kGradientBucketBytes = std::int64_t{25} << 20;
 std::string_view state_sharding_name(StateSharding sharding);
 StateSharding parse_state_sharding(std::string_view name, std::string_view what);
 

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -199,15 +200,16 @@ std::string loss_text(double loss) { return std::isnan(loss) ? "nan" : loss > 0 
 // Returns the exit status: 0, or 1 when the loss stopped being finite. Every rank sees the same
 // loss (summed over the world), so all stop at the same step and exit alike.
 int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
-  Communicator communicator(world, setup.layout->gradient_groups(setup.placement.stage),
-                            std::chrono::seconds(options.timeout_s));
-  StateSync state(setup.runner->parameters(), setup.layout->gradient_groups(setup.placement.stage), communicator,
-                  setup.optimizer, options.bucket_kib * 1024);
+  auto groups = setup.layout->gradient_groups(setup.placement.stage);
+  Communicator communicator(world, groups, std::chrono::seconds(options.timeout_s));
+  StateSync state(setup.runner->parameters(), groups, communicator, setup.optimizer, options.bucket_kib * 1024);
   Trainer trainer(setup.plan, *setup.layout, world.rank(), *setup.runner, *setup.data, communicator, state);
   if (world.rank() == 0) std::cout << "rannc-run: " << describe(setup.plan) << std::endl;
   std::vector<StepRecord> steps;
   std::string stopped;
-  Progress progress(options, setup.plan.batch.global);
+  // Rank 0 alone reports, and opens the log: another rank's host may not even have its folder.
+  std::optional<Progress> progress;
+  if (world.rank() == 0) progress.emplace(options, setup.plan.batch.global);
   for (int step = 0; step < options.steps; ++step) {
     StepRecord record = trainer.run_step(step);
     if (!std::isfinite(record.loss)) {
@@ -217,7 +219,7 @@ int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
       break;
     }
     steps.push_back(record);
-    if (world.rank() == 0) progress.report(record);
+    if (progress) progress->report(record);
   }
   auto ranks = world.gather(rank_json(trainer.record()).dump());
   // The finite steps are reported even when training stopped, with what stopped it.

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "plan/options.h"
+
 namespace rannc::runtime {
 
 struct RunOptions {
@@ -21,7 +23,7 @@ struct RunOptions {
   std::string report_path;  // empty: no report
   std::string log_path;     // empty: no log; else a JSON line per step, written as training goes
   int timeout_s = 300;      // how long a rank waits on a peer before giving up
-  std::int64_t bucket_kib = 25 * 1024;  // gradient bucket of sharded state (the plan's memory assumes 25 MiB)
+  std::int64_t bucket_kib = plan::kGradientBucketBytes / 1024;  // gradient bucket of sharded state
 };
 
 }  // namespace rannc::runtime

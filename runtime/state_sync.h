@@ -36,16 +36,12 @@ struct OptimizerSettings {
   double clip_grad_norm = 0;  // 0: no clipping
 };
 
-// Gradient bytes a bucket of a sharded group holds: the plan's memory prediction assumes
-// cost::kGradientBucketBytes (25 MiB).
-inline constexpr std::int64_t kDefaultBucketBytes = 25LL * 1024 * 1024;
-
 class StateSync {
  public:
   // `params` are the stage's trainable parameters in plan order, with their gradients; the
   // optimizer updates them in place.
   StateSync(std::vector<at::Tensor> params, std::vector<GradientGroup> groups, Communicator& communicator,
-            const OptimizerSettings& settings, std::int64_t bucket_bytes = kDefaultBucketBytes);
+            const OptimizerSettings& settings, std::int64_t bucket_bytes);
   ~StateSync();
 
   // Sums the gradients, clips them, steps the optimizer at step `step`'s learning rate and brings

@@ -69,6 +69,10 @@ int Trainer::tag(int microbatch, int input, plan::Pass pass) const {
   return (microbatch * tag_stride_ + input) * 2 + (pass == plan::Pass::kBackward ? 1 : 0);
 }
 
+plan::PassTask Trainer::pass_of_tag(int tag) const {
+  return {tag % 2 == 1 ? plan::Pass::kBackward : plan::Pass::kForward, tag / 2 / tag_stride_};
+}
+
 // A message from a peer comes from one of its passes: every pass before it in the peer's order,
 // and the pass itself, has received what it needed, so the sends to that peer they consumed are
 // delivered and their tensors can go. (Waiting for any other send could deadlock.)
@@ -78,9 +82,8 @@ at::Tensor Trainer::receive_from(int peer_stage, int peer, const std::vector<std
   const auto& positions = pass_position_[static_cast<std::size_t>(peer_stage)];
   int done = positions[static_cast<std::size_t>(pass)][static_cast<std::size_t>(microbatch)];
   communicator_.wait_for_sends_to(peer, [&](int sent_tag) {
-    auto sent_pass = static_cast<std::size_t>(sent_tag & 1);
-    auto sent_microbatch = static_cast<std::size_t>((sent_tag >> 1) / tag_stride_);
-    return positions[sent_pass][sent_microbatch] <= done;
+    auto sent = pass_of_tag(sent_tag);
+    return positions[static_cast<std::size_t>(sent.pass)][static_cast<std::size_t>(sent.microbatch)] <= done;
   });
   return received;
 }

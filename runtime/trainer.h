@@ -52,6 +52,7 @@ class Trainer {
   std::vector<at::Tensor> gather_output_grads(int microbatch);
   void send_input_grads(int microbatch, const std::vector<at::Tensor>& grads);
   int tag(int microbatch, int input, plan::Pass pass) const;
+  plan::PassTask pass_of_tag(int tag) const;  // the pass and microbatch a tag was made for
   at::Tensor receive_from(int peer_stage, int peer, const std::vector<std::int64_t>& shape, at::ScalarType dtype,
                           int microbatch, int input, plan::Pass pass);
 

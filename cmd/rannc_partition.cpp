@@ -15,6 +15,7 @@
 #include "compiler/profile.h"
 #include "compiler/show.h"
 #include "compiler/sweep.h"
+#include "compiler/export_checkpoint.h"
 #include "compiler/verify.h"
 #include "cmd/version.h"
 #include "cost_model/cluster.h"
@@ -225,6 +226,14 @@ int run_verify_command(VerifyCommandOptions& options) {
   return outcome.passed ? 0 : static_cast<int>(ExitStatus::kCannotMeet);
 }
 
+void add_export_command(CLI::App& app, ExportOptions& options, CLI::App*& command) {
+  command = app.add_subcommand("export", "merge a rannc-run checkpoint into the model's state_dict for PyTorch");
+  command->add_option("CHECKPOINT", options.checkpoint, "a checkpoint folder, or a --save folder (its latest)")->required();
+  command->add_option("-o,--output", options.output, "the state_dict file (default state_dict.pt)");
+  command->add_option("--module", options.module_output, "also write the TorchScript model with the trained weights");
+  command->add_option("--model", options.model_path, "the model, when it is no longer at the plan's path");
+}
+
 struct ShowOptions {
   std::string plan_path;
   bool json = false;
@@ -244,7 +253,7 @@ int run_show(const ShowOptions& options) {
 }
 
 constexpr const char* kUsage =
-    "usage: rannc-partition MODEL [--gpus N --mem SIZE ...] | inspect | profile | show | verify | sweep | help [COMMAND]";
+    "usage: rannc-partition MODEL [--gpus N --mem SIZE ...] | inspect | profile | show | verify | sweep | export | help [COMMAND]";
 
 // `help` and `help COMMAND`: the usage of the tool (with the default verb, `partition`) or of one
 // command, on stdout. `tool_help` is taken before parsing: once a command is parsed, the app's
@@ -260,7 +269,7 @@ int run_help(CLI::App& app, const std::string& tool_help, const std::string& top
   } catch (const CLI::OptionNotFound&) {
   }
   if (!command || topic == "help") {
-    throw InputError("help " + topic + ": no such command (commands: partition, inspect, profile, show, verify, sweep)");
+    throw InputError("help " + topic + ": no such command (commands: partition, inspect, profile, show, verify, sweep, export)");
   }
   std::cout << command->help(app.get_name());
   return 0;
@@ -301,11 +310,14 @@ int run(int argc, char** argv) {
   VerifyCommandOptions verify;
   CLI::App* verify_command = nullptr;
   add_verify_command(app, verify, verify_command);
+  ExportOptions export_options;
+  CLI::App* export_command = nullptr;
+  add_export_command(app, export_options, export_command);
   SweepCommandOptions sweep;
   auto* sweep_command = add_sweep_command(app, sweep);
   std::string help_topic;
   auto* help_command = app.add_subcommand("help", "print this help, or a command's (help inspect)");
-  help_command->add_option("COMMAND", help_topic, "partition, inspect, profile, show, verify or sweep");
+  help_command->add_option("COMMAND", help_topic, "partition, inspect, profile, show, verify, sweep or export");
   const std::string tool_help = app.help();
   try {
     app.parse(argc, argv);
@@ -323,6 +335,10 @@ int run(int argc, char** argv) {
   if (profile_command->parsed()) return run_profile_command(profile);
   if (show_command->parsed()) return run_show(show);
   if (verify_command->parsed()) return run_verify_command(verify);
+  if (export_command->parsed()) {
+    std::cout << run_export(export_options) << "\n";
+    return 0;
+  }
   if (sweep_command->parsed()) return run_sweep_command(sweep);
   return run_partition_command(partition);
 }

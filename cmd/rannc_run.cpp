@@ -28,6 +28,12 @@ void add_options(CLI::App& app, rannc::runtime::RunOptions& options) {
   app.add_option("--seed", options.seed, "seed of random inputs and targets (default 0)");
   app.add_option("--report", options.report_path, "write per-step losses and times and per-rank measurements (JSON)");
   app.add_option("--log", options.log_path, "append a JSON line per step as it ends (step, loss, lr, ms, samples_per_s)");
+  app.add_option("--save", options.save_dir,
+                 "write checkpoints to this folder (DIR/step_N, DIR/latest names the last), after the last step "
+                 "and every --save-every steps");
+  app.add_option("--save-every", options.save_every, "steps between checkpoints (default: only after the last step)");
+  app.add_option("--resume", options.resume_dir, "continue from a checkpoint: a --save folder (its latest) or a step_N folder");
+  app.add_option("--init", options.init_path, "start from a PyTorch state_dict (torch.save(model.state_dict(), FILE))");
   app.add_option("--timeout", options.timeout_s, "seconds a rank waits for a peer before it gives up (default 300)");
   app.add_option("--bucket-kib", options.bucket_kib,
                  "KiB of gradients per bucket of a stage with sharded state (default 25600, what the plan's memory assumes)");

@@ -89,6 +89,21 @@ class TorchPlugin {
     std::string skipped;                // why nothing was compared (skip_random), else empty
   };
   virtual VerifyReport verify(const VerifyRequest& request) = 0;
+
+  // export (torch_side/checkpoint_export.cpp): the stage files' state dicts merged into one at
+  // `output` (a name in several stages, a tied weight, taken once). With a TorchScript `model`,
+  // in its state_dict's order, with what no stage holds taken from it; with `module_output`,
+  // the model with the merged values saved there.
+  struct ExportRequest {
+    std::vector<std::string> stage_files;
+    std::string model;  // empty: not TorchScript
+    std::string output, module_output;
+  };
+  struct ExportResult {
+    int trained = 0;    // tensors from the checkpoint
+    int untouched = 0;  // tensors of the model that no stage holds
+  };
+  virtual ExportResult export_checkpoint(const ExportRequest& request) = 0;
 };
 
 // Loads the plugin once: from $RANNC_TORCH_PLUGIN, else from the executable's folder (build

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -10,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/checkpoint.h"
 #include "runtime/communicator.h"
 #include "runtime/loss.h"
 #include "runtime/memory_tracker.h"
@@ -17,6 +19,8 @@
 #include "support/atomic_file.h"
 #include "support/error.h"
 #include "support/format.h"
+#include "support/sha256.h"
+#include "torch_side/state_dict_file.h"
 #include "torch_side/torch_error.h"
 #include "torch_side/torch_kernel_fixes.h"
 
@@ -34,6 +38,8 @@ struct RankSetup {
   std::unique_ptr<TrainingData> data;
   std::unique_ptr<StageRunner> runner;
   OptimizerSettings optimizer;
+  std::string plan_sha256;                // the manifest of a checkpoint records it
+  std::optional<ResumePoint> resume;      // --resume's checkpoint
 };
 
 std::vector<SampleSpec> sample_specs(const plan::Plan& plan, const LossPlan& loss) {
@@ -84,6 +90,19 @@ OptimizerSettings optimizer_settings(const RunOptions& options, const plan::Plan
   return settings;
 }
 
+void check_checkpoint_options(const RunOptions& options, const MpiWorld& world) {
+  if (!options.resume_dir.empty() && !options.init_path.empty())
+    throw InputError("--resume and --init: give one (the checkpoint holds the weights to start from)");
+  if (options.save_every < 0) throw InputError("--save-every must not be negative");
+  if (options.save_every > 0 && options.save_dir.empty()) throw InputError("--save-every needs --save DIR");
+  // Rank 0 publishes checkpoints: a folder it cannot write fails now, not at the first checkpoint.
+  if (world.rank() != 0 || options.save_dir.empty()) return;
+  std::error_code error;
+  std::filesystem::create_directories(options.save_dir, error);
+  if (error) throw InputError("--save " + options.save_dir + ": cannot create: " + error.message());
+  check_can_write((std::filesystem::path(options.save_dir) / plan::kLatestCheckpointFile).string(), "--save");
+}
+
 std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& world) {
   auto setup = std::make_unique<RankSetup>();
   setup->plan = plan::read_plan_file(options.plan_path);
@@ -108,7 +127,16 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   setup->optimizer = optimizer_settings(options, plan);
   if (options.bucket_kib < 1 || options.bucket_kib > (std::int64_t{1} << 30))
     throw InputError("--bucket-kib " + std::to_string(options.bucket_kib) + ": must be 1 to 2^30 (1 TiB)");
+  check_checkpoint_options(options, world);
+  setup->plan_sha256 = sha256_of_file(options.plan_path);
   setup->runner = std::make_unique<StageRunner>(plan, stage);
+  if (!options.init_path.empty())
+    setup->runner->load_state(read_state_dict(options.init_path, "--init"), "--init " + options.init_path);
+  if (!options.resume_dir.empty()) {
+    setup->resume = open_resume_point(options, plan, setup->plan_sha256,
+                                      std::string(plan::optimizer_name(setup->optimizer.kind)));
+    restore_stage(*setup->resume, stage.id, world.rank(), *setup->runner);
+  }
   if (stage.id == setup->loss.stage)
     setup->runner->set_loss(loss_function(setup->loss, plan, *setup->layout, setup->placement, *setup->data));
   return setup;
@@ -173,8 +201,9 @@ class Progress {
 
   void report(const StepRecord& record) {
     total_ms_ += record.ms;
+    ++reported_;
     double samples_per_s = record.ms > 0 ? global_batch_ / (record.ms / 1e3) : 0;
-    double eta_s = total_ms_ / (record.step + 1) * (steps_ - record.step - 1) / 1e3;
+    double eta_s = total_ms_ / reported_ * (steps_ - record.step - 1) / 1e3;
     std::printf("step %d loss %.6f ms %.1f lr %.6g samples/s %.1f eta %.1f s\n", record.step, record.loss, record.ms,
                 record.lr, samples_per_s, eta_s);
     std::fflush(stdout);
@@ -191,40 +220,60 @@ class Progress {
   int steps_;
   double global_batch_;
   double total_ms_ = 0;
+  int reported_ = 0;  // steps this run (a resumed one starts past 0)
   std::ofstream log_;
 };
 
 // "nan", "inf" or "-inf".
 std::string loss_text(double loss) { return std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf"; }
 
-// Returns the exit status: 0, or 1 when the loss stopped being finite. Every rank sees the same
-// loss (summed over the world), so all stop at the same step and exit alike.
+// Returns the exit status: 0, 1 when the loss stopped being finite, or 2 when a checkpoint could
+// not be written. Every rank sees the same loss (summed over the world) and the same checkpoint
+// outcome, so all stop at the same step and exit alike.
 int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
   auto groups = setup.layout->gradient_groups(setup.placement.stage);
   Communicator communicator(world, groups, std::chrono::seconds(options.timeout_s));
   StateSync state(setup.runner->parameters(), groups, communicator, setup.optimizer, options.bucket_kib * 1024);
+  const int first_step = setup.resume ? setup.resume->manifest.step : 0;
+  if (setup.resume) restore_optimizer(*setup.resume, setup.placement.stage, world.rank(), state);
+  CheckpointWriter checkpoints(options, setup.plan, setup.plan_sha256, std::string(plan::optimizer_name(setup.optimizer.kind)),
+                               setup.placement.stage);
   Trainer trainer(setup.plan, *setup.layout, world.rank(), *setup.runner, *setup.data, communicator, state);
   if (world.rank() == 0) std::cout << "rannc-run: " << describe(setup.plan) << std::endl;
   std::vector<StepRecord> steps;
   std::string stopped;
+  int status = 0;
   // Rank 0 alone reports, and opens the log: another rank's host may not even have its folder.
   std::optional<Progress> progress;
   if (world.rank() == 0) progress.emplace(options, setup.plan.batch.global);
-  for (int step = 0; step < options.steps; ++step) {
+  if (world.rank() == 0 && setup.resume)
+    std::cout << "rannc-run: resuming from " << setup.resume->folder << " at step " << first_step << std::endl;
+  for (int step = first_step; step < options.steps; ++step) {
     StepRecord record = trainer.run_step(step);
     if (!std::isfinite(record.loss)) {
       stopped = "step " + std::to_string(step) + ": the loss is " + loss_text(record.loss) +
                 "; training stopped (diverged: lower --lr, or check the data)";
+      status = static_cast<int>(ExitStatus::kCannotMeet);
       if (world.rank() == 0) std::cerr << "rannc-run: " << stopped << std::endl;
       break;
     }
     steps.push_back(record);
     if (progress) progress->report(record);
+    if (checkpoints.due(step + 1)) {
+      try {
+        checkpoints.save(world, step + 1, *setup.runner, state);
+      } catch (const Error& e) {
+        stopped = std::string("checkpoint: ") + e.what();
+        if (world.rank() == 0) std::cerr << "rannc-run: " << stopped << std::endl;
+        status = static_cast<int>(e.status());
+        break;
+      }
+    }
   }
   auto ranks = world.gather(rank_json(trainer.record()).dump());
   // The finite steps are reported even when training stopped, with what stopped it.
   if (world.rank() == 0 && !options.report_path.empty()) write_report(options.report_path, steps, ranks, stopped);
-  return stopped.empty() ? 0 : static_cast<int>(ExitStatus::kCannotMeet);
+  return status;
 }
 
 }  // namespace

@@ -23,6 +23,10 @@ struct RunOptions {
   std::string report_path;  // empty: no report
   std::string log_path;     // empty: no log; else a JSON line per step, written as training goes
   int timeout_s = 300;      // how long a rank waits on a peer before giving up
+  std::string save_dir;      // empty: no checkpoints; else one every save_every steps and after the last
+  int save_every = 0;        // 0: only after the last step
+  std::string resume_dir;    // a checkpoint (or a --save folder) to continue from
+  std::string init_path;     // a PyTorch state_dict to start from
   std::int64_t bucket_kib = plan::kGradientBucketBytes / 1024;  // gradient bucket of sharded state
 };
 

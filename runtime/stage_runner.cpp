@@ -123,6 +123,34 @@ std::vector<at::Tensor> StageRunner::backward(int microbatch, const std::vector<
   return input_grads;
 }
 
+TensorDict StageRunner::state() const {
+  TensorDict tensors;
+  for (std::size_t i = 0; i < params_.size(); ++i) tensors.emplace_back(stage_.params[i].name, params_[i]);
+  for (const auto& buffer : stage_.buffers) tensors.emplace_back(buffer.name, module_->attr(buffer.stage_name).toTensor());
+  return tensors;
+}
+
+void StageRunner::load_state(const TensorDict& tensors, const std::string& source) {
+  std::map<std::string, const at::Tensor*> by_name;
+  for (const auto& [name, tensor] : tensors) by_name.emplace(name, &tensor);
+  auto set = [&](const plan::Weight& weight, at::Tensor target, bool required) {
+    auto found = by_name.find(weight.name);
+    if (found == by_name.end() && !required) return;
+    if (found == by_name.end())
+      throw InputError(source + ": has no '" + weight.name + "' (of stage " + std::to_string(stage_.id) + ")");
+    const at::Tensor& value = *found->second;
+    if (value.sizes() != target.sizes()) {
+      throw InputError(source + ": '" + weight.name + "' has shape " + c10::str(value.sizes()) + ", the model's is " +
+                       c10::str(target.sizes()));
+    }
+    at::NoGradGuard no_grad;
+    target.copy_(value);
+  };
+  for (std::size_t i = 0; i < params_.size(); ++i) set(stage_.params[i], params_[i], true);
+  // A state_dict leaves out the buffers registered as not persistent: those keep their values.
+  for (const auto& buffer : stage_.buffers) set(buffer, module_->attr(buffer.stage_name).toTensor(), false);
+}
+
 void StageRunner::zero_gradients() {
   for (auto& param : params_) param.mutable_grad().zero_();
 }

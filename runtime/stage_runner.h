@@ -13,6 +13,8 @@
 
 #include "plan/plan_json.h"
 
+#include "torch_side/state_dict_file.h"
+
 namespace torch::jit {
 struct Module;
 }
@@ -51,6 +53,13 @@ class StageRunner {
   // Nothing for other stages.
   void begin_step();
   void end_step();
+
+  // The stage's weights and buffers by their names in the model (the host copies when offloaded).
+  TensorDict state() const;
+  // Sets them from `tensors` (a checkpoint or a PyTorch state_dict, `source` names it), which
+  // must hold each weight by name with its shape (a buffer it lacks keeps its value); InputError
+  // naming `source` and the tensor otherwise.
+  void load_state(const TensorDict& tensors, const std::string& source);
 
   std::int64_t offload_bytes() const { return offload_bytes_; }  // copied between host and device so far
 

@@ -6,10 +6,16 @@
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <sstream>
+
+#include "support/error.h"
+#include "torch_side/torch_error.h"
 
 namespace rannc::runtime {
 namespace {
@@ -156,6 +162,24 @@ double StateSync::step(int step) {
     write_range(group_tensors(group, false), shard.bucket.begin, gathered.narrow(0, 0, shard.bucket.length));
   }
   return norm;
+}
+
+std::string StateSync::optimizer_bytes() const {
+  torch::serialize::OutputArchive archive;
+  optimizer_->save(archive);
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  return bytes.str();
+}
+
+void StateSync::load_optimizer(const std::string& path) {
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path);
+    optimizer_->load(archive);
+  } catch (const c10::Error& e) {
+    throw InputError(path + ": cannot load the optimizer state: " + torch_message(e));
+  }
 }
 
 double StateSync::lr_at(int step) const {

@@ -52,6 +52,13 @@ class StateSync {
   // The learning rate step `step` trains at.
   double lr_at(int step) const;
 
+  // Whether every rank of the stage holds the same optimizer state (no sharded group), which
+  // one rank may then save for all.
+  bool replicated() const { return shards_.empty(); }
+  // The optimizer's state (torch::optim's archive), and setting it from such a file.
+  std::string optimizer_bytes() const;
+  void load_optimizer(const std::string& path);
+
   // Elements of optimizer-stepped state this rank keeps (its shards, plus unsharded weights).
   std::int64_t stepped_elements() const;
 

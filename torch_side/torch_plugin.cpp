@@ -3,6 +3,7 @@
 
 #include <torch/csrc/jit/serialization/export.h>
 
+#include "torch_side/checkpoint_export.h"
 #include "torch_side/torchscript_source.h"
 #include "torch_side/torchscript_stages.h"
 #include "support/atomic_file.h"
@@ -67,6 +68,12 @@ class TorchPluginImpl : public TorchPlugin {
                 [&] { return source_stage_module(stage, "Stage"); });
   }
   VerifyReport verify(const VerifyRequest& request) override { return verify_stages(request); }
+  ExportResult export_checkpoint(const ExportRequest& request) override {
+    auto exported = rannc::export_checkpoint(request);
+    if (exported.model)
+      save_module(request.module_output + ": cannot save the model", request.module_output, [&] { return *exported.model; });
+    return exported.result;
+  }
 };
 
 }  // namespace

@@ -15,8 +15,10 @@ diverged        --lr 1e30 with mse: the loss overflows within a few steps; one l
 unwritable-report  --report /proc/nonexistent/report.json: every rank exits 2 before any step runs, with
                 one line naming the report.
 bad-options     --bucket-kib 0 or past 2^30, an unknown --lr-schedule, negative --warmup-steps,
-                --clip-grad-norm or --weight-decay, a NaN --lr: every rank exits 2 before any step
-                runs, with one line naming the option; so does a --log that cannot be created.
+                --clip-grad-norm or --weight-decay, a NaN --lr, --save-every without --save, a --save
+                folder that cannot be made, a --resume folder without a checkpoint, --resume with
+                --init, an --init that is /dev/zero or not a state dict: every rank exits 2 before
+                any step runs, with one line naming the option; so does a --log that cannot be created.
 """
 import argparse
 import json
@@ -252,7 +254,15 @@ def bad_options(args, plan, plan_path):
              (["--warmup-steps", -1], r"--warmup-steps must not be negative"),
              (["--clip-grad-norm", -1], r"--clip-grad-norm -1: must be 0 to 1e\+30"),
              (["--weight-decay", -0.5], r"--weight-decay -0.5: must be 0 to 1e\+06"),
-             (["--lr", "nan"], r"--lr nan: must be 0 to 1e\+30")]
+             (["--lr", "nan"], r"--lr nan: must be 0 to 1e\+30"),
+             (["--save-every", 2], r"--save-every needs --save DIR"),
+             (["--save", "/proc/nonexistent/ckpt"], r"(rank 0: )?--save /proc/nonexistent/ckpt: cannot create"),
+             (["--save", "/dev/null"], r"(rank 0: )?--save /dev/null: cannot create"),
+             (["--resume", "/nonexistent"], r"--resume /nonexistent: not a folder"),
+             (["--resume", "/tmp"], r"--resume /tmp: no checkpoint"),
+             (["--resume", "/tmp", "--init", "/dev/zero"], r"--resume and --init: give one"),
+             (["--init", "/dev/zero"], r"--init /dev/zero: not a regular file"),
+             (["--init", plan_path], r"--init .*plan.json: not a state dict saved by torch.save")]
     for option, says in cases:
         # The option replaces RUN_ARGS' own setting of it, if any.
         base = list(RUN_ARGS)

@@ -106,11 +106,12 @@ def make_optimizer(params, name, lr, weight_decay):
 
 
 def reference_losses(model_path, data_folder, plan, steps, loss, lr, accumulate=False, optimizer_name="sgd",
-                     weight_decay=0.0, clip_grad_norm=0.0, schedule="constant", warmup_steps=0):
+                     weight_decay=0.0, clip_grad_norm=0.0, schedule="constant", warmup_steps=0, first_step=0):
     """Trains the whole model in one process with torch.optim (make_optimizer), the learning-rate
     schedule and gradient clipping; returns each step's loss (before its update).
 
     lr 0 gives the losses of the untrained model, forward only: what a run that never updates would report.
+    `first_step` starts on that step's data (the losses of steps first_step..steps-1).
     """
     torch.manual_seed(0)
     model = torch.jit.load(model_path)
@@ -138,7 +139,7 @@ def reference_losses(model_path, data_folder, plan, steps, loss, lr, accumulate=
     per_sample = int(np.prod(target.shape[1:], dtype=np.int64))
     elements = B * per_sample
     losses = []
-    for step in range(steps):
+    for step in range(first_step, steps):
         total = 0.0
         sums = [None] * len(params)
         for chunks in groups:

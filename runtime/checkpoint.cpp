@@ -1,0 +1,180 @@
+#include "runtime/checkpoint.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <sstream>
+
+#include "runtime/mpi_world.h"
+#include "runtime/stage_runner.h"
+#include "runtime/state_sync.h"
+#include "support/atomic_file.h"
+#include "support/error.h"
+#include "support/input_file.h"
+#include "support/sha256.h"
+#include "torch_side/state_dict_file.h"
+#include "torch_side/torch_error.h"
+
+namespace rannc::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kGeneratorKey = "cpu_generator";
+
+// Runs `work` on every rank; when it fails on any, every rank throws InputError with the first
+// failing rank's message, so the whole job stops alike.
+void on_every_rank(const MpiWorld& world, const std::function<void()>& work) {
+  std::string message;
+  try {
+    work();
+  } catch (const std::exception& e) {
+    message = "rank " + std::to_string(world.rank()) + ": " + torch_message(e);
+  }
+  std::string first;
+  if (world.rank() == 0)
+    for (const auto& text : world.gather(message))
+      if (first.empty()) first = text;
+  if (world.rank() != 0) world.gather(message);
+  first = world.broadcast(first, 0);
+  if (!first.empty()) throw InputError(first);
+}
+
+void fresh_folder(const std::string& path) {
+  std::error_code error;
+  fs::remove_all(path, error);
+  if (!error) fs::create_directories(path, error);
+  if (error) throw InputError("--save: cannot create " + path + ": " + error.message());
+}
+
+at::Tensor generator_state() {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void set_generator_state(const at::Tensor& state) {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
+std::string short_sha(const std::string& sha) { return sha.substr(0, 12); }
+
+}  // namespace
+
+CheckpointWriter::CheckpointWriter(const RunOptions& options, const plan::Plan& plan, std::string plan_sha256,
+                                   std::string optimizer, int stage)
+    : options_(options), plan_(plan), plan_sha256_(std::move(plan_sha256)), optimizer_(std::move(optimizer)), stage_(stage) {}
+
+bool CheckpointWriter::due(int steps_done) const {
+  if (options_.save_dir.empty()) return false;
+  return steps_done == options_.steps || (options_.save_every > 0 && steps_done % options_.save_every == 0);
+}
+
+void CheckpointWriter::save(const MpiWorld& world, int steps_done, const StageRunner& runner,
+                            const StateSync& state) const {
+  const auto partial = (fs::path(options_.save_dir) / (plan::checkpoint_folder_name(steps_done) + ".partial")).string();
+  on_every_rank(world, [&] {
+    if (world.rank() == 0) fresh_folder(partial);
+  });
+  on_every_rank(world, [&] { write_rank_files(partial, world.rank(), runner, state); });
+  on_every_rank(world, [&] {
+    if (world.rank() == 0) publish(partial, steps_done);
+  });
+}
+
+void CheckpointWriter::write_rank_files(const std::string& folder, int rank, const StageRunner& runner,
+                                        const StateSync& state) const {
+  auto write = [&](const std::string& file, const std::string& bytes) {
+    write_file_atomically((fs::path(folder) / file).string(), bytes, "the checkpoint");
+  };
+  if (plan_.stages.at(static_cast<std::size_t>(stage_)).ranks.front() == rank) {
+    write(plan::stage_weights_file(stage_), state_dict_bytes(runner.state()));
+    if (state.replicated()) write(plan::stage_optimizer_file(stage_), state.optimizer_bytes());
+  }
+  write(plan::rank_state_file(rank), state_dict_bytes({{kGeneratorKey, generator_state()}}));
+  if (!state.replicated()) write(plan::rank_optimizer_file(rank), state.optimizer_bytes());
+}
+
+// Rank 0, once every rank has written its files: the manifest over all of them, then the
+// folder's final name, then `latest`. Each step is atomic, so a kill leaves `latest` naming a
+// whole checkpoint.
+void CheckpointWriter::publish(const std::string& partial, int steps_done) const {
+  plan::CheckpointManifest manifest;
+  manifest.step = steps_done;
+  manifest.plan_sha256 = plan_sha256_;
+  manifest.model_sha256 = plan_.model.sha256;
+  manifest.optimizer = optimizer_;
+  manifest.seed = options_.seed;
+  std::vector<std::string> files{plan::kCheckpointPlanFile};
+  for (const auto& stage : plan_.stages) {
+    files.push_back(plan::stage_weights_file(stage.id));
+    if (fs::exists(fs::path(partial) / plan::stage_optimizer_file(stage.id))) files.push_back(plan::stage_optimizer_file(stage.id));
+  }
+  for (const auto& placed : plan_.ranks) {
+    files.push_back(plan::rank_state_file(placed.rank));
+    if (fs::exists(fs::path(partial) / plan::rank_optimizer_file(placed.rank))) files.push_back(plan::rank_optimizer_file(placed.rank));
+  }
+  write_file_atomically((fs::path(partial) / plan::kCheckpointPlanFile).string(),
+                        read_regular_file(options_.plan_path, kMaxJsonFileBytes, "plan"), "the checkpoint");
+  for (const auto& file : files) {
+    auto path = (fs::path(partial) / file).string();
+    // Another host's rank wrote it: a --save folder that is not shared between the hosts shows here.
+    if (!fs::exists(path))
+      throw InputError(path + ": not visible from rank 0 (--save must name a folder every rank's host shares)");
+    manifest.files[file] = sha256_of_file(path);
+  }
+  write_file_atomically((fs::path(partial) / plan::kCheckpointManifestFile).string(),
+                        plan::checkpoint_manifest_json(manifest), "the checkpoint manifest");
+  const auto name = plan::checkpoint_folder_name(steps_done);
+  const auto final_path = fs::path(options_.save_dir) / name;
+  std::error_code error;
+  fs::remove_all(final_path, error);
+  if (!error) fs::rename(partial, final_path, error);
+  if (error) throw InputError("--save: cannot rename " + partial + " to " + final_path.string() + ": " + error.message());
+  write_file_atomically((fs::path(options_.save_dir) / plan::kLatestCheckpointFile).string(), name + "\n",
+                        "the latest checkpoint's name");
+}
+
+ResumePoint open_resume_point(const RunOptions& options, const plan::Plan& plan, const std::string& plan_sha256,
+                              const std::string& optimizer) {
+  ResumePoint point;
+  point.folder = plan::find_checkpoint(options.resume_dir, "--resume");
+  point.manifest = plan::read_checkpoint_manifest(point.folder);
+  const auto& manifest = point.manifest;
+  const std::string what = "--resume " + point.folder + ": ";
+  if (manifest.plan_sha256 != plan_sha256) {
+    throw InputError(what + "saved with another plan (plan.json SHA-256 " + short_sha(manifest.plan_sha256) +
+                     ", this plan's " + short_sha(plan_sha256) + ")");
+  }
+  if (manifest.model_sha256 != plan.model.sha256) throw InputError(what + "saved with another model");
+  if (manifest.optimizer != optimizer)
+    throw InputError(what + "holds " + manifest.optimizer + " state, this run has --optimizer " + optimizer);
+  if (options.data_dir.empty() && manifest.seed != options.seed) {
+    throw InputError(what + "trained on the random data of --seed " + std::to_string(manifest.seed) + ", this run has --seed " +
+                     std::to_string(options.seed));
+  }
+  if (manifest.step >= options.steps) {
+    throw InputError(what + "has trained " + std::to_string(manifest.step) + " steps: --steps " +
+                     std::to_string(options.steps) + " leaves none to train");
+  }
+  return point;
+}
+
+void restore_stage(const ResumePoint& point, int stage, int rank, StageRunner& runner) {
+  auto weights = plan::checked_checkpoint_file(point.folder, point.manifest, plan::stage_weights_file(stage));
+  runner.load_state(read_state_dict(weights, "checkpoint"), weights);
+  auto rank_file = plan::checked_checkpoint_file(point.folder, point.manifest, plan::rank_state_file(rank));
+  for (const auto& [name, tensor] : read_state_dict(rank_file, "checkpoint"))
+    if (name == kGeneratorKey) set_generator_state(tensor);
+}
+
+void restore_optimizer(const ResumePoint& point, int stage, int rank, StateSync& state) {
+  auto file = state.replicated() ? plan::stage_optimizer_file(stage) : plan::rank_optimizer_file(rank);
+  state.load_optimizer(plan::checked_checkpoint_file(point.folder, point.manifest, file));
+}
+
+}  // namespace rannc::runtime

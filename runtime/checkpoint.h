@@ -1,0 +1,57 @@
+// rannc-run's checkpoints (plan/checkpoint.h has the folder's layout): --save writes one every
+// --save-every steps and after the last; --resume continues from one, with the same losses as a
+// run never stopped. One rank per stage (its first) writes the stage's weights, and its optimizer
+// state when replicated; every rank writes its random state, and its shards of sharded state.
+#pragma once
+
+#include <string>
+
+#include "plan/checkpoint.h"
+#include "plan/plan.h"
+#include "runtime/run_options.h"
+
+namespace rannc::runtime {
+
+class MpiWorld;
+class StageRunner;
+class StateSync;
+
+class CheckpointWriter {
+ public:
+  // `plan_sha256`: of the plan file's bytes; `optimizer`: the one training runs. The manifest
+  // records both.
+  CheckpointWriter(const RunOptions& options, const plan::Plan& plan, std::string plan_sha256, std::string optimizer,
+                   int stage);
+
+  // Whether a checkpoint is due once `steps_done` steps have trained.
+  bool due(int steps_done) const;
+  // Collective: every rank calls it. Writes DIR/step_N, then points DIR/latest at it. A failure
+  // on any rank (a full disk) throws InputError on every rank, naming the rank; DIR/latest
+  // still names the previous checkpoint.
+  void save(const MpiWorld& world, int steps_done, const StageRunner& runner, const StateSync& state) const;
+
+ private:
+  void write_rank_files(const std::string& folder, int rank, const StageRunner& runner, const StateSync& state) const;
+  void publish(const std::string& partial, int steps_done) const;
+
+  RunOptions options_;
+  const plan::Plan& plan_;
+  std::string plan_sha256_, optimizer_;
+  int stage_;
+};
+
+// The checkpoint --resume names, checked against this run: the same plan (by SHA-256), model,
+// optimizer and seed, and a step before --steps. InputError with one line otherwise.
+struct ResumePoint {
+  std::string folder;
+  plan::CheckpointManifest manifest;
+};
+ResumePoint open_resume_point(const RunOptions& options, const plan::Plan& plan, const std::string& plan_sha256,
+                              const std::string& optimizer);
+
+// This rank's part: the stage's weights and buffers and the rank's random state (before the
+// optimizer is made: sharded state starts from the weights); then the optimizer state.
+void restore_stage(const ResumePoint& point, int stage, int rank, StageRunner& runner);
+void restore_optimizer(const ResumePoint& point, int stage, int rank, StateSync& state);
+
+}  // namespace rannc::runtime

@@ -1,0 +1,243 @@
+"""rannc-run's checkpoints: a killed job resumes with the losses of one never stopped, a checkpoint
+goes back to PyTorch, and training starts from a PyTorch state_dict.
+
+usage: check_checkpoint.py --partition BIN --run BIN --model PATH --sample NAME --samples DIR --out DIR
+           --other-plan "PARTITION_ARGS" [--np 4] [--recompute] [--expect-sharded] -- EXTRA_PARTITION_ARGS...
+
+Adam, constant learning rate, on a --data folder of STEPS + 1 steps:
+1. straight: STEPS steps with --save S1 --save-every STEPS; the losses L.
+2. killed: the same run with --save S2 --save-every 3, SIGKILLed (the whole job) as soon as rank 0
+   prints step 3, so S2/latest names step 3 (or a later multiple of 3 on a slow machine); then
+   --resume S2 to STEPS: its steps equal L's exactly (the same plan, data and state).
+3. export: `rannc-partition export S1 -o sd.pt --module trained.pt`; the sample's own nn.Module loads
+   sd.pt with strict load_state_dict and gives trained.pt's outputs; trained.pt's loss on the data of
+   step STEPS equals rannc-run's (a run of STEPS + 1 steps resumed from S1) within 1e-5.
+4. init: a PyTorch model with other weights, saved by torch.save(model.state_dict()); rannc-run
+   --init starts from it: its first two losses are those of that model trained in PyTorch, 1e-5.
+5. refusals, each exit 2 with one line: --resume with another plan ("another plan"), a checkpoint
+   file changed since ("changed since"), --init of a state_dict without the model's weights ("has no").
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import torch
+
+from check_faults import alive, descendants
+from check_training import describe, fail, mpirun_command, mpirun_env, parse, partition, run_job, set_stage_flags
+import training_reference
+
+STEPS = 12
+SAVE_EVERY = 3
+RUN_ARGS = ("--loss", "cross_entropy", "--optimizer", "adam", "--lr", 0.01, "--seed", 1)
+
+
+def losses_of(report_path):
+    with open(report_path) as f:
+        return {entry["step"]: float(entry["loss"]) for entry in json.load(f)["steps"]}
+
+
+def train(args, plan_path, data_dir, steps, *extra, report=None):
+    command = mpirun_command(args.ranks, args.run, plan_path, "--steps", steps, "--data", data_dir, *RUN_ARGS, *extra,
+                             *(["--report", report] if report else []))
+    status, output, _ = run_job(command, 600)
+    return status, output
+
+
+def train_ok(args, plan_path, data_dir, steps, *extra, report):
+    status, output = train(args, plan_path, data_dir, steps, *extra, report=report)
+    if status != 0:
+        fail(f"rannc-run {' '.join(map(str, extra))}: exit {status}\n{output}")
+    return losses_of(report)
+
+
+def expect_refusal(args, plan_path, data_dir, words, *extra):
+    status, output = train(args, plan_path, data_dir, STEPS, *extra)
+    lines = [line for line in output.splitlines() if line.startswith("rannc-run:") and words in line]
+    if status != 2 or not lines:
+        fail(f"{' '.join(map(str, extra))}: expected exit 2 and a line with {words!r}, got exit {status}:\n{output}")
+    print(f"refused ({' '.join(map(str, extra))}):", lines[0])
+
+
+def kill_job(job):
+    """SIGKILL to mpirun and every process below it (mpirun puts the ranks in groups of their own)."""
+    processes = descendants(job.pid)
+    for pid in processes:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os.killpg(job.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in processes):
+        if time.monotonic() > deadline:
+            fail("processes of the killed job still run after 30 s")
+        time.sleep(0.05)
+
+
+def killed_run(args, plan_path, data_dir, save_dir):
+    """Runs with --save-every 3 and SIGKILLs the job once rank 0 prints step 3; returns the steps printed."""
+    command = mpirun_command(args.ranks, args.run, plan_path, "--steps", STEPS, "--data", data_dir, *RUN_ARGS,
+                             "--save", save_dir, "--save-every", SAVE_EVERY)
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=mpirun_env(),
+                           start_new_session=True)
+    printed, step3 = [], threading.Event()
+
+    def read():
+        for line in job.stdout:
+            printed.append(line)
+            if line.startswith(f"step {SAVE_EVERY} "):
+                kill_job(job)
+                step3.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if not step3.wait(300):
+        kill_job(job)
+        fail("rank 0 printed no 'step 3' line within 300 s:\n" + "".join(printed))
+    job.wait()
+    reader.join(10)
+    return [line for line in printed if line.startswith("step ")]
+
+
+def check_resume(args, plan_path, data_dir, straight):
+    save_dir = os.path.join(args.out, "killed")
+    shutil.rmtree(save_dir, ignore_errors=True)
+    printed = killed_run(args, plan_path, data_dir, save_dir)
+    with open(os.path.join(save_dir, "latest")) as f:
+        latest = f.read().strip()
+    left = [name for name in os.listdir(save_dir) if name.endswith(".partial")]
+    print(f"killed after {len(printed)} printed steps; latest = {latest}; partial folders left: {left}")
+    resumed = train_ok(args, plan_path, data_dir, STEPS, "--resume", save_dir,
+                       report=os.path.join(args.out, "resumed.json"))
+    start = int(latest.split("_")[1])
+    if sorted(resumed) != list(range(start, STEPS)):
+        fail(f"resumed from {latest}: expected steps {start}..{STEPS - 1}, the report has {sorted(resumed)}")
+    print(f"{'step':>4} | {'straight':>14} | {'resumed':>14}")
+    for step in range(start, STEPS):
+        print(f"{step:>4} | {straight[step]:>14.9f} | {resumed[step]:>14.9f}")
+    different = [step for step in range(start, STEPS) if resumed[step] != straight[step]]
+    if different:
+        fail(f"steps {different}: the resumed losses differ from the straight run's")
+    print(f"OK: {start} + {STEPS - start} steps with a kill between equal {STEPS} straight")
+
+
+def check_export(args, plan_path, data_dir, plan):
+    """The checkpoint after STEPS steps, back in PyTorch."""
+    state_path, module_path = os.path.join(args.out, "sd.pt"), os.path.join(args.out, "trained.pt")
+    command = [args.partition, "export", os.path.join(args.out, "straight"), "-o", state_path, "--module", module_path]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        fail(f"{' '.join(command)}: exit {result.returncode}\n{result.stdout}{result.stderr}")
+    print(result.stdout.strip())
+    sys.path.insert(0, args.samples)
+    from sample_models import make_sample
+    model = make_sample(args.sample).model
+    model.load_state_dict(torch.load(state_path))  # strict: every key of the model, no other
+    trained = torch.jit.load(module_path)
+    model.eval(), trained.eval()
+    inputs = training_reference._load_inputs(plan, data_dir)
+    batch = [torch.from_numpy(x[:plan["batch"]["global"]].copy()) for x in inputs]
+    with torch.no_grad():
+        difference = (training_reference._model_output(model(*batch)) -
+                      training_reference._model_output(trained(*batch))).abs().max().item()
+    if difference != 0:
+        fail(f"the nn.Module with the exported state_dict and the exported TorchScript model differ by {difference}")
+    print("the sample's nn.Module loads the state_dict (strict) and matches the exported TorchScript model")
+    after = train_ok(args, plan_path, data_dir, STEPS + 1, "--resume", os.path.join(args.out, "straight"),
+                     report=os.path.join(args.out, "after.json"))[STEPS]
+    expected = training_reference.reference_losses(module_path, data_dir, plan, STEPS + 1, "cross_entropy", 0.0,
+                                                   first_step=STEPS)[0]
+    print(f"step {STEPS}: rannc-run {after:.9f}, PyTorch with the exported weights {expected:.9f}")
+    if not abs(after - expected) <= 1e-5 * abs(expected):
+        fail("the exported weights do not give rannc-run's next loss")
+
+
+def check_init(args, plan_path, data_dir, plan):
+    model = torch.jit.load(os.path.abspath(args.model))
+    torch.manual_seed(7)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.mul_(0.5).add_(0.01 * torch.randn_like(param))
+    state_path, model_path = os.path.join(args.out, "init_state.pt"), os.path.join(args.out, "init_model.pt")
+    torch.save(model.state_dict(), state_path)  # an OrderedDict, as users save them
+    torch.jit.save(model, model_path)
+    got = train_ok(args, plan_path, data_dir, 2, "--init", state_path, report=os.path.join(args.out, "init.json"))
+    want = training_reference.reference_losses(model_path, data_dir, plan, 2, "cross_entropy", 0.01,
+                                               optimizer_name="adam")
+    untouched = losses_of(os.path.join(args.out, "straight.json"))
+    print(f"--init: rannc-run {[round(got[s], 7) for s in (0, 1)]}, PyTorch {[round(x, 7) for x in want]}, "
+          f"without --init {[round(untouched[s], 7) for s in (0, 1)]}")
+    if any(not abs(got[s] - want[s]) <= 1e-5 * abs(want[s]) for s in (0, 1)):
+        fail("--init does not start from the state_dict's model")
+    torch.save({"unrelated.weight": torch.zeros(3)}, os.path.join(args.out, "unrelated.pt"))
+    expect_refusal(args, plan_path, data_dir, "has no", "--init", os.path.join(args.out, "unrelated.pt"))
+
+
+def check_refusals(args, plan_path, data_dir):
+    other_dir = os.path.join(args.out, "other_plan")
+    partition(args.partition, args.model, other_dir, args.np, args.other_plan, "adam")
+    status, output = train(args, os.path.join(other_dir, "plan.json"), data_dir, STEPS, "--resume",
+                           os.path.join(args.out, "straight"))
+    if status != 2 or "another plan" not in output:
+        fail(f"--resume with another plan: expected exit 2 and 'another plan', got exit {status}:\n{output}")
+    print("refused (another plan):", [line for line in output.splitlines() if "another plan" in line][0])
+    copy = os.path.join(args.out, "changed")
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(os.path.join(args.out, "straight", f"step_{SAVE_EVERY * (STEPS // SAVE_EVERY):08d}"), copy)
+    with open(os.path.join(copy, "stage_0.pt"), "r+b") as f:
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    # The changed checkpoint is at step STEPS: resume a longer run from it.
+    status, output = train(args, plan_path, data_dir, STEPS + 1, "--resume", copy)
+    if status != 2 or "changed since" not in output:
+        fail(f"--resume of a changed file: expected exit 2 and 'changed since', got exit {status}:\n{output}")
+    print("refused (a changed file):", [line for line in output.splitlines() if "changed since" in line][0])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--partition", required=True)
+    parser.add_argument("--run", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--sample", required=True, help="the model's name in samples/sample_models.py")
+    parser.add_argument("--samples", required=True, help="the folder of sample_models.py")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--np", type=int, default=4)
+    parser.add_argument("--recompute", action="store_true", help="set recompute on every stage of the plan")
+    parser.add_argument("--expect-sharded", action="store_true")
+    parser.add_argument("--other-plan", required=True, help="partition arguments of another plan of the model")
+    args = parse(parser)
+    args.other_plan = args.other_plan.split()
+    plan_dir, data_dir = os.path.join(args.out, "plan"), os.path.join(args.out, "data")
+    plan = partition(args.partition, args.model, plan_dir, args.np, args.extra, "adam")
+    plan_path = os.path.join(plan_dir, "plan.json")
+    if args.recompute:
+        plan = set_stage_flags(plan_path, True, False)
+    print("plan:", describe(plan))
+    if args.expect_sharded and all(s.get("state_sharding", "none") == "none" for s in plan["stages"]):
+        fail("expected a stage with sharded optimizer state, the plan has none")
+    args.ranks = len(plan["ranks"])
+    training_reference.make_data(plan, STEPS + 1, "cross_entropy", data_dir, 1)
+
+    save_dir = os.path.join(args.out, "straight")
+    shutil.rmtree(save_dir, ignore_errors=True)
+    straight = train_ok(args, plan_path, data_dir, STEPS, "--save", save_dir, "--save-every", SAVE_EVERY,
+                        report=os.path.join(args.out, "straight.json"))
+    check_resume(args, plan_path, data_dir, straight)
+    check_export(args, plan_path, data_dir, plan)
+    check_init(args, plan_path, data_dir, plan)
+    check_refusals(args, plan_path, data_dir)
+    print("OK")
+
+
+if __name__ == "__main__":
+    main()

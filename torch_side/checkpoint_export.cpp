@@ -1,0 +1,76 @@
+#include "torch_side/checkpoint_export.h"
+
+#include <map>
+
+#include "support/atomic_file.h"
+#include "support/error.h"
+#include "torch_side/state_dict_file.h"
+#include "torch_side/torch_error.h"
+
+namespace rannc {
+namespace {
+
+// The stages' tensors by name. A tied weight is in each stage that uses it, the same after every
+// step (its gradients are summed over all holders), so the first copy stands for all.
+std::map<std::string, at::Tensor> merged_stages(const std::vector<std::string>& files) {
+  std::map<std::string, at::Tensor> merged;
+  for (const auto& file : files)
+    for (const auto& [name, tensor] : read_state_dict(file, "checkpoint")) merged.emplace(name, tensor);
+  return merged;
+}
+
+// The module's state_dict entries in PyTorch's order: module by module, parameters then buffers.
+TensorDict module_state(const torch::jit::Module& model) {
+  TensorDict state;
+  for (const auto& sub : model.named_modules()) {
+    std::string prefix = sub.name.empty() ? "" : sub.name + ".";
+    for (const auto& param : sub.value.named_parameters(false)) state.emplace_back(prefix + param.name, param.value);
+    for (const auto& buffer : sub.value.named_buffers(false)) state.emplace_back(prefix + buffer.name, buffer.value);
+  }
+  return state;
+}
+
+torch::jit::Module load_model(const std::string& path) {
+  try {
+    return torch::jit::load(path);
+  } catch (const c10::Error& e) {
+    throw InputError(path + ": cannot load the model: " + torch_message(e));
+  }
+}
+
+}  // namespace
+
+ExportedCheckpoint export_checkpoint(const TorchPlugin::ExportRequest& request) {
+  auto merged = merged_stages(request.stage_files);
+  ExportedCheckpoint exported;
+  auto& result = exported.result;
+  TensorDict state;
+  if (request.model.empty()) {
+    state.assign(merged.begin(), merged.end());
+    result.trained = static_cast<int>(state.size());
+  } else {
+    auto model = load_model(request.model);
+    state = module_state(model);
+    at::NoGradGuard no_grad;
+    for (auto& [name, tensor] : state) {
+      auto found = merged.find(name);
+      if (found == merged.end()) {
+        ++result.untouched;
+        continue;
+      }
+      if (found->second.sizes() != tensor.sizes())
+        throw InputError("export: '" + name + "' is " + c10::str(found->second.sizes()) + " in the checkpoint, " +
+                         c10::str(tensor.sizes()) + " in " + request.model);
+      tensor.copy_(found->second);  // the model's own tensor: --module saves it so
+      merged.erase(found);
+      ++result.trained;
+    }
+    if (!merged.empty())
+      throw InputError("export: the checkpoint's '" + merged.begin()->first + "' is not in " + request.model);
+    if (!request.module_output.empty()) exported.model = model;
+  }
+  write_file_atomically(request.output, state_dict_bytes(state), "the state_dict");
+  return exported;
+}
+
+}  // namespace rannc

@@ -16,6 +16,7 @@ void add_options(CLI::App& app, rannc::runtime::RunOptions& options) {
   app.add_option("--data", options.data_dir,
                  "folder of .npy files: one per model input (NAME.npy) and target.npy, dim 0 = steps x global batch "
                  "(default: random inputs from --seed)");
+  app.add_flag("--shuffle", options.shuffle, "take --data's rows in an order drawn per epoch from --seed");
   app.add_option("--loss", options.loss, "cross_entropy or mse against the target, for a model whose output is not a scalar loss");
   app.add_option("--optimizer", options.optimizer, "sgd, momentum (0.9) or adam (default: the plan's)");
   app.add_option("--lr", options.lr, "learning rate (default 0.01)");

@@ -59,13 +59,12 @@ LossFunction loss_function(const LossPlan& loss, const plan::Plan& plan, const R
                            Placement placement, const TrainingData& data) {
   auto slice = layout.replica_slice(placement.stage, placement.replica);
   double global_terms = static_cast<double>(plan.batch.global) * static_cast<double>(loss.elements_per_sample);
-  return [&loss, &layout, &data, placement, slice, global_terms, samples = plan.batch.global](
+  return [&loss, &data, slice, global_terms, samples = plan.batch.global](
              const std::vector<at::Tensor>& outputs, int microbatch) -> at::Tensor {
     const auto& output = outputs.at(static_cast<std::size_t>(loss.output));
     // A scalar output is taken to be a mean over its slice: weighted by the slice's share.
     if (loss.kind == "scalar") return output.mul(static_cast<double>(slice.length) / static_cast<double>(samples));
-    auto first = layout.microbatch_start(placement.pipeline, microbatch) + slice.begin;
-    auto target = data.batch("target").narrow(0, first, slice.length);
+    const auto& target = data.rows("target", microbatch);
     if (loss.kind == "mse") return at::mse_loss(output, target, at::Reduction::Sum).div(global_terms);
     auto classes = output.size(-1);
     return at::cross_entropy_loss(output.reshape({-1, classes}), target.reshape({-1}), {}, at::Reduction::Sum)

@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+
+#include <fcntl.h>
+#include <unistd.h>
 #include <limits>
 #include <map>
 #include <regex>
 
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "support/error.h"
@@ -75,6 +79,25 @@ NpyFile::NpyFile(const std::string& path) : path_(regular_or_missing(path)), str
     throw InputError(path + ": truncated: " + std::to_string(rows()) + " rows need " + std::to_string(rows() * row_bytes_) +
                      " bytes of data, the file has " + std::to_string(data_bytes));
   }
+  map_data();
+}
+
+NpyFile::~NpyFile() {
+  if (mapping_) ::munmap(mapping_, mapping_bytes_);
+}
+
+// The whole file, mapped read-only: rows are copied out of the page cache as a step needs them,
+// in any order (a shuffle), and only the pages of those rows are ever read from disk.
+void NpyFile::map_data() {
+  mapping_bytes_ = static_cast<std::size_t>(data_offset_ + rows() * row_bytes_);
+  if (rows() * row_bytes_ == 0) return;
+  int fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw InputError(path_ + ": cannot open (" + std::strerror(errno) + ")");
+  void* mapping = ::mmap(nullptr, mapping_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+  int error = errno;
+  ::close(fd);
+  if (mapping == MAP_FAILED) throw InputError(path_ + ": cannot map (" + std::strerror(error) + ")");
+  mapping_ = mapping;
 }
 
 // The header is a Python dict literal: {'descr': '<f4', 'fortran_order': False, 'shape': (8, 3), }
@@ -110,10 +133,8 @@ std::vector<char> NpyFile::read_rows(std::int64_t first, std::int64_t count) {
                      std::to_string(rows()));
   }
   std::vector<char> bytes(static_cast<std::size_t>(count * row_bytes_));
-  stream_.clear();
-  stream_.seekg(data_offset_ + first * row_bytes_);
-  stream_.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (static_cast<std::size_t>(stream_.gcount()) != bytes.size()) throw InputError(path_ + ": read failed");
+  if (!bytes.empty()) std::memcpy(bytes.data(), static_cast<const char*>(mapping_) + data_offset_ + first * row_bytes_, bytes.size());
+  bytes_read_ += static_cast<std::int64_t>(bytes.size());
   return bytes;
 }
 

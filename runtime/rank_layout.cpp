@@ -56,6 +56,14 @@ SampleRange RankLayout::replica_slice(int stage, int replica) const {
   return {replica * length, length};
 }
 
+std::vector<SampleRange> RankLayout::step_rows(Placement placement) const {
+  auto slice = replica_slice(placement.stage, placement.replica);
+  std::vector<SampleRange> rows;
+  for (int i = 0; i < plan_.batch.microbatches; ++i)
+    rows.push_back({microbatch_start(placement.pipeline, i) + slice.begin, slice.length});
+  return rows;
+}
+
 std::int64_t RankLayout::microbatch_start(int pipeline, int microbatch) const {
   return (static_cast<std::int64_t>(pipeline) * plan_.batch.microbatches + microbatch) * plan_.batch.microbatch_size;
 }

@@ -61,6 +61,9 @@ class RankLayout {
   SampleRange replica_slice(int stage, int replica) const;
   // The first sample, within a step's global batch, of a pipeline's microbatch.
   std::int64_t microbatch_start(int pipeline, int microbatch) const;
+  // The samples of a step a rank's stage takes from the model inputs: per microbatch of its
+  // pipeline, its replica's slice.
+  std::vector<SampleRange> step_rows(Placement placement) const;
 
   // What a replica of stage `from` sends of a tensor to the replicas of stage `to` (forward), or
   // receives back from them (backward). A tensor without a batch dim goes whole to every replica.

@@ -123,7 +123,7 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   const auto& stage = plan.stages.at(static_cast<std::size_t>(setup->placement.stage));
   plan::check_stage_file(plan, stage);  // the file this rank loads is the one partition wrote
   setup->data = std::make_unique<TrainingData>(options, plan.batch.global, sample_specs(plan, setup->loss),
-                                               needed_arrays(stage, setup->loss));
+                                               needed_arrays(stage, setup->loss), setup->layout->step_rows(setup->placement));
   setup->optimizer = optimizer_settings(options, plan);
   if (options.bucket_kib < 1 || options.bucket_kib > (std::int64_t{1} << 30))
     throw InputError("--bucket-kib " + std::to_string(options.bucket_kib) + ": must be 1 to 2^30 (1 TiB)");
@@ -172,7 +172,7 @@ std::string describe(const plan::Plan& plan) {
 json rank_json(const RankRecord& r) {
   return {{"rank", r.rank}, {"stage", r.stage}, {"peak_mem_bytes", r.peak_mem_bytes}, {"fwd_ms", r.fwd_ms},
           {"bwd_ms", r.bwd_ms}, {"comm_ms", r.comm_ms}, {"offload_bytes", r.offload_bytes},
-          {"optimizer_elements", r.optimizer_elements}};
+          {"optimizer_elements", r.optimizer_elements}, {"data_bytes", r.data_bytes}};
 }
 
 void write_report(const std::string& path, const std::vector<StepRecord>& steps, const std::vector<std::string>& ranks,

@@ -12,6 +12,7 @@ struct RunOptions {
   std::string plan_path;
   int steps = 10;
   std::string data_dir;     // empty: random inputs from `seed`
+  bool shuffle = false;     // take --data's rows in an order drawn per epoch from `seed`
   std::string loss;         // "", "cross_entropy" or "mse"
   std::string optimizer;    // empty: the plan's
   double lr = 0.01;

@@ -90,12 +90,10 @@ at::Tensor Trainer::receive_from(int peer_stage, int peer, const std::vector<std
 
 std::vector<at::Tensor> Trainer::gather_inputs(int microbatch) {
   std::vector<at::Tensor> inputs;
-  auto mine = layout_.replica_slice(stage_.id, placement_.replica);
   for (std::size_t k = 0; k < stage_.inputs.size(); ++k) {
     const auto& input = stage_.inputs[k];
     if (input.model_input) {
-      SampleRange rows{layout_.microbatch_start(placement_.pipeline, microbatch) + mine.begin, mine.length};
-      inputs.push_back(cut(data_.batch(*input.model_input), input.batch_dim, rows));
+      inputs.push_back(data_.rows(*input.model_input, microbatch));
       continue;
     }
     std::vector<at::Tensor> pieces;
@@ -192,7 +190,7 @@ StepRecord Trainer::run_step(int step) {
 
 RankRecord Trainer::record() const {
   double steps = std::max(steps_run_, 1);
-  return {rank_, stage_.id, peak_tensor_bytes(), runner_.offload_bytes(), state_.stepped_elements(),
+  return {rank_, stage_.id, peak_tensor_bytes(), runner_.offload_bytes(), state_.stepped_elements(), data_.bytes_read(),
           fwd_ms_ / steps, bwd_ms_ / steps, comm_ms_ / steps};
 }
 

@@ -29,7 +29,8 @@ struct StepRecord {
 struct RankRecord {
   int rank = 0, stage = 0;
   std::int64_t peak_mem_bytes = 0, offload_bytes = 0;
-  std::int64_t optimizer_elements = 0;  // weight elements this rank's optimizer steps (its shards when sharded)
+  std::int64_t optimizer_elements = 0;
+  std::int64_t data_bytes = 0;  // read from --data's files  // weight elements this rank's optimizer steps (its shards when sharded)
   double fwd_ms = 0, bwd_ms = 0, comm_ms = 0;
 };
 

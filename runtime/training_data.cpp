@@ -1,6 +1,7 @@
 #include "runtime/training_data.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/from_blob.h>
 
 #include <algorithm>
@@ -24,7 +25,7 @@ c10::ScalarType scalar_type(ir::DType dtype, const std::string& name) {
 }
 
 // Samples the model reads as integers must come as integers: a float file would be truncated.
-void check_file(const NpyFile& file, const SampleSpec& spec, std::int64_t rows_needed) {
+void check_file(const NpyFile& file, const SampleSpec& spec) {
   std::vector<std::int64_t> sample(file.shape().begin() + 1, file.shape().end());
   if (sample != spec.sample_shape) {
     throw InputError(file.path() + ": shape " + dims_text(file.shape()) + " does not hold samples of shape " +
@@ -34,24 +35,40 @@ void check_file(const NpyFile& file, const SampleSpec& spec, std::int64_t rows_n
     throw InputError(file.path() + ": dtype " + std::string(ir::dtype_name(file.dtype())) + " cannot stand for '" +
                      spec.name + "', which is " + std::string(ir::dtype_name(spec.dtype)));
   }
-  if (file.rows() < rows_needed) {
-    throw InputError(file.path() + ": " + std::to_string(file.rows()) + " rows, the steps asked for need " +
-                     std::to_string(rows_needed) + " (steps x global batch)");
+}
+
+// Runs of consecutive values in `rows`, as (first, count).
+std::vector<std::pair<std::int64_t, std::int64_t>> runs_of(const std::vector<std::int64_t>& rows) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> runs;
+  for (auto row : rows) {
+    if (!runs.empty() && runs.back().first + runs.back().second == row) ++runs.back().second;
+    else runs.emplace_back(row, 1);
   }
+  return runs;
 }
 
 }  // namespace
 
 TrainingData::TrainingData(const RunOptions& options, std::int64_t global_batch, std::vector<SampleSpec> arrays,
-                           std::vector<std::string> needed)
-    : options_(options), global_batch_(global_batch), arrays_(std::move(arrays)), needed_(std::move(needed)) {
+                           std::vector<std::string> needed, std::vector<SampleRange> microbatch_rows)
+    : options_(options),
+      global_batch_(global_batch),
+      arrays_(std::move(arrays)),
+      needed_(std::move(needed)),
+      microbatch_rows_(std::move(microbatch_rows)) {
   for (const auto& spec : arrays_) scalar_type(spec.dtype, spec.name);
   if (options_.data_dir.empty()) return;
   for (const auto& spec : arrays_) {
     auto file = std::make_unique<NpyFile>(options_.data_dir + "/" + spec.name + ".npy");
-    check_file(*file, spec, options_.steps * global_batch_);
+    check_file(*file, spec);
+    const auto& first = files_.empty() ? *file : *files_.begin()->second;
+    if (file->rows() != first.rows()) {
+      throw InputError(file->path() + ": " + std::to_string(file->rows()) + " rows, but " + first.path() + " has " +
+                       std::to_string(first.rows()) + " (every file holds one row per sample)");
+    }
     files_[spec.name] = std::move(file);
   }
+  order_ = std::make_unique<DataOrder>(files_.begin()->second->rows(), global_batch_, options_.shuffle, options_.seed);
 }
 
 TrainingData::~TrainingData() = default;
@@ -59,15 +76,35 @@ TrainingData::~TrainingData() = default;
 void TrainingData::load_step(int step) {
   for (std::size_t i = 0; i < arrays_.size(); ++i) {
     if (std::find(needed_.begin(), needed_.end(), arrays_[i].name) == needed_.end()) continue;
-    batches_[arrays_[i].name] = options_.data_dir.empty() ? draw(i, step) : read(i, step);
+    auto& microbatches = batches_[arrays_[i].name];
+    microbatches.clear();
+    at::Tensor drawn = options_.data_dir.empty() ? draw(i, step) : at::Tensor();
+    for (const auto& range : microbatch_rows_) {
+      microbatches.push_back(drawn.defined() ? drawn.narrow(arrays_[i].batch_dim, range.begin, range.length)
+                                             : read(i, step, range));
+    }
   }
 }
 
-at::Tensor TrainingData::read(std::size_t array, int step) {
+std::int64_t TrainingData::bytes_read() const {
+  std::int64_t bytes = 0;
+  for (const auto& [name, file] : files_) bytes += file->bytes_read();
+  return bytes;
+}
+
+// The range's samples, from wherever the data order puts them (runs of consecutive rows read at once).
+at::Tensor TrainingData::read(std::size_t array, int step, const SampleRange& range) {
   const auto& spec = arrays_[array];
   auto& file = *files_.at(spec.name);
-  auto bytes = file.read_rows(step * global_batch_, global_batch_);
-  std::vector<std::int64_t> shape{global_batch_};
+  std::vector<std::int64_t> rows;
+  for (std::int64_t sample = range.begin; sample < range.begin + range.length; ++sample)
+    rows.push_back(order_->row(step, sample));
+  std::vector<char> bytes;
+  for (auto [first, count] : runs_of(rows)) {
+    auto run = file.read_rows(first, count);
+    bytes.insert(bytes.end(), run.begin(), run.end());
+  }
+  std::vector<std::int64_t> shape{range.length};
   shape.insert(shape.end(), spec.sample_shape.begin(), spec.sample_shape.end());
   auto options = at::TensorOptions().dtype(scalar_type(file.dtype(), spec.name));
   auto tensor = at::from_blob(bytes.data(), shape, options).to(scalar_type(spec.dtype, spec.name), false, true);

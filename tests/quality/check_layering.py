@@ -6,8 +6,9 @@
 1. Includes go only to the same folder or an earlier one in LAYERS.
 2. Torch headers (torch/, ATen/, c10/, caffe2/) appear only in torch_side/ and runtime/.
 3. What rannc-run compiles in (cmd/rannc_run.cpp and runtime/, with every header they reach)
-   stays within support/, ir/, plan/, runtime/, cmd/ and the header-only files of torch_side/.
-4. rannc-run links only the runtime's, plan's, IR's and support's libraries and needs no METIS,
+   stays within support/, ir/, plan/, runtime/, cmd/, the header-only files of torch_side/ and
+   its state-dict file format (torch_side/state_dict_file, which checkpoints share with export).
+4. rannc-run links only the runtime's, plan's, IR's, support's and the state-dict format's libraries and needs no METIS,
    ONNX or protobuf; rannc-partition needs no libtorch (it loads the torch plugin on demand).
 """
 import os
@@ -18,8 +19,9 @@ import sys
 LAYERS = ["support", "ir", "plan", "cost_model", "partitioner", "emit", "compiler", "torch_side", "runtime", "cmd"]
 TORCH_FOLDERS = {"torch_side", "runtime"}
 RUNTIME_FOLDERS = {"support", "ir", "plan", "runtime", "cmd"}
+RUNTIME_SHARED_TORCH = {"torch_side/state_dict_file.h"}  # compiled into librannc_state_dict.a
 RUNTIME_ARCHIVES = {"librannc_runtime.a", "librannc_runtime_core.a", "librannc_plan.a", "librannc_ir.a",
-                    "librannc_support.a"}
+                    "librannc_support.a", "librannc_state_dict.a"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+([<"])([^>"]+)[>"]', re.M)
 TORCH_HEADER = re.compile(r"^(torch|ATen|c10|caffe2)/")
 
@@ -70,7 +72,8 @@ def check_runtime_closure(root):
         for line, system, header in includes(root, path):
             if system or folder_of(header) not in LAYERS or header in seen:
                 continue
-            allowed = folder_of(header) in RUNTIME_FOLDERS or (folder_of(header) == "torch_side" and header_only(root, header))
+            allowed = folder_of(header) in RUNTIME_FOLDERS or header in RUNTIME_SHARED_TORCH or (
+                folder_of(header) == "torch_side" and header_only(root, header))
             if not allowed:
                 problems.append(f"{path}:{line}: rannc-run reaches {header}, outside what the runtime may use")
             seen.add(header)

@@ -5,11 +5,13 @@ usage: check_training.py --partition BIN --run BIN --model PATH --out DIR [--np 
            [--loss cross_entropy|mse] [--lr 0.05] [--seed 1] [--accumulate] [--tolerance 1e-4]
            [--expect-stages K] [--expect-replicas] [--expect-schedule NAME] [--expect-sharded] [--expect-offload]
            [--recompute] [--offload] [--optimizer sgd|momentum|adam] [--bucket-kib N] [--weight-decay X]
-           [--clip-grad-norm X] [--lr-schedule constant|linear|cosine] [--warmup-steps N] -- EXTRA_PARTITION_ARGS...
+           [--clip-grad-norm X] [--lr-schedule constant|linear|cosine] [--warmup-steps N] [--shuffle]
+           [--data-steps X] -- EXTRA_PARTITION_ARGS...
 
 Checks: the plan has the expected shape; rannc-run exits 0; rank 0 prints one
 `step N loss X ms Y lr R samples/s S eta E s` line per step (R the schedule's rate) and --log holds
-the same steps as JSON lines; the report has one entry per step and per rank (peak_mem_bytes > 0); each step's
+the same steps as JSON lines; the report has one entry per step and per rank (peak_mem_bytes > 0); each
+rank read from --data exactly its rows of its stage's arrays (data_bytes); each step's
 loss is within relative --tolerance of the reference (--accumulate: the reference forwards the plan's
 microbatches one by one, for BatchNorm); and the updates are visible at that tolerance (the
 reference without updates differs by 10x the tolerance at some step), so a run that never steps
@@ -30,7 +32,9 @@ import subprocess
 import sys
 import time
 
-import training_reference
+import training_reference  # first: it sets OMP_NUM_THREADS before numpy or torch start OpenMP
+
+import numpy as np  # noqa: E402
 
 STEP_LINE = re.compile(r"^step (\d+) loss (\S+) ms (\S+) lr (\S+) samples/s (\S+) eta (\S+) s$")
 
@@ -152,6 +156,29 @@ def check_offload_bytes(report, plan, steps):
                  f"{entry.get('offload_bytes')} bytes, expected {expected}")
 
 
+def check_data_bytes(report, plan, steps, data_dir):
+    """Each rank reads from --data exactly its rows of the arrays its stage takes: per step, its
+    replica's share of its pipeline's samples (B / pipelines / replicas), of each model input the
+    stage consumes, and of the target on the stage whose output the loss is taken of."""
+    loss_stage = next(s["id"] for s in plan["stages"] if any(o.get("model_output") for o in s["outputs"]))
+    batch = plan["batch"]
+    for rank in report["ranks"]:
+        stage = plan["stages"][rank["stage"]]
+        names = [i["source"]["model_input"] for i in stage["inputs"] if "model_input" in i.get("source", {})]
+        if stage["id"] == loss_stage and os.path.exists(os.path.join(data_dir, "target.npy")):
+            names.append("target")
+        samples = batch["global"] // batch["pipelines"] // stage["replicas_per_pipeline"]
+        row_bytes = 0
+        for name in names:
+            array = np.load(os.path.join(data_dir, name + ".npy"), mmap_mode="r")
+            row_bytes += array.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
+        expected = steps * samples * row_bytes
+        if rank.get("data_bytes") != expected:
+            fail(f"rank {rank['rank']} (stage {stage['id']}, {names}) read {rank.get('data_bytes')} bytes of --data, "
+                 f"its rows are {expected} ({steps} steps x {samples} samples x {row_bytes} bytes)")
+    print("data read per rank (bytes):", {r["rank"]: r["data_bytes"] for r in report["ranks"]})
+
+
 def check_sharded_state(report, plan):
     """Each rank of a sharded stage steps about 1/n of its stage's weights (n: the ranks sharing
     them), every other rank at most all of them (fewer where a tied weight is sharded by a stage
@@ -194,6 +221,9 @@ def main():
                         help="also checks that some step's gradient norm was above it (the clipping acted)")
     parser.add_argument("--lr-schedule", default="constant", choices=training_reference.SCHEDULES)
     parser.add_argument("--warmup-steps", type=int, default=0)
+    parser.add_argument("--shuffle", action="store_true", help="rannc-run --shuffle (the order from --seed)")
+    parser.add_argument("--data-steps", type=float, help="the data set's size in global batches (default --steps; "
+                        "fewer: the run goes over it in epochs)")
     parser.add_argument("--recompute", action="store_true", help="set recompute on every stage of the plan")
     parser.add_argument("--offload", action="store_true", help="set offload on every stage of the plan")
     args = parse(parser)
@@ -214,7 +244,8 @@ def main():
 
     if args.recompute or args.offload:
         plan = set_stage_flags(os.path.join(plan_dir, "plan.json"), args.recompute, args.offload)
-    training_reference.make_data(plan, args.steps, args.loss, data_dir, args.seed)
+    data_rows = int((args.data_steps or args.steps) * plan["batch"]["global"])
+    training_reference.make_data(plan, args.steps, args.loss, data_dir, args.seed, rows=data_rows)
     report_path = os.path.join(args.out, "report.json")
     log_path = os.path.join(args.out, "log.jsonl")
     for stale in (report_path, log_path):
@@ -226,7 +257,8 @@ def main():
                              "--seed", args.seed, "--report", report_path, "--log", log_path,
                              *(["--bucket-kib", args.bucket_kib] if args.bucket_kib else []),
                              "--weight-decay", args.weight_decay, "--clip-grad-norm", args.clip_grad_norm,
-                             "--lr-schedule", args.lr_schedule, "--warmup-steps", args.warmup_steps)
+                             "--lr-schedule", args.lr_schedule, "--warmup-steps", args.warmup_steps,
+                             *(["--shuffle"] if args.shuffle else []))
     print("run:", " ".join(command), flush=True)
     status, output, seconds = run_job(command, 600)
     if status != 0:
@@ -253,15 +285,16 @@ def main():
     if args.offload and not all(r.get("offload_bytes", 0) > 0 for r in report["ranks"]):
         fail(f"offload: every rank must report copied bytes, the report has {[r.get('offload_bytes') for r in report['ranks']]}")
     check_offload_bytes(report, plan, args.steps)
+    check_data_bytes(report, plan, args.steps, data_dir)
 
     start = time.monotonic()
     model = os.path.abspath(args.model)
     training = dict(weight_decay=args.weight_decay, clip_grad_norm=args.clip_grad_norm, schedule=args.lr_schedule,
-                    warmup_steps=args.warmup_steps)
+                    warmup_steps=args.warmup_steps, shuffle_seed=args.seed if args.shuffle else None)
     reference = training_reference.reference_losses(model, data_dir, plan, args.steps, args.loss, args.lr,
                                                     args.accumulate, args.optimizer, **training)
     frozen = training_reference.reference_losses(model, data_dir, plan, args.steps, args.loss, 0.0, args.accumulate,
-                                                 args.optimizer)
+                                                 args.optimizer, shuffle_seed=training["shuffle_seed"])
     print(f"reference: {time.monotonic() - start:.1f} s")
 
     def rel(a, b):

@@ -38,13 +38,14 @@ def _load_inputs(plan, folder):
     return [np.load(os.path.join(folder, spec["name"] + ".npy"), mmap_mode="r") for spec in plan["model"]["inputs"]]
 
 
-def make_data(plan, steps, loss, folder, seed):
-    """Writes NAME.npy per model input and target.npy for `steps` steps of the plan's global batch."""
+def make_data(plan, steps, loss, folder, seed, rows=None):
+    """Writes NAME.npy per model input and target.npy: `rows` samples, by default `steps` steps of
+    the plan's global batch."""
     if loss not in LOSSES:
         raise ValueError(f"unknown loss {loss!r}")
     os.makedirs(folder, exist_ok=True)
     rng = np.random.default_rng(seed)
-    rows = steps * plan["batch"]["global"]
+    rows = rows or steps * plan["batch"]["global"]
     inputs = []
     for spec in plan["model"]["inputs"]:
         if spec.get("batch_dim", 0) != 0:
@@ -70,6 +71,36 @@ def make_data(plan, steps, loss, folder, seed):
     else:
         target = rng.standard_normal([rows] + per_sample).astype(np.float32)
     np.save(os.path.join(folder, "target.npy"), target)
+
+
+MASK64 = (1 << 64) - 1
+
+
+def epoch_permutation(n, seed, epoch):
+    """runtime/data_order.cpp's permutation of 0..n-1: Fisher-Yates over splitmix64."""
+    order = list(range(n))
+    state = (seed ^ ((epoch + 1) * 0xD1B54A32D192ED03)) & MASK64
+    for i in range(n - 1, 0, -1):
+        state = (state + 0x9E3779B97F4A7C15) & MASK64
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+        z ^= z >> 31
+        j = z % (i + 1)
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+def step_rows(rows, batch, step, shuffle_seed=None):
+    """The data set rows of a step's samples, as rannc-run takes them: whole steps of each epoch,
+    in order or (shuffle_seed given) in that epoch's permutation."""
+    steps_per_epoch = rows // batch
+    epoch, first = divmod(step, steps_per_epoch)
+    positions = range(first * batch, (first + 1) * batch)
+    if shuffle_seed is None:
+        return list(positions)
+    order = epoch_permutation(rows, shuffle_seed, epoch)
+    return [order[p] for p in positions]
 
 
 def _loss_sum(out, target, loss):
@@ -106,12 +137,14 @@ def make_optimizer(params, name, lr, weight_decay):
 
 
 def reference_losses(model_path, data_folder, plan, steps, loss, lr, accumulate=False, optimizer_name="sgd",
-                     weight_decay=0.0, clip_grad_norm=0.0, schedule="constant", warmup_steps=0, first_step=0):
+                     weight_decay=0.0, clip_grad_norm=0.0, schedule="constant", warmup_steps=0, first_step=0,
+                     shuffle_seed=None):
     """Trains the whole model in one process with torch.optim (make_optimizer), the learning-rate
     schedule and gradient clipping; returns each step's loss (before its update).
 
     lr 0 gives the losses of the untrained model, forward only: what a run that never updates would report.
-    `first_step` starts on that step's data (the losses of steps first_step..steps-1).
+    `first_step` starts on that step's data (the losses of steps first_step..steps-1); the data set
+    is taken as step_rows() says (epochs, and a shuffle with shuffle_seed).
     """
     torch.manual_seed(0)
     model = torch.jit.load(model_path)
@@ -132,23 +165,24 @@ def reference_losses(model_path, data_folder, plan, steps, loss, lr, accumulate=
         groups = [[(0, B)]]
     params = [q for q in model.parameters() if q.requires_grad]
 
-    def rows(array, begin, length):
-        return torch.from_numpy(np.array(array[begin:begin + length]))
+    def rows(array, indices):
+        return torch.from_numpy(np.array(array[indices]))
 
     # Loss elements per sample: the target's elements for cross entropy, the output's for mse.
     per_sample = int(np.prod(target.shape[1:], dtype=np.int64))
     elements = B * per_sample
     losses = []
     for step in range(first_step, steps):
+        order = np.array(step_rows(len(target), B, step, shuffle_seed))
         total = 0.0
         sums = [None] * len(params)
         for chunks in groups:
             optimizer.zero_grad(set_to_none=True)
             for begin, length in chunks:
-                start = step * B + begin
+                indices = order[begin:begin + length]
                 with torch.set_grad_enabled(lr != 0):  # lr 0: the losses without any update, forward only
-                    out = _model_output(model(*[rows(x, start, length) for x in inputs]))
-                    chunk_loss = _loss_sum(out, rows(target, start, length), loss) / elements
+                    out = _model_output(model(*[rows(x, indices) for x in inputs]))
+                    chunk_loss = _loss_sum(out, rows(target, indices), loss) / elements
                 if lr != 0:
                     chunk_loss.backward()
                 total += float(chunk_loss.detach().double())

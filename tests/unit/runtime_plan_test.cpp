@@ -3,11 +3,13 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <map>
 
 #include "plan/plan_json.h"
+#include "runtime/data_order.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/npy_file.h"
 #include "runtime/rank_layout.h"
@@ -56,6 +58,13 @@ TEST_CASE("ranks map to stage, pipeline and replica as the planner lays them out
   CHECK(layout.replica_slice(1, 1).begin == 2);
   CHECK(layout.replica_slice(1, 1).length == 2);
   CHECK(layout.microbatch_start(0, 1) == 4);
+  // Rank 2 (stage 1, replica 1) reads samples 2-3 of each microbatch of 4.
+  auto rows = layout.step_rows(layout.placement(2));
+  REQUIRE(rows.size() == static_cast<std::size_t>(plan.batch.microbatches));
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    CHECK(rows[i].begin == layout.microbatch_start(0, static_cast<int>(i)) + 2);
+    CHECK(rows[i].length == 2);
+  }
 }
 
 TEST_CASE("slices go to the replicas whose samples they overlap, at the right offsets", "[runtime]") {
@@ -187,6 +196,29 @@ TEST_CASE(".npy files read row by row", "[runtime]") {
   std::memcpy(read, rows.data(), sizeof read);
   CHECK((read[0] == 2 && read[3] == 5));
   CHECK_THROWS_WITH(file.read_rows(2, 2), Catch::Contains("rows 2..4 asked of 3"));
+  CHECK(file.bytes_read() == 16);
+}
+
+TEST_CASE("the data order: whole steps per epoch, epochs wrap, a shuffle permutes each epoch", "[runtime]") {
+  // 10 rows, batch 4: 2 steps per epoch (rows 8-9 left out), step 2 starts epoch 1.
+  DataOrder in_order(10, 4, false, 0);
+  CHECK(in_order.steps_per_epoch() == 2);
+  CHECK(in_order.row(1, 3) == 7);
+  CHECK(in_order.row(2, 0) == 0);
+  CHECK(in_order.row(5, 2) == 6);
+  DataOrder shuffled(10, 4, true, 7);
+  std::vector<std::int64_t> epoch0, epoch1;
+  for (int step = 0; step < 2; ++step)
+    for (int sample = 0; sample < 4; ++sample) epoch0.push_back(shuffled.row(step, sample));
+  for (int sample = 0; sample < 4; ++sample) epoch1.push_back(shuffled.row(2, sample));
+  auto permutation = epoch_permutation(10, 7, 0);
+  CHECK(std::vector<std::int64_t>(permutation.begin(), permutation.begin() + 8) == epoch0);
+  std::sort(permutation.begin(), permutation.end());
+  for (std::int64_t i = 0; i < 10; ++i) CHECK(permutation[static_cast<std::size_t>(i)] == i);  // a permutation
+  CHECK(epoch1 != std::vector<std::int64_t>(epoch0.begin(), epoch0.begin() + 4));  // another per epoch
+  // Fixed values, which tests/runtime/training_reference.py's epoch_permutation must give too.
+  CHECK(epoch_permutation(5, 1, 0) == std::vector<std::int64_t>{4, 2, 0, 1, 3});
+  CHECK_THROWS_WITH(DataOrder(3, 4, false, 0), "--data: 3 rows, fewer than one global batch of 4");
 }
 
 TEST_CASE("bad .npy files are one line naming the file", "[runtime]") {

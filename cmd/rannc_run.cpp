@@ -13,6 +13,8 @@ namespace {
 void add_options(CLI::App& app, rannc::runtime::RunOptions& options) {
   app.add_option("PLAN", options.plan_path, "plan.json written by rannc-partition")->required();
   app.add_option("--steps", options.steps, "optimizer steps to run (default 10)");
+  app.add_option("--accumulate-steps", options.accumulate_steps,
+                 "global batches whose gradients add up before each optimizer step (default 1)");
   app.add_option("--data", options.data_dir,
                  "folder of .npy files: one per model input (NAME.npy) and target.npy, dim 0 = steps x global batch "
                  "(default: random inputs from --seed)");

@@ -63,6 +63,7 @@ CheckpointManifest read_checkpoint_manifest(const std::string& folder) {
     manifest.model_sha256 = json.at("model_sha256").get<std::string>();
     manifest.optimizer = json.at("optimizer").get<std::string>();
     manifest.seed = json.at("seed").get<std::uint64_t>();
+    manifest.accumulate_steps = json.at("accumulate_steps").get<int>();
     manifest.files = json.at("files").get<std::map<std::string, std::string>>();
     if (manifest.step < 0) throw InputError(path + ": negative step");
     return manifest;
@@ -79,6 +80,7 @@ std::string checkpoint_manifest_json(const CheckpointManifest& manifest) {
                          {"model_sha256", manifest.model_sha256},
                          {"optimizer", manifest.optimizer},
                          {"seed", manifest.seed},
+                         {"accumulate_steps", manifest.accumulate_steps},
                          {"files", manifest.files}};
   return json.dump(1) + "\n";
 }

@@ -22,6 +22,7 @@ struct CheckpointManifest {
   std::string plan_sha256, model_sha256;
   std::string optimizer;  // the optimizer whose state the files hold
   std::uint64_t seed = 0;
+  int accumulate_steps = 1;  // global batches per step: with `step`, where the data resumes
   std::map<std::string, std::string> files;  // file name in the folder -> SHA-256
 };
 

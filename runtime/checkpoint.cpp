@@ -109,6 +109,7 @@ void CheckpointWriter::publish(const std::string& partial, int steps_done) const
   manifest.model_sha256 = plan_.model.sha256;
   manifest.optimizer = optimizer_;
   manifest.seed = options_.seed;
+  manifest.accumulate_steps = options_.accumulate_steps;
   std::vector<std::string> files{plan::kCheckpointPlanFile};
   for (const auto& stage : plan_.stages) {
     files.push_back(plan::stage_weights_file(stage.id));
@@ -156,6 +157,10 @@ ResumePoint open_resume_point(const RunOptions& options, const plan::Plan& plan,
   if (options.data_dir.empty() && manifest.seed != options.seed) {
     throw InputError(what + "trained on the random data of --seed " + std::to_string(manifest.seed) + ", this run has --seed " +
                      std::to_string(options.seed));
+  }
+  if (manifest.accumulate_steps != options.accumulate_steps) {
+    throw InputError(what + "trained with --accumulate-steps " + std::to_string(manifest.accumulate_steps) +
+                     ", this run has " + std::to_string(options.accumulate_steps) + " (the data would not resume where it stopped)");
   }
   if (manifest.step >= options.steps) {
     throw InputError(what + "has trained " + std::to_string(manifest.step) + " steps: --steps " +

@@ -56,14 +56,15 @@ LossPlan plan_loss(const plan::Plan& plan, const std::string& loss_option) {
 }
 
 LossFunction loss_function(const LossPlan& loss, const plan::Plan& plan, const RankLayout& layout,
-                           Placement placement, const TrainingData& data) {
+                           Placement placement, const TrainingData& data, int accumulate_steps) {
   auto slice = layout.replica_slice(placement.stage, placement.replica);
-  double global_terms = static_cast<double>(plan.batch.global) * static_cast<double>(loss.elements_per_sample);
-  return [&loss, &data, slice, global_terms, samples = plan.batch.global](
+  double samples = static_cast<double>(plan.batch.global) * accumulate_steps;
+  double global_terms = samples * static_cast<double>(loss.elements_per_sample);
+  return [&loss, &data, slice, global_terms, samples](
              const std::vector<at::Tensor>& outputs, int microbatch) -> at::Tensor {
     const auto& output = outputs.at(static_cast<std::size_t>(loss.output));
     // A scalar output is taken to be a mean over its slice: weighted by the slice's share.
-    if (loss.kind == "scalar") return output.mul(static_cast<double>(slice.length) / static_cast<double>(samples));
+    if (loss.kind == "scalar") return output.mul(static_cast<double>(slice.length) / samples);
     const auto& target = data.rows("target", microbatch);
     if (loss.kind == "mse") return at::mse_loss(output, target, at::Reduction::Sum).div(global_terms);
     auto classes = output.size(-1);

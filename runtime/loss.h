@@ -25,8 +25,9 @@ struct LossPlan {
 // Throws InputError when the loss option does not fit the model's output.
 LossPlan plan_loss(const plan::Plan& plan, const std::string& loss_option);
 
-// The loss of a microbatch slice on the rank at `placement` (whose stage is loss.stage).
+// The loss of a microbatch slice on the rank at `placement` (whose stage is loss.stage), as its
+// share of the mean over the `accumulate_steps` global batches of an optimizer step.
 LossFunction loss_function(const LossPlan& loss, const plan::Plan& plan, const RankLayout& layout,
-                           Placement placement, const TrainingData& data);
+                           Placement placement, const TrainingData& data, int accumulate_steps);
 
 }  // namespace rannc::runtime

@@ -113,6 +113,8 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
                      ")");
   }
   if (options.steps < 1) throw InputError("--steps must be at least 1");
+  if (options.accumulate_steps < 1 || options.accumulate_steps > 1000000)
+    throw InputError("--accumulate-steps " + std::to_string(options.accumulate_steps) + ": must be 1 to 1000000");
   // Rank 0 writes the report after the last step: a path it cannot write fails now, not then.
   if (world.rank() == 0 && !options.report_path.empty()) check_can_write(options.report_path, "--report");
   if (world.rank() == 0 && !options.log_path.empty()) check_can_write(options.log_path, "--log");
@@ -138,7 +140,8 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
     restore_stage(*setup->resume, stage.id, world.rank(), *setup->runner);
   }
   if (stage.id == setup->loss.stage)
-    setup->runner->set_loss(loss_function(setup->loss, plan, *setup->layout, setup->placement, *setup->data));
+    setup->runner->set_loss(
+        loss_function(setup->loss, plan, *setup->layout, setup->placement, *setup->data, options.accumulate_steps));
   return setup;
 }
 
@@ -163,10 +166,12 @@ int agree_on_start(const MpiWorld& world, int status, const std::string& message
   return world.max(status);
 }
 
-std::string describe(const plan::Plan& plan) {
+std::string describe(const plan::Plan& plan, int accumulate_steps) {
+  std::string accumulation = accumulate_steps > 1 ? ", " + std::to_string(accumulate_steps) + " batches per optimizer step" : "";
   return plan.path + ": " + std::to_string(plan.ranks.size()) + " ranks, " + std::to_string(plan.stages.size()) +
          " stages, " + std::to_string(plan.batch.pipelines) + " pipeline(s), " + std::to_string(plan.batch.microbatches) +
-         " microbatches of " + std::to_string(plan.batch.microbatch_size) + ", " + std::string(plan::schedule_name(plan.schedule)) + ", Gloo on CPU";
+         " microbatches of " + std::to_string(plan.batch.microbatch_size) + accumulation + ", " +
+         std::string(plan::schedule_name(plan.schedule)) + ", Gloo on CPU";
 }
 
 json rank_json(const RankRecord& r) {
@@ -238,14 +243,15 @@ int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
   if (setup.resume) restore_optimizer(*setup.resume, setup.placement.stage, world.rank(), state);
   CheckpointWriter checkpoints(options, setup.plan, setup.plan_sha256, std::string(plan::optimizer_name(setup.optimizer.kind)),
                                setup.placement.stage);
-  Trainer trainer(setup.plan, *setup.layout, world.rank(), *setup.runner, *setup.data, communicator, state);
-  if (world.rank() == 0) std::cout << "rannc-run: " << describe(setup.plan) << std::endl;
+  Trainer trainer(setup.plan, *setup.layout, world.rank(), *setup.runner, *setup.data, communicator, state,
+                  options.accumulate_steps);
+  if (world.rank() == 0) std::cout << "rannc-run: " << describe(setup.plan, options.accumulate_steps) << std::endl;
   std::vector<StepRecord> steps;
   std::string stopped;
   int status = 0;
   // Rank 0 alone reports, and opens the log: another rank's host may not even have its folder.
   std::optional<Progress> progress;
-  if (world.rank() == 0) progress.emplace(options, setup.plan.batch.global);
+  if (world.rank() == 0) progress.emplace(options, setup.plan.batch.global * options.accumulate_steps);
   if (world.rank() == 0 && setup.resume)
     std::cout << "rannc-run: resuming from " << setup.resume->folder << " at step " << first_step << std::endl;
   for (int step = first_step; step < options.steps; ++step) {

@@ -10,7 +10,8 @@ namespace rannc::runtime {
 
 struct RunOptions {
   std::string plan_path;
-  int steps = 10;
+  int steps = 10;            // optimizer steps
+  int accumulate_steps = 1;  // global batches whose gradients add up in each optimizer step
   std::string data_dir;     // empty: random inputs from `seed`
   bool shuffle = false;     // take --data's rows in an order drawn per epoch from `seed`
   std::string loss;         // "", "cross_entropy" or "mse"

@@ -38,7 +38,7 @@ at::Tensor cut(const at::Tensor& tensor, int batch_dim, const SampleRange& range
 }  // namespace
 
 Trainer::Trainer(const plan::Plan& plan, const RankLayout& layout, int rank, StageRunner& runner, TrainingData& data,
-                 Communicator& communicator, StateSync& state)
+                 Communicator& communicator, StateSync& state, int accumulate_steps)
     : plan_(plan),
       layout_(layout),
       stage_(plan.stages.at(static_cast<std::size_t>(layout.placement(rank).stage))),
@@ -48,6 +48,7 @@ Trainer::Trainer(const plan::Plan& plan, const RankLayout& layout, int rank, Sta
       data_(data),
       communicator_(communicator),
       state_(state),
+      accumulate_steps_(accumulate_steps),
       tasks_(plan::stage_passes(plan.schedule, plan.stages_after(stage_.id), plan.batch.microbatches)),
       consumers_(stage_.outputs.size()) {
   for (const auto& stage : plan.stages) {
@@ -155,11 +156,8 @@ void Trainer::send_input_grads(int microbatch, const std::vector<at::Tensor>& gr
   }
 }
 
-StepRecord Trainer::run_step(int step) {
-  auto start = Clock::now();
-  data_.load_step(step);
-  runner_.zero_gradients();
-  runner_.begin_step();
+// One global batch: the stage's passes in schedule order. Returns the loss of this rank's microbatches.
+double Trainer::run_passes() {
   double loss = 0;
   for (const auto& task : tasks_) {
     if (task.pass == plan::Pass::kForward) {
@@ -179,6 +177,19 @@ StepRecord Trainer::run_step(int step) {
     }
   }
   communicator_.wait_for_sends();
+  return loss;
+}
+
+// The gradients of `accumulate_steps_` global batches add up before the one optimizer step.
+StepRecord Trainer::run_step(int step) {
+  auto start = Clock::now();
+  runner_.zero_gradients();
+  runner_.begin_step();
+  double loss = 0;
+  for (int k = 0; k < accumulate_steps_; ++k) {
+    data_.load_step(step * accumulate_steps_ + k);
+    loss += run_passes();
+  }
   runner_.end_step();
   double grad_norm = state_.step(step);
   // Ranks without the loss add 0.

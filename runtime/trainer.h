@@ -36,8 +36,10 @@ struct RankRecord {
 
 class Trainer {
  public:
+  // Each step runs `accumulate_steps` global batches (data steps step * accumulate_steps + k),
+  // whose gradients add up before the optimizer steps.
   Trainer(const plan::Plan& plan, const RankLayout& layout, int rank, StageRunner& runner, TrainingData& data,
-          Communicator& communicator, StateSync& state);
+          Communicator& communicator, StateSync& state, int accumulate_steps);
 
   // Every rank runs the same steps; the loss comes back on every rank.
   StepRecord run_step(int step);
@@ -48,6 +50,7 @@ class Trainer {
     int stage, input;  // the stage input an output of this stage feeds
   };
 
+  double run_passes();
   std::vector<at::Tensor> gather_inputs(int microbatch);
   void send_outputs(int microbatch, const std::vector<at::Tensor>& outputs);
   std::vector<at::Tensor> gather_output_grads(int microbatch);
@@ -66,6 +69,7 @@ class Trainer {
   TrainingData& data_;
   Communicator& communicator_;
   StateSync& state_;
+  int accumulate_steps_;
   std::vector<plan::PassTask> tasks_;
   std::vector<std::vector<Consumer>> consumers_;  // per output of this stage
   // Per stage, per pass and microbatch: the index of that pass in the stage's order.

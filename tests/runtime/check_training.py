@@ -6,7 +6,7 @@ usage: check_training.py --partition BIN --run BIN --model PATH --out DIR [--np 
            [--expect-stages K] [--expect-replicas] [--expect-schedule NAME] [--expect-sharded] [--expect-offload]
            [--recompute] [--offload] [--optimizer sgd|momentum|adam] [--bucket-kib N] [--weight-decay X]
            [--clip-grad-norm X] [--lr-schedule constant|linear|cosine] [--warmup-steps N] [--shuffle]
-           [--data-steps X] -- EXTRA_PARTITION_ARGS...
+           [--data-steps X] [--accumulate-steps K] -- EXTRA_PARTITION_ARGS...
 
 Checks: the plan has the expected shape; rannc-run exits 0; rank 0 prints one
 `step N loss X ms Y lr R samples/s S eta E s` line per step (R the schedule's rate) and --log holds
@@ -221,6 +221,8 @@ def main():
                         help="also checks that some step's gradient norm was above it (the clipping acted)")
     parser.add_argument("--lr-schedule", default="constant", choices=training_reference.SCHEDULES)
     parser.add_argument("--warmup-steps", type=int, default=0)
+    parser.add_argument("--accumulate-steps", type=int, default=1,
+                        help="rannc-run --accumulate-steps: the reference takes that many global batches per step at once")
     parser.add_argument("--shuffle", action="store_true", help="rannc-run --shuffle (the order from --seed)")
     parser.add_argument("--data-steps", type=float, help="the data set's size in global batches (default --steps; "
                         "fewer: the run goes over it in epochs)")
@@ -244,7 +246,7 @@ def main():
 
     if args.recompute or args.offload:
         plan = set_stage_flags(os.path.join(plan_dir, "plan.json"), args.recompute, args.offload)
-    data_rows = int((args.data_steps or args.steps) * plan["batch"]["global"])
+    data_rows = int((args.data_steps or args.steps * args.accumulate_steps) * plan["batch"]["global"])
     training_reference.make_data(plan, args.steps, args.loss, data_dir, args.seed, rows=data_rows)
     report_path = os.path.join(args.out, "report.json")
     log_path = os.path.join(args.out, "log.jsonl")
@@ -258,7 +260,7 @@ def main():
                              *(["--bucket-kib", args.bucket_kib] if args.bucket_kib else []),
                              "--weight-decay", args.weight_decay, "--clip-grad-norm", args.clip_grad_norm,
                              "--lr-schedule", args.lr_schedule, "--warmup-steps", args.warmup_steps,
-                             *(["--shuffle"] if args.shuffle else []))
+                             "--accumulate-steps", args.accumulate_steps, *(["--shuffle"] if args.shuffle else []))
     print("run:", " ".join(command), flush=True)
     status, output, seconds = run_job(command, 600)
     if status != 0:
@@ -285,16 +287,20 @@ def main():
     if args.offload and not all(r.get("offload_bytes", 0) > 0 for r in report["ranks"]):
         fail(f"offload: every rank must report copied bytes, the report has {[r.get('offload_bytes') for r in report['ranks']]}")
     check_offload_bytes(report, plan, args.steps)
-    check_data_bytes(report, plan, args.steps, data_dir)
+    check_data_bytes(report, plan, args.steps * args.accumulate_steps, data_dir)
 
     start = time.monotonic()
     model = os.path.abspath(args.model)
     training = dict(weight_decay=args.weight_decay, clip_grad_norm=args.clip_grad_norm, schedule=args.lr_schedule,
                     warmup_steps=args.warmup_steps, shuffle_seed=args.seed if args.shuffle else None)
-    reference = training_reference.reference_losses(model, data_dir, plan, args.steps, args.loss, args.lr,
+    # K batches accumulated per step train as one step of K times the batch (unshuffled data).
+    reference_plan = json.loads(json.dumps(plan))
+    reference_plan["batch"]["global"] *= args.accumulate_steps
+    reference_plan["batch"]["microbatches"] *= args.accumulate_steps
+    reference = training_reference.reference_losses(model, data_dir, reference_plan, args.steps, args.loss, args.lr,
                                                     args.accumulate, args.optimizer, **training)
-    frozen = training_reference.reference_losses(model, data_dir, plan, args.steps, args.loss, 0.0, args.accumulate,
-                                                 args.optimizer, shuffle_seed=training["shuffle_seed"])
+    frozen = training_reference.reference_losses(model, data_dir, reference_plan, args.steps, args.loss, 0.0,
+                                                 args.accumulate, args.optimizer, shuffle_seed=training["shuffle_seed"])
     print(f"reference: {time.monotonic() - start:.1f} s")
 
     def rel(a, b):

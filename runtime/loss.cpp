@@ -62,7 +62,9 @@ LossFunction loss_function(const LossPlan& loss, const plan::Plan& plan, const R
   double global_terms = samples * static_cast<double>(loss.elements_per_sample);
   return [&loss, &data, slice, global_terms, samples](
              const std::vector<at::Tensor>& outputs, int microbatch) -> at::Tensor {
-    const auto& output = outputs.at(static_cast<std::size_t>(loss.output));
+    // In fp32 when autocast computed the output in bf16, as torch.autocast's cross entropy does.
+    auto output = outputs.at(static_cast<std::size_t>(loss.output));
+    if (output.scalar_type() == at::kBFloat16 || output.scalar_type() == at::kHalf) output = output.to(at::kFloat);
     // A scalar output is taken to be a mean over its slice: weighted by the slice's share.
     if (loss.kind == "scalar") return output.mul(static_cast<double>(slice.length) / samples);
     const auto& target = data.rows("target", microbatch);

@@ -246,6 +246,8 @@ int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
   Trainer trainer(setup.plan, *setup.layout, world.rank(), *setup.runner, *setup.data, communicator, state,
                   options.accumulate_steps);
   if (world.rank() == 0) std::cout << "rannc-run: " << describe(setup.plan, options.accumulate_steps) << std::endl;
+  if (world.rank() == 0 && setup.plan.precision == plan::Precision::kFp16Mixed)
+    std::cout << "rannc-run: fp16-mixed: libtorch's CPU autocast has no float16, so this CPU run computes in fp32" << std::endl;
   std::vector<StepRecord> steps;
   std::string stopped;
   int status = 0;

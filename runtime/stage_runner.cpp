@@ -1,5 +1,6 @@
 #include "runtime/stage_runner.h"
 
+#include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
@@ -27,10 +28,40 @@ at::Tensor stage_parameter(const torch::jit::Module& module, const std::string& 
   return module.attr(weight.stage_name).toTensor();
 }
 
+// The plan's bf16-mixed precision: ops run under libtorch's CPU autocast, which computes the
+// matrix products and convolutions in bfloat16 from the fp32 weights (the master copy the
+// optimizer steps), as torch.autocast("cpu", dtype=torch.bfloat16) does. Backward runs outside,
+// through the casts autograd recorded.
+class CpuAutocast {
+ public:
+  explicit CpuAutocast(bool on) : on_(on) {
+    if (!on_) return;
+    was_enabled_ = at::autocast::is_cpu_enabled();
+    was_dtype_ = at::autocast::get_autocast_cpu_dtype();
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::increment_nesting();
+  }
+  ~CpuAutocast() {
+    if (!on_) return;
+    // The weights' casts are cached while autocast is on; they must not outlive this forward.
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_cpu_enabled(was_enabled_);
+    at::autocast::set_autocast_cpu_dtype(was_dtype_);
+  }
+  CpuAutocast(const CpuAutocast&) = delete;
+  CpuAutocast& operator=(const CpuAutocast&) = delete;
+
+ private:
+  bool on_;
+  bool was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kBFloat16;
+};
+
 }  // namespace
 
 StageRunner::StageRunner(const plan::Plan& plan, const plan::Stage& stage)
-    : stage_(stage), module_(load_stage(plan.stage_path(stage))) {
+    : stage_(stage), module_(load_stage(plan.stage_path(stage))), bf16_autocast_(plan.precision == plan::Precision::kBf16Mixed) {
   for (const auto& weight : stage.params) {
     auto param = stage_parameter(*module_, plan.stage_path(stage), weight);
     // Offloaded: the optimizer's copy lives in host memory; each step runs on a device copy.
@@ -44,6 +75,7 @@ StageRunner::~StageRunner() = default;
 
 std::vector<at::Tensor> StageRunner::run_forward(const std::vector<at::Tensor>& inputs) {
   std::vector<c10::IValue> args(inputs.begin(), inputs.end());
+  CpuAutocast autocast(bf16_autocast_);
   auto result = module_->forward(args);
   std::vector<at::Tensor> outputs;
   for (const auto& element : result.toTupleRef().elements()) outputs.push_back(element.toTensor());
@@ -110,7 +142,7 @@ std::vector<at::Tensor> StageRunner::backward(int microbatch, const std::vector<
   for (std::size_t i = 0; i < state.outputs.size(); ++i) {
     if (i < output_grads.size() && output_grads[i].defined() && state.outputs[i].requires_grad()) {
       roots.push_back(state.outputs[i]);
-      grads.push_back(output_grads[i]);
+      grads.push_back(output_grads[i].to(state.outputs[i].scalar_type()));  // fp32 on the wire, bf16 under autocast
     }
   }
   if (state.loss.defined()) {

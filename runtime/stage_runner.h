@@ -75,6 +75,7 @@ class StageRunner {
   std::unique_ptr<torch::jit::Module> module_;
   std::vector<at::Tensor> params_;  // the trainable parameters the optimizer updates (host copies when offloaded)
   std::vector<at::Tensor> device_params_;  // offloaded: this step's device copies
+  bool bf16_autocast_;  // the plan's precision is bf16-mixed
   LossFunction loss_;
   std::map<int, Microbatch> in_flight_;
   std::int64_t offload_bytes_ = 0;

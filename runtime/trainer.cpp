@@ -114,7 +114,8 @@ void Trainer::send_outputs(int microbatch, const std::vector<at::Tensor>& output
       const auto& input = plan_.stages[static_cast<std::size_t>(consumer.stage)].inputs[static_cast<std::size_t>(consumer.input)];
       for (const auto& piece : layout_.pieces_to(stage_.id, placement_.replica, consumer.stage, input.batch_dim >= 0)) {
         int peer = layout_.rank_of(consumer.stage, placement_.pipeline, piece.peer_replica);
-        communicator_.send(cut(outputs[o].detach(), input.batch_dim, piece.at_sender), peer,
+        // In the plan's dtype, which the receiver expects: a bf16 output of autocast goes as fp32, exactly.
+        communicator_.send(cut(outputs[o].detach().to(scalar_type(input)), input.batch_dim, piece.at_sender), peer,
                            tag(microbatch, consumer.input, plan::Pass::kForward));
       }
     }
@@ -147,7 +148,8 @@ void Trainer::send_input_grads(int microbatch, const std::vector<at::Tensor>& gr
     const auto& input = stage_.inputs[k];
     if (input.model_input || !has_gradient(input)) continue;
     // The sender waits for a gradient of every float it sent, used or not.
-    auto grad = grads[k].defined() ? grads[k] : at::zeros(input.shape, at::TensorOptions().dtype(scalar_type(input)));
+    auto grad = grads[k].defined() ? grads[k].to(scalar_type(input))
+                                   : at::zeros(input.shape, at::TensorOptions().dtype(scalar_type(input)));
     for (const auto& piece : layout_.pieces_from(stage_.id, placement_.replica, input.from_stage, input.batch_dim >= 0)) {
       int peer = layout_.rank_of(input.from_stage, placement_.pipeline, piece.peer_replica);
       communicator_.send(cut(grad, input.batch_dim, piece.at_receiver), peer,

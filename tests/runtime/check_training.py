@@ -179,6 +179,15 @@ def check_data_bytes(report, plan, steps, data_dir):
     print("data read per rank (bytes):", {r["rank"]: r["data_bytes"] for r in report["ranks"]})
 
 
+def check_bf16(report, reference, model, data_dir, plan, args):
+    """A bf16-mixed plan computes in bfloat16: its first loss is nearer torch.autocast's than fp32's."""
+    fp32 = training_reference.reference_losses(model, data_dir, plan, 1, args.loss, 0.0, args.accumulate)[0]
+    got = float(report["steps"][0]["loss"])
+    print(f"step 0: rannc-run {got:.9f}, torch autocast bf16 {reference[0]:.9f}, torch fp32 {fp32:.9f}")
+    if not abs(got - reference[0]) < abs(got - fp32):
+        fail("the bf16-mixed plan's first loss is not nearer torch's bfloat16 autocast than fp32: is autocast on?")
+
+
 def check_sharded_state(report, plan):
     """Each rank of a sharded stage steps about 1/n of its stage's weights (n: the ranks sharing
     them), every other rank at most all of them (fewer where a tied weight is sharded by a stage
@@ -292,7 +301,8 @@ def main():
     start = time.monotonic()
     model = os.path.abspath(args.model)
     training = dict(weight_decay=args.weight_decay, clip_grad_norm=args.clip_grad_norm, schedule=args.lr_schedule,
-                    warmup_steps=args.warmup_steps, shuffle_seed=args.seed if args.shuffle else None)
+                    warmup_steps=args.warmup_steps, shuffle_seed=args.seed if args.shuffle else None,
+                    bf16_autocast=plan["precision"] == "bf16-mixed")
     # K batches accumulated per step train as one step of K times the batch (unshuffled data).
     reference_plan = json.loads(json.dumps(plan))
     reference_plan["batch"]["global"] *= args.accumulate_steps
@@ -300,7 +310,8 @@ def main():
     reference = training_reference.reference_losses(model, data_dir, reference_plan, args.steps, args.loss, args.lr,
                                                     args.accumulate, args.optimizer, **training)
     frozen = training_reference.reference_losses(model, data_dir, reference_plan, args.steps, args.loss, 0.0,
-                                                 args.accumulate, args.optimizer, shuffle_seed=training["shuffle_seed"])
+                                                 args.accumulate, args.optimizer, shuffle_seed=training["shuffle_seed"],
+                                                 bf16_autocast=training["bf16_autocast"])
     print(f"reference: {time.monotonic() - start:.1f} s")
 
     def rel(a, b):
@@ -318,6 +329,8 @@ def main():
             fail(f"step {step}: rank 0 printed loss {shown}, the report says {got}")
     if bad:
         fail(f"steps {bad}: the loss differs from the reference beyond the tolerance")
+    if training["bf16_autocast"]:
+        check_bf16(report, reference, model, data_dir, reference_plan, args)
     if max(rel(a, b) for a, b in zip(reference, frozen)) < 10 * args.tolerance:
         fail("the updates change the reference losses by less than 10x the tolerance at every step, too little "
              "to tell a run that never updates; raise --lr")

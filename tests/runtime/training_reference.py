@@ -138,13 +138,14 @@ def make_optimizer(params, name, lr, weight_decay):
 
 def reference_losses(model_path, data_folder, plan, steps, loss, lr, accumulate=False, optimizer_name="sgd",
                      weight_decay=0.0, clip_grad_norm=0.0, schedule="constant", warmup_steps=0, first_step=0,
-                     shuffle_seed=None):
+                     shuffle_seed=None, bf16_autocast=False):
     """Trains the whole model in one process with torch.optim (make_optimizer), the learning-rate
     schedule and gradient clipping; returns each step's loss (before its update).
 
     lr 0 gives the losses of the untrained model, forward only: what a run that never updates would report.
     `first_step` starts on that step's data (the losses of steps first_step..steps-1); the data set
-    is taken as step_rows() says (epochs, and a shuffle with shuffle_seed).
+    is taken as step_rows() says (epochs, and a shuffle with shuffle_seed). bf16_autocast: forward
+    under torch.autocast("cpu", dtype=torch.bfloat16), the loss in fp32 (a bf16-mixed plan).
     """
     torch.manual_seed(0)
     model = torch.jit.load(model_path)
@@ -181,8 +182,9 @@ def reference_losses(model_path, data_folder, plan, steps, loss, lr, accumulate=
             for begin, length in chunks:
                 indices = order[begin:begin + length]
                 with torch.set_grad_enabled(lr != 0):  # lr 0: the losses without any update, forward only
-                    out = _model_output(model(*[rows(x, indices) for x in inputs]))
-                    chunk_loss = _loss_sum(out, rows(target, indices), loss) / elements
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16_autocast):
+                        out = _model_output(model(*[rows(x, indices) for x in inputs]))
+                    chunk_loss = _loss_sum(out.float(), rows(target, indices), loss) / elements
                 if lr != 0:
                     chunk_loss.backward()
                 total += float(chunk_loss.detach().double())

@@ -1,6 +1,7 @@
 #include "torch_side/checkpoint_export.h"
 
 #include <map>
+#include <set>
 
 #include "support/atomic_file.h"
 #include "support/error.h"
@@ -10,12 +11,14 @@
 namespace rannc {
 namespace {
 
-// The stages' tensors by name. A tied weight is in each stage that uses it, the same after every
-// step (its gradients are summed over all holders), so the first copy stands for all.
-std::map<std::string, at::Tensor> merged_stages(const std::vector<std::string>& files) {
-  std::map<std::string, at::Tensor> merged;
+// The stages' tensors in stage order. A tied weight is in each stage that uses it, the same after
+// every step (its gradients are summed over all holders), so the first copy stands for all.
+TensorDict merged_stages(const std::vector<std::string>& files) {
+  TensorDict merged;
+  std::set<std::string> seen;
   for (const auto& file : files)
-    for (const auto& [name, tensor] : read_state_dict(file, "checkpoint")) merged.emplace(name, tensor);
+    for (auto& [name, tensor] : read_state_dict(file, "checkpoint"))
+      if (seen.insert(name).second) merged.emplace_back(name, tensor);
   return merged;
 }
 
@@ -41,14 +44,15 @@ torch::jit::Module load_model(const std::string& path) {
 }  // namespace
 
 ExportedCheckpoint export_checkpoint(const TorchPlugin::ExportRequest& request) {
-  auto merged = merged_stages(request.stage_files);
   ExportedCheckpoint exported;
   auto& result = exported.result;
   TensorDict state;
   if (request.model.empty()) {
-    state.assign(merged.begin(), merged.end());
+    state = merged_stages(request.stage_files);
     result.trained = static_cast<int>(state.size());
   } else {
+    auto stages = merged_stages(request.stage_files);
+    std::map<std::string, at::Tensor> merged(stages.begin(), stages.end());
     auto model = load_model(request.model);
     state = module_state(model);
     at::NoGradGuard no_grad;

@@ -9,10 +9,11 @@ Adam, constant learning rate, on a --data folder of STEPS + 1 steps:
 2. killed: the same run with --save S2 --save-every 3, SIGKILLed (the whole job) as soon as rank 0
    prints step 3, so S2/latest names step 3 (or a later multiple of 3 on a slow machine); then
    --resume S2 to STEPS: its steps equal L's exactly (the same plan, data and state).
-3. export: `rannc-partition export S1 -o sd.pt --module trained.pt`; the sample's own nn.Module loads
-   sd.pt with strict load_state_dict and gives trained.pt's outputs; trained.pt's loss on the data of
-   step STEPS equals rannc-run's (a run of STEPS + 1 steps resumed from S1) within 1e-5.
-4. init: a PyTorch model with other weights, saved by torch.save(model.state_dict()); rannc-run
+3. export: `rannc-partition export S1 -o sd.pt [--module trained.pt]`; the sample's own nn.Module
+   loads sd.pt with strict load_state_dict (and, for a TorchScript model, gives trained.pt's
+   outputs); its loss on the data of step STEPS equals rannc-run's (a run of STEPS + 1 steps resumed
+   from S1) within 1e-5.
+4. init: the sample's nn.Module with other weights, saved by torch.save(model.state_dict()); rannc-run
    --init starts from it: its first two losses are those of that model trained in PyTorch, 1e-5.
 5. refusals, each exit 2 with one line: --resume with another plan ("another plan"), a checkpoint
    file changed since ("changed since"), --init of a state_dict without the model's weights ("has no").
@@ -128,49 +129,70 @@ def check_resume(args, plan_path, data_dir, straight):
     print(f"OK: {start} + {STEPS - start} steps with a kill between equal {STEPS} straight")
 
 
+def sample_module(args):
+    """A fresh instance of the sample's own nn.Module (samples/sample_models.py)."""
+    sys.path.insert(0, args.samples)
+    from sample_models import make_sample
+    return make_sample(args.sample)
+
+
+def traced(args, sample, model, name):
+    """The nn.Module traced to a TorchScript file, for training_reference (which loads models so)."""
+    path = os.path.join(args.out, name)
+    model.train()
+    torch.jit.save(torch.jit.trace(model, tuple(sample.inputs.values()), check_trace=False), path)
+    return path
+
+
 def check_export(args, plan_path, data_dir, plan):
-    """The checkpoint after STEPS steps, back in PyTorch."""
-    state_path, module_path = os.path.join(args.out, "sd.pt"), os.path.join(args.out, "trained.pt")
-    command = [args.partition, "export", os.path.join(args.out, "straight"), "-o", state_path, "--module", module_path]
+    """The checkpoint after STEPS steps, back in PyTorch: the sample's nn.Module loads the state_dict
+    strictly and gives rannc-run's next loss; for a TorchScript model, --module equals it."""
+    state_path = os.path.join(args.out, "sd.pt")
+    torchscript = plan["model"]["format"] == "torchscript"
+    module_path = os.path.join(args.out, "trained.pt")
+    command = [args.partition, "export", os.path.join(args.out, "straight"), "-o", state_path,
+               *(["--module", module_path] if torchscript else [])]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
         fail(f"{' '.join(command)}: exit {result.returncode}\n{result.stdout}{result.stderr}")
     print(result.stdout.strip())
-    sys.path.insert(0, args.samples)
-    from sample_models import make_sample
-    model = make_sample(args.sample).model
+    sample = sample_module(args)
+    model = sample.model
     model.load_state_dict(torch.load(state_path))  # strict: every key of the model, no other
-    trained = torch.jit.load(module_path)
-    model.eval(), trained.eval()
-    inputs = training_reference._load_inputs(plan, data_dir)
-    batch = [torch.from_numpy(x[:plan["batch"]["global"]].copy()) for x in inputs]
-    with torch.no_grad():
-        difference = (training_reference._model_output(model(*batch)) -
-                      training_reference._model_output(trained(*batch))).abs().max().item()
-    if difference != 0:
-        fail(f"the nn.Module with the exported state_dict and the exported TorchScript model differ by {difference}")
-    print("the sample's nn.Module loads the state_dict (strict) and matches the exported TorchScript model")
+    print("the sample's nn.Module loads the exported state_dict (strict)")
+    if torchscript:
+        trained = torch.jit.load(module_path)
+        model.eval(), trained.eval()
+        batch = [torch.from_numpy(x[:plan["batch"]["global"]].copy())
+                 for x in training_reference._load_inputs(plan, data_dir)]
+        with torch.no_grad():
+            difference = (training_reference._model_output(model(*batch)) -
+                          training_reference._model_output(trained(*batch))).abs().max().item()
+        if difference != 0:
+            fail(f"the nn.Module with the exported state_dict and the exported TorchScript model differ by {difference}")
+        print("... and gives the exported TorchScript model's outputs")
     after = train_ok(args, plan_path, data_dir, STEPS + 1, "--resume", os.path.join(args.out, "straight"),
                      report=os.path.join(args.out, "after.json"))[STEPS]
-    expected = training_reference.reference_losses(module_path, data_dir, plan, STEPS + 1, "cross_entropy", 0.0,
-                                                   first_step=STEPS)[0]
-    print(f"step {STEPS}: rannc-run {after:.9f}, PyTorch with the exported weights {expected:.9f}")
+    expected = training_reference.reference_losses(traced(args, sample, model, "exported.pt"), data_dir, plan,
+                                                   STEPS + 1, "cross_entropy", 0.0, first_step=STEPS)[0]
+    print(f"step {STEPS}: rannc-run {after:.9f}, the nn.Module with the exported weights {expected:.9f}")
     if not abs(after - expected) <= 1e-5 * abs(expected):
         fail("the exported weights do not give rannc-run's next loss")
 
 
 def check_init(args, plan_path, data_dir, plan):
-    model = torch.jit.load(os.path.abspath(args.model))
+    """--init from the nn.Module's state_dict, saved as users save them (an OrderedDict)."""
+    sample = sample_module(args)
+    model = sample.model
     torch.manual_seed(7)
     with torch.no_grad():
         for param in model.parameters():
             param.mul_(0.5).add_(0.01 * torch.randn_like(param))
-    state_path, model_path = os.path.join(args.out, "init_state.pt"), os.path.join(args.out, "init_model.pt")
-    torch.save(model.state_dict(), state_path)  # an OrderedDict, as users save them
-    torch.jit.save(model, model_path)
+    state_path = os.path.join(args.out, "init_state.pt")
+    torch.save(model.state_dict(), state_path)
     got = train_ok(args, plan_path, data_dir, 2, "--init", state_path, report=os.path.join(args.out, "init.json"))
-    want = training_reference.reference_losses(model_path, data_dir, plan, 2, "cross_entropy", 0.01,
-                                               optimizer_name="adam")
+    want = training_reference.reference_losses(traced(args, sample, model, "init_model.pt"), data_dir, plan, 2,
+                                               "cross_entropy", 0.01, optimizer_name="adam")
     untouched = losses_of(os.path.join(args.out, "straight.json"))
     print(f"--init: rannc-run {[round(got[s], 7) for s in (0, 1)]}, PyTorch {[round(x, 7) for x in want]}, "
           f"without --init {[round(untouched[s], 7) for s in (0, 1)]}")

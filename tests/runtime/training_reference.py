@@ -46,7 +46,6 @@ def make_data(plan, steps, loss, folder, seed, rows=None):
     os.makedirs(folder, exist_ok=True)
     rng = np.random.default_rng(seed)
     rows = rows or steps * plan["batch"]["global"]
-    inputs = []
     for spec in plan["model"]["inputs"]:
         if spec.get("batch_dim", 0) != 0:
             raise ValueError(f"input {spec['name']}: batch dim {spec['batch_dim']}, only 0 is supported")
@@ -56,15 +55,10 @@ def make_data(plan, steps, loss, folder, seed, rows=None):
         else:
             data = rng.integers(0, spec.get("index_bound", 2), size=shape).astype(spec["dtype"])
         np.save(os.path.join(folder, spec["name"] + ".npy"), data)
-        inputs.append(data)
 
-    # The output's shape per sample, from the model itself on two samples (eval mode: BatchNorm
-    # needs no batch statistics then).
-    model = torch.jit.load(plan["model"]["path"])
-    model.eval()
-    with torch.no_grad():
-        out = _model_output(model(*[torch.from_numpy(np.ascontiguousarray(x[:2])) for x in inputs]))
-    per_sample = list(out.shape[1:])
+    # The output's shape per sample, from the plan (a TorchScript or an ONNX model alike).
+    output = next(o for stage in plan["stages"] for o in stage["outputs"] if o.get("model_output"))
+    per_sample = [d for k, d in enumerate(output["shape"]) if k != output.get("batch_dim", 0)]
     if loss == "cross_entropy":
         classes = per_sample[-1]
         target = rng.integers(0, classes, size=[rows] + per_sample[:-1]).astype(np.int64)

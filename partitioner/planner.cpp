@@ -172,21 +172,51 @@ std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int bloc
   return configs;
 }
 
-std::optional<ConfigChoice> search_configs(const SearchContext& context, const std::vector<SearchConfig>& configs,
-                                           int* searched) {
-  std::optional<ConfigChoice> best;
-  double beat = std::numeric_limits<double>::infinity();
+namespace {
+
+// A small search also tries every other stage count of each config within the slack: the
+// formula ranks stage counts as it ranks configs, and the simulation may order them otherwise.
+void add_stage_counts(const SearchContext& context, double beat, std::vector<ConfigChoice>& near, int* searched) {
+  const std::size_t free_choices = near.size();
+  for (std::size_t i = 0; i < free_choices; ++i) {
+    SearchConfig forced = near[i].config;
+    StageOptions free_options(context, forced);
+    if (forced.stages || static_cast<std::int64_t>(free_options.block_count()) * forced.pipeline_devices >
+                             kExhaustiveStageCounts)
+      continue;
+    const int chosen = static_cast<int>(near[i].solution.stages.size());
+    for (int stages = 1; stages <= std::min(forced.pipeline_devices, free_options.block_count()); ++stages) {
+      if (stages == chosen) continue;
+      forced.stages = stages;
+      StageOptions options(context, forced);
+      if (searched) ++*searched;
+      if (auto solution = search_pipeline(options, beat)) near.push_back({forced, *solution});
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<ConfigChoice> search_configs(const SearchContext& context, const std::vector<SearchConfig>& configs,
+                                         int* searched) {
+  std::vector<ConfigChoice> near;
+  double best = std::numeric_limits<double>::infinity();
   for (const auto& config : configs) {
+    const double beat = best * kRankingSlack;
     // No step of the config is shorter than M times the balanced share of a microbatch's work.
     if (config.microbatches * balanced_ms(context, config) >= beat) continue;
     StageOptions options(context, config);
     if (searched) ++*searched;
     auto solution = search_pipeline(options, beat);
     if (!solution) continue;
-    beat = solution->objective_ms();
-    best = ConfigChoice{config, *solution};
+    best = std::min(best, solution->objective_ms());
+    near.push_back({config, *solution});
   }
-  return best;
+  auto beyond_slack = [&](const ConfigChoice& c) { return c.solution.objective_ms() >= best * kRankingSlack; };
+  // Those found before a better best came along may lie beyond its slack.
+  near.erase(std::remove_if(near.begin(), near.end(), beyond_slack), near.end());
+  add_stage_counts(context, best * kRankingSlack, near, searched);
+  return near;
 }
 
 PlacedPipeline place_and_simulate(const SearchContext& context, const ConfigChoice& choice, std::int64_t global_batch,
@@ -280,9 +310,9 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
   start = Clock::now();
   SearchContext context{&result.partitioning.blocks, &ranges, &request.cluster, request.optimizer, request.precision,
                         request.state_sharding};
-  auto choice = search_configs(context, configs, &result.configs_searched);
+  auto choices = search_configs(context, configs, &result.configs_searched);
   result.times.search_ms = elapsed_ms(start);
-  if (!choice) {
+  if (choices.empty()) {
     throw Error(ExitStatus::kCannotMeet,
                 "the model does not fit in " + std::to_string(request.cluster.gpus()) + " devices of " +
                     human_bytes(static_cast<double>(request.cluster.mem_bytes)) + ": " +
@@ -292,7 +322,12 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
   double fraction = static_cast<double>(request.global_batch) / static_cast<double>(evaluated_batch);
   StepBounds bounds{whole_step_ms(graph, costs, fraction) / request.cluster.gpus(),
                     step_model_flops(graph, costs, fraction)};
-  result.pipeline = place_and_simulate(context, *choice, request.global_batch, bounds);
+  // The shortest simulated step; of equal ones, the first in search order.
+  for (const auto& choice : choices) {
+    auto placed = place_and_simulate(context, choice, request.global_batch, bounds);
+    if (result.pipeline.stages.empty() || placed.predicted.iteration_ms < result.pipeline.predicted.iteration_ms)
+      result.pipeline = std::move(placed);
+  }
   result.times.simulate_ms = elapsed_ms(start);
   return result;
 }

@@ -219,11 +219,12 @@ std::vector<ConfigChoice> search_configs(const SearchContext& context, const std
   return near;
 }
 
-PlacedPipeline place_and_simulate(const SearchContext& context, const ConfigChoice& choice, std::int64_t global_batch,
-                                  const StepBounds& bounds) {
+namespace {
+
+// The pipeline on its ranks, simulated: what ranking the candidates needs, without their memory.
+PlacedPipeline place(const SearchContext& context, const ConfigChoice& choice, std::int64_t global_batch) {
   const SearchConfig& config = choice.config;
   const cost::Cluster& cluster = *context.cluster;
-  StageOptions options(context, config);
   PlacedPipeline placed;
   placed.config = config;
   placed.global_batch = global_batch;
@@ -252,6 +253,15 @@ PlacedPipeline place_and_simulate(const SearchContext& context, const ConfigChoi
     placed.stages.push_back(std::move(stage));
   }
   placed.simulation = simulate(simulated, replicas, config.microbatches, config.schedule);
+  for (int rank = config.pipelines * used; rank < config.pipelines * config.pipeline_devices; ++rank)
+    placed.unused_ranks.push_back(rank);
+  return placed;
+}
+
+// The memory of every rank and the predictions, from the placed pipeline's simulation.
+void predict(const SearchContext& context, const StepBounds& bounds, PlacedPipeline& placed) {
+  const cost::Cluster& cluster = *context.cluster;
+  StageOptions options(context, placed.config);
   for (std::size_t s = 0; s < placed.stages.size(); ++s) {
     auto& stage = placed.stages[s];
     stage.in_flight = placed.simulation.max_in_flight[s];
@@ -263,16 +273,23 @@ PlacedPipeline place_and_simulate(const SearchContext& context, const ConfigChoi
     }
   }
   std::sort(placed.ranks.begin(), placed.ranks.end(), [](const plan::RankPlacement& a, const plan::RankPlacement& b) { return a.rank < b.rank; });
-  for (int rank = config.pipelines * used; rank < config.pipelines * config.pipeline_devices; ++rank)
-    placed.unused_ranks.push_back(rank);
   if (!placed.unused_ranks.empty()) {
-    placed.unused_reason = "no stage runs faster with more replicas of its " + std::to_string(config.microbatch_size) +
+    placed.unused_reason = "no stage runs faster with more replicas of its " + std::to_string(placed.config.microbatch_size) +
                          "-sample microbatches (replica counts divide the microbatch) once their gradient allreduce is counted";
   }
-  placed.predicted.iteration_ms = placed.simulation.iteration_ms;
-  placed.predicted.samples_per_s = placed.simulation.iteration_ms > 0 ? global_batch / (placed.simulation.iteration_ms / 1e3) : 0;
+  const double step_ms = placed.simulation.iteration_ms;
+  placed.predicted.iteration_ms = step_ms;
+  placed.predicted.samples_per_s = step_ms > 0 ? placed.global_batch / (step_ms / 1e3) : 0;
   placed.predicted.bubble_fraction = placed.simulation.bubble_fraction;
   set_bounds(placed.predicted, bounds, cluster, context.precision);
+}
+
+}  // namespace
+
+PlacedPipeline place_and_simulate(const SearchContext& context, const ConfigChoice& choice, std::int64_t global_batch,
+                                  const StepBounds& bounds) {
+  PlacedPipeline placed = place(context, choice, global_batch);
+  predict(context, bounds, placed);
   return placed;
 }
 
@@ -324,10 +341,11 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
                     step_model_flops(graph, costs, fraction)};
   // The shortest simulated step; of equal ones, the first in search order.
   for (const auto& choice : choices) {
-    auto placed = place_and_simulate(context, choice, request.global_batch, bounds);
-    if (result.pipeline.stages.empty() || placed.predicted.iteration_ms < result.pipeline.predicted.iteration_ms)
+    auto placed = place(context, choice, request.global_batch);
+    if (result.pipeline.stages.empty() || placed.simulation.iteration_ms < result.pipeline.simulation.iteration_ms)
       result.pipeline = std::move(placed);
   }
+  predict(context, bounds, result.pipeline);
   result.times.simulate_ms = elapsed_ms(start);
   return result;
 }

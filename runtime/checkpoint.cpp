@@ -77,13 +77,21 @@ bool CheckpointWriter::due(int steps_done) const {
 void CheckpointWriter::save(const MpiWorld& world, int steps_done, const StageRunner& runner,
                             const StateSync& state) const {
   const auto partial = (fs::path(options_.save_dir) / (plan::checkpoint_folder_name(steps_done) + ".partial")).string();
-  on_every_rank(world, [&] {
-    if (world.rank() == 0) fresh_folder(partial);
-  });
-  on_every_rank(world, [&] { write_rank_files(partial, world.rank(), runner, state); });
-  on_every_rank(world, [&] {
-    if (world.rank() == 0) publish(partial, steps_done);
-  });
+  try {
+    on_every_rank(world, [&] {
+      if (world.rank() == 0) fresh_folder(partial);
+    });
+    on_every_rank(world, [&] { write_rank_files(partial, world.rank(), runner, state); });
+    on_every_rank(world, [&] {
+      if (world.rank() == 0) publish(partial, steps_done);
+    });
+  } catch (const Error&) {
+    // Every rank has stopped writing (the failure was agreed on): the part written goes, so a
+    // full disk gets its space back; `latest` still names the last whole checkpoint.
+    std::error_code ignored;
+    if (world.rank() == 0) fs::remove_all(partial, ignored);
+    throw;
+  }
 }
 
 void CheckpointWriter::write_rank_files(const std::string& folder, int rank, const StageRunner& runner,

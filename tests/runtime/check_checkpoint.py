@@ -17,6 +17,9 @@ Adam, constant learning rate, on a --data folder of STEPS + 1 steps:
    --init starts from it: its first two losses are those of that model trained in PyTorch, 1e-5.
 5. refusals, each exit 2 with one line: --resume with another plan ("another plan"), a checkpoint
    file changed since ("changed since"), --init of a state_dict without the model's weights ("has no").
+6. a full disk (a tmpfs of 1.5 checkpoints; skipped where none can be mounted): the checkpoint at
+   step 3 is written, the one at step 6 fails; every rank exits 2 with one line, nothing partial
+   is left, and `latest` still names step 3, from which the run resumes to the straight losses.
 """
 import argparse
 import json
@@ -225,6 +228,41 @@ def check_refusals(args, plan_path, data_dir):
     print("refused (a changed file):", [line for line in output.splitlines() if "changed since" in line][0])
 
 
+def folder_bytes(folder):
+    return sum(os.path.getsize(os.path.join(folder, name)) for name in os.listdir(folder))
+
+
+def check_full_disk(args, plan_path, data_dir, straight):
+    mount_point = os.path.join(args.out, "full_disk")
+    os.makedirs(mount_point, exist_ok=True)
+    subprocess.run(["umount", mount_point], capture_output=True)
+    size = int(1.5 * folder_bytes(os.path.join(args.out, "straight", f"step_{SAVE_EVERY:08d}")))
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", mount_point], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        print("full disk: skipped, cannot mount a tmpfs:", mounted.stderr.strip()[:200])
+        return
+    try:
+        save_dir = os.path.join(mount_point, "ckpt")
+        status, output = train(args, plan_path, data_dir, STEPS, "--save", save_dir, "--save-every", SAVE_EVERY)
+        lines = [line for line in output.splitlines() if line.startswith("rannc-run: checkpoint:")]
+        if status != 2 or len(lines) != 1:
+            fail(f"--save on a full disk: expected exit 2 and one line, got exit {status}:\n{output}")
+        print("full disk:", lines[0])
+        left = sorted(os.listdir(save_dir))
+        with open(os.path.join(save_dir, "latest")) as f:
+            latest = f.read().strip()
+        if latest != f"step_{SAVE_EVERY:08d}" or any(name.endswith(".partial") for name in left):
+            fail(f"after the failed checkpoint: latest {latest!r}, folder {left}")
+        resumed = train_ok(args, plan_path, data_dir, STEPS, "--resume", save_dir,
+                           report=os.path.join(args.out, "full_disk.json"))
+        if any(resumed[step] != straight[step] for step in range(SAVE_EVERY, STEPS)):
+            fail("resumed from the checkpoint before the full disk: the losses differ from the straight run's")
+        print(f"OK: latest still names {latest}, nothing partial left ({left}), and the run resumes from it")
+    finally:
+        subprocess.run(["umount", mount_point], capture_output=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partition", required=True)
@@ -258,6 +296,7 @@ def main():
     check_export(args, plan_path, data_dir, plan)
     check_init(args, plan_path, data_dir, plan)
     check_refusals(args, plan_path, data_dir)
+    check_full_disk(args, plan_path, data_dir, straight)
     print("OK")
 
 

@@ -10,6 +10,7 @@
 #include "cost_model/step_estimate.h"
 #include "ir/dump.h"
 #include "plan/plan_json.h"
+#include "sharding/embedding_tables.h"
 #include "support/format.h"
 
 namespace rannc {
@@ -98,6 +99,30 @@ std::string predicted_text(const Model& model, const CostQuery& query) {
   return out.str();
 }
 
+nlohmann::json tables_json(const std::vector<sharding::EmbeddingTable>& tables) {
+  auto json = nlohmann::json::array();
+  for (const auto& t : tables) {
+    json.push_back({{"weight", t.weight}, {"rows", t.rows}, {"dim", t.dim}, {"dtype", ir::dtype_name(t.dtype)},
+                    {"pooling_mode", t.pooling_mode}, {"pooling", t.pooling}, {"indexed_by", t.indexed_by}});
+  }
+  return json;
+}
+
+void print_tables(std::ostringstream& out, const std::vector<sharding::EmbeddingTable>& tables) {
+  if (tables.empty()) return;
+  char line[160];
+  std::snprintf(line, sizeof line, "  %-40s %11s %6s  %-7s  %14s  %s\n", "weight", "rows", "dim", "pooling",
+                "lookups/sample", "indexed by");
+  out << "\n  embedding tables (" << tables.size() << ")\n" << line;
+  for (const auto& t : tables) {
+    std::snprintf(line, sizeof line, "  %-40s %11lld %6lld  %-7s  %14.2f  ", t.weight.c_str(),
+                  static_cast<long long>(t.rows), static_cast<long long>(t.dim), t.pooling_mode.c_str(), t.pooling);
+    std::string inputs;
+    for (const auto& name : t.indexed_by) inputs += (inputs.empty() ? "" : ", ") + name;
+    out << line << inputs << "\n";
+  }
+}
+
 }  // namespace
 
 nlohmann::json inspect_json(const Model& model, const CostQuery* cost) {
@@ -115,7 +140,8 @@ nlohmann::json inspect_json(const Model& model, const CostQuery* cost) {
           {"outputs", tensor_list(graph, graph.model_outputs())},
           {"ops", t.ops},
           {"flops_fwd", t.flops_fwd},
-          {"uncosted_ops", t.uncosted_kinds}};
+          {"uncosted_ops", t.uncosted_kinds},
+          {"embedding_tables", tables_json(sharding::find_embedding_tables(graph, model.batch))}};
   if (cost) json["predicted"] = predicted_json(model, *cost);
   return json;
 }
@@ -141,6 +167,7 @@ std::string inspect_text(const Model& model, const CostQuery* cost) {
     std::snprintf(line, sizeof line, "%7d  ", count);
     out << line << kind << (t.uncosted_kinds.count(kind) ? "  (no cost formula: costed as memory-bound)" : "") << "\n";
   }
+  print_tables(out, sharding::find_embedding_tables(graph, model.batch));
   if (cost) out << predicted_text(model, *cost);
   return out.str();
 }

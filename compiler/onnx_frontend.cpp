@@ -411,6 +411,20 @@ void collect_outer_reads(const onnx::GraphProto& graph, std::set<std::string> de
   }
 }
 
+// How a Loop body pools what it gathers (PyTorch exports EmbeddingBag as a Loop of Gather then
+// ReduceSum, ReduceMean or ReduceMax over each bag), or empty when the body reduces nothing.
+std::string loop_bag_mode(const onnx::NodeProto& node) {
+  for (const auto& attr : node.attribute()) {
+    if (!attr.has_g()) continue;
+    for (const auto& inner : attr.g().node()) {
+      if (inner.op_type() == "ReduceSum") return "sum";
+      if (inner.op_type() == "ReduceMean") return "mean";
+      if (inner.op_type() == "ReduceMax") return "max";
+    }
+  }
+  return "";
+}
+
 std::vector<std::string> subgraph_outer_reads(const onnx::NodeProto& node) {
   std::set<std::string> reads;
   for (const auto& attr : node.attribute()) {
@@ -515,6 +529,10 @@ class GraphBuilder {
     for (const auto& name : node.output()) outputs.push_back(define(intermediate(name, node, index)));
     ir::OpId op = graph_.add_op(op_kind(node), std::move(inputs), outputs, index);
     for (const auto& attr : node.attribute()) graph_.op(op).attrs[attr.name()] = attribute_literal(attr);
+    if (node.op_type() == "Loop") {
+      auto mode = loop_bag_mode(node);
+      if (!mode.empty()) graph_.op(op).attrs["bag_mode"] = mode;  // read by sharding/embedding_tables
+    }
     if (node.op_type() == "Constant" && node.attribute_size() == 1 && node.attribute(0).has_t()) {
       graph_.value(outputs.front()).literal = small_int_literal(node.attribute(0).t());
     }

@@ -16,7 +16,7 @@ import re
 import subprocess
 import sys
 
-LAYERS = ["support", "ir", "plan", "cost_model", "partitioner", "emit", "compiler", "torch_side", "runtime", "cmd"]
+LAYERS = ["support", "ir", "plan", "cost_model", "partitioner", "sharding", "emit", "compiler", "torch_side", "runtime", "cmd"]
 TORCH_FOLDERS = {"torch_side", "runtime"}
 RUNTIME_FOLDERS = {"support", "ir", "plan", "runtime", "cmd"}
 RUNTIME_SHARED_TORCH = {"torch_side/state_dict_file.h"}  # compiled into librannc_state_dict.a

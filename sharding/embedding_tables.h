@@ -1,0 +1,28 @@
+// The embedding tables of a model, found in its IR the same way for both frontends: TorchScript's
+// aten::embedding_bag and aten::embedding, and ONNX's Gather on an initializer (pooled when a
+// ReduceSum or ReduceMean over the bag follows) or the Loop PyTorch exports EmbeddingBag as. The
+// sharding planner of recommendation models starts from these. Tables are never loaded: a
+// shape-only model is read from its shapes alone.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace rannc::sharding {
+
+struct EmbeddingTable {
+  std::string weight;  // the parameter holding the table
+  std::int64_t rows = 0, dim = 0;
+  ir::DType dtype = ir::DType::kFloat32;
+  std::string pooling_mode;             // "sum", "mean", "max", or "none" (a row per lookup)
+  std::vector<std::string> indexed_by;  // the model inputs its indices come from
+  double pooling = 1;                   // lookups per sample, from the example inputs' shapes
+};
+
+// In parameter order of first use. `batch`: the samples the graph's shapes were evaluated at.
+std::vector<EmbeddingTable> find_embedding_tables(const ir::Graph& graph, std::int64_t batch);
+
+}  // namespace rannc::sharding

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Build shape-only ONNX transformer models: a graph and dims, but no weights.
+"""Build shape-only ONNX models (transformers and DLRMs): a graph and dims, but no weights.
 
 Every initializer is marked as external data (in "<name>.weights", with the offset and
 length it would have), but that file is never written. The .onnx file therefore holds
@@ -49,6 +49,52 @@ PRESETS = {
     # excluded (tests/bench/gpt3_layer_h100.py).
     "gpt3-175b-1layer": Preset("gpt", layers=1, hidden=12288, heads=96, seq=2048, vocab=50257),
     "gpt3-175b-2layer": Preset("gpt", layers=2, hidden=12288, heads=96, seq=2048, vocab=50257),
+}
+
+@dataclass(frozen=True)
+class DlrmPreset:
+    """A recommendation model: a bottom MLP on the dense features, one pooled embedding per table
+    (Gather of the table's rows, ReduceSum over the bag), an interaction, a top MLP and a sigmoid."""
+    rows: tuple          # rows per table
+    dims: tuple          # embedding dim per table
+    pooling: tuple       # lookups per sample per table (1: one-hot)
+    bottom: tuple        # bottom MLP widths after the 13 dense features
+    top: tuple           # top MLP widths (the last is 1)
+    interaction: str     # "dot": pairwise dots (lower triangle); "dcn": DCNv2 low-rank cross; "cat": concatenation
+    cross_layers: int = 0
+    cross_rank: int = 0
+
+
+DENSE_FEATURES = 13
+# Criteo's 26 categorical features in the reference DLRM's scripts (facebookresearch/dlrm).
+KAGGLE_ROWS = (1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194, 27, 14992,
+               5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572)
+MLPERF_V1_ROWS = (39884406, 39043, 17289, 7420, 20263, 3, 7120, 1543, 63, 38532951, 2953546, 403346, 10, 2208, 11938,
+                  155, 4, 976, 14, 39979771, 25641295, 39664984, 585935, 12972, 108, 36)
+MLPERF_V2_ROWS = (40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10, 2209, 11938,
+                  155, 4, 976, 14, 40000000, 40000000, 40000000, 590152, 12973, 108, 36)
+MLPERF_V2_POOLING = (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1)
+
+
+def synthetic_tables(count, seed):
+    """`count` tables: dims 4 to 384 (multiples of 4), rows log-uniform in 1e3..1e8, pooling about 15."""
+    rng = np.random.default_rng(seed)
+    rows = tuple(int(r) for r in np.round(10 ** rng.uniform(3, 8, count)))
+    dims = tuple(int(d) for d in 4 * rng.integers(1, 97, count))
+    pooling = tuple(int(p) for p in np.clip(np.round(rng.normal(15, 5, count)), 1, 60))
+    return rows, dims, pooling
+
+
+SYNTHETIC_1000 = synthetic_tables(1000, 2024)
+
+DLRM_PRESETS = {
+    "dlrm-kaggle": DlrmPreset(KAGGLE_ROWS, (16,) * 26, (1,) * 26, (512, 256, 64, 16), (512, 256, 1), "dot"),
+    "dlrm-mlperf-v1": DlrmPreset(MLPERF_V1_ROWS, (128,) * 26, (1,) * 26, (512, 256, 128), (1024, 1024, 512, 256, 1),
+                                 "dot"),
+    "dlrm-mlperf-v2": DlrmPreset(MLPERF_V2_ROWS, (128,) * 26, MLPERF_V2_POOLING, (512, 256, 128),
+                                 (1024, 1024, 512, 256, 1), "dcn", cross_layers=3, cross_rank=512),
+    "dlrm-synthetic-1000": DlrmPreset(*SYNTHETIC_1000, (512, 256, 64), (512, 256, 1), "cat"),
+    "dlrm-12t": DlrmPreset((10 ** 9,) * 48, (256,) * 48, (1,) * 48, (512, 256, 256), (1024, 512, 256, 1), "dot"),
 }
 
 BERT_CLASSES = 2
@@ -211,6 +257,62 @@ def build_gpt(g, tokens, p):
     return logits, [BATCH, p.seq, p.vocab]
 
 
+def mlp(g, x, prefix, widths, n_in, last_relu):
+    for i, width in enumerate(widths):
+        x = linear(g, x, "%s.%d" % (prefix, i), n_in, width)
+        if i + 1 < len(widths) or last_relu:
+            x = g.op("Relu", [x])
+        n_in = width
+    return x
+
+
+def interaction(g, dense, pooled, p):
+    """The features after the interaction, and their width."""
+    features = [dense] + pooled
+    if p.interaction == "cat":
+        return g.op("Concat", features, axis=1), p.bottom[-1] + sum(p.dims)
+    dim = p.dims[0]
+    count = len(features)
+    if p.interaction == "dcn":
+        # DCNv2: x_{l+1} = x0 * (U (V x_l) + b) + x_l, with V [width, rank] and U [rank, width].
+        x0 = g.op("Concat", features, axis=1)
+        width = count * dim
+        x = x0
+        for layer in range(p.cross_layers):
+            v = g.weight("cross.%d.v" % layer, [width, p.cross_rank])
+            u = g.weight("cross.%d.u" % layer, [p.cross_rank, width])
+            b = g.weight("cross.%d.bias" % layer, [width])
+            x = g.op("Add", [g.op("Mul", [x0, g.op("Add", [g.op("MatMul", [g.op("MatMul", [x, v]), u]), b])]), x])
+        return x, width
+    # Pairwise dots of the features, the strictly lower triangle, beside the dense features.
+    stacked = g.op("Concat", [g.op("Unsqueeze", [f, g.int64([1])]) for f in features], axis=1)
+    dots = g.op("MatMul", [stacked, g.op("Transpose", [stacked], perm=[0, 2, 1])])
+    flat = g.op("Reshape", [dots, g.int64([0, count * count])])
+    lower = [i * count + j for i in range(count) for j in range(i)]
+    pairs = g.op("Gather", [flat, g.int64(lower)], axis=1)
+    return g.op("Concat", [dense, pairs], axis=1), dim + len(lower)
+
+
+def build_dlrm(name, p):
+    g = GraphBuilder(name + ".weights")
+    inputs = [helper.make_tensor_value_info("dense", TensorProto.FLOAT, [BATCH, DENSE_FEATURES])]
+    dense = mlp(g, "dense", "bottom", p.bottom, DENSE_FEATURES, last_relu=True)
+    pooled = []
+    for t, (rows, dim, lookups) in enumerate(zip(p.rows, p.dims, p.pooling)):
+        ids = "sparse_%d" % t
+        inputs.append(helper.make_tensor_value_info(ids, TensorProto.INT64, [BATCH, lookups]))
+        table = g.weight("tables.%d.weight" % t, [rows, dim])
+        pooled.append(g.op("ReduceSum", [g.op("Gather", [table, ids]), g.int64([1])], keepdims=0))
+    x, width = interaction(g, dense, pooled, p)
+    logits = mlp(g, x, "top", p.top, width, last_relu=False)
+    g.nodes.append(helper.make_node("Sigmoid", [logits], ["probability"], name="probability"))
+    graph = helper.make_graph(g.nodes, name.replace("-", "_"), inputs=inputs,
+                              outputs=[helper.make_tensor_value_info("probability", TensorProto.FLOAT, [BATCH, 1])],
+                              initializer=g.initializers)
+    model = helper.make_model(graph, producer_name="make_shape_only", opset_imports=[helper.make_opsetid("", OPSET)])
+    return model, g.float_elements
+
+
 def build_model(name, p):
     g = GraphBuilder(name + ".weights")
     tokens = "tokens"
@@ -280,14 +382,18 @@ def update_manifest(out_dir, entries):
 
 def make_preset(name, out_dir):
     start = time.time()
-    p = PRESETS[name]
-    model, params = build_model(name, p)
+    dlrm = name in DLRM_PRESETS
+    p = DLRM_PRESETS[name] if dlrm else PRESETS[name]
+    model, params = build_dlrm(name, p) if dlrm else build_model(name, p)
     check_structure(model)
     check_shapes(model)
     path = os.path.join(out_dir, name + ".onnx")
     write_model(model, path)
     print("%s: %s, %d bytes, %d params (%.2fB) (%.1f s)"
           % (name, path, os.path.getsize(path), params, params / 1e9, time.time() - start))
+    if dlrm:
+        return {"params": params, "kind": "dlrm", "file": name + ".onnx", "tables": len(p.rows),
+                "rows": list(p.rows), "dims": list(p.dims), "pooling": list(p.pooling)}
     return {"params": params, "layers": p.layers, "hidden": p.hidden, "heads": p.heads,
             "seq": p.seq, "vocab": p.vocab, "kind": p.kind, "file": name + ".onnx"}
 
@@ -295,11 +401,12 @@ def make_preset(name, out_dir):
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--preset", default=",".join(PRESETS),
-                        help="comma-separated presets (default: all of %s)" % ",".join(PRESETS))
+    names = list(PRESETS) + list(DLRM_PRESETS)
+    parser.add_argument("--preset", default=",".join(names),
+                        help="comma-separated presets (default: all of %s)" % ",".join(names))
     args = parser.parse_args(argv)
     args.preset = [n.strip() for n in args.preset.split(",") if n.strip()]
-    unknown = [n for n in args.preset if n not in PRESETS]
+    unknown = [n for n in args.preset if n not in PRESETS and n not in DLRM_PRESETS]
     if unknown:
         parser.error("unknown preset(s): %s" % ",".join(unknown))
     return args

@@ -22,6 +22,7 @@
 //   microbatch size m (a power of two) that divides the batch, recomputation on every stage or
 //   none, sharded optimizer state or not. Prints the best of them per S and ours; exits 1 if one
 //   is faster than ours.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -34,6 +35,9 @@
 #include "cost_model/cost_model.h"
 #include "cost_model/device.h"
 #include "partitioner/planner.h"
+#include "sharding/embedding_tables.h"
+#include "sharding/sharding_planner.h"
+#include "support/format.h"
 
 namespace rannc::partition {
 namespace {
@@ -342,6 +346,35 @@ int compare_layouts(const std::string& path, int gpus, std::int64_t batch, const
   return ok ? 0 : 1;
 }
 
+// The embedding-table sharding of a DLRM (sharding/sharding_planner.h): planning time, the
+// slowest rank against the mean, and how many tables take each sharding type.
+int plan_tables(const std::string& path, int gpus, const std::string& mem, std::int64_t batch_per_rank) {
+  LoadOptions load_options;
+  load_options.batch = 1;
+  Model model = load_model(path, load_options);
+  sharding::ShardingProblem problem;
+  problem.tables = sharding::find_embedding_tables(model.graph, model.batch);
+  cost::ClusterFlags flags;
+  flags.gpus = gpus;
+  flags.mem = mem;
+  problem.cluster = cost::cluster_from_flags(flags);
+  problem.batch_per_rank = batch_per_rank;
+  auto start = std::chrono::steady_clock::now();
+  auto solution = sharding::plan_sharding(problem);
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  double total = 0, slowest = 0, mem_max = 0;
+  for (const auto& r : solution.ranks) total += r.step_ms(), slowest = std::max(slowest, r.step_ms()), mem_max = std::max(mem_max, r.mem_bytes);
+  std::map<std::string, int> types;
+  for (const auto& t : solution.tables) ++types[sharding::sharding_type_name(t.type)];
+  std::printf("%s: %zu tables on %d x %s, batch %lld per rank: planned in %.0f ms; slowest rank %.3f ms, max/mean %.3f, "
+              "peak %s per device;",
+              path.c_str(), problem.tables.size(), gpus, mem.c_str(), static_cast<long long>(batch_per_rank), ms, slowest,
+              slowest / (total / gpus), human_bytes(mem_max).c_str());
+  for (const auto& [type, count] : types) std::printf(" %s %d", type.c_str(), count);
+  std::printf("\n");
+  return 0;
+}
+
 }  // namespace
 }  // namespace rannc::partition
 
@@ -350,6 +383,8 @@ int main(int argc, char** argv) {
   try {
     if (check == "splits" && argc == 3) return rannc::partition::compare_splits(argv[2]);
     if (check == "repeats" && argc == 4) return rannc::partition::check_repeats(argv[2], std::stoi(argv[3]));
+    if (check == "sharding" && argc == 6)
+      return rannc::partition::plan_tables(argv[2], std::stoi(argv[3]), argv[4], std::stoll(argv[5]));
     if (check == "layouts" && argc == 7)
       return rannc::partition::compare_layouts(argv[2], std::stoi(argv[3]), std::stoll(argv[4]), argv[5], argv[6]);
   } catch (const std::exception& e) {
@@ -358,6 +393,7 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr,
                "usage: plan_quality splits GPT_MODEL | plan_quality repeats MODEL.onnx BLOCKS | "
-               "plan_quality layouts MODEL.onnx GPUS BATCH DEVICE PRECISION\n");
+               "plan_quality layouts MODEL.onnx GPUS BATCH DEVICE PRECISION | "
+               "plan_quality sharding DLRM.onnx GPUS MEM BATCH_PER_RANK\n");
   return 2;
 }

@@ -1,0 +1,358 @@
+#include "sharding/sharding_planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+
+#include "support/error.h"
+#include "support/format.h"
+
+namespace rannc::sharding {
+namespace {
+
+constexpr double kIndexBytes = 8;         // an int64 id
+constexpr std::int64_t kMinColumnShard = 128;  // TorchRec's MIN_CW_DIM: narrower pieces read memory badly
+constexpr double kDataParallelOptimizer = 9.22;  // TorchRec: the fused optimizer's passes over a DP table
+
+// A placement of one table: it adds `load` to each of `count` consecutive ranks from `first`
+// (wrapping), every candidate touching its ranks evenly.
+struct Candidate {
+  ShardingType type = ShardingType::kTableWise;
+  int first = 0, count = 1;
+  RankLoad load;
+};
+
+double optimizer_bytes(SparseOptimizer optimizer, double rows, double cols) {
+  switch (optimizer) {
+    case SparseOptimizer::kSgd: return 0;
+    case SparseOptimizer::kAdam: return 2 * rows * cols * 4;
+    case SparseOptimizer::kRowWiseAdagrad: return rows * 4;
+  }
+  return 0;
+}
+
+class CostModel {
+ public:
+  explicit CostModel(const ShardingProblem& problem) : p_(problem), world_(problem.cluster.gpus()) {}
+
+  // `cols` columns of the whole table on one rank (TW, and each CW piece).
+  RankLoad whole_rows(const EmbeddingTable& t, double cols) const {
+    const double global = batch() * world_;
+    double penalty = cols < 64 ? 1.75 : cols < 128 ? 1.15 : 1.0;
+    double forward = (global * t.pooling * kIndexBytes + global * t.pooling * std::max(cols, 32.0) * element(t) +
+                      global * cols * element(t)) * penalty / hbm();
+    RankLoad load;
+    load.lookup_ms = 3 * forward * 1e3;  // backward is twice the forward
+    load.all_to_all_ms = global * (t.pooling * kIndexBytes + cols * (p_.forward_comm_bytes + p_.backward_comm_bytes)) /
+                         bandwidth(world_) * 1e3;
+    load.mem_bytes = state_bytes(static_cast<double>(t.rows), cols, t) + io_bytes(t, global * t.pooling, cols);
+    return load;
+  }
+
+  // The rows cut over `count` ranks (RW over the world, TWRW over a node).
+  RankLoad split_rows(const EmbeddingTable& t, int count, bool across_nodes) const {
+    const double global = batch() * world_;
+    const double n = count;
+    const double cols = static_cast<double>(t.dim);
+    double forward = (global * t.pooling / n * (kIndexBytes + std::max(cols, 32.0) * element(t)) + global * cols * element(t)) / hbm();
+    RankLoad load;
+    load.lookup_ms = 3 * forward * 1e3;
+    // Every shard's partial sums for the whole batch are reduce-scattered forward, gathered back:
+    // each rank moves (n - 1) / n of them.
+    double output = global * cols;
+    load.all_to_all_ms = output * (n - 1) / n * (p_.forward_comm_bytes + p_.backward_comm_bytes) /
+                         bandwidth(count) * 1e3;
+    if (across_nodes) {
+      // TWRW: each rank of the node sends its share of the other nodes' samples over the network.
+      load.all_to_all_ms += output * (world_ - n) / world_ / n * (p_.forward_comm_bytes + p_.backward_comm_bytes) /
+                            p_.cluster.inter_node.bandwidth * 1e3;
+    }
+    double rows = std::ceil(static_cast<double>(t.rows) / n);
+    load.mem_bytes = state_bytes(rows, cols, t) + io_bytes(t, global * t.pooling / n, cols);
+    return load;
+  }
+
+  RankLoad data_parallel(const EmbeddingTable& t) const {
+    const double cols = static_cast<double>(t.dim);
+    const double bytes = static_cast<double>(t.rows) * cols * element(t);
+    RankLoad load;
+    load.lookup_ms = 3 * batch() * t.pooling * (kIndexBytes + std::max(cols, 32.0) * element(t)) / hbm() * 1e3;
+    // A ring allreduce moves 2 (n - 1) / n of the gradient through each rank.
+    load.allreduce_ms = (2.0 * (world_ - 1) / world_ * bytes / bandwidth(world_) + kDataParallelOptimizer * bytes / hbm()) * 1e3;
+    load.mem_bytes = state_bytes(static_cast<double>(t.rows), cols, t) + io_bytes(t, batch() * t.pooling, cols);
+    return load;
+  }
+
+ private:
+  double batch() const { return static_cast<double>(p_.batch_per_rank); }
+  // Collectives among `ranks` ranks from rank 0 up run at the intra-node link when they fit a
+  // node. Latencies are not charged: every table's exchange rides in one fused collective.
+  double bandwidth(int ranks) const {
+    return ranks <= p_.cluster.gpus_per_node ? p_.cluster.intra_node.bandwidth : p_.cluster.inter_node.bandwidth;
+  }
+  double hbm() const { return p_.cluster.device.mem_bandwidth; }
+  static double element(const EmbeddingTable& t) { return static_cast<double>(ir::dtype_size(t.dtype)); }
+  double state_bytes(double rows, double cols, const EmbeddingTable& t) const {
+    return rows * cols * element(t) + optimizer_bytes(p_.optimizer, rows, cols);
+  }
+  // The ids a shard receives and the pooled rows it sends.
+  double io_bytes(const EmbeddingTable& t, double lookups, double cols) const {
+    return lookups * kIndexBytes + batch() * world_ * cols * element(t);
+  }
+
+  const ShardingProblem& p_;
+  int world_;
+};
+
+// Every placement a table may take: DP; TW on each rank; CW in k pieces of at least 128 columns on
+// k consecutive ranks (at multiples of k); RW over all ranks; TWRW on each node.
+std::vector<Candidate> candidates_of(const EmbeddingTable& table, const CostModel& costs, const cost::Cluster& cluster) {
+  const int world = cluster.gpus(), per_node = cluster.gpus_per_node;
+  std::vector<Candidate> list;
+  list.push_back({ShardingType::kDataParallel, 0, world, costs.data_parallel(table)});
+  auto whole = costs.whole_rows(table, static_cast<double>(table.dim));
+  for (int r = 0; r < world; ++r) list.push_back({ShardingType::kTableWise, r, 1, whole});
+  for (int k = 2; k <= world && table.dim / k >= kMinColumnShard; k *= 2) {
+    if (table.dim % k != 0 || (table.dim / k) % 4 != 0) continue;
+    auto piece = costs.whole_rows(table, static_cast<double>(table.dim / k));
+    for (int r = 0; r + k <= world; r += k) list.push_back({ShardingType::kColumnWise, r, k, piece});
+  }
+  if (world > 1) list.push_back({ShardingType::kRowWise, 0, world, costs.split_rows(table, world, false)});
+  if (cluster.nodes > 1 && per_node > 1) {
+    auto per_node_rows = costs.split_rows(table, per_node, true);
+    for (int node = 0; node < cluster.nodes; ++node)
+      list.push_back({ShardingType::kTableRowWise, node * per_node, per_node, per_node_rows});
+  }
+  return list;
+}
+
+// The loads of every rank as candidates are added and taken away.
+class Loads {
+ public:
+  Loads(int world, double mem_limit) : ranks_(static_cast<std::size_t>(world)), mem_limit_(mem_limit) {}
+
+  bool fits(const Candidate& c) const {
+    for (int i = 0; i < c.count; ++i)
+      if (at(c.first + i).mem_bytes + c.load.mem_bytes > mem_limit_) return false;
+    return true;
+  }
+  // The slowest rank's step with `c` added (its ranks only can change the maximum).
+  double max_with(const Candidate& c, double current_max) const {
+    double worst = current_max;
+    for (int i = 0; i < c.count; ++i) worst = std::max(worst, at(c.first + i).step_ms() + c.load.step_ms());
+    return worst;
+  }
+  void add(const Candidate& c, double sign) {
+    for (int i = 0; i < c.count; ++i) {
+      auto& r = at(c.first + i);
+      r.lookup_ms += sign * c.load.lookup_ms;
+      r.all_to_all_ms += sign * c.load.all_to_all_ms;
+      r.allreduce_ms += sign * c.load.allreduce_ms;
+      r.mem_bytes += sign * c.load.mem_bytes;
+    }
+  }
+  double max_step() const {
+    double worst = 0;
+    for (const auto& r : ranks_) worst = std::max(worst, r.step_ms());
+    return worst;
+  }
+  const std::vector<RankLoad>& ranks() const { return ranks_; }
+
+ private:
+  RankLoad& at(int rank) { return ranks_[static_cast<std::size_t>(rank % static_cast<int>(ranks_.size()))]; }
+  const RankLoad& at(int rank) const { return ranks_[static_cast<std::size_t>(rank % static_cast<int>(ranks_.size()))]; }
+
+  std::vector<RankLoad> ranks_;
+  double mem_limit_;
+};
+
+struct Search {
+  std::vector<std::vector<Candidate>> candidates;  // per table
+  std::vector<std::size_t> order;                  // tables, costliest first
+  double mem_limit = 0;
+  int world = 1;
+};
+
+Search prepare(const ShardingProblem& problem) {
+  CostModel costs(problem);
+  Search search;
+  search.world = problem.cluster.gpus();
+  search.mem_limit = static_cast<double>(problem.cluster.mem_bytes);
+  // Costliest first by the table-wise step; of equal ones the larger table (fewer places fit it).
+  std::vector<std::pair<double, double>> weight;
+  for (const auto& table : problem.tables) {
+    search.candidates.push_back(candidates_of(table, costs, problem.cluster));
+    weight.emplace_back(search.candidates.back()[1].load.step_ms(), static_cast<double>(table.rows) * static_cast<double>(table.dim));
+  }
+  search.order.resize(problem.tables.size());
+  std::iota(search.order.begin(), search.order.end(), std::size_t{0});
+  std::stable_sort(search.order.begin(), search.order.end(), [&](std::size_t a, std::size_t b) { return weight[a] > weight[b]; });
+  return search;
+}
+
+// Depth-first over the tables in order; `bound` prunes every branch already as slow as the best.
+void branch(const Search& s, std::size_t depth, Loads& loads, double current_max, std::vector<int>& choice, double& best,
+            std::vector<int>& best_choice, bool prune) {
+  if (depth == s.order.size()) {
+    if (current_max < best) best = current_max, best_choice = choice;
+    return;
+  }
+  std::size_t table = s.order[depth];
+  const auto& list = s.candidates[table];
+  for (std::size_t c = 0; c < list.size(); ++c) {
+    if (!loads.fits(list[c])) continue;
+    double next_max = loads.max_with(list[c], current_max);
+    if (prune && next_max >= best) continue;
+    loads.add(list[c], 1);
+    choice[table] = static_cast<int>(c);
+    branch(s, depth + 1, loads, next_max, choice, best, best_choice, prune);
+    loads.add(list[c], -1);
+  }
+}
+
+std::vector<int> exact(const Search& s, bool prune) {
+  Loads loads(s.world, s.mem_limit);
+  std::vector<int> choice(s.order.size(), -1), best_choice;
+  double best = std::numeric_limits<double>::infinity();
+  branch(s, 0, loads, 0, choice, best, best_choice, prune);
+  return best_choice;
+}
+
+double work(const Candidate& c) { return c.load.step_ms() * c.count; }
+
+// The candidate of `table` that leaves the slowest rank fastest (then the least total work);
+// with `least_work`, only among the placements of least total work.
+int best_candidate(const Search& s, std::size_t table, const Loads& loads, bool least_work) {
+  double current = loads.max_step();
+  int pick = -1;
+  double pick_max = 0, pick_work = 0;
+  const auto& list = s.candidates[table];
+  double least = std::numeric_limits<double>::infinity();
+  if (least_work)
+    for (const auto& c : list)
+      if (loads.fits(c)) least = std::min(least, work(c));
+  for (std::size_t c = 0; c < list.size(); ++c) {
+    if (!loads.fits(list[c]) || (least_work && work(list[c]) > least * (1 + 1e-12))) continue;
+    double next_max = loads.max_with(list[c], current);
+    double added = work(list[c]);
+    if (pick < 0 || next_max < pick_max || (next_max == pick_max && added < pick_work))
+      pick = static_cast<int>(c), pick_max = next_max, pick_work = added;
+  }
+  return pick;
+}
+
+// Longest first, each where it raises the slowest rank least (with `least_work`, of its
+// placements of least total work only); then each table moved to its best place given all
+// others, while a pass lowers the slowest rank. Returns the choice and the slowest rank's step.
+std::pair<std::vector<int>, double> greedy(const Search& s, bool least_work) {
+  Loads loads(s.world, s.mem_limit);
+  std::vector<int> choice(s.order.size(), -1);
+  for (auto table : s.order) {
+    int c = best_candidate(s, table, loads, least_work);
+    if (c < 0) return {{}, 0};
+    choice[table] = c;
+    loads.add(s.candidates[table][static_cast<std::size_t>(c)], 1);
+  }
+  constexpr int kMaxPasses = 20;
+  for (int pass = 0; pass < kMaxPasses; ++pass) {
+    double before = loads.max_step();
+    for (auto table : s.order) {
+      loads.add(s.candidates[table][static_cast<std::size_t>(choice[table])], -1);
+      int c = best_candidate(s, table, loads, false);
+      choice[table] = c;
+      loads.add(s.candidates[table][static_cast<std::size_t>(c)], 1);
+    }
+    if (!(loads.max_step() < before)) break;
+  }
+  return {choice, loads.max_step()};
+}
+
+// Two starts: placing each table where the slowest rank rises least spreads big tables row-wise
+// early and cannot undo it; choosing each table's least-work placement first (table-wise for the
+// big ones, as TorchRec's proposers do) leaves the local search to balance. The better one wins.
+std::vector<int> heuristic(const Search& s) {
+  auto [by_step, step_max] = greedy(s, false);
+  auto [by_work, work_max] = greedy(s, true);
+  if (by_step.empty()) return by_work;
+  if (by_work.empty()) return by_step;
+  return work_max < step_max ? by_work : by_step;
+}
+
+std::vector<Shard> shards_of(const EmbeddingTable& table, const Candidate& c) {
+  std::vector<Shard> shards;
+  for (int i = 0; i < c.count; ++i) {
+    Shard shard{c.first + i, 0, table.rows, 0, table.dim};
+    if (c.type == ShardingType::kColumnWise) shard.cols = table.dim / c.count, shard.col_begin = i * shard.cols;
+    if (c.type == ShardingType::kRowWise || c.type == ShardingType::kTableRowWise) {
+      std::int64_t block = (table.rows + c.count - 1) / c.count;  // ceil blocks: 10 rows over 4 ranks are 3, 3, 3, 1
+      shard.row_begin = std::min(table.rows, i * block);
+      shard.rows = std::min(block, table.rows - shard.row_begin);
+    }
+    shards.push_back(shard);
+  }
+  return shards;
+}
+
+std::int64_t search_size(const Search& s) {
+  std::int64_t size = 1;
+  for (const auto& list : s.candidates) {
+    size *= static_cast<std::int64_t>(list.size());
+    if (size > kExactSearchLimit) return size;
+  }
+  return size;
+}
+
+[[noreturn]] void cannot_fit(const ShardingProblem& problem, const Search& s) {
+  double least = 0;
+  for (const auto& list : s.candidates) {
+    double table_least = std::numeric_limits<double>::infinity();
+    for (const auto& c : list) table_least = std::min(table_least, c.load.mem_bytes * c.count);
+    least += table_least;
+  }
+  throw Error(ExitStatus::kCannotMeet, "the embedding tables need at least " + human_bytes(least) + " of device memory; " +
+                                           std::to_string(problem.cluster.gpus()) + " devices of " +
+                                           human_bytes(static_cast<double>(problem.cluster.mem_bytes)) + " have " +
+                                           human_bytes(s.mem_limit * s.world) + ", and no placement fits");
+}
+
+}  // namespace
+
+const char* sharding_type_name(ShardingType type) {
+  switch (type) {
+    case ShardingType::kDataParallel: return "data_parallel";
+    case ShardingType::kTableWise: return "table_wise";
+    case ShardingType::kColumnWise: return "column_wise";
+    case ShardingType::kRowWise: return "row_wise";
+    case ShardingType::kTableRowWise: return "table_row_wise";
+  }
+  return "unknown";
+}
+
+ShardingSolution plan_sharding(const ShardingProblem& problem) {
+  Search s = prepare(problem);
+  auto choice = search_size(s) <= kExactSearchLimit ? exact(s, true) : heuristic(s);
+  if (choice.empty()) cannot_fit(problem, s);
+  ShardingSolution solution;
+  Loads loads(s.world, s.mem_limit);
+  for (std::size_t t = 0; t < problem.tables.size(); ++t) {
+    const auto& c = s.candidates[t][static_cast<std::size_t>(choice[t])];
+    loads.add(c, 1);
+    solution.tables.push_back({c.type, shards_of(problem.tables[t], c)});
+  }
+  solution.ranks = loads.ranks();
+  solution.objective_ms = loads.max_step();
+  return solution;
+}
+
+double brute_force_objective(const ShardingProblem& problem) {
+  Search s = prepare(problem);
+  auto choice = exact(s, false);
+  if (choice.empty()) return std::numeric_limits<double>::infinity();
+  Loads loads(s.world, s.mem_limit);
+  for (std::size_t t = 0; t < choice.size(); ++t) loads.add(s.candidates[t][static_cast<std::size_t>(choice[t])], 1);
+  return loads.max_step();
+}
+
+}  // namespace rannc::sharding

@@ -1,0 +1,71 @@
+// The embedding-table sharding planner of recommendation models (issue 17): each table is placed
+// data-parallel (DP: on every rank), table-wise (TW: whole on one rank), column-wise (CW: its
+// dim cut into pieces placed like tables), row-wise (RW: its rows cut over every rank) or
+// table-row-wise (TWRW: rows cut over the ranks of one node). The costs follow TorchRec's
+// estimators (docs/DLRM.md) on the cluster's own links and memory bandwidth; the objective is the
+// embedding step of the slowest rank (lookups, their all-to-alls and DP's allreduce).
+//
+// The search places tables longest first where they raise the slowest rank least, then moves
+// and re-shards tables while that helps; with few tables and ranks it is a branch and bound
+// instead, exact (tests/unit/sharding_test.cpp checks it against brute force).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cost_model/cluster.h"
+#include "sharding/embedding_tables.h"
+
+namespace rannc::sharding {
+
+enum class ShardingType : std::uint8_t { kDataParallel, kTableWise, kColumnWise, kRowWise, kTableRowWise };
+const char* sharding_type_name(ShardingType type);
+
+// Optimizer state per table element: SGD none, Adam two floats, row-wise Adagrad one float per row.
+enum class SparseOptimizer : std::uint8_t { kSgd, kAdam, kRowWiseAdagrad };
+
+struct ShardingProblem {
+  std::vector<EmbeddingTable> tables;
+  cost::Cluster cluster;
+  std::int64_t batch_per_rank = 512;
+  SparseOptimizer optimizer = SparseOptimizer::kSgd;
+  int forward_comm_bytes = 4;   // element size of the pooled-embedding all-to-all (4 fp32, 2 fp16/bf16)
+  int backward_comm_bytes = 4;  // and of its gradients
+};
+
+// One piece of a table on one rank: rows [row_begin, +rows) and columns [col_begin, +cols).
+struct Shard {
+  int rank = 0;
+  std::int64_t row_begin = 0, rows = 0;
+  std::int64_t col_begin = 0, cols = 0;
+};
+
+struct TableSharding {
+  ShardingType type = ShardingType::kTableWise;
+  std::vector<Shard> shards;  // DP: one full copy per rank
+};
+
+struct RankLoad {
+  double lookup_ms = 0, all_to_all_ms = 0, allreduce_ms = 0;
+  double mem_bytes = 0;
+  double step_ms() const { return lookup_ms + all_to_all_ms + allreduce_ms; }
+};
+
+struct ShardingSolution {
+  std::vector<TableSharding> tables;  // in the problem's order
+  std::vector<RankLoad> ranks;
+  double objective_ms = 0;            // the slowest rank's step
+};
+
+// Small instances (tables x candidate placements) are solved exactly by branch and bound.
+inline constexpr std::int64_t kExactSearchLimit = 2000000;
+
+// Throws Error(kCannotMeet) naming the total needed against the total device memory when no
+// placement fits.
+ShardingSolution plan_sharding(const ShardingProblem& problem);
+
+// Every assignment of every candidate placement, for tests: the optimum by exhaustion.
+double brute_force_objective(const ShardingProblem& problem);
+
+}  // namespace rannc::sharding

@@ -15,6 +15,9 @@ namespace {
 constexpr double kIndexBytes = 8;         // an int64 id
 constexpr std::int64_t kMinColumnShard = 128;  // TorchRec's MIN_CW_DIM: narrower pieces read memory badly
 constexpr double kDataParallelOptimizer = 9.22;  // TorchRec: the fused optimizer's passes over a DP table
+constexpr double kCacheFraction = 0.2;           // TorchRec's default share of a host table cached on the device
+constexpr double kMaxCacheShare = 0.125;         // of a device's memory, so one device serves several host tables
+constexpr double kUvmInefficiency = 10;          // TorchRec's UVM-caching bandwidth divisor
 
 // A placement of one table: it adds `load` to each of `count` consecutive ranks from `first`
 // (wrapping), every candidate touching its ranks evenly.
@@ -22,6 +25,7 @@ struct Candidate {
   ShardingType type = ShardingType::kTableWise;
   int first = 0, count = 1;
   RankLoad load;
+  bool host = false;
 };
 
 double optimizer_bytes(SparseOptimizer optimizer, double rows, double cols) {
@@ -74,6 +78,22 @@ class CostModel {
     return load;
   }
 
+  // Table-wise in host memory: the device keeps a cache of kCacheFraction of the table (at most
+  // kMaxCacheShare of its memory) and the I/O buffers; lookups read at (the cached share at HBM
+  // speed + the rest over the host link) / 10, TorchRec's UVM-caching estimate.
+  RankLoad host_table(const EmbeddingTable& t) const {
+    RankLoad load = whole_rows(t, static_cast<double>(t.dim));
+    double table_bytes = static_cast<double>(t.rows) * static_cast<double>(t.dim) * element(t);
+    double cache = std::min(kCacheFraction * table_bytes, kMaxCacheShare * static_cast<double>(p_.cluster.mem_bytes));
+    double cached = table_bytes > 0 ? cache / table_bytes : 1;
+    double bandwidth = (cached * hbm() + (1 - cached) * p_.cluster.host.link.bandwidth) / kUvmInefficiency;
+    load.lookup_ms *= hbm() / bandwidth;
+    double state = state_bytes(static_cast<double>(t.rows), static_cast<double>(t.dim), t);
+    load.host_bytes = state;
+    load.mem_bytes += cache - state;
+    return load;
+  }
+
   RankLoad data_parallel(const EmbeddingTable& t) const {
     const double cols = static_cast<double>(t.dim);
     const double bytes = static_cast<double>(t.rows) * cols * element(t);
@@ -114,6 +134,10 @@ std::vector<Candidate> candidates_of(const EmbeddingTable& table, const CostMode
   list.push_back({ShardingType::kDataParallel, 0, world, costs.data_parallel(table)});
   auto whole = costs.whole_rows(table, static_cast<double>(table.dim));
   for (int r = 0; r < world; ++r) list.push_back({ShardingType::kTableWise, r, 1, whole});
+  if (cluster.host.mem_bytes > 0 && cluster.host.link.bandwidth > 0) {
+    auto hosted = costs.host_table(table);
+    for (int r = 0; r < world; ++r) list.push_back({ShardingType::kTableWise, r, 1, hosted, true});
+  }
   for (int k = 2; k <= world && table.dim / k >= kMinColumnShard; k *= 2) {
     if (table.dim % k != 0 || (table.dim / k) % 4 != 0) continue;
     auto piece = costs.whole_rows(table, static_cast<double>(table.dim / k));
@@ -131,12 +155,17 @@ std::vector<Candidate> candidates_of(const EmbeddingTable& table, const CostMode
 // The loads of every rank as candidates are added and taken away.
 class Loads {
  public:
-  Loads(int world, double mem_limit) : ranks_(static_cast<std::size_t>(world)), mem_limit_(mem_limit) {}
+  Loads(const cost::Cluster& cluster)
+      : ranks_(static_cast<std::size_t>(cluster.gpus())),
+        host_(static_cast<std::size_t>(cluster.nodes)),
+        mem_limit_(static_cast<double>(cluster.mem_bytes)),
+        host_limit_(static_cast<double>(cluster.host.mem_bytes)),
+        per_node_(cluster.gpus_per_node) {}
 
   bool fits(const Candidate& c) const {
     for (int i = 0; i < c.count; ++i)
       if (at(c.first + i).mem_bytes + c.load.mem_bytes > mem_limit_) return false;
-    return true;
+    return c.load.host_bytes == 0 || host_[static_cast<std::size_t>(c.first / per_node_)] + c.load.host_bytes <= host_limit_;
   }
   // The slowest rank's step with `c` added (its ranks only can change the maximum).
   double max_with(const Candidate& c, double current_max) const {
@@ -151,7 +180,9 @@ class Loads {
       r.all_to_all_ms += sign * c.load.all_to_all_ms;
       r.allreduce_ms += sign * c.load.allreduce_ms;
       r.mem_bytes += sign * c.load.mem_bytes;
+      r.host_bytes += sign * c.load.host_bytes;
     }
+    host_[static_cast<std::size_t>(c.first / per_node_)] += sign * c.load.host_bytes * c.count;
   }
   double max_step() const {
     double worst = 0;
@@ -165,21 +196,21 @@ class Loads {
   const RankLoad& at(int rank) const { return ranks_[static_cast<std::size_t>(rank % static_cast<int>(ranks_.size()))]; }
 
   std::vector<RankLoad> ranks_;
-  double mem_limit_;
+  std::vector<double> host_;  // host bytes per node
+  double mem_limit_, host_limit_;
+  int per_node_;
 };
 
 struct Search {
   std::vector<std::vector<Candidate>> candidates;  // per table
   std::vector<std::size_t> order;                  // tables, costliest first
-  double mem_limit = 0;
-  int world = 1;
+  cost::Cluster cluster;
 };
 
 Search prepare(const ShardingProblem& problem) {
   CostModel costs(problem);
   Search search;
-  search.world = problem.cluster.gpus();
-  search.mem_limit = static_cast<double>(problem.cluster.mem_bytes);
+  search.cluster = problem.cluster;
   // Costliest first by the table-wise step; of equal ones the larger table (fewer places fit it).
   std::vector<std::pair<double, double>> weight;
   for (const auto& table : problem.tables) {
@@ -213,7 +244,7 @@ void branch(const Search& s, std::size_t depth, Loads& loads, double current_max
 }
 
 std::vector<int> exact(const Search& s, bool prune) {
-  Loads loads(s.world, s.mem_limit);
+  Loads loads(s.cluster);
   std::vector<int> choice(s.order.size(), -1), best_choice;
   double best = std::numeric_limits<double>::infinity();
   branch(s, 0, loads, 0, choice, best, best_choice, prune);
@@ -222,19 +253,24 @@ std::vector<int> exact(const Search& s, bool prune) {
 
 double work(const Candidate& c) { return c.load.step_ms() * c.count; }
 
-// The candidate of `table` that leaves the slowest rank fastest (then the least total work);
-// with `least_work`, only among the placements of least total work.
-int best_candidate(const Search& s, std::size_t table, const Loads& loads, bool least_work) {
+// How a greedy start picks each table's placement: where the slowest rank rises least; the same
+// among the table's placements of least total work; or among those of least device memory per rank.
+enum class Start { kSlowestRank, kLeastWork, kLeastMemory };
+
+// The candidate of `table` that leaves the slowest rank fastest (then the least total work),
+// among those `start` admits.
+int best_candidate(const Search& s, std::size_t table, const Loads& loads, Start start) {
   double current = loads.max_step();
   int pick = -1;
   double pick_max = 0, pick_work = 0;
   const auto& list = s.candidates[table];
+  auto measure = [start](const Candidate& c) { return start == Start::kLeastMemory ? c.load.mem_bytes : work(c); };
   double least = std::numeric_limits<double>::infinity();
-  if (least_work)
+  if (start != Start::kSlowestRank)
     for (const auto& c : list)
-      if (loads.fits(c)) least = std::min(least, work(c));
+      if (loads.fits(c)) least = std::min(least, measure(c));
   for (std::size_t c = 0; c < list.size(); ++c) {
-    if (!loads.fits(list[c]) || (least_work && work(list[c]) > least * (1 + 1e-12))) continue;
+    if (!loads.fits(list[c]) || (start != Start::kSlowestRank && measure(list[c]) > least * (1 + 1e-12))) continue;
     double next_max = loads.max_with(list[c], current);
     double added = work(list[c]);
     if (pick < 0 || next_max < pick_max || (next_max == pick_max && added < pick_work))
@@ -243,14 +279,14 @@ int best_candidate(const Search& s, std::size_t table, const Loads& loads, bool 
   return pick;
 }
 
-// Longest first, each where it raises the slowest rank least (with `least_work`, of its
-// placements of least total work only); then each table moved to its best place given all
-// others, while a pass lowers the slowest rank. Returns the choice and the slowest rank's step.
-std::pair<std::vector<int>, double> greedy(const Search& s, bool least_work) {
-  Loads loads(s.world, s.mem_limit);
+// Longest first, each placed as `start` says; then each table moved to its best place given all
+// others, while a pass lowers the slowest rank. Returns the choice and the slowest rank's step
+// (an empty choice when some table found no room).
+std::pair<std::vector<int>, double> greedy(const Search& s, Start start) {
+  Loads loads(s.cluster);
   std::vector<int> choice(s.order.size(), -1);
   for (auto table : s.order) {
-    int c = best_candidate(s, table, loads, least_work);
+    int c = best_candidate(s, table, loads, start);
     if (c < 0) return {{}, 0};
     choice[table] = c;
     loads.add(s.candidates[table][static_cast<std::size_t>(c)], 1);
@@ -260,7 +296,7 @@ std::pair<std::vector<int>, double> greedy(const Search& s, bool least_work) {
     double before = loads.max_step();
     for (auto table : s.order) {
       loads.add(s.candidates[table][static_cast<std::size_t>(choice[table])], -1);
-      int c = best_candidate(s, table, loads, false);
+      int c = best_candidate(s, table, loads, Start::kSlowestRank);
       choice[table] = c;
       loads.add(s.candidates[table][static_cast<std::size_t>(c)], 1);
     }
@@ -269,15 +305,19 @@ std::pair<std::vector<int>, double> greedy(const Search& s, bool least_work) {
   return {choice, loads.max_step()};
 }
 
-// Two starts: placing each table where the slowest rank rises least spreads big tables row-wise
-// early and cannot undo it; choosing each table's least-work placement first (table-wise for the
-// big ones, as TorchRec's proposers do) leaves the local search to balance. The better one wins.
+// Three starts: placing each table where the slowest rank rises least spreads big tables
+// row-wise early and cannot undo it; each table's least-work placement first (table-wise for the
+// big ones, as TorchRec's proposers do) leaves the local search to balance; least device memory
+// first (the host tier for big tables) finds room when memory is tight, and the local search
+// then brings tables back onto devices where they fit. The fastest that fits wins.
 std::vector<int> heuristic(const Search& s) {
-  auto [by_step, step_max] = greedy(s, false);
-  auto [by_work, work_max] = greedy(s, true);
-  if (by_step.empty()) return by_work;
-  if (by_work.empty()) return by_step;
-  return work_max < step_max ? by_work : by_step;
+  std::vector<int> best;
+  double best_max = std::numeric_limits<double>::infinity();
+  for (Start start : {Start::kSlowestRank, Start::kLeastWork, Start::kLeastMemory}) {
+    auto [choice, slowest] = greedy(s, start);
+    if (!choice.empty() && slowest < best_max) best = std::move(choice), best_max = slowest;
+  }
+  return best;
 }
 
 std::vector<Shard> shards_of(const EmbeddingTable& table, const Candidate& c) {
@@ -304,17 +344,27 @@ std::int64_t search_size(const Search& s) {
   return size;
 }
 
+// What the tables need at the least, in device memory alone and (with the host tier) in host
+// memory beside the device caches, against what the cluster has.
 [[noreturn]] void cannot_fit(const ShardingProblem& problem, const Search& s) {
-  double least = 0;
+  double device_only = 0, hosted = 0;
   for (const auto& list : s.candidates) {
-    double table_least = std::numeric_limits<double>::infinity();
-    for (const auto& c : list) table_least = std::min(table_least, c.load.mem_bytes * c.count);
-    least += table_least;
+    double least = std::numeric_limits<double>::infinity(), least_host = 0;
+    for (const auto& c : list) {
+      if (!c.host) least = std::min(least, c.load.mem_bytes * c.count);
+      else least_host = c.load.host_bytes;
+    }
+    device_only += least;
+    hosted += least_host;
   }
-  throw Error(ExitStatus::kCannotMeet, "the embedding tables need at least " + human_bytes(least) + " of device memory; " +
-                                           std::to_string(problem.cluster.gpus()) + " devices of " +
-                                           human_bytes(static_cast<double>(problem.cluster.mem_bytes)) + " have " +
-                                           human_bytes(s.mem_limit * s.world) + ", and no placement fits");
+  const auto& cluster = problem.cluster;
+  std::string message = "the embedding tables need at least " + human_bytes(device_only) + " of device memory";
+  if (cluster.host.mem_bytes > 0) message += " (or " + human_bytes(hosted) + " of host memory behind device caches)";
+  message += "; " + std::to_string(cluster.gpus()) + " devices of " + human_bytes(static_cast<double>(cluster.mem_bytes)) +
+             " have " + human_bytes(static_cast<double>(cluster.mem_bytes) * cluster.gpus());
+  if (cluster.host.mem_bytes > 0)
+    message += " and " + std::to_string(cluster.nodes) + " hosts " + human_bytes(static_cast<double>(cluster.host.mem_bytes) * cluster.nodes);
+  throw Error(ExitStatus::kCannotMeet, message + ": no placement fits");
 }
 
 }  // namespace
@@ -335,11 +385,11 @@ ShardingSolution plan_sharding(const ShardingProblem& problem) {
   auto choice = search_size(s) <= kExactSearchLimit ? exact(s, true) : heuristic(s);
   if (choice.empty()) cannot_fit(problem, s);
   ShardingSolution solution;
-  Loads loads(s.world, s.mem_limit);
+  Loads loads(s.cluster);
   for (std::size_t t = 0; t < problem.tables.size(); ++t) {
     const auto& c = s.candidates[t][static_cast<std::size_t>(choice[t])];
     loads.add(c, 1);
-    solution.tables.push_back({c.type, shards_of(problem.tables[t], c)});
+    solution.tables.push_back({c.type, shards_of(problem.tables[t], c), c.host});
   }
   solution.ranks = loads.ranks();
   solution.objective_ms = loads.max_step();
@@ -350,7 +400,7 @@ double brute_force_objective(const ShardingProblem& problem) {
   Search s = prepare(problem);
   auto choice = exact(s, false);
   if (choice.empty()) return std::numeric_limits<double>::infinity();
-  Loads loads(s.world, s.mem_limit);
+  Loads loads(s.cluster);
   for (std::size_t t = 0; t < choice.size(); ++t) loads.add(s.candidates[t][static_cast<std::size_t>(choice[t])], 1);
   return loads.max_step();
 }

@@ -3,11 +3,13 @@
 // dim cut into pieces placed like tables), row-wise (RW: its rows cut over every rank) or
 // table-row-wise (TWRW: rows cut over the ranks of one node). The costs follow TorchRec's
 // estimators (docs/DLRM.md) on the cluster's own links and memory bandwidth; the objective is the
-// embedding step of the slowest rank (lookups, their all-to-alls and DP's allreduce).
+// embedding step of the slowest rank (lookups, their all-to-alls and DP's allreduce). A table
+// may also live table-wise in host memory (the host tier) behind a device cache of a fifth of
+// it (at most an eighth of the device), its lookups at TorchRec's UVM-caching bandwidth.
 //
-// The search places tables longest first where they raise the slowest rank least, then moves
-// and re-shards tables while that helps; with few tables and ranks it is a branch and bound
-// instead, exact (tests/unit/sharding_test.cpp checks it against brute force).
+// The search places tables longest first from three greedy starts (see heuristic() in the
+// .cpp), then moves and re-shards tables while that helps; with few tables and ranks it is a
+// branch and bound instead, exact (tests/unit/sharding_test.cpp checks it against brute force).
 #pragma once
 
 #include <cstdint>
@@ -44,11 +46,13 @@ struct Shard {
 struct TableSharding {
   ShardingType type = ShardingType::kTableWise;
   std::vector<Shard> shards;  // DP: one full copy per rank
+  bool host = false;          // table-wise in the host memory of its rank's node, with a device cache
 };
 
 struct RankLoad {
   double lookup_ms = 0, all_to_all_ms = 0, allreduce_ms = 0;
   double mem_bytes = 0;
+  double host_bytes = 0;  // of its node's host memory
   double step_ms() const { return lookup_ms + all_to_all_ms + allreduce_ms; }
 };
 
@@ -59,7 +63,7 @@ struct ShardingSolution {
 };
 
 // Small instances (tables x candidate placements) are solved exactly by branch and bound.
-inline constexpr std::int64_t kExactSearchLimit = 2000000;
+inline constexpr std::int64_t kExactSearchLimit = 10000000;
 
 // Throws Error(kCannotMeet) naming the total needed against the total device memory when no
 // placement fits.

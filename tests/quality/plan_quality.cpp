@@ -365,7 +365,7 @@ int plan_tables(const std::string& path, int gpus, const std::string& mem, std::
   double total = 0, slowest = 0, mem_max = 0;
   for (const auto& r : solution.ranks) total += r.step_ms(), slowest = std::max(slowest, r.step_ms()), mem_max = std::max(mem_max, r.mem_bytes);
   std::map<std::string, int> types;
-  for (const auto& t : solution.tables) ++types[sharding::sharding_type_name(t.type)];
+  for (const auto& t : solution.tables) ++types[std::string(sharding::sharding_type_name(t.type)) + (t.host ? " (host)" : "")];
   std::printf("%s: %zu tables on %d x %s, batch %lld per rank: planned in %.0f ms; slowest rank %.3f ms, max/mean %.3f, "
               "peak %s per device;",
               path.c_str(), problem.tables.size(), gpus, mem.c_str(), static_cast<long long>(batch_per_rank), ms, slowest,

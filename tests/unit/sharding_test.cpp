@@ -12,11 +12,12 @@
 namespace rannc::sharding {
 namespace {
 
-cost::Cluster cluster_of(int gpus, const char* mem, int per_node = 8) {
+cost::Cluster cluster_of(int gpus, const char* mem, int per_node = 8, const char* host_mem = nullptr) {
   cost::ClusterFlags flags;
   flags.gpus = gpus;
   flags.mem = mem;
   flags.gpus_per_node = std::min(per_node, gpus);
+  if (host_mem) flags.host_mem = host_mem;
   return cost::cluster_from_flags(flags);
 }
 
@@ -128,6 +129,20 @@ TEST_CASE("sharding: MLPerf DLRM v2 on 2 nodes: the 100-lookup table is spread, 
   auto fp16 = plan_sharding(problem);
   CHECK(fp16.objective_ms < fp32.objective_ms);
   for (const auto& rank : fp32.ranks) CHECK(rank.mem_bytes <= 80.0 * (1LL << 30));
+}
+
+TEST_CASE("sharding: 12T parameters on 128 devices live partly in host memory, or are refused", "[sharding]") {
+  ShardingProblem problem;
+  for (int t = 0; t < 48; ++t) problem.tables.push_back(table(1000000000, 256, 1));  // 48 x 1 TB in fp32
+  problem.cluster = cluster_of(128, "80G", 8, "4T");  // 16 nodes: 10 TiB of devices, 64 TiB of hosts
+  auto solution = plan_sharding(problem);
+  int hosted = 0;
+  for (const auto& placed : solution.tables) hosted += placed.host ? 1 : 0;
+  CHECK(hosted > 0);
+  for (const auto& rank : solution.ranks) CHECK(rank.mem_bytes <= 80.0 * (1LL << 30));
+  problem.cluster = cluster_of(128, "80G", 8, "1T");  // 16 TiB of hosts: too little
+  CHECK_THROWS_WITH(plan_sharding(problem), Catch::Contains("of host memory behind device caches") &&
+                                                Catch::Contains("16 hosts 16.00 TiB"));
 }
 
 }  // namespace rannc::sharding

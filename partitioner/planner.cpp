@@ -178,14 +178,12 @@ namespace {
 // formula ranks stage counts as it ranks configs, and the simulation may order them otherwise.
 void add_stage_counts(const SearchContext& context, double beat, std::vector<ConfigChoice>& near, int* searched) {
   const std::size_t free_choices = near.size();
+  const int blocks = context.blocks->count();
   for (std::size_t i = 0; i < free_choices; ++i) {
     SearchConfig forced = near[i].config;
-    StageOptions free_options(context, forced);
-    if (forced.stages || static_cast<std::int64_t>(free_options.block_count()) * forced.pipeline_devices >
-                             kExhaustiveStageCounts)
-      continue;
+    if (forced.stages || static_cast<std::int64_t>(blocks) * forced.pipeline_devices > kExhaustiveStageCounts) continue;
     const int chosen = static_cast<int>(near[i].solution.stages.size());
-    for (int stages = 1; stages <= std::min(forced.pipeline_devices, free_options.block_count()); ++stages) {
+    for (int stages = 1; stages <= std::min(forced.pipeline_devices, blocks); ++stages) {
       if (stages == chosen) continue;
       forced.stages = stages;
       StageOptions options(context, forced);

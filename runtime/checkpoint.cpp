@@ -34,10 +34,8 @@ void on_every_rank(const MpiWorld& world, const std::function<void()>& work) {
     message = "rank " + std::to_string(world.rank()) + ": " + torch_message(e);
   }
   std::string first;
-  if (world.rank() == 0)
-    for (const auto& text : world.gather(message))
-      if (first.empty()) first = text;
-  if (world.rank() != 0) world.gather(message);
+  for (const auto& text : world.gather(message))  // every rank's on rank 0, none elsewhere
+    if (first.empty()) first = text;
   first = world.broadcast(first, 0);
   if (!first.empty()) throw InputError(first);
 }
@@ -81,9 +79,16 @@ void CheckpointWriter::save(const MpiWorld& world, int steps_done, const StageRu
     on_every_rank(world, [&] {
       if (world.rank() == 0) fresh_folder(partial);
     });
-    on_every_rank(world, [&] { write_rank_files(partial, world.rank(), runner, state); });
+    std::string written;
+    on_every_rank(world, [&] { written = write_rank_files(partial, world.rank(), runner, state); });
+    // Rank 0 lists what every rank wrote: the files the manifest must hold.
+    std::vector<std::string> files;
+    for (const auto& names : world.gather(written)) {
+      std::istringstream lines(names);
+      for (std::string name; std::getline(lines, name);) files.push_back(name);
+    }
     on_every_rank(world, [&] {
-      if (world.rank() == 0) publish(partial, steps_done);
+      if (world.rank() == 0) publish(partial, steps_done, files);
     });
   } catch (const Error&) {
     // Every rank has stopped writing (the failure was agreed on): the part written goes, so a
@@ -94,10 +99,12 @@ void CheckpointWriter::save(const MpiWorld& world, int steps_done, const StageRu
   }
 }
 
-void CheckpointWriter::write_rank_files(const std::string& folder, int rank, const StageRunner& runner,
-                                        const StateSync& state) const {
+std::string CheckpointWriter::write_rank_files(const std::string& folder, int rank, const StageRunner& runner,
+                                               const StateSync& state) const {
+  std::string names;
   auto write = [&](const std::string& file, const std::string& bytes) {
     write_file_atomically((fs::path(folder) / file).string(), bytes, "the checkpoint");
+    names += file + "\n";
   };
   if (plan_.stages.at(static_cast<std::size_t>(stage_)).ranks.front() == rank) {
     write(plan::stage_weights_file(stage_), state_dict_bytes(runner.state()));
@@ -105,12 +112,13 @@ void CheckpointWriter::write_rank_files(const std::string& folder, int rank, con
   }
   write(plan::rank_state_file(rank), state_dict_bytes({{kGeneratorKey, generator_state()}}));
   if (!state.replicated()) write(plan::rank_optimizer_file(rank), state.optimizer_bytes());
+  return names;
 }
 
-// Rank 0, once every rank has written its files: the manifest over all of them, then the
-// folder's final name, then `latest`. Each step is atomic, so a kill leaves `latest` naming a
-// whole checkpoint.
-void CheckpointWriter::publish(const std::string& partial, int steps_done) const {
+// Rank 0, once every rank has written its `files`: the manifest over them and the plan's copy,
+// then the folder's final name, then `latest`. Each step is atomic, so a kill leaves `latest`
+// naming a whole checkpoint.
+void CheckpointWriter::publish(const std::string& partial, int steps_done, std::vector<std::string> files) const {
   plan::CheckpointManifest manifest;
   manifest.step = steps_done;
   manifest.plan_sha256 = plan_sha256_;
@@ -118,15 +126,7 @@ void CheckpointWriter::publish(const std::string& partial, int steps_done) const
   manifest.optimizer = optimizer_;
   manifest.seed = options_.seed;
   manifest.accumulate_steps = options_.accumulate_steps;
-  std::vector<std::string> files{plan::kCheckpointPlanFile};
-  for (const auto& stage : plan_.stages) {
-    files.push_back(plan::stage_weights_file(stage.id));
-    if (fs::exists(fs::path(partial) / plan::stage_optimizer_file(stage.id))) files.push_back(plan::stage_optimizer_file(stage.id));
-  }
-  for (const auto& placed : plan_.ranks) {
-    files.push_back(plan::rank_state_file(placed.rank));
-    if (fs::exists(fs::path(partial) / plan::rank_optimizer_file(placed.rank))) files.push_back(plan::rank_optimizer_file(placed.rank));
-  }
+  files.push_back(plan::kCheckpointPlanFile);
   write_file_atomically((fs::path(partial) / plan::kCheckpointPlanFile).string(),
                         read_regular_file(options_.plan_path, kMaxJsonFileBytes, "plan"), "the checkpoint");
   for (const auto& file : files) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "plan/checkpoint.h"
 #include "plan/plan.h"
@@ -31,8 +32,9 @@ class CheckpointWriter {
   void save(const MpiWorld& world, int steps_done, const StageRunner& runner, const StateSync& state) const;
 
  private:
-  void write_rank_files(const std::string& folder, int rank, const StageRunner& runner, const StateSync& state) const;
-  void publish(const std::string& partial, int steps_done) const;
+  // Returns the names written, one per line.
+  std::string write_rank_files(const std::string& folder, int rank, const StageRunner& runner, const StateSync& state) const;
+  void publish(const std::string& partial, int steps_done, std::vector<std::string> files) const;
 
   RunOptions options_;
   const plan::Plan& plan_;

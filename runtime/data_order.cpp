@@ -39,7 +39,7 @@ DataOrder::DataOrder(std::int64_t rows, std::int64_t global_batch, bool shuffle,
   }
 }
 
-std::int64_t DataOrder::row(int step, std::int64_t sample) {
+std::int64_t DataOrder::row(std::int64_t step, std::int64_t sample) {
   std::int64_t epoch = step / steps_per_epoch_;
   std::int64_t position = (step % steps_per_epoch_) * global_batch_ + sample;
   if (!shuffle_) return position;

@@ -16,7 +16,7 @@ class DataOrder {
   DataOrder(std::int64_t rows, std::int64_t global_batch, bool shuffle, std::uint64_t seed);
 
   // The data set row of sample `sample` (0 <= sample < global batch) of step `step`.
-  std::int64_t row(int step, std::int64_t sample);
+  std::int64_t row(std::int64_t step, std::int64_t sample);
   std::int64_t steps_per_epoch() const { return steps_per_epoch_; }
 
  private:

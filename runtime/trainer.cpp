@@ -189,7 +189,7 @@ StepRecord Trainer::run_step(int step) {
   runner_.begin_step();
   double loss = 0;
   for (int k = 0; k < accumulate_steps_; ++k) {
-    data_.load_step(step * accumulate_steps_ + k);
+    data_.load_step(static_cast<std::int64_t>(step) * accumulate_steps_ + k);
     loss += run_passes();
   }
   runner_.end_step();

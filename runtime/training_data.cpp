@@ -73,7 +73,7 @@ TrainingData::TrainingData(const RunOptions& options, std::int64_t global_batch,
 
 TrainingData::~TrainingData() = default;
 
-void TrainingData::load_step(int step) {
+void TrainingData::load_step(std::int64_t step) {
   for (std::size_t i = 0; i < arrays_.size(); ++i) {
     if (std::find(needed_.begin(), needed_.end(), arrays_[i].name) == needed_.end()) continue;
     auto& microbatches = batches_[arrays_[i].name];
@@ -93,7 +93,7 @@ std::int64_t TrainingData::bytes_read() const {
 }
 
 // The range's samples, from wherever the data order puts them (runs of consecutive rows read at once).
-at::Tensor TrainingData::read(std::size_t array, int step, const SampleRange& range) {
+at::Tensor TrainingData::read(std::size_t array, std::int64_t step, const SampleRange& range) {
   const auto& spec = arrays_[array];
   auto& file = *files_.at(spec.name);
   std::vector<std::int64_t> rows;
@@ -113,7 +113,7 @@ at::Tensor TrainingData::read(std::size_t array, int step, const SampleRange& ra
 
 // Every rank that needs an array draws the same values: the generator's seed depends only on
 // --seed, the step and the array.
-at::Tensor TrainingData::draw(std::size_t array, int step) const {
+at::Tensor TrainingData::draw(std::size_t array, std::int64_t step) const {
   const auto& spec = arrays_[array];
   auto generator = at::detail::createCPUGenerator(options_.seed * 1000003u + static_cast<std::uint64_t>(step) * 1009u + array);
   std::vector<std::int64_t> shape = spec.sample_shape;

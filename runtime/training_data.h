@@ -41,7 +41,7 @@ class TrainingData {
   ~TrainingData();
 
   // Reads or draws the rank's rows of the step, of every needed array.
-  void load_step(int step);
+  void load_step(std::int64_t step);  // step: of global batches (optimizer steps x accumulated batches)
   // Microbatch `microbatch`'s rows of an array, the batch along the array's batch_dim.
   const at::Tensor& rows(const std::string& name, int microbatch) const {
     return batches_.at(name).at(static_cast<std::size_t>(microbatch));
@@ -49,8 +49,8 @@ class TrainingData {
   std::int64_t bytes_read() const;  // from --data's files so far
 
  private:
-  at::Tensor read(std::size_t array, int step, const SampleRange& range);
-  at::Tensor draw(std::size_t array, int step) const;
+  at::Tensor read(std::size_t array, std::int64_t step, const SampleRange& range);
+  at::Tensor draw(std::size_t array, std::int64_t step) const;
 
   RunOptions options_;
   std::int64_t global_batch_;

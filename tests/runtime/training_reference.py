@@ -176,7 +176,12 @@ def reference_losses(model_path, data_folder, plan, steps, loss, lr, accumulate=
             for begin, length in chunks:
                 indices = order[begin:begin + length]
                 with torch.set_grad_enabled(lr != 0):  # lr 0: the losses without any update, forward only
-                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16_autocast):
+                    # The TorchScript model runs unoptimized under autocast, as rannc-run runs stage
+                    # files: the optimizing executor's own autocast pass casts other ops than the
+                    # dispatcher's autocast, which an eager nn.Module gets (nn.TransformerEncoder's
+                    # first loss differs by 9e-5 between the two).
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16_autocast), \
+                            torch.jit.optimized_execution(not bf16_autocast):
                         out = _model_output(model(*[rows(x, indices) for x in inputs]))
                     chunk_loss = _loss_sum(out.float(), rows(target, indices), loss) / elements
                 if lr != 0:

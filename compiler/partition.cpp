@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "compiler/sharded_partition.h"
 #include "compiler/show.h"
 #include "compiler/stage_files.h"
 #include "compiler/verify.h"
@@ -15,6 +16,7 @@
 #include "emit/plan_builder.h"
 #include "partitioner/planner.h"
 #include "plan/plan_json.h"
+#include "sharding/embedding_tables.h"
 #include "support/atomic_file.h"
 #include "support/error.h"
 #include "support/folder_lock.h"
@@ -223,18 +225,58 @@ nlohmann::json write_outputs(const Outputs& out, const PartitionOptions& options
   return check;
 }
 
+// plan.json of a sharded plan: its stage and shard files come with the runtime that trains them,
+// so it is written with --plan-only alone.
+PartitionReport write_sharded(ShardedPlan sharded, const PartitionOptions& options, double load_ms,
+                              std::chrono::steady_clock::time_point start) {
+  if (!options.plan_only) {
+    throw InputError(options.model_path + ": its embedding tables pool their lookups, so it is planned with the tables sharded; "
+                     "add --plan-only (stage and shard files of sharded plans are not written yet)");
+  }
+  auto& plan = sharded.plan;
+  plan.path = (std::filesystem::path(options.out_dir) / "plan.json").string();
+  std::string text = plan::to_text(plan);
+  plan::from_json(nlohmann::json::parse(text), plan.path);
+  OutputFolder folder(options.out_dir);
+  FolderLock lock(options.out_dir);
+  try {
+    remove_outputs_of_old_plan(plan.path);
+    write_file_atomically(plan.path, text, "the plan");
+  } catch (...) {
+    folder.discard();
+    throw;
+  }
+  PartitionReport report;
+  report.plan_path = plan.path;
+  report.summary = plan::prediction_to_json(plan.predicted);
+  report.summary.update(sharded.summary);
+  report.summary["plan"] = plan.path;
+  report.summary["mem_limit_bytes"] = plan.cluster.mem_bytes;
+  report.summary["planning_ms"]["load"] = load_ms;
+  report.summary["planning_ms"]["total"] = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  report.text = show_text(plan);
+  return report;
+}
+
 }  // namespace
 
 PartitionReport run_partition(const PartitionOptions& options) {
   auto start = Clock::now();
   partition::PlanRequest request = plan_request(options);
+  check_sharding_options(options.sharding);
   std::optional<cost::ProfileDb> db;
   if (!options.profile_db.empty()) db = cost::ProfileDb::load(options.profile_db, /*must_exist=*/true);
 
   Model model = load_model(options.model_path, options.load);
   set_model_batch(request, options, model);
   double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-
+  auto tables = sharding::find_embedding_tables(model.graph, model.batch);
+  if (wants_sharded_plan(tables, options.sharding)) {
+    ShardingOptions sharding = options.sharding;
+    sharding.host_tier = options.cluster.host_mem.has_value() || options.cluster.cluster_file.has_value();
+    auto sharded = plan_sharded(model, std::move(tables), sharding, request, db ? &*db : nullptr, options.model_path);
+    return write_sharded(std::move(sharded), options, load_ms, start);
+  }
   cost::CostModel costs(model.graph, request.cluster.device, request.precision, db ? &*db : nullptr);
   auto result = partition::plan_model(model.graph, model.batch, costs, request);
   auto layouts = emit::stage_layouts(model.graph, result);

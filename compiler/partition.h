@@ -7,6 +7,7 @@
 #include <string>
 
 #include "compiler/model.h"
+#include "compiler/sharded_partition.h"
 #include "cost_model/cluster.h"
 #include "partitioner/planner.h"
 
@@ -24,6 +25,7 @@ struct PartitionOptions {
   std::optional<int> microbatches;
   std::string shard_state = "auto";  // auto, none or optimizer
   std::string profile_db;
+  ShardingOptions sharding;  // models with pooled embedding tables
   bool plan_only = false;  // write plan.json without stage files
   // partition checks the stage files against the model before writing plan.json, when the
   // weights take at most check_limit_bytes (the check runs the model on this machine).

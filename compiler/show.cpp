@@ -119,6 +119,78 @@ nlohmann::json stage_json(const plan::Plan& plan, const plan::Stage& stage) {
   return entry;
 }
 
+std::vector<int> shard_ranks(const plan::ShardedTable& table) {
+  std::vector<int> ranks;
+  for (const auto& shard : table.shards) ranks.push_back(shard.rank);
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return ranks;
+}
+
+std::string fixed(double value, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, value);
+  return text;
+}
+
+// Max over mean of the ranks' step and memory: 1.0 is perfect balance.
+struct Imbalance {
+  double step = 1, memory = 1;
+};
+
+Imbalance imbalance(const plan::Sharding& sharding) {
+  double step_max = 0, step_sum = 0, mem_max = 0, mem_sum = 0;
+  for (const auto& r : sharding.ranks) {
+    step_max = std::max(step_max, r.step_ms), step_sum += r.step_ms;
+    mem_max = std::max(mem_max, r.mem_bytes), mem_sum += r.mem_bytes;
+  }
+  const double n = static_cast<double>(sharding.ranks.size());
+  return {step_sum > 0 ? step_max / (step_sum / n) : 1, mem_sum > 0 ? mem_max / (mem_sum / n) : 1};
+}
+
+// Per table and per rank, like the stats table of TorchRec's planner.
+std::string sharding_text(const plan::Plan& plan) {
+  const auto& sharding = *plan.sharding;
+  std::ostringstream out;
+  out << "tables     " << plural(static_cast<std::int64_t>(sharding.tables.size()), "embedding table") << ", "
+      << sharding.batch_per_rank << " samples per rank, " << sharding.sparse_optimizer << ", all-to-all " << sharding.comm_dtype
+      << " forward / " << sharding.comm_dtype_bwd << " backward\n\n";
+  Table tables({"table", "rows x dim", "pooling", "type", "tier", "ranks", "lookup", "all-to-all", "allreduce", "memory / rank"},
+               "lrrllrrrrr");
+  for (const auto& t : sharding.tables) {
+    const auto& l = t.per_rank;
+    tables.add({t.name, with_commas(t.rows) + " x " + std::to_string(t.dim), fixed(t.pooling, 1) + " " + t.pooling_mode, t.type,
+                t.tier, ranges_text(shard_ranks(t)), human_ms(l.lookup_ms), human_ms(l.all_to_all_ms), human_ms(l.allreduce_ms),
+                human_bytes(t.tier == "host" ? l.mem_bytes + l.host_mem_bytes : l.mem_bytes) + (t.tier == "host" ? " (host)" : "")});
+  }
+  out << tables.text() << "\n";
+  Table ranks({"rank", "node", "lookup", "all-to-all", "allreduce", "dense", "step", "memory vs limit", "host"}, "rrrrrrrrr");
+  for (const auto& r : sharding.ranks) {
+    ranks.add({std::to_string(r.rank), std::to_string(r.rank / plan.cluster.gpus_per_node), human_ms(r.lookup_ms),
+               human_ms(r.all_to_all_ms), human_ms(r.allreduce_ms), human_ms(r.dense_ms), human_ms(r.step_ms),
+               human_bytes(r.mem_bytes) + " (" + percent_of_limit(memory_fraction(plan, r.mem_bytes)) + ")",
+               human_bytes(r.host_mem_bytes)});
+  }
+  auto balance = imbalance(sharding);
+  out << ranks.text() << "\nimbalance  step max/mean " << fixed(balance.step, 3) << ", memory max/mean " << fixed(balance.memory, 3)
+      << "\n";
+  return out.str();
+}
+
+nlohmann::json sharding_json(const plan::Sharding& sharding) {
+  nlohmann::json tables = nlohmann::json::array(), ranks = nlohmann::json::array();
+  for (const auto& t : sharding.tables)
+    tables.push_back({{"name", t.name}, {"type", t.type}, {"tier", t.tier}, {"ranks", shard_ranks(t)}});
+  for (const auto& r : sharding.ranks)
+    ranks.push_back({{"rank", r.rank}, {"step_ms", stable_number(r.step_ms)}, {"mem_bytes", stable_number(r.mem_bytes)}});
+  auto balance = imbalance(sharding);
+  return {{"tables", tables},
+          {"ranks", ranks},
+          {"comm_dtype", sharding.comm_dtype},
+          {"comm_dtype_bwd", sharding.comm_dtype_bwd},
+          {"imbalance", {{"step", stable_number(balance.step)}, {"memory", stable_number(balance.memory)}}}};
+}
+
 }  // namespace
 
 std::string show_text(const plan::Plan& plan) {
@@ -135,6 +207,7 @@ std::string show_text(const plan::Plan& plan) {
       << plural(plan.batch.pipelines, "pipeline") << " on " << plural(static_cast<std::int64_t>(plan.ranks.size()), "rank")
       << "\n\n"
       << stage_table(plan) << "\n";
+  if (plan.sharding) out << sharding_text(plan) << "\n";
   char summary[1024];  // room for any double in %.1f
   std::snprintf(summary, sizeof summary, "predicted  step %s, %.1f samples/s, bubble %.0f%%, lower bound %s, efficiency %.0f%%\n",
                 human_ms(plan.predicted.iteration_ms).c_str(), plan.predicted.samples_per_s, 100 * plan.predicted.bubble_fraction,
@@ -167,7 +240,7 @@ nlohmann::json predicted_json(const plan::Plan& plan) {
 nlohmann::json show_json(const plan::Plan& plan) {
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& stage : plan.stages) stages.push_back(stage_json(plan, stage));
-  return {{"plan", plan.path},
+  nlohmann::json summary = {{"plan", plan.path},
           {"model", {{"path", plan.model.path}, {"format", plan.model.format}, {"params", plan.model.params}}},
           {"cluster",
            {{"gpus", plan.cluster.gpus}, {"nodes", plan.cluster.nodes}, {"gpus_per_node", plan.cluster.gpus_per_node}, {"device", plan.cluster.device},
@@ -183,6 +256,8 @@ nlohmann::json show_json(const plan::Plan& plan) {
           {"predicted", predicted_json(plan)},
           {"unused_devices",
            {{"count", plan.unused.ranks.size()}, {"ranks", plan.unused.ranks}, {"reason", plan.unused.reason}}}};
+  if (plan.sharding) summary["sharding"] = sharding_json(*plan.sharding);
+  return summary;
 }
 
 }  // namespace rannc

@@ -2,6 +2,9 @@
 
 #include "emit/index_bound.h"
 
+#include <algorithm>
+#include <map>
+
 namespace rannc::emit {
 namespace {
 
@@ -120,6 +123,100 @@ plan::Plan build_plan(const ir::Graph& graph, const ModelFacts& model, const par
   plan.ranks = pipeline.ranks;
   plan.predicted = pipeline.predicted;
   plan.unused = {pipeline.unused_ranks, pipeline.unused_reason};
+  return plan;
+}
+
+namespace {
+
+plan::Sharding plan_sharding_section(const ShardedModel& sharded) {
+  const auto& problem = sharded.problem;
+  plan::Sharding section;
+  section.batch_per_rank = problem.batch_per_rank;
+  section.comm_dtype = sharded.comm_dtype;
+  section.comm_dtype_bwd = sharded.comm_dtype_bwd;
+  section.sparse_optimizer = sharding::sparse_optimizer_name(problem.optimizer);
+  for (std::size_t t = 0; t < sharded.tables.size(); ++t) {
+    const auto& table = sharded.tables[t];
+    const auto& placed = sharded.solution.tables[t];
+    plan::ShardedTable entry;
+    entry.name = table.weight;
+    entry.rows = table.rows;
+    entry.dim = table.dim;
+    entry.dtype = std::string(ir::dtype_name(table.dtype));
+    entry.pooling_mode = table.pooling_mode;
+    entry.pooling = table.pooling;
+    entry.indexed_by = table.indexed_by;
+    entry.type = sharding::sharding_type_name(placed.type);
+    entry.tier = placed.host ? "host" : "device";
+    for (const auto& s : placed.shards) entry.shards.push_back({s.rank, s.row_begin, s.rows, s.col_begin, s.cols});
+    const auto& l = placed.load;
+    entry.per_rank = {l.lookup_ms, l.all_to_all_ms, l.allreduce_ms, l.mem_bytes, l.host_bytes};
+    section.tables.push_back(std::move(entry));
+  }
+  for (std::size_t r = 0; r < sharded.solution.ranks.size(); ++r) {
+    const auto& l = sharded.solution.ranks[r];
+    section.ranks.push_back({static_cast<int>(r), l.lookup_ms, l.all_to_all_ms, l.allreduce_ms, l.dense_ms, l.step_ms(), l.mem_bytes,
+                             l.host_bytes});
+  }
+  return section;
+}
+
+// The dense part on every rank, reading the model's dense inputs and the tables' pooled lookups.
+plan::Stage dense_stage(const ir::Graph& graph, const StageLayout& layout, const ShardedModel& sharded, int world) {
+  std::map<ir::ValueId, std::string> pooled_from;
+  for (const auto& table : sharded.tables)
+    for (auto v : table.pooled) pooled_from[v] = table.weight;
+  const auto samples = static_cast<int>(sharded.problem.batch_per_rank);
+  plan::Stage stage;
+  stage.file = layout.file;
+  for (int r = 0; r < world; ++r) stage.ranks.push_back(r);
+  stage.replicas_per_pipeline = world;
+  stage.ops = layout.ops;
+  if (!layout.ops.empty()) stage.op_range = op_label(graph, layout.ops.front()) + " .. " + op_label(graph, layout.ops.back());
+  for (const auto& input : layout.inputs) {
+    stage.inputs.push_back(plan_tensor(graph.value(input.value), samples));
+    auto table = pooled_from.find(input.value);
+    if (table != pooled_from.end()) stage.inputs.back().embedding = table->second;
+    else stage.inputs.back().model_input = stage.inputs.back().name;
+  }
+  for (const auto& output : layout.outputs) {
+    stage.outputs.push_back(plan_tensor(graph.value(output.value), samples));
+    stage.outputs.back().model_output = true;
+  }
+  stage.params = plan_weights(graph, layout.params);
+  stage.buffers = plan_weights(graph, layout.buffers);
+  const auto& dense = sharded.dense;
+  stage.predicted = {dense.fwd_ms, dense.bwd_ms, 0, dense.allreduce_ms, 0, 1, dense.memory.total(), dense.memory, 0};
+  return stage;
+}
+
+}  // namespace
+
+plan::Plan build_sharded_plan(const ir::Graph& graph, const ModelFacts& model, const partition::PlanRequest& request,
+                              const StageLayout& dense_layout, const ShardedModel& sharded) {
+  const auto& cluster = request.cluster;
+  const int world = cluster.gpus();
+  plan::Plan plan;
+  plan.model = plan_model_facts(graph, model);
+  plan.cluster = plan_cluster(cluster);
+  const std::int64_t global = sharded.problem.batch_per_rank * world;
+  plan.batch = {global, 1, 1, static_cast<int>(global)};
+  plan.optimizer = request.optimizer;
+  plan.precision = request.precision;
+  plan.stages.push_back(dense_stage(graph, dense_layout, sharded, world));
+  for (int r = 0; r < world; ++r) plan.ranks.push_back({r, r / cluster.gpus_per_node, r % cluster.gpus_per_node, 0, r});
+  plan.sharding = plan_sharding_section(sharded);
+  // The step is the slowest rank's; perfect balance (every rank at the mean) bounds it below.
+  auto& p = plan.predicted;
+  double total = 0;
+  for (const auto& r : plan.sharding->ranks) {
+    total += r.step_ms;
+    p.iteration_ms = std::max(p.iteration_ms, r.step_ms);
+    p.peak_mem_bytes = std::max(p.peak_mem_bytes, r.mem_bytes);
+  }
+  p.lower_bound_ms = total / world;
+  p.efficiency = p.iteration_ms > 0 ? p.lower_bound_ms / p.iteration_ms : 1;
+  p.samples_per_s = p.iteration_ms > 0 ? static_cast<double>(global) / (p.iteration_ms / 1e3) : 0;
   return plan;
 }
 

@@ -117,4 +117,24 @@ StageLayout whole_model_layout(const ir::Graph& graph) {
   return layout;
 }
 
+StageLayout ops_layout(const ir::Graph& graph, const std::vector<ir::OpId>& ops, const std::string& file) {
+  StageLayout layout;
+  layout.file = file;
+  layout.ops = ops;
+  std::sort(layout.ops.begin(), layout.ops.end());
+  std::set<ir::OpId> mine(layout.ops.begin(), layout.ops.end());
+  std::set<ir::ValueId> inputs, weights;
+  for (auto op : layout.ops)
+    for (auto v : graph.op(op).inputs) {
+      const auto& value = graph.value(v);
+      if (!value.is_tensor()) continue;
+      if (value.is_weight()) weights.insert(v);
+      else if (value.producer == ir::kNoId || !mine.count(value.producer)) inputs.insert(v);
+    }
+  for (auto v : inputs) layout.inputs.push_back({v, -1, -1});
+  for (auto id : graph.model_outputs()) layout.outputs.push_back({id, true});
+  for (auto v : weights) add_weight(layout, graph.value(v));
+  return layout;
+}
+
 }  // namespace rannc::emit

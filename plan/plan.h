@@ -25,8 +25,10 @@ struct Tensor {
   std::string dtype;             // ir::dtype_name spelling: "float32", "int64", ...
   int batch_dim = -1;            // where the runtime slices a microbatch among replicas; -1: not sliced
   std::int64_t index_bound = 0;  // integer model inputs: valid values are below it (0: not given)
-  // Stage inputs only: where the tensor comes from, a model input or an earlier stage's output.
+  // Stage inputs only: where the tensor comes from, a model input, an earlier stage's output or
+  // (sharded plans) the pooled lookups of an embedding table of the sharding section.
   std::optional<std::string> model_input;
+  std::optional<std::string> embedding;
   int from_stage = -1, from_output = -1;
   // Stage outputs only.
   bool model_output = false;
@@ -130,6 +132,43 @@ struct Unused {
   std::string reason;
 };
 
+// Recommendation models: the embedding tables sharded over the ranks, the dense part a stage of
+// every rank (docs/plan-format.md, "sharding").
+struct EmbeddingShard {
+  int rank = 0;
+  std::int64_t row_begin = 0, rows = 0, col_begin = 0, cols = 0;
+};
+
+// What a table or the dense part adds to each rank it is on, per training step.
+struct ShardLoad {
+  double lookup_ms = 0, all_to_all_ms = 0, allreduce_ms = 0, mem_bytes = 0, host_mem_bytes = 0;
+};
+
+struct ShardedTable {
+  std::string name;  // the weight
+  std::int64_t rows = 0, dim = 0;
+  std::string dtype, pooling_mode;
+  double pooling = 1;  // lookups per sample
+  std::vector<std::string> indexed_by;
+  std::string type;   // "data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise"
+  std::string tier;   // "device", or "host": in host memory behind a device cache
+  std::vector<EmbeddingShard> shards;
+  ShardLoad per_rank;  // on each rank of its shards
+};
+
+struct ShardedRank {
+  int rank = 0;
+  double lookup_ms = 0, all_to_all_ms = 0, allreduce_ms = 0, dense_ms = 0, step_ms = 0, mem_bytes = 0, host_mem_bytes = 0;
+};
+
+struct Sharding {
+  std::int64_t batch_per_rank = 0;
+  std::string comm_dtype = "fp32", comm_dtype_bwd = "fp32";  // of the all-to-alls, forward and backward
+  std::string sparse_optimizer;                              // the tables' optimizer
+  std::vector<ShardedTable> tables;
+  std::vector<ShardedRank> ranks;
+};
+
 struct Plan {
   Model model;
   Cluster cluster;
@@ -141,6 +180,7 @@ struct Plan {
   std::vector<RankPlacement> ranks;
   Prediction predicted;
   Unused unused;
+  std::optional<Sharding> sharding;
 
   // Where the plan was read from, or is written to; stage files are relative to its folder.
   std::string path;

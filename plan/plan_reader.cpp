@@ -1,9 +1,11 @@
 #include "plan/plan_json.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <tuple>
 
 #include "ir/dtype.h"
 #include "support/error.h"
@@ -245,7 +247,16 @@ Choice read_choice(const Field& field, Choice (*parse)(std::string_view, std::st
 // and dtype it carries.
 void read_source(const Field& input, Tensor& tensor, int stage_id, const Plan& plan) {
   Field source = input["source"];
-  if (source.has("model_input") && source.has("stage")) source.fail("names both a model input and a stage");
+  if (source.has("model_input") + source.has("stage") + source.has("embedding") > 1)
+    source.fail("names more than one of model_input, stage and embedding");
+  if (source.has("embedding")) {
+    tensor.embedding = source["embedding"].text();
+    bool known = false;
+    if (plan.sharding)
+      for (const auto& table : plan.sharding->tables) known |= table.name == *tensor.embedding;
+    if (!known) source["embedding"].fail("'" + text_excerpt(*tensor.embedding) + "' is not a table of the sharding section");
+    return;
+  }
   if (source.has("model_input")) {
     tensor.model_input = source["model_input"].text();
     bool known = false;
@@ -448,6 +459,107 @@ std::string Plan::model_file() const { return from_plan_folder(*this, model.path
 
 namespace {
 
+// Each shard's rows and columns lie in its table on a rank of the cluster; the shards of a
+// partitioned table cover every element once, and a data-parallel table is whole on every rank.
+void check_cover(const Field& field, const ShardedTable& table, const Plan& plan) {
+  const auto world = static_cast<std::size_t>(plan.cluster.gpus);
+  std::vector<bool> on_rank(world, false);
+  double covered = 0;
+  for (const auto& s : table.shards) {
+    if (s.rank >= plan.cluster.gpus) field["shards"].fail("rank " + std::to_string(s.rank) + " is not a rank of the cluster");
+    if (s.rows < 1 || s.cols < 1 || s.row_begin + s.rows > table.rows || s.col_begin + s.cols > table.dim)
+      field["shards"].fail("a shard of rank " + std::to_string(s.rank) + " lies outside the " + std::to_string(table.rows) + " x " +
+                           std::to_string(table.dim) + " table");
+    on_rank[static_cast<std::size_t>(s.rank)] = true;
+    covered += static_cast<double>(s.rows) * static_cast<double>(s.cols);
+  }
+  double whole = static_cast<double>(table.rows) * static_cast<double>(table.dim);
+  if (table.type == "data_parallel") {
+    if (table.shards.size() != world || std::count(on_rank.begin(), on_rank.end(), true) != static_cast<long>(world) ||
+        covered != whole * static_cast<double>(world))
+      field["shards"].fail("a data_parallel table is whole on every rank, once");
+    return;
+  }
+  // Shards of one table are disjoint when they fill it exactly and no two overlap; they are cut
+  // in rows or in columns only, so comparing the covered count and pairwise overlap suffices.
+  for (std::size_t a = 0; a < table.shards.size(); ++a)
+    for (std::size_t b = a + 1; b < table.shards.size(); ++b) {
+      const auto &x = table.shards[a], &y = table.shards[b];
+      bool rows = x.row_begin < y.row_begin + y.rows && y.row_begin < x.row_begin + x.rows;
+      bool cols = x.col_begin < y.col_begin + y.cols && y.col_begin < x.col_begin + x.cols;
+      if (rows && cols) field["shards"].fail("shards " + std::to_string(a) + " and " + std::to_string(b) + " overlap");
+    }
+  if (covered != whole) field["shards"].fail("the shards do not cover the table's " + std::to_string(table.rows) + " x " +
+                                             std::to_string(table.dim) + " elements exactly once");
+}
+
+ShardLoad read_shard_load(const Field& field) {
+  return {field["lookup_ms"].non_negative(), field["all_to_all_ms"].non_negative(), field["allreduce_ms"].non_negative(),
+          field["mem_bytes"].non_negative(), field["host_mem_bytes"].non_negative()};
+}
+
+std::pair<std::int64_t, std::int64_t> read_range(const Field& field, std::int64_t limit) {
+  auto pair = field.items();
+  if (pair.size() != 2) field.fail("expected [begin, end)");
+  auto begin = pair[0].integer(0, limit), end = pair[1].integer(0, limit);
+  if (end <= begin) field.fail("empty range [" + std::to_string(begin) + ", " + std::to_string(end) + ")");
+  return {begin, end - begin};
+}
+
+ShardedTable read_sharded_table(const Field& field, const Plan& plan) {
+  ShardedTable table;
+  table.name = field["name"].text();
+  table.rows = field["rows"].integer(1);
+  table.dim = field["dim"].integer(1);
+  table.dtype = field["dtype"].text();
+  table.pooling_mode = field["pooling_mode"].text();
+  table.pooling = field["pooling"].non_negative();
+  for (const auto& input : field["indexed_by"].items()) table.indexed_by.push_back(input.text());
+  table.type = field["type"].text();
+  static const char* kTypes[] = {"data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise"};
+  if (std::find(std::begin(kTypes), std::end(kTypes), table.type) == std::end(kTypes))
+    field["type"].fail("'" + text_excerpt(table.type) + "' is not a sharding type");
+  table.tier = field["tier"].text();
+  if (table.tier != "device" && table.tier != "host") field["tier"].fail("'" + text_excerpt(table.tier) + "' is not device or host");
+  for (const auto& entry : field["shards"].items()) {
+    EmbeddingShard shard;
+    shard.rank = entry["rank"].small(0);
+    std::tie(shard.row_begin, shard.rows) = read_range(entry["rows"], table.rows);
+    std::tie(shard.col_begin, shard.cols) = read_range(entry["cols"], table.dim);
+    table.shards.push_back(shard);
+  }
+  if (table.shards.empty()) field["shards"].fail("no shards");
+  check_cover(field, table, plan);
+  table.per_rank = read_shard_load(field["predicted_per_rank"]);
+  return table;
+}
+
+void read_sharding(const Field& root, Plan& plan) {
+  auto field = root.find("sharding");
+  if (!field) return;
+  Sharding sharding;
+  sharding.batch_per_rank = (*field)["batch_per_rank"].integer(1);
+  for (auto [key, dtype] : {std::pair{"comm_dtype", &sharding.comm_dtype}, {"comm_dtype_bwd", &sharding.comm_dtype_bwd}}) {
+    *dtype = (*field)[key].text();
+    if (*dtype != "fp32" && *dtype != "fp16" && *dtype != "bf16")
+      (*field)[key].fail("'" + text_excerpt(*dtype) + "' is not fp32, fp16 or bf16");
+  }
+  sharding.sparse_optimizer = (*field)["sparse_optimizer"].text();
+  for (const auto& table : (*field)["tables"].items()) sharding.tables.push_back(read_sharded_table(table, plan));
+  auto ranks = (*field)["ranks"].items();
+  if (ranks.size() != static_cast<std::size_t>(plan.cluster.gpus))
+    (*field)["ranks"].fail(std::to_string(ranks.size()) + " rank(s), the cluster has " + std::to_string(plan.cluster.gpus));
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const auto& r = ranks[i];
+    ShardedRank rank{r["rank"].small(0), r["lookup_ms"].non_negative(), r["all_to_all_ms"].non_negative(),
+                     r["allreduce_ms"].non_negative(), r["dense_ms"].non_negative(), r["step_ms"].non_negative(),
+                     r["mem_bytes"].non_negative(), r["host_mem_bytes"].non_negative()};
+    if (rank.rank != static_cast<int>(i)) r["rank"].fail(std::to_string(rank.rank) + ", expected " + std::to_string(i));
+    sharding.ranks.push_back(rank);
+  }
+  plan.sharding = std::move(sharding);
+}
+
 // A tied weight names the other stages that hold it: they must exist.
 void check_shared_weights(const Field& stages, const Plan& plan) {
   for (const auto& stage : plan.stages)
@@ -472,6 +584,7 @@ Plan from_json(const nlohmann::json& document, const std::string& path) {
   plan.schedule = read_choice(root["schedule"], parse_schedule);
   plan.optimizer = read_choice(root["optimizer"], parse_optimizer);
   if (auto precision = root.find("precision")) plan.precision = read_choice(*precision, parse_precision);
+  read_sharding(root, plan);
   auto stages = root["stages"].items();
   if (stages.empty()) root["stages"].fail("no stages");
   for (std::size_t i = 0; i < stages.size(); ++i) plan.stages.push_back(read_stage(stages[i], static_cast<int>(i), plan));

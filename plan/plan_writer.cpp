@@ -15,6 +15,7 @@ json tensor_json(const Tensor& tensor) {
   json entry = {{"name", tensor.name}, {"shape", tensor.shape}, {"dtype", tensor.dtype}, {"batch_dim", tensor.batch_dim}};
   if (tensor.index_bound > 0) entry["index_bound"] = tensor.index_bound;
   if (tensor.model_input) entry["source"] = {{"model_input", *tensor.model_input}};
+  if (tensor.embedding) entry["source"] = {{"embedding", *tensor.embedding}};
   if (tensor.from_stage >= 0) entry["source"] = {{"stage", tensor.from_stage}, {"output", tensor.from_output}};
   if (tensor.model_output) entry["model_output"] = true;
   return entry;
@@ -102,6 +103,51 @@ json ranks_json(const std::vector<RankPlacement>& ranks) {
   return list;
 }
 
+json shard_load_json(const ShardLoad& load) {
+  return {{"lookup_ms", stable_number(load.lookup_ms)},
+          {"all_to_all_ms", stable_number(load.all_to_all_ms)},
+          {"allreduce_ms", stable_number(load.allreduce_ms)},
+          {"mem_bytes", stable_number(load.mem_bytes)},
+          {"host_mem_bytes", stable_number(load.host_mem_bytes)}};
+}
+
+json sharded_table_json(const ShardedTable& table, const Sharding& sharding) {
+  json shards = json::array();
+  for (const auto& s : table.shards)
+    shards.push_back({{"rank", s.rank}, {"rows", {s.row_begin, s.row_begin + s.rows}}, {"cols", {s.col_begin, s.col_begin + s.cols}}});
+  return {{"name", table.name},
+          {"rows", table.rows},
+          {"dim", table.dim},
+          {"dtype", table.dtype},
+          {"pooling_mode", table.pooling_mode},
+          {"pooling", stable_number(table.pooling)},
+          {"indexed_by", table.indexed_by},
+          {"type", table.type},
+          {"tier", table.tier},
+          {"comm_dtype", sharding.comm_dtype},
+          {"comm_dtype_bwd", sharding.comm_dtype_bwd},
+          {"shards", shards},
+          {"predicted_per_rank", shard_load_json(table.per_rank)}};
+}
+
+json sharding_json(const Sharding& sharding) {
+  json tables = json::array(), ranks = json::array();
+  for (const auto& table : sharding.tables) tables.push_back(sharded_table_json(table, sharding));
+  for (const auto& r : sharding.ranks) {
+    ranks.push_back({{"rank", r.rank},
+                     {"lookup_ms", stable_number(r.lookup_ms)},
+                     {"all_to_all_ms", stable_number(r.all_to_all_ms)},
+                     {"allreduce_ms", stable_number(r.allreduce_ms)},
+                     {"dense_ms", stable_number(r.dense_ms)},
+                     {"step_ms", stable_number(r.step_ms)},
+                     {"mem_bytes", stable_number(r.mem_bytes)},
+                     {"host_mem_bytes", stable_number(r.host_mem_bytes)}});
+  }
+  return {{"batch_per_rank", sharding.batch_per_rank}, {"comm_dtype", sharding.comm_dtype},
+          {"comm_dtype_bwd", sharding.comm_dtype_bwd}, {"sparse_optimizer", sharding.sparse_optimizer},
+          {"tables", tables},                          {"ranks", ranks}};
+}
+
 }  // namespace
 
 json memory_to_json(const MemoryBreakdown& m) {
@@ -140,6 +186,7 @@ json to_json(const Plan& plan) {
       {"ranks", ranks_json(plan.ranks)},
       {"predicted", prediction_to_json(plan.predicted)},
   };
+  if (plan.sharding) document["sharding"] = sharding_json(*plan.sharding);
   if (!plan.unused.ranks.empty()) {
     document["unused_devices"] = {{"count", plan.unused.ranks.size()}, {"ranks", plan.unused.ranks}, {"reason", plan.unused.reason}};
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <map>
 #include <set>
 #include <variant>
 
@@ -101,18 +102,36 @@ std::optional<EmbeddingTable> table_of(const ir::Graph& graph, const ir::Op& op,
   return std::nullopt;
 }
 
+// The lookup op, and the sum or mean that pools its rows when one follows (lookup_pooling).
+void add_lookup(const ir::Graph& graph, const ir::Op& lookup, EmbeddingTable& table) {
+  table.ops.push_back(lookup.id);
+  ir::ValueId out = lookup.outputs.front();
+  bool pooled_after = (lookup.kind == "aten::embedding" || lookup.kind == "onnx::Gather") && lookup_pooling(graph, lookup) != "none";
+  if (pooled_after) {
+    const auto& pool = graph.op(graph.value(out).consumers.front());
+    table.ops.push_back(pool.id);
+    out = pool.outputs.front();
+  }
+  table.pooled.push_back(out);
+}
+
 }  // namespace
 
 std::vector<EmbeddingTable> find_embedding_tables(const ir::Graph& graph, std::int64_t batch) {
   std::vector<EmbeddingTable> tables;
-  std::set<std::string> seen;
+  std::map<std::string, std::size_t> index;
   for (auto id : graph.topological_order()) {
     ir::ValueId indices = ir::kNoId;
-    auto table = table_of(graph, graph.op(id), &indices);
-    if (!table || !seen.insert(table->weight).second) continue;
-    table->indexed_by = source_inputs(graph, indices);
-    table->pooling = per_sample(graph.value(indices), batch);
-    tables.push_back(std::move(*table));
+    const auto& op = graph.op(id);
+    auto table = table_of(graph, op, &indices);
+    if (!table) continue;
+    auto [it, fresh] = index.emplace(table->weight, tables.size());
+    if (fresh) {
+      table->indexed_by = source_inputs(graph, indices);
+      table->pooling = per_sample(graph.value(indices), batch);
+      tables.push_back(std::move(*table));
+    }
+    add_lookup(graph, op, tables[it->second]);
   }
   return tables;
 }

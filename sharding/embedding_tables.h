@@ -20,6 +20,10 @@ struct EmbeddingTable {
   std::string pooling_mode;             // "sum", "mean", "max", or "none" (a row per lookup)
   std::vector<std::string> indexed_by;  // the model inputs its indices come from
   double pooling = 1;                   // lookups per sample, from the example inputs' shapes
+  // The ops that look the table up and pool the bags, and what they hand the rest of the model
+  // (one per lookup): what a sharded plan moves out of the dense part.
+  std::vector<ir::OpId> ops;
+  std::vector<ir::ValueId> pooled;
 };
 
 // In parameter order of first use. `batch`: the samples the graph's shapes were evaluated at.

@@ -31,6 +31,7 @@ struct Candidate {
 double optimizer_bytes(SparseOptimizer optimizer, double rows, double cols) {
   switch (optimizer) {
     case SparseOptimizer::kSgd: return 0;
+    case SparseOptimizer::kMomentum: return rows * cols * 4;
     case SparseOptimizer::kAdam: return 2 * rows * cols * 4;
     case SparseOptimizer::kRowWiseAdagrad: return rows * 4;
   }
@@ -127,8 +128,9 @@ class CostModel {
 };
 
 // Every placement a table may take: DP; TW on each rank; CW in k pieces of at least 128 columns on
-// k consecutive ranks (at multiples of k); RW over all ranks; TWRW on each node.
-std::vector<Candidate> candidates_of(const EmbeddingTable& table, const CostModel& costs, const cost::Cluster& cluster) {
+// k consecutive ranks (at multiples of k); RW over all ranks; TWRW on each node. Then those its
+// constraint allows.
+std::vector<Candidate> all_candidates(const EmbeddingTable& table, const CostModel& costs, const cost::Cluster& cluster) {
   const int world = cluster.gpus(), per_node = cluster.gpus_per_node;
   std::vector<Candidate> list;
   list.push_back({ShardingType::kDataParallel, 0, world, costs.data_parallel(table)});
@@ -152,11 +154,32 @@ std::vector<Candidate> candidates_of(const EmbeddingTable& table, const CostMode
   return list;
 }
 
+bool allowed(const Candidate& c, const TableConstraint& constraint) {
+  if (constraint.tier == Tier::kHost && !c.host) return false;
+  if (constraint.tier == Tier::kDevice && c.host) return false;
+  return constraint.types.empty() ||
+         std::find(constraint.types.begin(), constraint.types.end(), c.type) != constraint.types.end();
+}
+
+std::vector<Candidate> candidates_of(const EmbeddingTable& table, const CostModel& costs, const cost::Cluster& cluster,
+                                     const TableConstraint& constraint) {
+  auto list = all_candidates(table, costs, cluster);
+  list.erase(std::remove_if(list.begin(), list.end(), [&](const Candidate& c) { return !allowed(c, constraint); }), list.end());
+  if (list.empty()) {
+    throw InputError("table " + table.weight + " (" + std::to_string(table.rows) + " x " + std::to_string(table.dim) +
+                     "): its constraints leave it no placement on this cluster (column_wise needs a dim of at least " +
+                     std::to_string(2 * kMinColumnShard) + ", row_wise several devices, table_row_wise several nodes, "
+                     "the host tier --host-mem)");
+  }
+  return list;
+}
+
 // The loads of every rank as candidates are added and taken away.
 class Loads {
  public:
-  Loads(const cost::Cluster& cluster)
-      : ranks_(static_cast<std::size_t>(cluster.gpus())),
+  // Every rank starts with the dense part's step and memory.
+  Loads(const cost::Cluster& cluster, const RankLoad& dense)
+      : ranks_(static_cast<std::size_t>(cluster.gpus()), dense),
         host_(static_cast<std::size_t>(cluster.nodes)),
         mem_limit_(static_cast<double>(cluster.mem_bytes)),
         host_limit_(static_cast<double>(cluster.host.mem_bytes)),
@@ -205,17 +228,25 @@ struct Search {
   std::vector<std::vector<Candidate>> candidates;  // per table
   std::vector<std::size_t> order;                  // tables, costliest first
   cost::Cluster cluster;
+  RankLoad dense;  // on every rank
 };
 
 Search prepare(const ShardingProblem& problem) {
   CostModel costs(problem);
   Search search;
   search.cluster = problem.cluster;
+  search.dense.dense_ms = problem.dense_ms;
+  search.dense.mem_bytes = problem.dense_mem_bytes;
+  if (!problem.constraints.empty() && problem.constraints.size() != problem.tables.size())
+    throw std::logic_error("plan_sharding: one constraint per table");
   // Costliest first by the table-wise step; of equal ones the larger table (fewer places fit it).
   std::vector<std::pair<double, double>> weight;
-  for (const auto& table : problem.tables) {
-    search.candidates.push_back(candidates_of(table, costs, problem.cluster));
-    weight.emplace_back(search.candidates.back()[1].load.step_ms(), static_cast<double>(table.rows) * static_cast<double>(table.dim));
+  for (std::size_t t = 0; t < problem.tables.size(); ++t) {
+    const auto& table = problem.tables[t];
+    auto whole = costs.whole_rows(table, static_cast<double>(table.dim));
+    search.candidates.push_back(
+        candidates_of(table, costs, problem.cluster, problem.constraints.empty() ? TableConstraint{} : problem.constraints[t]));
+    weight.emplace_back(whole.step_ms(), static_cast<double>(table.rows) * static_cast<double>(table.dim));
   }
   search.order.resize(problem.tables.size());
   std::iota(search.order.begin(), search.order.end(), std::size_t{0});
@@ -244,7 +275,7 @@ void branch(const Search& s, std::size_t depth, Loads& loads, double current_max
 }
 
 std::vector<int> exact(const Search& s, bool prune) {
-  Loads loads(s.cluster);
+  Loads loads(s.cluster, s.dense);
   std::vector<int> choice(s.order.size(), -1), best_choice;
   double best = std::numeric_limits<double>::infinity();
   branch(s, 0, loads, 0, choice, best, best_choice, prune);
@@ -283,7 +314,7 @@ int best_candidate(const Search& s, std::size_t table, const Loads& loads, Start
 // others, while a pass lowers the slowest rank. Returns the choice and the slowest rank's step
 // (an empty choice when some table found no room).
 std::pair<std::vector<int>, double> greedy(const Search& s, Start start) {
-  Loads loads(s.cluster);
+  Loads loads(s.cluster, s.dense);
   std::vector<int> choice(s.order.size(), -1);
   for (auto table : s.order) {
     int c = best_candidate(s, table, loads, start);
@@ -345,7 +376,8 @@ std::int64_t search_size(const Search& s) {
 }
 
 // What the tables need at the least, in device memory alone and (with the host tier) in host
-// memory beside the device caches, against what the cluster has.
+// memory beside the device caches, against what the cluster has per tier; and how many devices
+// of this memory would hold them (each also holding the dense part).
 [[noreturn]] void cannot_fit(const ShardingProblem& problem, const Search& s) {
   double device_only = 0, hosted = 0;
   for (const auto& list : s.candidates) {
@@ -358,13 +390,26 @@ std::int64_t search_size(const Search& s) {
     hosted += least_host;
   }
   const auto& cluster = problem.cluster;
+  const double mem = static_cast<double>(cluster.mem_bytes), world = cluster.gpus();
+  if (problem.dense_mem_bytes >= mem) {
+    throw Error(ExitStatus::kCannotMeet, "the dense part alone needs " + human_bytes(problem.dense_mem_bytes) +
+                                             " per device, more than the " + human_bytes(mem) + " of each device");
+  }
   std::string message = "the embedding tables need at least " + human_bytes(device_only) + " of device memory";
-  if (cluster.host.mem_bytes > 0) message += " (or " + human_bytes(hosted) + " of host memory behind device caches)";
-  message += "; " + std::to_string(cluster.gpus()) + " devices of " + human_bytes(static_cast<double>(cluster.mem_bytes)) +
-             " have " + human_bytes(static_cast<double>(cluster.mem_bytes) * cluster.gpus());
+  if (std::isfinite(device_only) && cluster.host.mem_bytes > 0)
+    message += " (or " + human_bytes(hosted) + " of host memory behind device caches)";
+  else if (cluster.host.mem_bytes > 0)
+    message += " (" + human_bytes(hosted) + " of host memory behind device caches)";
+  double room = mem - problem.dense_mem_bytes;
+  message += "; " + std::to_string(cluster.gpus()) + " devices of " + human_bytes(mem) + " have " +
+             human_bytes(room * world) + " beside the dense part";
   if (cluster.host.mem_bytes > 0)
-    message += " and " + std::to_string(cluster.nodes) + " hosts " + human_bytes(static_cast<double>(cluster.host.mem_bytes) * cluster.nodes);
-  throw Error(ExitStatus::kCannotMeet, message + ": no placement fits");
+    message += ", " + std::to_string(cluster.nodes) + " hosts " + human_bytes(static_cast<double>(cluster.host.mem_bytes) * cluster.nodes);
+  message += ": no placement fits";
+  if (std::isfinite(device_only))
+    message += "; about " + std::to_string(static_cast<long long>(std::ceil(device_only / room))) + " devices of " +
+               human_bytes(mem) + " would hold them";
+  throw Error(ExitStatus::kCannotMeet, message);
 }
 
 }  // namespace
@@ -380,16 +425,38 @@ const char* sharding_type_name(ShardingType type) {
   return "unknown";
 }
 
+std::optional<ShardingType> parse_sharding_type(std::string_view name) {
+  for (int i = 0; i < kShardingTypeCount; ++i)
+    if (name == sharding_type_name(static_cast<ShardingType>(i))) return static_cast<ShardingType>(i);
+  return std::nullopt;
+}
+
+const char* sparse_optimizer_name(SparseOptimizer optimizer) {
+  switch (optimizer) {
+    case SparseOptimizer::kSgd: return "sgd";
+    case SparseOptimizer::kMomentum: return "momentum";
+    case SparseOptimizer::kAdam: return "adam";
+    case SparseOptimizer::kRowWiseAdagrad: return "rowwise_adagrad";
+  }
+  return "unknown";
+}
+
+std::optional<SparseOptimizer> parse_sparse_optimizer(std::string_view name) {
+  for (auto optimizer : {SparseOptimizer::kSgd, SparseOptimizer::kMomentum, SparseOptimizer::kAdam, SparseOptimizer::kRowWiseAdagrad})
+    if (name == sparse_optimizer_name(optimizer)) return optimizer;
+  return std::nullopt;
+}
+
 ShardingSolution plan_sharding(const ShardingProblem& problem) {
   Search s = prepare(problem);
   auto choice = search_size(s) <= kExactSearchLimit ? exact(s, true) : heuristic(s);
   if (choice.empty()) cannot_fit(problem, s);
   ShardingSolution solution;
-  Loads loads(s.cluster);
+  Loads loads(s.cluster, s.dense);
   for (std::size_t t = 0; t < problem.tables.size(); ++t) {
     const auto& c = s.candidates[t][static_cast<std::size_t>(choice[t])];
     loads.add(c, 1);
-    solution.tables.push_back({c.type, shards_of(problem.tables[t], c), c.host});
+    solution.tables.push_back({c.type, shards_of(problem.tables[t], c), c.host, c.load});
   }
   solution.ranks = loads.ranks();
   solution.objective_ms = loads.max_step();
@@ -400,7 +467,7 @@ double brute_force_objective(const ShardingProblem& problem) {
   Search s = prepare(problem);
   auto choice = exact(s, false);
   if (choice.empty()) return std::numeric_limits<double>::infinity();
-  Loads loads(s.cluster);
+  Loads loads(s.cluster, s.dense);
   for (std::size_t t = 0; t < choice.size(); ++t) loads.add(s.candidates[t][static_cast<std::size_t>(choice[t])], 1);
   return loads.max_step();
 }

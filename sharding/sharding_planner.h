@@ -13,7 +13,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cost_model/cluster.h"
@@ -22,10 +24,26 @@
 namespace rannc::sharding {
 
 enum class ShardingType : std::uint8_t { kDataParallel, kTableWise, kColumnWise, kRowWise, kTableRowWise };
+inline constexpr int kShardingTypeCount = 5;
+// "data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise": plan.json's names.
 const char* sharding_type_name(ShardingType type);
+std::optional<ShardingType> parse_sharding_type(std::string_view name);
 
-// Optimizer state per table element: SGD none, Adam two floats, row-wise Adagrad one float per row.
-enum class SparseOptimizer : std::uint8_t { kSgd, kAdam, kRowWiseAdagrad };
+// Optimizer state per table element: SGD none, momentum one float, Adam two, row-wise Adagrad
+// one float per row.
+enum class SparseOptimizer : std::uint8_t { kSgd, kMomentum, kAdam, kRowWiseAdagrad };
+// "sgd", "momentum", "adam", "rowwise_adagrad".
+const char* sparse_optimizer_name(SparseOptimizer optimizer);
+std::optional<SparseOptimizer> parse_sparse_optimizer(std::string_view name);
+
+// Where a table may live: what --table-constraints restricts.
+enum class Tier : std::uint8_t { kAny, kDevice, kHost };
+
+// What a table may take. `types` empty: every sharding type.
+struct TableConstraint {
+  std::vector<ShardingType> types;
+  Tier tier = Tier::kAny;
+};
 
 struct ShardingProblem {
   std::vector<EmbeddingTable> tables;
@@ -34,6 +52,10 @@ struct ShardingProblem {
   SparseOptimizer optimizer = SparseOptimizer::kSgd;
   int forward_comm_bytes = 4;   // element size of the pooled-embedding all-to-all (4 fp32, 2 fp16/bf16)
   int backward_comm_bytes = 4;  // and of its gradients
+  std::vector<TableConstraint> constraints;  // empty, or one per table
+  // The dense part (MLPs, interaction) runs data-parallel on every rank: its step (compute and
+  // gradient allreduce) and its memory are the same on each, added to every rank's load.
+  double dense_ms = 0, dense_mem_bytes = 0;
 };
 
 // One piece of a table on one rank: rows [row_begin, +rows) and columns [col_begin, +cols).
@@ -43,17 +65,18 @@ struct Shard {
   std::int64_t col_begin = 0, cols = 0;
 };
 
+struct RankLoad {
+  double lookup_ms = 0, all_to_all_ms = 0, allreduce_ms = 0, dense_ms = 0;
+  double mem_bytes = 0;
+  double host_bytes = 0;  // of its node's host memory
+  double step_ms() const { return lookup_ms + all_to_all_ms + allreduce_ms + dense_ms; }
+};
+
 struct TableSharding {
   ShardingType type = ShardingType::kTableWise;
   std::vector<Shard> shards;  // DP: one full copy per rank
   bool host = false;          // table-wise in the host memory of its rank's node, with a device cache
-};
-
-struct RankLoad {
-  double lookup_ms = 0, all_to_all_ms = 0, allreduce_ms = 0;
-  double mem_bytes = 0;
-  double host_bytes = 0;  // of its node's host memory
-  double step_ms() const { return lookup_ms + all_to_all_ms + allreduce_ms; }
+  RankLoad load;              // what the table adds to each rank holding a shard
 };
 
 struct ShardingSolution {
@@ -65,8 +88,9 @@ struct ShardingSolution {
 // Small instances (tables x candidate placements) are solved exactly by branch and bound.
 inline constexpr std::int64_t kExactSearchLimit = 10000000;
 
-// Throws Error(kCannotMeet) naming the total needed against the total device memory when no
-// placement fits.
+// Throws Error(kCannotMeet) naming the total needed against the total available per tier, and
+// how many devices would hold it, when no placement fits; InputError when a table's constraints
+// leave it no placement at all.
 ShardingSolution plan_sharding(const ShardingProblem& problem);
 
 // Every assignment of every candidate placement, for tests: the optimum by exhaustion.

@@ -1,0 +1,96 @@
+#include "compiler/sharded_partition.h"
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+
+#include "cost_model/cost_model.h"
+#include "emit/plan_builder.h"
+#include "emit/stage_layout.h"
+#include "sharding/dense_part.h"
+#include "sharding/sharding_planner.h"
+#include "sharding/table_constraints.h"
+#include "support/error.h"
+#include "support/input_file.h"
+#include "support/sha256.h"
+#include "support/stable_number.h"
+
+namespace rannc {
+namespace {
+
+// Bytes of an element of the all-to-alls in this dtype.
+int comm_bytes(const std::string& dtype) { return dtype == "fp32" ? 4 : 2; }
+
+void check_comm_dtype(const std::string& dtype, const char* flag) {
+  if (dtype != "fp32" && dtype != "fp16" && dtype != "bf16")
+    throw InputError(std::string(flag) + " " + text_excerpt(dtype) + ": unknown (known: fp32, fp16, bf16)");
+}
+
+// How many tables took each type, for the summary ("table_wise": 8, ...).
+nlohmann::json type_counts(const sharding::ShardingSolution& solution) {
+  std::map<std::string, int> counts;
+  for (const auto& t : solution.tables) ++counts[std::string(sharding::sharding_type_name(t.type)) + (t.host ? " (host)" : "")];
+  return counts;
+}
+
+}  // namespace
+
+void check_sharding_options(const ShardingOptions& options) {
+  check_comm_dtype(options.comm_dtype, "--comm-dtype");
+  if (!options.comm_dtype_bwd.empty()) check_comm_dtype(options.comm_dtype_bwd, "--comm-dtype-bwd");
+  if (!sharding::parse_sparse_optimizer(options.sparse_optimizer))
+    throw InputError("--sparse-optimizer " + text_excerpt(options.sparse_optimizer) +
+                     ": unknown (known: sgd, momentum, adam, rowwise_adagrad)");
+}
+
+bool wants_sharded_plan(const std::vector<sharding::EmbeddingTable>& tables, const ShardingOptions& options) {
+  if (!options.table_constraints.empty()) return true;
+  for (const auto& table : tables)
+    if (table.pooling_mode != "none") return true;
+  return false;
+}
+
+ShardedPlan plan_sharded(const Model& model, std::vector<sharding::EmbeddingTable> tables, const ShardingOptions& options,
+                         const partition::PlanRequest& request, const cost::ProfileDb* profile_db, const std::string& model_path) {
+  auto start = std::chrono::steady_clock::now();
+  const auto& cluster = request.cluster;
+  const int world = cluster.gpus();
+  if (tables.empty()) throw InputError(model_path + ": --table-constraints given, but the model has no embedding tables");
+  if (request.stages || request.microbatches)
+    throw InputError("--stages and --microbatches do not apply to a sharded plan (its dense part is one stage on every device)");
+  if (request.global_batch % world != 0)
+    throw InputError("--batch " + std::to_string(request.global_batch) + ": a sharded plan splits the batch evenly over the " +
+                     std::to_string(world) + " devices (give a multiple of " + std::to_string(world) + ")");
+  sharding::ShardingProblem problem;
+  if (!options.table_constraints.empty()) problem.constraints = sharding::apply_table_constraints(options.table_constraints, tables);
+  problem.tables = tables;
+  problem.cluster = cluster;
+  problem.batch_per_rank = request.global_batch / world;
+  problem.optimizer = *sharding::parse_sparse_optimizer(options.sparse_optimizer);
+  if (!options.host_tier) problem.cluster.host.mem_bytes = 0;
+  const std::string backward = options.comm_dtype_bwd.empty() ? options.comm_dtype : options.comm_dtype_bwd;
+  problem.forward_comm_bytes = comm_bytes(options.comm_dtype);
+  problem.backward_comm_bytes = comm_bytes(backward);
+
+  cost::CostModel costs(model.graph, cluster.device, request.precision, profile_db);
+  auto dense = sharding::dense_part(model.graph, tables, costs, cluster, request.optimizer, problem.batch_per_rank, model.batch);
+  problem.dense_ms = dense.step_ms();
+  problem.dense_mem_bytes = dense.memory.total();
+  auto solution = sharding::plan_sharding(problem);
+  double planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+
+  auto layout = emit::ops_layout(model.graph, dense.ops, "stage_0.pt");
+  emit::ModelFacts facts{std::filesystem::canonical(model_path).string(), sha256_of_file(model_path),
+                         std::string(model_format_name(model.format)), model.batch};
+  emit::ShardedModel sharded{problem.tables, problem, solution, dense, options.comm_dtype, backward};
+  ShardedPlan result{emit::build_sharded_plan(model.graph, facts, request, layout, sharded), {}};
+  const auto& p = result.plan.predicted;
+  result.summary = {{"tables", tables.size()},
+                    {"sharding_types", type_counts(solution)},
+                    {"imbalance", stable_number(p.efficiency > 0 ? 1 / p.efficiency : 1)},
+                    {"batch_per_rank", problem.batch_per_rank},
+                    {"planning_ms", {{"sharding", stable_number(planning_ms)}}}};
+  return result;
+}
+
+}  // namespace rannc

@@ -1,0 +1,47 @@
+// Recommendation models (DLRM): a model whose embedding tables pool bags of lookups is planned
+// the way large-scale systems train it, not as a pipeline: the tables sharded over the devices
+// (sharding/sharding_planner.h), the dense part data-parallel on every device (one stage).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compiler/model.h"
+#include "cost_model/profile_db.h"
+#include "partitioner/planner.h"
+#include "plan/plan.h"
+#include "sharding/embedding_tables.h"
+
+namespace rannc {
+
+// The choices a sharded plan adds to the partition options (the CLI's spelling).
+struct ShardingOptions {
+  std::string table_constraints;  // --table-constraints FILE ("": none)
+  std::string comm_dtype = "fp32";
+  std::string comm_dtype_bwd;     // "": as comm_dtype
+  std::string sparse_optimizer = "rowwise_adagrad";
+  // Tables may live in host memory behind device caches only when the user says how much host
+  // memory there is (--host-mem, or a cluster file): a plan must not lean on a default guess.
+  bool host_tier = false;
+};
+
+// Checks the names before the model is read, so that a typo fails fast.
+void check_sharding_options(const ShardingOptions& options);
+
+// A sharded plan is made for a model with at least one pooled table (sum, mean or max of its
+// lookups per sample), or when table constraints are given.
+bool wants_sharded_plan(const std::vector<sharding::EmbeddingTable>& tables, const ShardingOptions& options);
+
+struct ShardedPlan {
+  plan::Plan plan;          // without a path
+  nlohmann::json summary;   // partition's --json fields beside the prediction
+};
+
+// Throws Error(kCannotMeet) with what the tables need against what the cluster has when nothing
+// fits, InputError for bad options (a batch the devices do not divide, bad constraints).
+ShardedPlan plan_sharded(const Model& model, std::vector<sharding::EmbeddingTable> tables, const ShardingOptions& options,
+                         const partition::PlanRequest& request, const cost::ProfileDb* profile_db, const std::string& model_path);
+
+}  // namespace rannc

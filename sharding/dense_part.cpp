@@ -1,0 +1,81 @@
+#include "sharding/dense_part.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include "cost_model/comm.h"
+#include "cost_model/memory.h"
+
+namespace rannc::sharding {
+namespace {
+
+std::set<ir::OpId> lookup_ops(const std::vector<EmbeddingTable>& tables) {
+  std::set<ir::OpId> ops;
+  for (const auto& table : tables) ops.insert(table.ops.begin(), table.ops.end());
+  return ops;
+}
+
+// The memory model's view of the dense ops at `fraction` of the evaluated batch: their weights
+// (tables excluded), what they keep for backward, what they receive (model inputs and pooled
+// embeddings) and send, and their largest transient.
+cost::StageFootprint dense_footprint(const ir::Graph& graph, const std::vector<ir::OpId>& ops, const cost::CostModel& costs,
+                                     double fraction) {
+  cost::StageFootprint footprint;
+  auto activations = cost::activation_memory(graph, costs.requires_grad(), costs.precision());
+  std::set<ir::ValueId> weights, inputs;
+  std::set<ir::OpId> dense(ops.begin(), ops.end());
+  for (auto id : ops) {
+    auto i = static_cast<std::size_t>(id);
+    footprint.kept_bytes += activations.kept_bytes[i] * fraction;
+    double weight_grads = activations.weight_grad_bytes[i];
+    footprint.workspace_bytes =
+        std::max(footprint.workspace_bytes, (activations.workspace_bytes[i] - weight_grads) * fraction + weight_grads);
+    for (auto v : graph.op(id).inputs) {
+      const auto& value = graph.value(v);
+      if (value.is_weight()) weights.insert(v);
+      else if (value.is_tensor() && (value.producer == ir::kNoId || !dense.count(value.producer))) inputs.insert(v);
+    }
+  }
+  for (auto v : weights) {
+    const auto& value = graph.value(v);
+    auto elements = static_cast<double>(value.type.numel());
+    if (value.role == ir::ValueRole::kBuffer) {
+      footprint.buffer_bytes += static_cast<double>(value.type.bytes());
+    } else {
+      footprint.param_elements += elements;
+      footprint.largest_param_elements = std::max(footprint.largest_param_elements, elements);
+    }
+  }
+  for (auto v : inputs) footprint.input_bytes += cost::stored_bytes(graph.value(v), costs.precision()) * fraction;
+  for (auto v : graph.model_outputs()) footprint.output_bytes += cost::stored_bytes(graph.value(v), costs.precision()) * fraction;
+  return footprint;
+}
+
+}  // namespace
+
+DensePart dense_part(const ir::Graph& graph, const std::vector<EmbeddingTable>& tables, const cost::CostModel& costs,
+                     const cost::Cluster& cluster, plan::Optimizer optimizer, std::int64_t batch_per_rank,
+                     std::int64_t evaluated_batch) {
+  DensePart dense;
+  auto lookups = lookup_ops(tables);
+  for (const auto& op : graph.ops())
+    if (!lookups.count(op.id)) dense.ops.push_back(op.id);
+  const double fraction = static_cast<double>(batch_per_rank) / static_cast<double>(std::max<std::int64_t>(1, evaluated_batch));
+  for (auto id : dense.ops) {
+    auto cost = costs.op_cost(id, fraction);
+    dense.fwd_ms += cost.fwd_ms;
+    dense.bwd_ms += cost.bwd_ms;
+  }
+  auto footprint = dense_footprint(graph, dense.ops, costs, fraction);
+  dense.param_elements = footprint.param_elements;
+  std::vector<int> ranks(static_cast<std::size_t>(cluster.gpus()));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  cost::StateLayout state{cluster.gpus(), plan::StateSharding::kNone, false};
+  if (cluster.gpus() > 1)
+    dense.allreduce_ms = cost::gradient_sync_seconds(cluster, ranks, footprint.param_elements, state.sharding, costs.precision()) * 1e3;
+  dense.memory = cost::stage_memory(footprint, 1, false, state, optimizer, costs.precision());
+  return dense;
+}
+
+}  // namespace rannc::sharding

@@ -146,13 +146,6 @@ void add_request_options(CLI::App& app, PartitionOptions& p) {
   app.add_option("--optimizer", p.optimizer, "sgd, momentum or adam (default): optimizer state memory");
   app.add_option("--precision", p.precision, "fp32 (default), bf16-mixed or fp16-mixed");
   app.add_option("--profile-db", p.profile_db, "calibrate the costs with this profile DB");
-  auto& tables = p.sharding;
-  app.add_option("--table-constraints", tables.table_constraints,
-                 "embedding tables: JSON of per-table pooling, allowed sharding types and tier (docs/contract.md)");
-  app.add_option("--comm-dtype", tables.comm_dtype, "fp32 (default), fp16 or bf16: the pooled embeddings' all-to-all");
-  app.add_option("--comm-dtype-bwd", tables.comm_dtype_bwd, "fp32, fp16 or bf16: its gradients' (default: as --comm-dtype)");
-  app.add_option("--sparse-optimizer", tables.sparse_optimizer,
-                 "sgd, momentum, adam or rowwise_adagrad (default): the embedding tables' optimizer");
 }
 
 // The default verb's options live on the top-level app: `rannc-partition MODEL --gpus N ...`.
@@ -162,6 +155,15 @@ void add_partition_options(CLI::App& app, PartitionCommandOptions& options) {
   auto& p = options.partition;
   app.add_option("--gpus", p.cluster.gpus, "total devices in the job (default 1)");
   add_request_options(app, p);
+  auto& tables = p.sharding;
+  app.add_flag("--no-table-sharding", [&tables](std::int64_t) { tables.enabled = false; },
+               "plan pooled embedding tables as ops of the pipeline instead of sharding them");
+  app.add_option("--table-constraints", tables.table_constraints,
+                 "embedding tables: JSON of per-table pooling, allowed sharding types and tier (docs/contract.md)");
+  app.add_option("--comm-dtype", tables.comm_dtype, "fp32 (default), fp16 or bf16: the pooled embeddings' all-to-all");
+  app.add_option("--comm-dtype-bwd", tables.comm_dtype_bwd, "fp32, fp16 or bf16: its gradients' (default: as --comm-dtype)");
+  app.add_option("--sparse-optimizer", tables.sparse_optimizer,
+                 "sgd, momentum, adam or rowwise_adagrad (default): the embedding tables' optimizer");
   app.add_option("--cluster", p.cluster.cluster_file, "cluster description JSON (overrides --gpus, --mem, --host-mem, --gpus-per-node, --device)");
   app.add_option("-o,--out", p.out_dir, "output folder (default rannc-out)");
   app.add_flag("--plan-only", p.plan_only, "write plan.json without stage files (a model whose weights are not in the file)");

@@ -36,6 +36,8 @@ nlohmann::json type_counts(const sharding::ShardingSolution& solution) {
 }  // namespace
 
 void check_sharding_options(const ShardingOptions& options) {
+  if (!options.enabled && !options.table_constraints.empty())
+    throw InputError("--table-constraints and --no-table-sharding contradict each other");
   check_comm_dtype(options.comm_dtype, "--comm-dtype");
   if (!options.comm_dtype_bwd.empty()) check_comm_dtype(options.comm_dtype_bwd, "--comm-dtype-bwd");
   if (!sharding::parse_sparse_optimizer(options.sparse_optimizer))
@@ -44,6 +46,7 @@ void check_sharding_options(const ShardingOptions& options) {
 }
 
 bool wants_sharded_plan(const std::vector<sharding::EmbeddingTable>& tables, const ShardingOptions& options) {
+  if (!options.enabled) return false;
   if (!options.table_constraints.empty()) return true;
   for (const auto& table : tables)
     if (table.pooling_mode != "none") return true;

@@ -18,6 +18,7 @@ namespace rannc {
 
 // The choices a sharded plan adds to the partition options (the CLI's spelling).
 struct ShardingOptions {
+  bool enabled = true;            // --no-table-sharding: pooled tables are ops of the pipeline like any other
   std::string table_constraints;  // --table-constraints FILE ("": none)
   std::string comm_dtype = "fp32";
   std::string comm_dtype_bwd;     // "": as comm_dtype
@@ -31,7 +32,7 @@ struct ShardingOptions {
 void check_sharding_options(const ShardingOptions& options);
 
 // A sharded plan is made for a model with at least one pooled table (sum, mean or max of its
-// lookups per sample), or when table constraints are given.
+// lookups per sample), or when table constraints are given; never with --no-table-sharding.
 bool wants_sharded_plan(const std::vector<sharding::EmbeddingTable>& tables, const ShardingOptions& options);
 
 struct ShardedPlan {

@@ -163,9 +163,9 @@ plan::Sharding plan_sharding_section(const ShardedModel& sharded) {
 
 // The dense part on every rank, reading the model's dense inputs and the tables' pooled lookups.
 plan::Stage dense_stage(const ir::Graph& graph, const StageLayout& layout, const ShardedModel& sharded, int world) {
-  std::map<ir::ValueId, std::string> pooled_from;
+  std::map<ir::ValueId, const sharding::EmbeddingTable*> pooled_from;
   for (const auto& table : sharded.tables)
-    for (auto v : table.pooled) pooled_from[v] = table.weight;
+    for (auto v : table.pooled) pooled_from[v] = &table;
   const auto samples = static_cast<int>(sharded.problem.batch_per_rank);
   plan::Stage stage;
   stage.file = layout.file;
@@ -175,9 +175,19 @@ plan::Stage dense_stage(const ir::Graph& graph, const StageLayout& layout, const
   if (!layout.ops.empty()) stage.op_range = op_label(graph, layout.ops.front()) + " .. " + op_label(graph, layout.ops.back());
   for (const auto& input : layout.inputs) {
     stage.inputs.push_back(plan_tensor(graph.value(input.value), samples));
+    auto& tensor = stage.inputs.back();
     auto table = pooled_from.find(input.value);
-    if (table != pooled_from.end()) stage.inputs.back().embedding = table->second;
-    else stage.inputs.back().model_input = stage.inputs.back().name;
+    if (table == pooled_from.end()) {
+      tensor.model_input = tensor.name;
+      continue;
+    }
+    tensor.embedding = table->second->weight;
+    // A bag of lookups pools to one row per sample, whatever shape a frontend could not infer
+    // (the Loop ONNX exports EmbeddingBag as).
+    if (std::any_of(tensor.shape.begin(), tensor.shape.end(), [](std::int64_t d) { return d < 0; }) || tensor.batch_dim < 0) {
+      tensor.shape = {samples, table->second->dim};
+      tensor.batch_dim = 0;
+    }
   }
   for (const auto& output : layout.outputs) {
     stage.outputs.push_back(plan_tensor(graph.value(output.value), samples));

@@ -8,7 +8,8 @@
       Each schema violation made from real plans (a required field removed, a value of the wrong
       type or out of range) is refused by the reader (`rannc-partition show`): exit 2 and one line
       naming the field's path. So a plan the schema refuses never reaches a tool. The plans, of
-      the sample GPT (tied weights, buffers, integer inputs, links) and MLP (unused devices), are
+      the sample GPT (tied weights, buffers, integer inputs, links), MLP (unused devices) and DLRM
+      (sharded embedding tables), are
       written into OUT.
 """
 import copy
@@ -105,7 +106,8 @@ def names_field(message, plan_path, fields):
 
 # Between them these plans hold every optional field of the format.
 PLANS = {"gpt": ["gpt.onnx", "--gpus", "8", "--batch", "64", "--mem", "40M"],
-         "mlp": ["mlp.onnx", "--gpus", "8", "--batch", "6", "--plan-only"]}
+         "mlp": ["mlp.onnx", "--gpus", "8", "--batch", "6", "--plan-only"],
+         "dlrm": ["dlrm.onnx", "--input", "dense:8x13:float32", "--input", "sparse:8x8x5:int64", "--gpus", "4", "--plan-only"]}
 
 
 def written_plans(rannc, samples, out):
@@ -120,7 +122,7 @@ def written_plans(rannc, samples, out):
             plans.append(json.load(f))
         plan_schema.check(plans[-1], os.path.join(folder, "plan.json"))
     optional = ["unused_devices", "precision", "index_bound", "shared_with", "sha256", "intra_node", "memory",
-                "model_output", "op_range", "blocks"]
+                "model_output", "op_range", "blocks", "sharding", "embedding"]
     text = json.dumps([stage for plan in plans for stage in plan["stages"]]) + json.dumps(plans)
     missing = [key for key in optional if f'"{key}"' not in text]
     if missing:

@@ -37,10 +37,11 @@ def input_args(samples_dir, model_name):
     return args
 
 
-def partition_and_verify(rannc, samples_dir, out_dir, model_file, stages, gpus):
+def partition_and_verify(rannc, samples_dir, out_dir, model_file, stages, gpus, extra):
     model_name = os.path.basename(model_file).split(".")[0]
     plan = write_plan(rannc, model_file, out_dir,
-                      [*input_args(samples_dir, model_name), "--gpus", str(gpus), "--stages", str(stages), "--mem", "80G"])
+                      [*input_args(samples_dir, model_name), "--gpus", str(gpus), "--stages", str(stages), "--mem", "80G",
+                       *extra])
     if len(plan["stages"]) != stages:
         fail(f"asked for {stages} stages, the plan has {len(plan['stages'])}")
     if gpus > stages and all(s["replicas_per_pipeline"] == 1 for s in plan["stages"]):
@@ -164,7 +165,9 @@ def main():
     rannc, samples_dir, out_dir, model_file, reference_pt, stages = sys.argv[1:7]
     options = sys.argv[7:]
     gpus = int(options[options.index("--gpus") + 1]) if "--gpus" in options else int(stages)
-    plan = partition_and_verify(rannc, samples_dir, out_dir, model_file, int(stages), gpus)
+    # A model of pooled embedding tables is cut into stages only when not planned sharded.
+    extra = ["--no-table-sharding"] if "--no-table-sharding" in options else []
+    plan = partition_and_verify(rannc, samples_dir, out_dir, model_file, int(stages), gpus, extra)
     check_contract(plan, out_dir, reference_pt)
     if "--tamper" in options:
         tamper_and_expect_failure(rannc, plan, out_dir)

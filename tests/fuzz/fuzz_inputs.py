@@ -60,7 +60,7 @@ def parse_args():
 
 def ensure_seeds(args):
     seeds = os.path.abspath(args.seeds or os.path.join(args.work, "seeds"))
-    if not os.path.exists(os.path.join(seeds, "plan2", "plan.json")):
+    if not os.path.exists(os.path.join(seeds, "plan3", "plan.json")):
         import make_seeds
         make_seeds.write_all(os.path.abspath(args.rannc), seeds)
     return seeds
@@ -119,7 +119,8 @@ def build_case(args, seeds, index, kinds):
     out = os.path.join(folder, "out")
 
     if kind in ("plan", "stage"):
-        plan_name = rng.choice(["plan1", "plan2"])
+        # plan3, sharded, has no stage files: its plan.json alone is mutated.
+        plan_name = rng.choice(["plan1", "plan2", "plan3"] if kind == "plan" else ["plan1", "plan2"])
         source = os.path.join(seeds, plan_name)
         for name in os.listdir(source):
             if name.endswith(".pt") or name == "plan.json":
@@ -139,7 +140,7 @@ def build_case(args, seeds, index, kinds):
             case.commands.append(("show", [rannc, "show", plan], {}))
             if rng.random() < 0.3:
                 case.commands.append(("show --json", [rannc, "show", plan, "--json"], {}))
-        if kind == "stage" or rng.random() < 0.33:
+        if plan_name != "plan3" and (kind == "stage" or rng.random() < 0.33):
             case.commands.append(("verify", [rannc, "verify", plan], {}))
         if args.run and plan_name == "plan1" and (kind == "stage" or rng.random() < 0.2):
             case.commands.append(("rannc-run", fuzz_common.mpirun_prefix() +

@@ -711,7 +711,7 @@ def main():
     args.work = os.path.abspath(args.work)
     os.makedirs(args.work, exist_ok=True)
     args.seeds = os.path.abspath(args.seeds or os.path.join(args.work, "seeds"))
-    if not os.path.exists(os.path.join(args.seeds, "plan2", "plan.json")):
+    if not os.path.exists(os.path.join(args.seeds, "plan3", "plan.json")):
         import make_seeds
         make_seeds.write_all(os.path.abspath(args.rannc), args.seeds)
     known = {case_id: function for case_id, _, function in CASES}

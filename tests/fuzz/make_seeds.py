@@ -7,6 +7,8 @@
   profile_db.json         `rannc-partition profile mlp.pt` output (one rep)
   plan1/plan.json         a 1-rank plan of mlp.pt with its stage file (what rannc-run -np 1 runs)
   plan2/plan.json         a 2-stage plan of mlp.pt on 2 devices with its stage files
+  bags.pt                 a traced EmbeddingBag(50, 4) and Linear(4, 2) (input ids[batch, 3])
+  plan3/plan.json         its sharded plan on 2 devices (--plan-only: a sharding section)
 
 usage: make_seeds.py --rannc BIN --out DIR
 Run with /usr/bin/python3 (the interpreter with torch and onnx).
@@ -51,6 +53,24 @@ def write_mlp(out):
                       dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, opset_version=OPSET,
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
     onnx.checker.check_model(onnx_path)
+
+
+def write_bags(out):
+    import torch
+    import torch.nn as nn
+
+    class Bags(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bag = nn.EmbeddingBag(50, 4, mode="sum")
+            self.head = nn.Linear(4, 2)
+
+        def forward(self, ids):
+            return self.head(self.bag(ids))
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 50, (4, 3), generator=torch.Generator().manual_seed(1))
+    torch.jit.trace(Bags().train(), (ids,)).save(os.path.join(out, "bags.pt"))
 
 
 def conv_model(strides=(1, 1), batch="batch"):
@@ -103,7 +123,10 @@ def write_all(rannc, out):
     run([rannc, "profile", mlp, "--input", X_ARG, "--profile-db", db, "--reps", "1"])
     run([rannc, mlp, "--input", X_ARG, "--gpus", "1", "-o", os.path.join(out, "plan1")])
     run([rannc, mlp, "--input", X_ARG, "--gpus", "2", "--stages", "2", "-o", os.path.join(out, "plan2")])
-    for name in ("plan1", "plan2"):
+    write_bags(out)
+    run([rannc, os.path.join(out, "bags.pt"), "--input", "ids:4x3:int64", "--gpus", "2", "--plan-only", "-o",
+         os.path.join(out, "plan3")])
+    for name in ("plan1", "plan2", "plan3"):
         if not os.path.exists(os.path.join(out, name, "plan.json")):
             sys.exit("FAILED: no %s/plan.json" % name)
 

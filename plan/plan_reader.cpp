@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <limits>
 #include <sstream>
 #include <tuple>
@@ -493,6 +494,19 @@ void check_cover(const Field& field, const ShardedTable& table, const Plan& plan
                                              std::to_string(table.dim) + " elements exactly once");
 }
 
+// A string that must be one of `names`.
+std::string read_name(const Field& field, std::initializer_list<const char*> names, const char* what) {
+  std::string text = field.text();
+  std::string known;
+  for (const char* name : names) {
+    if (text == name) return text;
+    known += (known.empty() ? "" : ", ") + std::string(name);
+  }
+  field.fail("'" + text_excerpt(text) + "' is not " + what + " (" + known + ")");
+}
+
+constexpr std::initializer_list<const char*> kCommDtypes = {"fp32", "fp16", "bf16"};
+
 ShardLoad read_shard_load(const Field& field) {
   return {field["lookup_ms"].non_negative(), field["all_to_all_ms"].non_negative(), field["allreduce_ms"].non_negative(),
           field["mem_bytes"].non_negative(), field["host_mem_bytes"].non_negative()};
@@ -512,15 +526,16 @@ ShardedTable read_sharded_table(const Field& field, const Plan& plan) {
   table.rows = field["rows"].integer(1);
   table.dim = field["dim"].integer(1);
   table.dtype = field["dtype"].text();
-  table.pooling_mode = field["pooling_mode"].text();
+  auto dtype = ir::parse_dtype(table.dtype);
+  if (!dtype || ir::dtype_name(*dtype) != table.dtype) field["dtype"].fail("'" + text_excerpt(table.dtype) + "' is not a dtype");
+  table.pooling_mode = read_name(field["pooling_mode"], {"sum", "mean", "max", "none"}, "a pooling mode");
+  read_name(field["comm_dtype"], kCommDtypes, "a communication dtype");
+  read_name(field["comm_dtype_bwd"], kCommDtypes, "a communication dtype");
   table.pooling = field["pooling"].non_negative();
   for (const auto& input : field["indexed_by"].items()) table.indexed_by.push_back(input.text());
-  table.type = field["type"].text();
-  static const char* kTypes[] = {"data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise"};
-  if (std::find(std::begin(kTypes), std::end(kTypes), table.type) == std::end(kTypes))
-    field["type"].fail("'" + text_excerpt(table.type) + "' is not a sharding type");
-  table.tier = field["tier"].text();
-  if (table.tier != "device" && table.tier != "host") field["tier"].fail("'" + text_excerpt(table.tier) + "' is not device or host");
+  table.type = read_name(field["type"], {"data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise"},
+                         "a sharding type");
+  table.tier = read_name(field["tier"], {"device", "host"}, "a tier");
   for (const auto& entry : field["shards"].items()) {
     EmbeddingShard shard;
     shard.rank = entry["rank"].small(0);
@@ -538,13 +553,11 @@ void read_sharding(const Field& root, Plan& plan) {
   auto field = root.find("sharding");
   if (!field) return;
   Sharding sharding;
-  sharding.batch_per_rank = (*field)["batch_per_rank"].integer(1);
-  for (auto [key, dtype] : {std::pair{"comm_dtype", &sharding.comm_dtype}, {"comm_dtype_bwd", &sharding.comm_dtype_bwd}}) {
-    *dtype = (*field)[key].text();
-    if (*dtype != "fp32" && *dtype != "fp16" && *dtype != "bf16")
-      (*field)[key].fail("'" + text_excerpt(*dtype) + "' is not fp32, fp16 or bf16");
-  }
-  sharding.sparse_optimizer = (*field)["sparse_optimizer"].text();
+  sharding.batch_per_rank = (*field)["batch_per_rank"].small(1);
+  sharding.comm_dtype = read_name((*field)["comm_dtype"], kCommDtypes, "a communication dtype");
+  sharding.comm_dtype_bwd = read_name((*field)["comm_dtype_bwd"], kCommDtypes, "a communication dtype");
+  sharding.sparse_optimizer =
+      read_name((*field)["sparse_optimizer"], {"sgd", "momentum", "adam", "rowwise_adagrad"}, "a sparse optimizer");
   for (const auto& table : (*field)["tables"].items()) sharding.tables.push_back(read_sharded_table(table, plan));
   auto ranks = (*field)["ranks"].items();
   if (ranks.size() != static_cast<std::size_t>(plan.cluster.gpus))

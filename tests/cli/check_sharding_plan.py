@@ -21,25 +21,13 @@ Every plan written is checked against docs/plan.schema.json.
 import copy
 import json
 import os
-import subprocess
 import sys
 
 import plan_schema
+from plan_runs import fail, run
 
 MIB = 1 << 20
 GIB = 1 << 30
-
-
-def fail(message):
-    print("FAIL:", message)
-    sys.exit(1)
-
-
-def run(args, expect=0):
-    result = subprocess.run(args, capture_output=True, text=True, timeout=600)
-    if result.returncode != expect:
-        fail(f"{' '.join(args)}: exit {result.returncode}, expected {expect}\n{result.stdout[-2000:]}{result.stderr}")
-    return result
 
 
 class Planner:

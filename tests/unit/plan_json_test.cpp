@@ -161,7 +161,7 @@ TEST_CASE("stages are in order and take inputs from earlier stages' outputs", "[
   CHECK(error_of(changed([](json& p) { p["stages"][0]["inputs"][0]["source"]["model_input"] = "z"; })) ==
         "plan.json: stages[0].inputs[0].source.model_input: 'z' is not one of model.inputs");
   CHECK(error_of(changed([](json& p) { p["stages"][1]["inputs"][0]["source"]["model_input"] = "x"; })) ==
-        "plan.json: stages[1].inputs[0].source: names both a model input and a stage");
+        "plan.json: stages[1].inputs[0].source: names more than one of model_input, stage and embedding");
   CHECK(error_of(changed([](json& p) { p["stages"][1]["inputs"][0]["shape"][1] = 99; })).find(
             "does not match output 0 of stage 0") != std::string::npos);
   CHECK(error_of(changed([](json& p) { p["stages"][1]["outputs"][0]["dtype"] = "float99"; })) ==

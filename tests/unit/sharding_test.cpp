@@ -145,4 +145,41 @@ TEST_CASE("sharding: 12T parameters on 128 devices live partly in host memory, o
                                                 Catch::Contains("16 hosts 16.00 TiB"));
 }
 
+
+TEST_CASE("sharding: constraints limit a table's types and tier; the dense part weighs on every rank", "[sharding]") {
+  ShardingProblem problem;
+  problem.cluster = cluster_of(4, "1G", 4, "64G");
+  for (int t = 0; t < 4; ++t) problem.tables.push_back(table(100000, 64, 4));
+  problem.constraints.resize(4);
+  problem.constraints[0].types = {ShardingType::kRowWise};
+  problem.constraints[1].types = {ShardingType::kDataParallel};
+  problem.constraints[2].tier = Tier::kHost;
+  problem.constraints[3].tier = Tier::kDevice;
+  problem.dense_ms = 5;
+  problem.dense_mem_bytes = 100e6;
+  auto solution = plan_sharding(problem);
+  CHECK(solution.tables[0].type == ShardingType::kRowWise);
+  CHECK(solution.tables[1].type == ShardingType::kDataParallel);
+  CHECK(solution.tables[2].host);
+  CHECK_FALSE(solution.tables[3].host);
+  double tables_mem = 0;
+  for (const auto& placed : solution.tables) tables_mem += placed.load.mem_bytes * static_cast<double>(placed.shards.size());
+  double ranks_mem = 0;
+  for (const auto& rank : solution.ranks) {
+    CHECK(rank.dense_ms == 5);
+    CHECK(rank.step_ms() >= 5);
+    ranks_mem += rank.mem_bytes;
+  }
+  CHECK(ranks_mem == Approx(tables_mem + 4 * 100e6));
+  // A dense part that leaves no room for the tables makes the plan impossible.
+  problem.dense_mem_bytes = 1060e6;
+  CHECK_THROWS_WITH(plan_sharding(problem), Catch::Contains("beside the dense part") && Catch::Contains("no placement fits"));
+  problem.dense_mem_bytes = 2e9;
+  CHECK_THROWS_WITH(plan_sharding(problem), Catch::Contains("the dense part alone needs"));
+  // A constraint no placement meets is an input error naming the table.
+  problem.dense_mem_bytes = 0;
+  problem.constraints[0].types = {ShardingType::kColumnWise};  // 64 columns cannot be cut in pieces of 128
+  CHECK_THROWS_AS(plan_sharding(problem), InputError);
+}
+
 }  // namespace rannc::sharding

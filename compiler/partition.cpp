@@ -141,14 +141,19 @@ void write_companion_files(const plan::Plan& plan, const partition::PlacedPipeli
   write_file_atomically(beside("stages.dot"), emit::stages_dot(plan), "the stage graph");
 }
 
-// stage_<digits>.pt, the name of every stage file partition writes (emit/stage_layout.cpp).
-bool is_stage_file_name(const std::string& name) {
-  const std::string prefix = "stage_", suffix = ".pt";
+// stage_<digits>.pt and shards_<digits>.pt, the names of the stage files and shard files
+// partition writes (emit/stage_layout.cpp, sharded_partition.cpp), and the sharded plan's others.
+bool numbered_file(const std::string& name, const std::string& prefix) {
+  const std::string suffix = ".pt";
   if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
       name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
     return false;
   auto digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
   return std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+bool is_stage_file_name(const std::string& name) {
+  return numbered_file(name, "stage_") || numbered_file(name, "shards_") || name == kIndicesFile || name == kTablesFile;
 }
 
 // plan.json of an earlier run and its stage files: readers must not take them for this plan's
@@ -225,22 +230,18 @@ nlohmann::json write_outputs(const Outputs& out, const PartitionOptions& options
   return check;
 }
 
-// plan.json of a sharded plan: its stage and shard files come with the runtime that trains them,
-// so it is written with --plan-only alone.
-PartitionReport write_sharded(ShardedPlan sharded, const PartitionOptions& options, double load_ms,
+// plan.json of a sharded plan, after its files (sharded_partition.h) unless --plan-only.
+PartitionReport write_sharded(const Model& model, ShardedPlan sharded, const PartitionOptions& options, double load_ms,
                               std::chrono::steady_clock::time_point start) {
-  if (!options.plan_only) {
-    throw InputError(options.model_path + ": its embedding tables pool their lookups, so it is planned with the tables sharded; "
-                     "add --plan-only (stage and shard files of sharded plans are not written yet)");
-  }
   auto& plan = sharded.plan;
   plan.path = (std::filesystem::path(options.out_dir) / "plan.json").string();
-  std::string text = plan::to_text(plan);
-  plan::from_json(nlohmann::json::parse(text), plan.path);
   OutputFolder folder(options.out_dir);
   FolderLock lock(options.out_dir);
   try {
     remove_outputs_of_old_plan(plan.path);
+    if (!options.plan_only) write_sharded_files(model, sharded, options.out_dir);
+    std::string text = plan::to_text(plan);
+    plan::from_json(nlohmann::json::parse(text), plan.path);
     write_file_atomically(plan.path, text, "the plan");
   } catch (...) {
     folder.discard();
@@ -275,7 +276,7 @@ PartitionReport run_partition(const PartitionOptions& options) {
     ShardingOptions sharding = options.sharding;
     sharding.host_tier = options.cluster.host_mem.has_value() || options.cluster.cluster_file.has_value();
     auto sharded = plan_sharded(model, std::move(tables), sharding, request, db ? &*db : nullptr, options.model_path);
-    return write_sharded(std::move(sharded), options, load_ms, start);
+    return write_sharded(model, std::move(sharded), options, load_ms, start);
   }
   cost::CostModel costs(model.graph, request.cluster.device, request.precision, db ? &*db : nullptr);
   auto result = partition::plan_model(model.graph, model.batch, costs, request);

@@ -1,9 +1,13 @@
 #include "compiler/sharded_partition.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <set>
 
+#include "compiler/stage_files.h"
+#include "compiler/torch_plugin.h"
 #include "cost_model/cost_model.h"
 #include "emit/plan_builder.h"
 #include "emit/stage_layout.h"
@@ -24,6 +28,55 @@ int comm_bytes(const std::string& dtype) { return dtype == "fp32" ? 4 : 2; }
 void check_comm_dtype(const std::string& dtype, const char* flag) {
   if (dtype != "fp32" && dtype != "fp16" && dtype != "bf16")
     throw InputError(std::string(flag) + " " + text_excerpt(dtype) + ": unknown (known: fp32, fp16, bf16)");
+}
+
+// Every op a value is computed from (its producer's inputs, recursively), ascending.
+std::vector<ir::OpId> ancestors(const ir::Graph& graph, const std::vector<ir::ValueId>& values) {
+  std::set<ir::OpId> ops;
+  std::vector<ir::ValueId> todo = values;
+  while (!todo.empty()) {
+    auto producer = graph.value(todo.back()).producer;
+    todo.pop_back();
+    if (producer == ir::kNoId || !ops.insert(producer).second) continue;
+    for (auto input : graph.op(producer).inputs) todo.push_back(input);
+  }
+  return {ops.begin(), ops.end()};
+}
+
+// The layouts of the sharded plan's files; `why_not` says why they cannot be written.
+void lay_out_files(const ir::Graph& graph, const std::vector<sharding::EmbeddingTable>& tables, const sharding::DensePart& dense,
+                   ShardedPlan& plan) {
+  plan.dense = emit::ops_layout(graph, dense.ops, "stage_0.pt");
+  std::vector<ir::ValueId> pooled;
+  std::vector<ir::OpId> lookups;
+  for (const auto& table : tables) {
+    if (table.indices.size() != 1) {
+      plan.unwritable = "table " + table.weight + " is looked up " + std::to_string(table.indices.size()) +
+                        " times (sharded plans train tables looked up once)";
+      return;
+    }
+    pooled.push_back(table.pooled.front());
+    lookups.insert(lookups.end(), table.ops.begin(), table.ops.end());
+  }
+  // The indices module computes every tensor the lookups read (each table's ids, and the bags'
+  // offsets where the lookup takes them), in the tables file's argument order.
+  plan.tables = emit::ops_layout(graph, lookups, kTablesFile, pooled);
+  std::vector<ir::ValueId> lookup_inputs;
+  for (const auto& input : plan.tables.inputs) lookup_inputs.push_back(input.value);
+  for (const auto& table : tables) {
+    plan.lookup_args.emplace_back();
+    for (auto v : graph.op(table.ops.front()).inputs) {
+      auto at = std::find(lookup_inputs.begin(), lookup_inputs.end(), v);
+      if (at != lookup_inputs.end()) plan.lookup_args.back().push_back(static_cast<int>(at - lookup_inputs.begin()));
+    }
+  }
+  plan.indices = emit::ops_layout(graph, ancestors(graph, lookup_inputs), kIndicesFile, lookup_inputs);
+  for (const auto& input : plan.indices.inputs) {
+    if (graph.value(input.value).role != ir::ValueRole::kModelInput) {
+      plan.unwritable = "the lookup indices are computed from '" + graph.value(input.value).name + "', not from model inputs alone";
+      return;
+    }
+  }
 }
 
 // How many tables took each type, for the summary ("table_wise": 8, ...).
@@ -86,7 +139,9 @@ ShardedPlan plan_sharded(const Model& model, std::vector<sharding::EmbeddingTabl
   emit::ModelFacts facts{std::filesystem::canonical(model_path).string(), sha256_of_file(model_path),
                          std::string(model_format_name(model.format)), model.batch};
   emit::ShardedModel sharded{problem.tables, problem, solution, dense, options.comm_dtype, backward};
-  ShardedPlan result{emit::build_sharded_plan(model.graph, facts, request, layout, sharded), {}};
+  ShardedPlan result;
+  result.plan = emit::build_sharded_plan(model.graph, facts, request, layout, sharded);
+  lay_out_files(model.graph, tables, dense, result);
   const auto& p = result.plan.predicted;
   result.summary = {{"tables", tables.size()},
                     {"sharding_types", type_counts(solution)},
@@ -94,6 +149,36 @@ ShardedPlan plan_sharded(const Model& model, std::vector<sharding::EmbeddingTabl
                     {"batch_per_rank", problem.batch_per_rank},
                     {"planning_ms", {{"sharding", stable_number(planning_ms)}}}};
   return result;
+}
+
+void write_sharded_files(const Model& model, ShardedPlan& sharded, const std::string& folder) {
+  if (!sharded.unwritable.empty()) throw InputError(model.path + ": " + sharded.unwritable + "; plan with --plan-only");
+  auto hashes = write_stage_files(model, {sharded.dense, sharded.indices, sharded.tables}, folder);
+  auto& plan = sharded.plan;
+  auto& section = *plan.sharding;
+  plan.stages[0].sha256 = hashes[0];
+  plan::ShardingFiles files;
+  files.indices = {kIndicesFile, hashes[1]};
+  for (const auto& input : sharded.indices.inputs) files.index_inputs.push_back(model.graph.value(input.value).name);
+  files.tables = {kTablesFile, hashes[2]};
+  for (std::size_t t = 0; t < section.tables.size(); ++t) {
+    auto& table = section.tables[t];
+    table.lookup_args = sharded.lookup_args[t];
+    for (const auto& weight : sharded.tables.params)
+      if (model.graph.value(weight.value).name == table.name) table.stage_name = weight.stage_name;
+  }
+  const auto tables_path = (std::filesystem::path(folder) / kTablesFile).string();
+  for (int rank = 0; rank < plan.cluster.gpus; ++rank) {
+    std::vector<TorchPlugin::TableSlice> slices;
+    for (const auto& table : section.tables)
+      for (const auto& s : table.shards)
+        if (s.rank == rank) slices.push_back({table.name, table.stage_name, s.row_begin, s.rows, s.col_begin, s.cols});
+    std::string file = "shards_" + std::to_string(rank) + ".pt";
+    auto path = (std::filesystem::path(folder) / file).string();
+    torch_plugin().save_table_slices(tables_path, slices, path);
+    files.shards.push_back({file, sha256_of_file(path)});
+  }
+  section.files = std::move(files);
 }
 
 }  // namespace rannc

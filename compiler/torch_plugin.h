@@ -57,6 +57,14 @@ class TorchPlugin {
   // Both save to `path`; errors are InputError naming the stage.
   virtual void save_torchscript_stage(const Model& model, const emit::StageLayout& stage, const std::string& path) = 0;
   virtual void save_source_stage(const StageSource& stage, const std::string& path) = 0;
+  // A sharded plan's shards of one rank: each slice of a table of the tables file (a stage file
+  // holding every table whole), saved at `path` as a state dict by table name.
+  struct TableSlice {
+    std::string table, stage_name;  // its name in the plan, its attribute in the tables file
+    std::int64_t row_begin = 0, rows = 0, col_begin = 0, cols = 0;
+  };
+  virtual void save_table_slices(const std::string& tables_file, const std::vector<TableSlice>& slices,
+                                 const std::string& path) = 0;
 
   // verify (torch_side/torch_verify.cpp): chains the plan's stage files over one pipeline's
   // microbatches and compares forward outputs and parameter gradients with the unpartitioned

@@ -117,7 +117,8 @@ StageLayout whole_model_layout(const ir::Graph& graph) {
   return layout;
 }
 
-StageLayout ops_layout(const ir::Graph& graph, const std::vector<ir::OpId>& ops, const std::string& file) {
+StageLayout ops_layout(const ir::Graph& graph, const std::vector<ir::OpId>& ops, const std::string& file,
+                       const std::vector<ir::ValueId>& outputs) {
   StageLayout layout;
   layout.file = file;
   layout.ops = ops;
@@ -132,7 +133,7 @@ StageLayout ops_layout(const ir::Graph& graph, const std::vector<ir::OpId>& ops,
       else if (value.producer == ir::kNoId || !mine.count(value.producer)) inputs.insert(v);
     }
   for (auto v : inputs) layout.inputs.push_back({v, -1, -1});
-  for (auto id : graph.model_outputs()) layout.outputs.push_back({id, true});
+  for (auto id : outputs.empty() ? graph.model_outputs() : outputs) layout.outputs.push_back({id, outputs.empty()});
   for (auto v : weights) add_weight(layout, graph.value(v));
   return layout;
 }

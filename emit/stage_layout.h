@@ -44,7 +44,9 @@ std::vector<StageLayout> stage_layouts(const ir::Graph& graph, const partition::
 
 // The given ops as one stage: its inputs are every tensor they read that they do not compute
 // (model inputs, or values the plan brings from elsewhere), its outputs the model's.
-StageLayout ops_layout(const ir::Graph& graph, const std::vector<ir::OpId>& ops, const std::string& file);
+// `outputs` empty: the model's outputs.
+StageLayout ops_layout(const ir::Graph& graph, const std::vector<ir::OpId>& ops, const std::string& file,
+                       const std::vector<ir::ValueId>& outputs = {});
 
 // The whole model as one stage (verify's reference for a model that has no runtime of its own).
 StageLayout whole_model_layout(const ir::Graph& graph);

@@ -145,7 +145,9 @@ struct ShardLoad {
 };
 
 struct ShardedTable {
-  std::string name;  // the weight
+  std::string name;        // the weight
+  std::string stage_name;  // its attribute in the tables file ("p0"); empty in --plan-only plans
+  std::vector<int> lookup_args;  // which outputs of the indices module its lookup reads (ids, then offsets)
   std::int64_t rows = 0, dim = 0;
   std::string dtype, pooling_mode;
   double pooling = 1;  // lookups per sample
@@ -161,12 +163,30 @@ struct ShardedRank {
   double lookup_ms = 0, all_to_all_ms = 0, allreduce_ms = 0, dense_ms = 0, step_ms = 0, mem_bytes = 0, host_mem_bytes = 0;
 };
 
+// A file the plan names, relative to plan.json's folder, with its SHA-256 as written.
+struct PlanFile {
+  std::string file, sha256;
+};
+
+// What a sharded plan's ranks load (absent from --plan-only plans): the indices module, whose
+// forward takes the model inputs `index_inputs` and returns every tensor the lookups read (the
+// tables' ids, and bag offsets where a lookup takes them) in the argument order of the tables
+// module, which holds every table whole (what the shards were cut from) and returns each
+// table's pooled lookups in table order; and each rank's shards (a state dict by table name).
+struct ShardingFiles {
+  PlanFile indices;
+  std::vector<std::string> index_inputs;
+  PlanFile tables;
+  std::vector<PlanFile> shards;  // per rank
+};
+
 struct Sharding {
   std::int64_t batch_per_rank = 0;
   std::string comm_dtype = "fp32", comm_dtype_bwd = "fp32";  // of the all-to-alls, forward and backward
   std::string sparse_optimizer;                              // the tables' optimizer
   std::vector<ShardedTable> tables;
   std::vector<ShardedRank> ranks;
+  std::optional<ShardingFiles> files;
 };
 
 struct Plan {

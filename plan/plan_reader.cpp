@@ -523,6 +523,9 @@ std::pair<std::int64_t, std::int64_t> read_range(const Field& field, std::int64_
 ShardedTable read_sharded_table(const Field& field, const Plan& plan) {
   ShardedTable table;
   table.name = field["name"].text();
+  if (auto stage_name = field.find("stage_name")) table.stage_name = stage_name->text();
+  if (auto args = field.find("lookup_args"))
+    for (const auto& arg : args->items()) table.lookup_args.push_back(arg.small(0));
   table.rows = field["rows"].integer(1);
   table.dim = field["dim"].integer(1);
   table.dtype = field["dtype"].text();
@@ -549,6 +552,38 @@ ShardedTable read_sharded_table(const Field& field, const Plan& plan) {
   return table;
 }
 
+PlanFile read_plan_file_entry(const Field& field) {
+  PlanFile file{field["file"].text(), field["sha256"].text()};
+  if (file.file.empty()) field["file"].fail("empty");
+  bool hex = file.sha256.size() == 64 && file.sha256.find_first_not_of("0123456789abcdef") == std::string::npos;
+  if (!hex) field["sha256"].fail("'" + text_excerpt(file.sha256) + "' is not a SHA-256 (64 lowercase hex digits)");
+  return file;
+}
+
+// The files of a sharded plan: every table named in the tables file, one shard file per rank,
+// index inputs that are model inputs.
+ShardingFiles read_sharding_files(const Field& field, const Plan& plan, const Sharding& sharding) {
+  ShardingFiles files;
+  files.indices = read_plan_file_entry(field["indices"]);
+  for (const auto& input : field["indices"]["inputs"].items()) {
+    files.index_inputs.push_back(input.text());
+    bool known = false;
+    for (const auto& model_input : plan.model.inputs) known |= model_input.name == files.index_inputs.back();
+    if (!known) input.fail("'" + text_excerpt(files.index_inputs.back()) + "' is not one of model.inputs");
+  }
+  files.tables = read_plan_file_entry(field["tables"]);
+  auto shards = field["shards"].items();
+  if (shards.size() != static_cast<std::size_t>(plan.cluster.gpus))
+    field["shards"].fail(std::to_string(shards.size()) + " shard file(s), the cluster has " + std::to_string(plan.cluster.gpus) + " ranks");
+  for (std::size_t r = 0; r < shards.size(); ++r) {
+    if (shards[r]["rank"].small(0) != static_cast<int>(r)) shards[r]["rank"].fail("expected " + std::to_string(r));
+    files.shards.push_back(read_plan_file_entry(shards[r]));
+  }
+  for (const auto& table : sharding.tables)
+    if (table.stage_name.empty()) field.fail("table " + text_excerpt(table.name) + " has no stage_name in the tables file");
+  return files;
+}
+
 void read_sharding(const Field& root, Plan& plan) {
   auto field = root.find("sharding");
   if (!field) return;
@@ -570,6 +605,7 @@ void read_sharding(const Field& root, Plan& plan) {
     if (rank.rank != static_cast<int>(i)) r["rank"].fail(std::to_string(rank.rank) + ", expected " + std::to_string(i));
     sharding.ranks.push_back(rank);
   }
+  if (auto files = field->find("files")) sharding.files = read_sharding_files(*files, plan, sharding);
   plan.sharding = std::move(sharding);
 }
 

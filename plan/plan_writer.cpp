@@ -115,7 +115,7 @@ json sharded_table_json(const ShardedTable& table, const Sharding& sharding) {
   json shards = json::array();
   for (const auto& s : table.shards)
     shards.push_back({{"rank", s.rank}, {"rows", {s.row_begin, s.row_begin + s.rows}}, {"cols", {s.col_begin, s.col_begin + s.cols}}});
-  return {{"name", table.name},
+  json entry = {{"name", table.name},
           {"rows", table.rows},
           {"dim", table.dim},
           {"dtype", table.dtype},
@@ -128,6 +128,23 @@ json sharded_table_json(const ShardedTable& table, const Sharding& sharding) {
           {"comm_dtype_bwd", sharding.comm_dtype_bwd},
           {"shards", shards},
           {"predicted_per_rank", shard_load_json(table.per_rank)}};
+  if (!table.stage_name.empty()) entry["stage_name"] = table.stage_name;
+  if (!table.lookup_args.empty()) entry["lookup_args"] = table.lookup_args;
+  return entry;
+}
+
+json plan_file_json(const PlanFile& file) { return {{"file", file.file}, {"sha256", file.sha256}}; }
+
+json sharding_files_json(const ShardingFiles& files) {
+  json shards = json::array();
+  for (std::size_t r = 0; r < files.shards.size(); ++r) {
+    auto entry = plan_file_json(files.shards[r]);
+    entry["rank"] = r;
+    shards.push_back(entry);
+  }
+  auto indices = plan_file_json(files.indices);
+  indices["inputs"] = files.index_inputs;
+  return {{"indices", indices}, {"tables", plan_file_json(files.tables)}, {"shards", shards}};
 }
 
 json sharding_json(const Sharding& sharding) {
@@ -143,9 +160,11 @@ json sharding_json(const Sharding& sharding) {
                      {"mem_bytes", stable_number(r.mem_bytes)},
                      {"host_mem_bytes", stable_number(r.host_mem_bytes)}});
   }
-  return {{"batch_per_rank", sharding.batch_per_rank}, {"comm_dtype", sharding.comm_dtype},
-          {"comm_dtype_bwd", sharding.comm_dtype_bwd}, {"sparse_optimizer", sharding.sparse_optimizer},
-          {"tables", tables},                          {"ranks", ranks}};
+  json section = {{"batch_per_rank", sharding.batch_per_rank}, {"comm_dtype", sharding.comm_dtype},
+                  {"comm_dtype_bwd", sharding.comm_dtype_bwd}, {"sparse_optimizer", sharding.sparse_optimizer},
+                  {"tables", tables},                          {"ranks", ranks}};
+  if (sharding.files) section["files"] = sharding_files_json(*sharding.files);
+  return section;
 }
 
 }  // namespace

@@ -10,10 +10,22 @@
 namespace rannc::sharding {
 namespace {
 
-std::set<ir::OpId> lookup_ops(const std::vector<EmbeddingTable>& tables) {
+// What the model outputs are computed from, up to the tables' pooled lookups: the lookups and
+// the ops that only compute their indices stay out.
+std::vector<ir::OpId> dense_ops(const ir::Graph& graph, const std::vector<EmbeddingTable>& tables) {
+  std::set<ir::ValueId> seen;
+  for (const auto& table : tables) seen.insert(table.pooled.begin(), table.pooled.end());
   std::set<ir::OpId> ops;
-  for (const auto& table : tables) ops.insert(table.ops.begin(), table.ops.end());
-  return ops;
+  std::vector<ir::ValueId> todo(graph.model_outputs().begin(), graph.model_outputs().end());
+  while (!todo.empty()) {
+    auto value = todo.back();
+    todo.pop_back();
+    if (!seen.insert(value).second) continue;
+    auto producer = graph.value(value).producer;
+    if (producer == ir::kNoId || !ops.insert(producer).second) continue;
+    for (auto input : graph.op(producer).inputs) todo.push_back(input);
+  }
+  return {ops.begin(), ops.end()};
 }
 
 // The memory model's view of the dense ops at `fraction` of the evaluated batch: their weights
@@ -58,9 +70,7 @@ DensePart dense_part(const ir::Graph& graph, const std::vector<EmbeddingTable>& 
                      const cost::Cluster& cluster, plan::Optimizer optimizer, std::int64_t batch_per_rank,
                      std::int64_t evaluated_batch) {
   DensePart dense;
-  auto lookups = lookup_ops(tables);
-  for (const auto& op : graph.ops())
-    if (!lookups.count(op.id)) dense.ops.push_back(op.id);
+  dense.ops = dense_ops(graph, tables);
   const double fraction = static_cast<double>(batch_per_rank) / static_cast<double>(std::max<std::int64_t>(1, evaluated_batch));
   for (auto id : dense.ops) {
     auto cost = costs.op_cost(id, fraction);

@@ -1,5 +1,5 @@
-// The dense part of a recommendation model: every op but the embedding lookups (the MLPs, the
-// feature interaction, the loss). A sharded plan runs it data-parallel on every rank at the
+// The dense part of a recommendation model: the ops its outputs are computed from, given the
+// embedding tables' pooled lookups (the MLPs, the feature interaction, the loss). A sharded plan runs it data-parallel on every rank at the
 // rank's share of the batch; its compute, gradient allreduce and memory are the same on each
 // rank, the base every rank's embedding load is added to.
 #pragma once

@@ -131,6 +131,7 @@ std::vector<EmbeddingTable> find_embedding_tables(const ir::Graph& graph, std::i
       table->pooling = per_sample(graph.value(indices), batch);
       tables.push_back(std::move(*table));
     }
+    tables[it->second].indices.push_back(indices);
     add_lookup(graph, op, tables[it->second]);
   }
   return tables;

@@ -23,7 +23,7 @@ struct EmbeddingTable {
   // The ops that look the table up and pool the bags, and what they hand the rest of the model
   // (one per lookup): what a sharded plan moves out of the dense part.
   std::vector<ir::OpId> ops;
-  std::vector<ir::ValueId> pooled;
+  std::vector<ir::ValueId> indices, pooled;
 };
 
 // In parameter order of first use. `batch`: the samples the graph's shapes were evaluated at.

@@ -4,6 +4,7 @@
 #include <torch/csrc/jit/serialization/export.h>
 
 #include "torch_side/checkpoint_export.h"
+#include "torch_side/state_dict_file.h"
 #include "torch_side/torchscript_source.h"
 #include "torch_side/torchscript_stages.h"
 #include "support/atomic_file.h"
@@ -23,6 +24,8 @@ std::vector<std::optional<cost::OpMeasurement>> profile_torchscript_ops(const Mo
 TorchPlugin::StepMeasurement measure_torchscript_step(const Model& model, int reps);
 // torch_verify.cpp
 TorchPlugin::VerifyReport verify_stages(const TorchPlugin::VerifyRequest& request);
+// table_slices.cpp
+TensorDict table_slices(const std::string& tables_file, const std::vector<TorchPlugin::TableSlice>& slices);
 
 namespace {
 
@@ -66,6 +69,10 @@ class TorchPluginImpl : public TorchPlugin {
   void save_source_stage(const StageSource& stage, const std::string& path) override {
     save_module(path + ": the generated TorchScript does not compile", path,
                 [&] { return source_stage_module(stage, "Stage"); });
+  }
+  void save_table_slices(const std::string& tables_file, const std::vector<TableSlice>& slices,
+                         const std::string& path) override {
+    write_file_atomically(path, state_dict_bytes(table_slices(tables_file, slices)));
   }
   VerifyReport verify(const VerifyRequest& request) override { return verify_stages(request); }
   ExportResult export_checkpoint(const ExportRequest& request) override {

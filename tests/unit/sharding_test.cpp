@@ -146,7 +146,7 @@ TEST_CASE("sharding: 12T parameters on 128 devices live partly in host memory, o
 }
 
 
-TEST_CASE("sharding: constraints limit a table's types and tier; the dense part weighs on every rank", "[sharding]") {
+TEST_CASE("sharding: constraints limit a table's types and tier, and the dense part weighs on every rank", "[sharding]") {
   ShardingProblem problem;
   problem.cluster = cluster_of(4, "1G", 4, "64G");
   for (int t = 0; t < 4; ++t) problem.tables.push_back(table(100000, 64, 4));

@@ -290,8 +290,7 @@ int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
   comm.nccl = world.max(setup.device.nccl ? 0 : 1) == 0;
   Communicator communicator(world, groups, std::chrono::seconds(options.timeout_s), comm);
   // Rank 0's device, and the other ranks' where they differ.
-  std::string where = device_choice_text(setup.device);
-  if (comm.nccl) where = "cuda:" + std::to_string(setup.device.gpu);
+  std::string where = setup.device.cuda ? "cuda:" + std::to_string(setup.device.gpu) : "cpu";
   auto wheres = world.gather(where);
   if (world.rank() == 0) {
     std::map<std::string, std::vector<int>> ranks_by_where;

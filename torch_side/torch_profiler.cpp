@@ -282,16 +282,31 @@ Differentiable differentiable_outputs(const torch::jit::Stack& outputs) {
 
 constexpr double kSlowOpMs = 200;  // ops slower than this are timed fewer times
 
-cost::OpMeasurement measure(const SingleOp& op, int reps, const c10::Device& device) {
+// A pass of an op: on a GPU, CUDA events from an idle GPU to the end of its kernels, so the
+// host's dispatch of a small op counts as it does in a step bound by the host. (Queueing the op
+// behind busy work to time its kernels alone made the predictions worse: docs/gpu.md.)
+class GpuTiming {
+ public:
+  explicit GpuTiming(const c10::Device& device) : device_(device), events_(device) {}
+  void start() {
+    accel::synchronize(device_);
+    events_.start();
+  }
+  double stop_ms() { return events_.stop_ms(); }
+
+ private:
+  c10::Device device_;
+  accel::Timer events_;
+};
+
+cost::OpMeasurement measure(const SingleOp& op, int reps, const c10::Device& device, GpuTiming& timer) {
   MemoryMeter allocator(device);
-  accel::Timer timer(device);
   cost::OpMeasurement m;
   std::vector<double> fwd_times, bwd_times;
   auto warm_start = Clock::now();
   for (int rep = -1; rep < reps; ++rep) {  // rep -1 is the warm-up
     op.clear_activation_grads();
     torch::jit::Stack inputs = op.fresh_inputs();
-    accel::synchronize(device);
     std::int64_t base = allocator.current();
     allocator.reset_peak();
     timer.start();
@@ -304,7 +319,6 @@ cost::OpMeasurement measure(const SingleOp& op, int reps, const c10::Device& dev
     allocator.reset_peak();
     double bwd = 0;
     if (!d.outputs.empty()) {
-      accel::synchronize(device);
       timer.start();
       torch::autograd::backward(d.outputs, d.grads);
       bwd = timer.stop_ms();
@@ -428,11 +442,10 @@ TorchPlugin::StepMeasurement measure_step(const Model& model, int reps) {
   const auto& source = torchscript_source(model);
   const c10::Device device = profile_device();
   MemoryMeter allocator(device);
-  torch::jit::Module module = device.is_cpu() ? source.module : source.module.clone();
-  if (!device.is_cpu()) {
-    module.to(device);
-    retarget_device_constants(module, device);
-  }
+  // On a GPU, the model file loaded afresh onto it (as rannc-run loads stage files): moving the
+  // profiled module's parameters would leave autograd expecting their gradients on the CPU.
+  torch::jit::Module module = device.is_cpu() ? source.module : torch::jit::load(model.path, device);
+  retarget_device_constants(module, device);
   module.train();
   // The runtime runs stages without the profiling executor's autodiff graphs: plain
   // interpretation with eager autograd, which is what the per-op measurements add up to.
@@ -476,6 +489,7 @@ std::vector<std::optional<cost::OpMeasurement>> profile_torchscript_ops(const Mo
   const auto& source = torchscript_source(model);
   const c10::Device device = profile_device();
   MemoryMeter meter(device);  // installs the counting allocator before the first CPU tensor
+  GpuTiming timer(device);
   auto values = naming_the_model(model.path, "forward fails while profiling",
                                  [&] { return forward_values(model, source); });
   std::vector<std::optional<cost::OpMeasurement>> results;
@@ -488,7 +502,7 @@ std::vector<std::optional<cost::OpMeasurement>> profile_torchscript_ops(const Mo
       SingleOp single(
           node, values, [&](std::size_t input) { return requires_grad[static_cast<std::size_t>(op.inputs.at(input))]; },
           [&](std::size_t input) { return input_value(input).is_weight(); }, device);
-      results.emplace_back(measure(single, reps, device));
+      results.emplace_back(measure(single, reps, device, timer));
     } catch (const std::exception&) {
       results.emplace_back(std::nullopt);  // costed by the roofline instead; the caller reports it
     }

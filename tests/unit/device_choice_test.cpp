@@ -45,7 +45,7 @@ TEST_CASE("ranks sharing a GPU, or a build without NCCL, use Gloo through host m
   CHECK(choose_device("auto", gpus(1, 0, 1)).nccl);  // one rank alone on one GPU
 }
 
-TEST_CASE("--device cpu stays on the CPU; cuda without a GPU and unknown values are errors", "[runtime]") {
+TEST_CASE("rannc-run --device: cpu stays on the CPU, cuda without a GPU and unknown values are errors", "[runtime]") {
   CHECK_FALSE(choose_device("cpu", gpus(8, 0, 1)).cuda);
   auto cpu_plan = gpus(1, 0, 1);
   cpu_plan.plan_on_gpu = false;

@@ -1,5 +1,34 @@
-# Every third-party package comes from Debian; scripts/install-deps.sh installs them.
+# Every third-party package comes from Debian; scripts/install-deps.sh installs them. libtorch
+# may also be a PyTorch 2.x install: -DCMAKE_PREFIX_PATH=$(python3 -c 'import torch;
+# print(torch.utils.cmake_prefix_path)') (docs/gpu.md).
 find_package(Torch REQUIRED)
+
+# GPU support (docs/gpu.md): with a CUDA libtorch of version 2.9 or later, rannc-run and the
+# profiler run on CUDA (torch_side/accelerator.cpp), and rannc-run uses NCCL when libtorch has it
+# and nccl.h is found (runtime/nccl_group.cpp).
+if(TARGET torch_cuda AND Torch_VERSION VERSION_GREATER_EQUAL 2.9)
+  set(RANNC_CUDA_DEFAULT ON)
+else()
+  set(RANNC_CUDA_DEFAULT OFF)
+endif()
+option(RANNC_CUDA "run rannc-run and the profiler on CUDA GPUs (needs a CUDA libtorch >= 2.9)" ${RANNC_CUDA_DEFAULT})
+set(RANNC_NCCL OFF)
+if(RANNC_CUDA)
+  get_target_property(_rannc_cuda_defs torch_cuda INTERFACE_COMPILE_DEFINITIONS)
+  if(_rannc_cuda_defs MATCHES "USE_C10D_NCCL")
+    # A pip wheel's NCCL headers are in site-packages/nvidia/*/include, beside torch/.
+    get_filename_component(_rannc_site "${Torch_DIR}/../../../.." ABSOLUTE)
+    file(GLOB _rannc_nccl_hints "${_rannc_site}/nvidia/*/include")
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_rannc_nccl_hints} ENV NCCL_INCLUDE_DIR)
+    if(NCCL_INCLUDE_DIR)
+      set(RANNC_NCCL ON)
+    endif()
+  endif()
+  message(STATUS "rannc: GPU support on (libtorch ${Torch_VERSION}), NCCL ${RANNC_NCCL}")
+endif()
+# ProcessGroupGloo.hpp includes gloo's headers, which a pip wheel lacks: Debian's libgloo-dev,
+# possibly unpacked under a CMAKE_PREFIX_PATH folder.
+find_path(GLOO_INCLUDE_DIR gloo/rendezvous/store.h)
 find_package(ONNX CONFIG REQUIRED)
 find_package(Protobuf REQUIRED)
 find_package(OpenSSL REQUIRED)  # SHA-256 of model files

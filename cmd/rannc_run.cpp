@@ -38,6 +38,9 @@ void add_options(CLI::App& app, rannc::runtime::RunOptions& options) {
   app.add_option("--resume", options.resume_dir, "continue from a checkpoint: a --save folder (its latest) or a step_N folder");
   app.add_option("--init", options.init_path, "start from a PyTorch state_dict (torch.save(model.state_dict(), FILE))");
   app.add_option("--timeout", options.timeout_s, "seconds a rank waits for a peer before it gives up (default 300)");
+  app.add_option("--device", options.device,
+                 "auto, cuda or cpu: where the stages run (default $RANNC_DEVICE, else auto: the GPUs when the plan's "
+                 "device is one and this machine has them; docs/gpu.md)");
   app.add_option("--bucket-kib", options.bucket_kib,
                  "KiB of gradients per bucket of a stage with sharded state (default 25600, what the plan's memory assumes)");
 }

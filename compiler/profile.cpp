@@ -17,8 +17,6 @@
 namespace rannc {
 namespace {
 
-// The profiler runs where the planner runs: libtorch here has no CUDA, so the device is the CPU.
-constexpr const char* kProfiledDevice = "cpu";
 constexpr int kCheckReps = 10;
 
 // The file's content and everything that decides its shapes.
@@ -105,7 +103,9 @@ cost::ModelProfile profile_loaded_model(const Model& model, const ProfileOptions
     throw InputError(model.path + ": profile needs a TorchScript model (.pt); its measurements also calibrate "
                      "the costs of ONNX models");
   }
-  cost::DeviceProfile& device = db.device_for_update(kProfiledDevice);
+  // The profiler runs on this machine's GPU, else its CPU; the DB keys it by the device's name.
+  const std::string device_name = torch_plugin().profiled_device();
+  cost::DeviceProfile& device = db.device_for_update(device_name);
   if (device.peak_fp32_flops <= 0) {
     auto ops = std::move(device.ops);
     device = torch_plugin().measure_device();
@@ -115,11 +115,12 @@ cost::ModelProfile profile_loaded_model(const Model& model, const ProfileOptions
   auto groups = ops_by_signature(model.graph, requires_grad);
   measure_missing(model, groups, requires_grad, options, device, report);
 
-  const cost::DeviceSpec* preset = cost::find_device_preset(kProfiledDevice);
+  // The preset the device's measurements calibrate (cost::preset_for_device).
+  const cost::DeviceSpec* preset = cost::find_device_preset(cost::preset_for_device(device_name));
   auto estimate = cost::estimate_step(model.graph, *preset, plan::Precision::kFp32, plan::Optimizer::kSgd, &db);
   cost::ModelProfile profile;
   profile.path = model.path;
-  profile.device = kProfiledDevice;
+  profile.device = device_name;
   for (const auto& [signature, ops] : groups) {
     profile.ops += static_cast<int>(ops.size());
     if (device.ops.count(signature)) profile.signatures[signature] = static_cast<int>(ops.size());

@@ -26,8 +26,12 @@ class TorchPlugin {
   // buffers, remove mutation, record shapes by running the graph on the example inputs.
   virtual Model load_torchscript(const std::string& path, const LoadOptions& options) = 0;
 
-  // The profiler (torch_side/torch_profiler.cpp). All of it runs on the CPU with libtorch's
-  // default thread count, the way a training step of the model would.
+  // The profiler (torch_side/torch_profiler.cpp). It runs on the first GPU when libtorch has
+  // CUDA and one is there (docs/gpu.md; RANNC_PROFILE_DEVICE=cpu keeps it on the CPU), else on
+  // the CPU with libtorch's default thread count, the way a training step of the model would.
+
+  // Where it runs: "cpu", or the GPU's name ("NVIDIA H100 80GB HBM3"); the profile DB's key.
+  virtual std::string profiled_device() = 0;
 
   // Peak sgemm FLOP/s, copy bandwidth and the time of a near-empty op; ops left empty.
   virtual cost::DeviceProfile measure_device() = 0;

@@ -30,7 +30,7 @@ CostModel::CostModel(const ir::Graph& graph, const DeviceSpec& device, plan::Pre
     : device_(device), precision_(precision), requires_grad_(ir::values_requiring_grad(graph)) {
   efficiencies_ = default_efficiencies(device);
   calibration_ = "defaults";
-  const DeviceProfile* same_device = profile_db ? profile_db->device(device.name) : nullptr;
+  const DeviceProfile* same_device = profile_db ? profile_db->device_for_preset(device.name) : nullptr;
   if (same_device) {
     device_ = with_measured_peaks(device, *same_device);
     efficiencies_ = calibrate(*same_device, default_efficiencies(device_));

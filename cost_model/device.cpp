@@ -110,6 +110,16 @@ const DeviceSpec* find_device_preset(std::string_view name) {
   return nullptr;
 }
 
+std::string preset_for_device(std::string_view device_name) {
+  if (find_device_preset(device_name)) return std::string(device_name);
+  auto has = [&](std::string_view part) { return device_name.find(part) != std::string_view::npos; };
+  if (has("H200")) return "h200";
+  if (has("H100")) return "h100-80g";
+  if (has("A100")) return has("40GB") ? "a100-40g" : "a100-80g";
+  if (has("V100")) return "v100-32g";
+  return "a100-80g";  // cluster.h's kDefaultDevice
+}
+
 std::vector<std::string> device_preset_names() {
   std::vector<std::string> names;
   for (const auto& spec : presets()) names.push_back(spec.name);

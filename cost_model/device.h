@@ -44,6 +44,11 @@ struct DeviceSpec {
 // The preset of that name, or nullptr.
 const DeviceSpec* find_device_preset(std::string_view name);
 
+// The preset a profiled device's measurements calibrate: a preset's own name, "cpu", or a GPU as
+// libtorch names it ("NVIDIA H100 80GB HBM3" -> "h100-80g"); an unknown GPU gets the default
+// preset (its measured peaks replace the preset's, cost_model/calibration.h).
+std::string preset_for_device(std::string_view device_name);
+
 // All preset names, sorted, for error messages and --help.
 std::vector<std::string> device_preset_names();
 

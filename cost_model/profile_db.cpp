@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "cost_model/device.h"
 #include "support/atomic_file.h"
 #include "support/error.h"
 #include "support/input_file.h"
@@ -219,6 +220,14 @@ const ModelProfile* ProfileDb::model(const std::string& key) const {
 const DeviceProfile* ProfileDb::device(const std::string& name) const {
   auto it = devices_.find(name);
   return it == devices_.end() ? nullptr : &it->second;
+}
+
+const DeviceProfile* ProfileDb::device_for_preset(const std::string& preset) const {
+  if (const DeviceProfile* same = device(preset)) return same;
+  for (const auto& [name, profile] : devices_) {
+    if (name != "cpu" && preset_for_device(name) == preset) return &profile;
+  }
+  return nullptr;
 }
 
 }  // namespace rannc::cost

@@ -60,6 +60,9 @@ class ProfileDb {
   void save(const std::string& path) const;
 
   const DeviceProfile* device(const std::string& name) const;
+  // The measurements that calibrate `preset`: the device of that name, else the first one (by
+  // name) that preset_for_device maps to it (a GPU profiled under its libtorch name).
+  const DeviceProfile* device_for_preset(const std::string& preset) const;
   DeviceProfile& device_for_update(const std::string& name) { return devices_[name]; }
   const std::map<std::string, DeviceProfile>& devices() const { return devices_; }
 

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "runtime/nccl_group.h"
 #include "torch_side/torch_error.h"
 
 namespace rannc::runtime {
@@ -49,32 +50,53 @@ std::shared_ptr<gloo::transport::Device> gloo_device() {
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
-c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
-                                                  int rank, int size, std::chrono::seconds timeout) {
+c10::intrusive_ptr<CommGroup> gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                         std::chrono::seconds timeout) {
   auto options = c10d::ProcessGroupGloo::Options::create();
   options->timeout = timeout;
   options->devices.push_back(gloo_device());
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+}
+
+c10::intrusive_ptr<CommGroup> make_group(const CommSettings& settings, const c10::intrusive_ptr<c10d::Store>& store,
+                                         const std::string& prefix, int rank, int size, std::chrono::seconds timeout) {
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, options);
+  if (settings.nccl) return nccl_group(prefixed, rank, size, timeout);
+  return gloo_group(prefixed, rank, size, timeout);
 }
 
 }  // namespace
 
-Communicator::Communicator(const MpiWorld& world, const std::vector<GradientGroup>& groups, std::chrono::seconds timeout) {
+Communicator::Communicator(const MpiWorld& world, const std::vector<GradientGroup>& groups, std::chrono::seconds timeout,
+                           CommSettings settings)
+    : settings_(settings), staged_(!settings.nccl && !settings.device.is_cpu()) {
   auto store = rendezvous(world, timeout);
-  world_ = gloo_group(store, "world/", world.rank(), world.size(), timeout);
+  world_ = make_group(settings_, store, "world/", world.rank(), world.size(), timeout);
   for (const auto& group : groups) {
     auto me = std::find(group.ranks.begin(), group.ranks.end(), world.rank());
     bool alone = group.ranks.size() < 2;
-    groups_.push_back(alone ? c10::intrusive_ptr<c10d::ProcessGroup>()
-                            : gloo_group(store, "gradients " + group.key + "/", static_cast<int>(me - group.ranks.begin()),
-                                         static_cast<int>(group.ranks.size()), timeout));
+    groups_.push_back(alone ? c10::intrusive_ptr<CommGroup>()
+                            : make_group(settings_, store, "gradients " + group.key + "/",
+                                         static_cast<int>(me - group.ranks.begin()), static_cast<int>(group.ranks.size()),
+                                         timeout));
   }
 }
 
 Communicator::~Communicator() = default;
 
 int Communicator::rank() const { return world_->getRank(); }
+
+std::string Communicator::backend_text() const {
+  return settings_.nccl ? "NCCL" : staged_ ? "Gloo (through host memory)" : "Gloo";
+}
+
+at::Tensor Communicator::to_wire(const at::Tensor& tensor) const {
+  return staged_ ? tensor.to(at::kCPU).contiguous() : tensor.contiguous();
+}
+
+at::TensorOptions Communicator::wire_options() const {
+  return at::TensorOptions().device(staged_ ? c10::Device(c10::DeviceType::CPU) : settings_.device);
+}
 
 // Waits, adding the time to the communication total; a failure says what was being waited for
 // (a transfer names its peer: when a rank dies, the others say whom they lost).
@@ -90,15 +112,15 @@ void Communicator::wait_for(const std::string& what, F&& wait) {
 }
 
 void Communicator::send(const at::Tensor& tensor, int peer, int tag) {
-  std::vector<at::Tensor> tensors{tensor.contiguous()};
+  std::vector<at::Tensor> tensors{to_wire(tensor)};
   auto work = world_->send(tensors, peer, tag);
   sends_.push_back({work, tensors.front(), peer, tag});
 }
 
 at::Tensor Communicator::receive(const std::vector<std::int64_t>& shape, at::ScalarType dtype, int peer, int tag) {
-  std::vector<at::Tensor> tensors{at::empty(shape, at::TensorOptions().dtype(dtype))};
+  std::vector<at::Tensor> tensors{at::empty(shape, wire_options().dtype(dtype))};
   wait_for("receiving from rank " + std::to_string(peer), [&] { world_->recv(tensors, peer, tag)->wait(); });
-  return tensors.front();
+  return staged_ ? tensors.front().to(settings_.device) : tensors.front();
 }
 
 void Communicator::wait_for_sends_to(int peer, const std::function<bool(int tag)>& delivered) {
@@ -116,15 +138,18 @@ void Communicator::wait_for_sends() {
 
 void Communicator::sum_over_groups(std::vector<at::Tensor>& buffers) {
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<std::pair<std::size_t, at::Tensor>> staged;  // host copies of GPU buffers
   for (std::size_t i = 0; i < groups_.size(); ++i) {
     if (!groups_[i]) continue;
-    std::vector<at::Tensor> tensors{buffers.at(i)};
+    std::vector<at::Tensor> tensors{staged_ ? to_wire(buffers.at(i)) : buffers.at(i)};
+    if (staged_) staged.emplace_back(i, tensors.front());
     works.push_back(groups_[i]->allreduce(tensors));
   }
   for (auto& work : works) wait_for("summing gradients", [&] { work->wait(); });
+  for (auto& [i, host] : staged) buffers[i].copy_(host);
 }
 
-c10d::ProcessGroup& Communicator::group(int index) const {
+CommGroup& Communicator::group(int index) const {
   const auto& group = groups_.at(static_cast<std::size_t>(index));
   if (!group) throw std::logic_error("gradient group " + std::to_string(index) + " has only this rank");
   return *group;
@@ -132,7 +157,7 @@ c10d::ProcessGroup& Communicator::group(int index) const {
 
 void Communicator::reduce_scatter(int index, const at::Tensor& input, at::Tensor& output) {
   auto& pg = group(index);
-  at::Tensor flat = input.contiguous();
+  at::Tensor flat = to_wire(input);
   at::Tensor received = at::empty_like(flat);
   std::vector<std::int64_t> even_split;  // empty: equal chunks
   wait_for("reduce-scattering gradients",
@@ -142,14 +167,16 @@ void Communicator::reduce_scatter(int index, const at::Tensor& input, at::Tensor
 
 void Communicator::all_gather(int index, const at::Tensor& input, at::Tensor& output) {
   auto& pg = group(index);
-  std::vector<at::Tensor> inputs{input.contiguous()};
+  std::vector<at::Tensor> inputs{to_wire(input)};
+  at::Tensor gathered = staged_ ? at::empty(output.sizes(), wire_options().dtype(output.scalar_type())) : output;
   std::vector<std::vector<at::Tensor>> outputs(1);
-  for (const auto& chunk : output.view({pg.getSize(), -1}).unbind(0)) outputs[0].push_back(chunk);
+  for (const auto& chunk : gathered.view({pg.getSize(), -1}).unbind(0)) outputs[0].push_back(chunk);
   wait_for("all-gathering updated weights", [&] { pg.allgather(outputs, inputs)->wait(); });
+  if (staged_) output.copy_(gathered);
 }
 
 double Communicator::sum_over_world(double value) {
-  std::vector<at::Tensor> tensors{at::tensor({value}, at::TensorOptions().dtype(at::kDouble))};
+  std::vector<at::Tensor> tensors{at::tensor({value}, at::TensorOptions().dtype(at::kDouble)).to(wire_options().device())};
   wait_for("summing the loss over all ranks", [&] { world_->allreduce(tensors)->wait(); });
   return tensors.front().item<double>();
 }

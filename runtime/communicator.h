@@ -1,6 +1,8 @@
 // c10d process groups of one rank: the world group carries activations and gradients between
 // stages (point to point) and the per-step loss; one group per gradient group sums the gradients
-// of weights held by several ranks. Gloo on CPU tensors.
+// of weights held by several ranks. NCCL on GPU tensors when every rank has a GPU of its own
+// (nccl_group.h), else Gloo, which takes CPU tensors: a rank whose stage runs on a GPU stages
+// what it sends and receives through host memory (several ranks sharing one GPU).
 #pragma once
 
 #include <chrono>
@@ -14,25 +16,46 @@
 
 #include "runtime/mpi_world.h"
 #include "runtime/rank_layout.h"
+#include "torch_side/torch_version.h"
 
 namespace c10d {
 class ProcessGroup;
+class Backend;
 class Work;
 }  // namespace c10d
 
 namespace rannc::runtime {
+
+// libtorch 2 split the process group into a dispatcher and its backends (Gloo, NCCL); the
+// backends are what this uses. libtorch 1.x's ProcessGroupGloo is the group itself.
+#if RANNC_TORCH_AT_LEAST(2, 0)
+using CommGroup = c10d::Backend;
+#else
+using CommGroup = c10d::ProcessGroup;
+#endif
+
+// Where the tensors live and which c10d backend carries them.
+struct CommSettings {
+  c10::Device device = c10::Device(c10::DeviceType::CPU);  // where the stage computes
+  bool nccl = false;  // NCCL (the device is a GPU of this rank's own); else Gloo
+};
 
 class Communicator {
  public:
   // Every rank calls this together: rank 0 serves a TCPStore whose address goes to the others
   // through MPI, then each rank joins the world group and the groups in `groups` (this rank's,
   // in the one global order RankLayout gives them).
-  Communicator(const MpiWorld& world, const std::vector<GradientGroup>& groups, std::chrono::seconds timeout);
+  Communicator(const MpiWorld& world, const std::vector<GradientGroup>& groups, std::chrono::seconds timeout,
+               CommSettings settings = {});
   ~Communicator();
 
   int rank() const;  // in the world
 
-  // Starts sending; the tensor is kept until the send is waited for.
+  // "NCCL" or "Gloo", with " (through host memory)" when Gloo carries a GPU's tensors.
+  std::string backend_text() const;
+
+  // Starts sending; the tensor is kept until the send is waited for. Tensors are on the
+  // settings' device; what `receive` returns is too.
   void send(const at::Tensor& tensor, int peer, int tag);
   at::Tensor receive(const std::vector<std::int64_t>& shape, at::ScalarType dtype, int peer, int tag);
   // Waits for the sends to `peer` whose tag `delivered` says the peer has already received (so the
@@ -58,10 +81,15 @@ class Communicator {
  private:
   template <typename F>
   void wait_for(const std::string& what, F&& wait);
-  c10d::ProcessGroup& group(int index) const;
+  CommGroup& group(int index) const;
+  // A tensor as the backend takes it: on the host when Gloo carries a GPU's tensors.
+  at::Tensor to_wire(const at::Tensor& tensor) const;
+  at::TensorOptions wire_options() const;
 
-  c10::intrusive_ptr<c10d::ProcessGroup> world_;
-  std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> groups_;  // null where a group is only this rank
+  CommSettings settings_;
+  bool staged_;  // Gloo with a GPU: tensors go through host memory
+  c10::intrusive_ptr<CommGroup> world_;
+  std::vector<c10::intrusive_ptr<CommGroup>> groups_;  // null where a group is only this rank
   struct PendingSend {
     c10::intrusive_ptr<c10d::Work> work;
     at::Tensor tensor;  // kept alive until the send completes

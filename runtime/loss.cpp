@@ -67,7 +67,7 @@ LossFunction loss_function(const LossPlan& loss, const plan::Plan& plan, const R
     if (output.scalar_type() == at::kBFloat16 || output.scalar_type() == at::kHalf) output = output.to(at::kFloat);
     // A scalar output is taken to be a mean over its slice: weighted by the slice's share.
     if (loss.kind == "scalar") return output.mul(static_cast<double>(slice.length) / samples);
-    const auto& target = data.rows("target", microbatch);
+    auto target = data.rows("target", microbatch).to(output.device());
     if (loss.kind == "mse") return at::mse_loss(output, target, at::Reduction::Sum).div(global_terms);
     auto classes = output.size(-1);
     return at::cross_entropy_loss(output.reshape({-1, classes}), target.reshape({-1}), {}, at::Reduction::Sum)

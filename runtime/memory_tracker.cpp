@@ -6,6 +6,8 @@
 #include <c10/core/alignment.h>
 #include <c10/core/impl/alloc_cpu.h>
 
+#include "torch_side/torch_version.h"
+
 namespace rannc::runtime {
 namespace {
 
@@ -24,7 +26,7 @@ void count(std::int64_t bytes) {
 // raw_allocate (used by some kernels and by Gloo) requires.
 class CountingAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(std::size_t bytes) const override {
+  RANNC_ALLOCATOR_ALLOCATE(bytes) {
     auto* block = static_cast<char*>(c10::alloc_cpu(bytes + kHeader));
     *reinterpret_cast<std::size_t*>(block) = bytes;
     count(static_cast<std::int64_t>(bytes));
@@ -32,6 +34,7 @@ class CountingAllocator final : public c10::Allocator {
     return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  RANNC_ALLOCATOR_COPY_DATA
 
  private:
   static constexpr std::size_t kHeader = c10::gAlignment;  // keeps the data as aligned as libtorch's

@@ -1,6 +1,9 @@
 #include "runtime/run.h"
 
+#include <ATen/Context.h>
+
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,13 +16,16 @@
 
 #include "runtime/checkpoint.h"
 #include "runtime/communicator.h"
+#include "runtime/device_choice.h"
 #include "runtime/loss.h"
 #include "runtime/memory_tracker.h"
+#include "runtime/nccl_group.h"
 #include "runtime/trainer.h"
 #include "support/atomic_file.h"
 #include "support/error.h"
 #include "support/format.h"
 #include "support/sha256.h"
+#include "torch_side/accelerator.h"
 #include "torch_side/state_dict_file.h"
 #include "torch_side/torch_error.h"
 #include "torch_side/torch_kernel_fixes.h"
@@ -36,6 +42,7 @@ struct RankSetup {
   Placement placement;
   LossPlan loss;
   std::unique_ptr<TrainingData> data;
+  DeviceChoice device;
   std::unique_ptr<StageRunner> runner;
   OptimizerSettings optimizer;
   std::string plan_sha256;                // the manifest of a checkpoint records it
@@ -103,6 +110,45 @@ void check_checkpoint_options(const RunOptions& options, const MpiWorld& world) 
   check_can_write((std::filesystem::path(options.save_dir) / plan::kLatestCheckpointFile).string(), "--save");
 }
 
+int env_int(const char* name, int fallback) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return fallback;
+  try {
+    return std::stoi(text);
+  } catch (const std::exception&) {
+    return fallback;
+  }
+}
+
+// --device (else $RANNC_DEVICE, else auto) with what this process sees: its GPUs and its place
+// among the ranks of its node (OpenMPI's local rank; without it, the whole job on one node).
+DeviceChoice device_for_rank(const RunOptions& options, const plan::Plan& plan, const MpiWorld& world) {
+  std::string flag = options.device;
+  if (flag.empty()) flag = std::getenv("RANNC_DEVICE") ? std::getenv("RANNC_DEVICE") : "";
+  if (flag.empty()) flag = "auto";
+  DeviceFacts facts;
+  facts.plan_on_gpu = plan.cluster.device != "cpu";
+  facts.built_with_cuda = accel::built_with_cuda();
+  facts.gpus = accel::cuda_device_count();
+  facts.nccl_built = nccl_built();
+  facts.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", world.rank());
+  facts.local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", world.size());
+  return choose_device(flag, facts);
+}
+
+c10::Device torch_device(const DeviceChoice& choice) {
+  if (!choice.cuda) return c10::Device(c10::DeviceType::CPU);
+  return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(choice.gpu));
+}
+
+// A GPU computes fp32 in fp32, as the CPU does (no TF32), so that its losses are the CPU's.
+void use_device(const DeviceChoice& choice) {
+  if (!choice.cuda) return;
+  accel::set_current_device(torch_device(choice));
+  at::globalContext().setAllowTF32CuBLAS(false);
+  at::globalContext().setAllowTF32CuDNN(false);
+}
+
 std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& world) {
   auto setup = std::make_unique<RankSetup>();
   setup->plan = plan::read_plan_file(options.plan_path);
@@ -131,7 +177,9 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
     throw InputError("--bucket-kib " + std::to_string(options.bucket_kib) + ": must be 1 to 2^30 (1 TiB)");
   check_checkpoint_options(options, world);
   setup->plan_sha256 = sha256_of_file(options.plan_path);
-  setup->runner = std::make_unique<StageRunner>(plan, stage);
+  setup->device = device_for_rank(options, plan, world);
+  use_device(setup->device);
+  setup->runner = std::make_unique<StageRunner>(plan, stage, torch_device(setup->device));
   if (!options.init_path.empty())
     setup->runner->load_state(read_state_dict(options.init_path, "--init"), "--init " + options.init_path);
   if (!options.resume_dir.empty()) {
@@ -166,12 +214,12 @@ int agree_on_start(const MpiWorld& world, int status, const std::string& message
   return world.max(status);
 }
 
-std::string describe(const plan::Plan& plan, int accumulate_steps) {
+std::string describe(const plan::Plan& plan, int accumulate_steps, const std::string& where) {
   std::string accumulation = accumulate_steps > 1 ? ", " + std::to_string(accumulate_steps) + " batches per optimizer step" : "";
   return plan.path + ": " + std::to_string(plan.ranks.size()) + " ranks, " + std::to_string(plan.stages.size()) +
          " stages, " + std::to_string(plan.batch.pipelines) + " pipeline(s), " + std::to_string(plan.batch.microbatches) +
          " microbatches of " + std::to_string(plan.batch.microbatch_size) + accumulation + ", " +
-         std::string(plan::schedule_name(plan.schedule)) + ", Gloo on CPU";
+         std::string(plan::schedule_name(plan.schedule)) + ", " + where;
 }
 
 json rank_json(const RankRecord& r) {
@@ -237,7 +285,21 @@ std::string loss_text(double loss) { return std::isnan(loss) ? "nan" : loss > 0 
 // outcome, so all stop at the same step and exit alike.
 int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
   auto groups = setup.layout->gradient_groups(setup.placement.stage);
-  Communicator communicator(world, groups, std::chrono::seconds(options.timeout_s));
+  // NCCL only when every rank can use it; a rank on the CPU or sharing its GPU makes it Gloo for all.
+  CommSettings comm{setup.runner->device(), false};
+  comm.nccl = world.max(setup.device.nccl ? 0 : 1) == 0;
+  Communicator communicator(world, groups, std::chrono::seconds(options.timeout_s), comm);
+  // Rank 0's device, and the other ranks' where they differ.
+  std::string where = setup.device.cuda ? "cuda:" + std::to_string(setup.device.gpu) : "cpu";
+  auto wheres = world.gather(where);
+  if (world.rank() == 0) {
+    std::map<std::string, std::vector<int>> ranks_by_where;
+    for (std::size_t r = 0; r < wheres.size(); ++r) ranks_by_where[wheres[r]].push_back(static_cast<int>(r));
+    where.clear();
+    for (const auto& [text, ranks] : ranks_by_where)
+      where += (where.empty() ? "" : "; ") + (ranks_by_where.size() > 1 ? "ranks " + ranges_text(ranks) + " on " : "") + text;
+    where += ", " + communicator.backend_text();
+  }
   StateSync state(setup.runner->parameters(), groups, communicator, setup.optimizer, options.bucket_kib * 1024);
   const int first_step = setup.resume ? setup.resume->manifest.step : 0;
   if (setup.resume) restore_optimizer(*setup.resume, setup.placement.stage, world.rank(), state);
@@ -245,9 +307,10 @@ int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
                                setup.placement.stage);
   Trainer trainer(setup.plan, *setup.layout, world.rank(), *setup.runner, *setup.data, communicator, state,
                   options.accumulate_steps);
-  if (world.rank() == 0) std::cout << "rannc-run: " << describe(setup.plan, options.accumulate_steps) << std::endl;
+  if (world.rank() == 0) std::cout << "rannc-run: " << describe(setup.plan, options.accumulate_steps, where) << std::endl;
   if (world.rank() == 0 && setup.plan.precision == plan::Precision::kFp16Mixed)
-    std::cout << "rannc-run: fp16-mixed: libtorch's CPU autocast has no float16, so this CPU run computes in fp32" << std::endl;
+    std::cout << "rannc-run: fp16-mixed: computed in fp32 (libtorch's CPU autocast has no float16, and rannc-run has no "
+                 "loss scaling yet)" << std::endl;
   std::vector<StepRecord> steps;
   std::string stopped;
   int status = 0;

@@ -30,6 +30,7 @@ struct RunOptions {
   std::string resume_dir;    // a checkpoint (or a --save folder) to continue from
   std::string init_path;     // a PyTorch state_dict to start from
   std::int64_t bucket_kib = plan::kGradientBucketBytes / 1024;  // gradient bucket of sharded state
+  std::string device;  // auto, cuda or cpu (device_choice.h); empty: $RANNC_DEVICE, else auto
 };
 
 }  // namespace rannc::runtime

@@ -5,17 +5,23 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
+#include "torch_side/device_constants.h"
 #include "torch_side/torch_error.h"
+#include "torch_side/torch_version.h"
 
 namespace rannc::runtime {
 namespace {
 
-std::unique_ptr<torch::jit::Module> load_stage(const std::string& path) {
+// Stage files are saved on the CPU; they load onto the device, where their factory calls
+// create tensors too (device_constants.h).
+std::unique_ptr<torch::jit::Module> load_stage(const std::string& path, const c10::Device& device) {
   // Stage files run as saved: the optimizing executor would re-specialize them to the first
   // shapes and profile every call.
   torch::jit::setGraphExecutorOptimize(false);
   try {
-    return std::make_unique<torch::jit::Module>(torch::jit::load(path));
+    auto module = std::make_unique<torch::jit::Module>(torch::jit::load(path, device));
+    retarget_device_constants(*module, device);
+    return module;
   } catch (const c10::Error& e) {
     throw InputError(path + ": cannot load the stage file: " + torch_message(e));
   }
@@ -28,44 +34,62 @@ at::Tensor stage_parameter(const torch::jit::Module& module, const std::string& 
   return module.attr(weight.stage_name).toTensor();
 }
 
-// The plan's bf16-mixed precision: ops run under libtorch's CPU autocast, which computes the
-// matrix products and convolutions in bfloat16 from the fp32 weights (the master copy the
-// optimizer steps), as torch.autocast("cpu", dtype=torch.bfloat16) does. Backward runs outside,
-// through the casts autograd recorded.
-class CpuAutocast {
+// The plan's bf16-mixed precision: ops run under libtorch's autocast for the device, which
+// computes the matrix products and convolutions in bfloat16 from the fp32 weights (the master
+// copy the optimizer steps), as torch.autocast(device, dtype=torch.bfloat16) does. Backward runs
+// outside, through the casts autograd recorded. libtorch 2.4 made the autocast state per device
+// type; before, the CPU and CUDA had calls of their own.
+class Autocast {
  public:
-  explicit CpuAutocast(bool on) : on_(on) {
+  Autocast(bool on, const c10::Device& device) : on_(on), type_(device.type()) {
     if (!on_) return;
+#if RANNC_TORCH_AT_LEAST(2, 4)
+    was_enabled_ = at::autocast::is_autocast_enabled(type_);
+    was_dtype_ = at::autocast::get_autocast_dtype(type_);
+    at::autocast::set_autocast_enabled(type_, true);
+    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
+#else
+    if (type_ != c10::DeviceType::CPU) throw std::runtime_error("bf16-mixed on a GPU needs libtorch 2.4 or later");
     was_enabled_ = at::autocast::is_cpu_enabled();
     was_dtype_ = at::autocast::get_autocast_cpu_dtype();
     at::autocast::set_cpu_enabled(true);
     at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+#endif
     at::autocast::increment_nesting();
   }
-  ~CpuAutocast() {
+  ~Autocast() {
     if (!on_) return;
     // The weights' casts are cached while autocast is on; they must not outlive this forward.
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+#if RANNC_TORCH_AT_LEAST(2, 4)
+    at::autocast::set_autocast_enabled(type_, was_enabled_);
+    at::autocast::set_autocast_dtype(type_, was_dtype_);
+#else
     at::autocast::set_cpu_enabled(was_enabled_);
     at::autocast::set_autocast_cpu_dtype(was_dtype_);
+#endif
   }
-  CpuAutocast(const CpuAutocast&) = delete;
-  CpuAutocast& operator=(const CpuAutocast&) = delete;
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
 
  private:
   bool on_;
+  c10::DeviceType type_;
   bool was_enabled_ = false;
   at::ScalarType was_dtype_ = at::kBFloat16;
 };
 
 }  // namespace
 
-StageRunner::StageRunner(const plan::Plan& plan, const plan::Stage& stage)
-    : stage_(stage), module_(load_stage(plan.stage_path(stage))), bf16_autocast_(plan.precision == plan::Precision::kBf16Mixed) {
+StageRunner::StageRunner(const plan::Plan& plan, const plan::Stage& stage, c10::Device device)
+    : stage_(stage),
+      device_(device),
+      module_(load_stage(plan.stage_path(stage), device)),
+      bf16_autocast_(plan.precision == plan::Precision::kBf16Mixed) {
   for (const auto& weight : stage.params) {
     auto param = stage_parameter(*module_, plan.stage_path(stage), weight);
     // Offloaded: the optimizer's copy lives in host memory; each step runs on a device copy.
-    if (stage.offload) param = param.detach().clone().requires_grad_(true);
+    if (stage.offload) param = param.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true).requires_grad_(true);
     param.mutable_grad() = at::zeros_like(param);
     params_.push_back(param);
   }
@@ -75,7 +99,7 @@ StageRunner::~StageRunner() = default;
 
 std::vector<at::Tensor> StageRunner::run_forward(const std::vector<at::Tensor>& inputs) {
   std::vector<c10::IValue> args(inputs.begin(), inputs.end());
-  CpuAutocast autocast(bf16_autocast_);
+  Autocast autocast(bf16_autocast_, device_);
   auto result = module_->forward(args);
   std::vector<at::Tensor> outputs;
   for (const auto& element : result.toTupleRef().elements()) outputs.push_back(element.toTensor());
@@ -88,7 +112,7 @@ void StageRunner::begin_step() {
   if (!stage_.offload) return;
   device_params_.clear();
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    auto copy = params_[i].detach().clone().requires_grad_(true);
+    auto copy = params_[i].detach().to(device_, /*non_blocking=*/false, /*copy=*/true).requires_grad_(true);
     copy.mutable_grad() = at::zeros_like(copy);
     module_->setattr(stage_.params[i].stage_name, copy);
     device_params_.push_back(copy);
@@ -108,7 +132,7 @@ void StageRunner::end_step() {
 
 std::vector<at::Tensor> StageRunner::forward(int microbatch, std::vector<at::Tensor> inputs, double* loss) {
   for (auto& input : inputs) {
-    input = input.detach();
+    input = input.detach().to(device_);
     if (at::isFloatingType(input.scalar_type())) input.requires_grad_(true);
   }
   Microbatch state;
@@ -142,7 +166,8 @@ std::vector<at::Tensor> StageRunner::backward(int microbatch, const std::vector<
   for (std::size_t i = 0; i < state.outputs.size(); ++i) {
     if (i < output_grads.size() && output_grads[i].defined() && state.outputs[i].requires_grad()) {
       roots.push_back(state.outputs[i]);
-      grads.push_back(output_grads[i].to(state.outputs[i].scalar_type()));  // fp32 on the wire, bf16 under autocast
+      // fp32 on the wire, bf16 under autocast
+      grads.push_back(output_grads[i].to(state.outputs[i].device(), state.outputs[i].scalar_type()));
     }
   }
   if (state.loss.defined()) {

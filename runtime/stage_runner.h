@@ -27,12 +27,16 @@ using LossFunction = std::function<at::Tensor(const std::vector<at::Tensor>& out
 
 class StageRunner {
  public:
-  // Loads the stage file; throws InputError naming it when it cannot be loaded or lacks a
-  // parameter the plan names.
-  StageRunner(const plan::Plan& plan, const plan::Stage& stage);
+  // Loads the stage file onto `device` (the CPU, or a GPU); throws InputError naming it when it
+  // cannot be loaded or lacks a parameter the plan names.
+  StageRunner(const plan::Plan& plan, const plan::Stage& stage, c10::Device device = c10::Device(c10::DeviceType::CPU));
   ~StageRunner();
 
   void set_loss(LossFunction loss) { loss_ = std::move(loss); }
+
+  // Where the stage computes: inputs and output gradients are moved there; outputs and input
+  // gradients are there.
+  const c10::Device& device() const { return device_; }
 
   // Runs the forward pass of a microbatch on its inputs and keeps what backward needs (all
   // activations, or only the inputs when the stage recomputes). Returns the outputs, and the
@@ -54,7 +58,8 @@ class StageRunner {
   void begin_step();
   void end_step();
 
-  // The stage's weights and buffers by their names in the model (the host copies when offloaded).
+  // The stage's weights and buffers by their names in the model (the host copies when offloaded;
+  // on the device otherwise).
   TensorDict state() const;
   // Sets them from `tensors` (a checkpoint or a PyTorch state_dict, `source` names it), which
   // must hold each weight by name with its shape (a buffer it lacks keeps its value); InputError
@@ -72,6 +77,7 @@ class StageRunner {
   std::vector<at::Tensor> run_forward(const std::vector<at::Tensor>& inputs);
 
   const plan::Stage& stage_;
+  c10::Device device_;
   std::unique_ptr<torch::jit::Module> module_;
   std::vector<at::Tensor> params_;  // the trainable parameters the optimizer updates (host copies when offloaded)
   std::vector<at::Tensor> device_params_;  // offloaded: this step's device copies

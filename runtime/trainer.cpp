@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "torch_side/accelerator.h"
 #include "torch_side/torch_dtype.h"
 #include "runtime/memory_tracker.h"
 
@@ -135,7 +136,8 @@ std::vector<at::Tensor> Trainer::gather_output_grads(int microbatch) {
         int peer = layout_.rank_of(consumer.stage, placement_.pipeline, piece.peer_replica);
         auto part = receive_from(consumer.stage, peer, piece_shape(output, piece.at_sender), scalar_type(output),
                                  microbatch, consumer.input, plan::Pass::kBackward);
-        if (!grads[o].defined()) grads[o] = at::zeros(output.shape, at::TensorOptions().dtype(scalar_type(output)));
+        if (!grads[o].defined())
+          grads[o] = at::zeros(output.shape, at::TensorOptions().dtype(scalar_type(output)).device(runner_.device()));
         cut(grads[o], output.batch_dim, piece.at_sender).add_(part);
       }
     }
@@ -149,7 +151,7 @@ void Trainer::send_input_grads(int microbatch, const std::vector<at::Tensor>& gr
     if (input.model_input || !has_gradient(input)) continue;
     // The sender waits for a gradient of every float it sent, used or not.
     auto grad = grads[k].defined() ? grads[k].to(scalar_type(input))
-                                   : at::zeros(input.shape, at::TensorOptions().dtype(scalar_type(input)));
+                                   : at::zeros(input.shape, at::TensorOptions().dtype(scalar_type(input)).device(runner_.device()));
     for (const auto& piece : layout_.pieces_from(stage_.id, placement_.replica, input.from_stage, input.batch_dim >= 0)) {
       int peer = layout_.rank_of(input.from_stage, placement_.pipeline, piece.peer_replica);
       communicator_.send(cut(grad, input.batch_dim, piece.at_receiver), peer,
@@ -164,16 +166,20 @@ double Trainer::run_passes() {
   for (const auto& task : tasks_) {
     if (task.pass == plan::Pass::kForward) {
       auto inputs = gather_inputs(task.microbatch);
+      accel::synchronize(runner_.device());  // a GPU's pass is timed from an idle queue to its end
       auto begin = Clock::now();
       double microbatch_loss = 0;
       auto outputs = runner_.forward(task.microbatch, std::move(inputs), &microbatch_loss);
+      accel::synchronize(runner_.device());
       fwd_ms_ += ms_since(begin);
       loss += microbatch_loss;
       send_outputs(task.microbatch, outputs);
     } else {
       auto grads = gather_output_grads(task.microbatch);
+      accel::synchronize(runner_.device());
       auto begin = Clock::now();
       auto input_grads = runner_.backward(task.microbatch, grads);
+      accel::synchronize(runner_.device());
       bwd_ms_ += ms_since(begin);
       send_input_grads(task.microbatch, input_grads);
     }
@@ -198,12 +204,15 @@ StepRecord Trainer::run_step(int step) {
   if (layout_.world_size() > 1) loss = communicator_.sum_over_world(loss);
   comm_ms_ += communicator_.take_wait_ms();
   ++steps_run_;
+  accel::synchronize(runner_.device());
   return {step, loss, ms_since(start), grad_norm, state_.lr_at(step)};
 }
 
 RankRecord Trainer::record() const {
   double steps = std::max(steps_run_, 1);
-  return {rank_, stage_.id, peak_tensor_bytes(), runner_.offload_bytes(), state_.stepped_elements(), data_.bytes_read(),
+  // A GPU's peak is the caching allocator's, of the device memory the plan predicts.
+  std::int64_t peak = runner_.device().is_cpu() ? peak_tensor_bytes() : accel::peak_allocated_bytes(runner_.device());
+  return {rank_, stage_.id, peak, runner_.offload_bytes(), state_.stepped_elements(), data_.bytes_read(),
           fwd_ms_ / steps, bwd_ms_ / steps, comm_ms_ / steps};
 }
 

@@ -192,7 +192,8 @@ c10::IValue unpickle_archive(caffe2::serialize::PyTorchStreamReader& archive) {
 
 std::string state_dict_bytes(const TensorDict& tensors) {
   c10::Dict<std::string, at::Tensor> dict;
-  for (const auto& [name, tensor] : tensors) dict.insert(name, tensor.detach().contiguous());
+  // On the CPU, as torch.save(state_dict) of a GPU model would not be: the file loads anywhere.
+  for (const auto& [name, tensor] : tensors) dict.insert(name, tensor.detach().to(at::kCPU).contiguous());
   auto bytes = torch::jit::pickle_save(dict);
   return {bytes.begin(), bytes.end()};
 }

@@ -17,6 +17,7 @@ namespace rannc {
 Model load_torchscript(const std::string& path, const LoadOptions& options);
 // torch_profiler.cpp
 cost::DeviceProfile measure_cpu();
+std::string profiled_device_name();
 std::vector<std::optional<cost::OpMeasurement>> profile_torchscript_ops(const Model& model,
                                                                         const std::vector<ir::OpId>& ops,
                                                                         const std::vector<bool>& requires_grad, int reps,
@@ -54,6 +55,7 @@ class TorchPluginImpl : public TorchPlugin {
     return rannc::load_torchscript(path, options);
   }
   cost::DeviceProfile measure_device() override { return measure_cpu(); }
+  std::string profiled_device() override { return profiled_device_name(); }
   std::vector<std::optional<cost::OpMeasurement>> profile_ops(const Model& model, const std::vector<ir::OpId>& ops,
                                                               const std::vector<bool>& requires_grad, int reps,
                                                               const Progress& progress) override {

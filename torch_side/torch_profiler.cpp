@@ -1,5 +1,8 @@
 // The profiler: times and measures ops of a TorchScript model one at a time with libtorch,
-// and whole training steps for comparison. Part of the torch plugin.
+// and whole training steps for comparison. Part of the torch plugin. It runs on the GPU when
+// there is one (accelerator.h; RANNC_PROFILE_DEVICE=cpu keeps it on the CPU): CUDA events time
+// each pass, the caching allocator's figures give its memory; else on the CPU with the clock and
+// a counting allocator.
 //
 // Each op is cloned into a graph of its own whose inputs are the values a forward pass of the
 // model gives it (constants stay constants), then run forward and backward a few times. Memory
@@ -13,13 +16,19 @@
 #include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/version.h>
 
+#include <ATen/Context.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <fstream>
 #include <mutex>
 #include <unordered_map>
 
 #include "compiler/torch_plugin.h"
+#include "torch_side/accelerator.h"
+#include "torch_side/device_constants.h"
+#include "torch_side/torch_version.h"
 #include "torch_side/torchscript_source.h"
 #include "support/error.h"
 
@@ -39,10 +48,26 @@ double median(std::vector<double> values) {
   return values.empty() ? 0 : values[values.size() / 2];
 }
 
+// Where ops are profiled: the first GPU when there is one, unless RANNC_PROFILE_DEVICE=cpu.
+c10::Device profile_device() {
+  static const c10::Device device = [] {
+    const char* choice = std::getenv("RANNC_PROFILE_DEVICE");
+    bool cpu = choice && std::string(choice) == "cpu";
+    if (cpu || !accel::cuda_available()) return c10::Device(c10::DeviceType::CPU);
+    c10::Device gpu(c10::DeviceType::CUDA, 0);
+    accel::set_current_device(gpu);
+    // fp32 in fp32, as the runtime computes it (no TF32).
+    at::globalContext().setAllowTF32CuBLAS(false);
+    at::globalContext().setAllowTF32CuDNN(false);
+    return gpu;
+  }();
+  return device;
+}
+
 // Counts the bytes allocated on the CPU: current and peak since the last reset.
 class CountingAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(size_t bytes) const override {
+  RANNC_ALLOCATOR_ALLOCATE(bytes) {
     void* data = c10::alloc_cpu(bytes);
     std::lock_guard<std::mutex> lock(mutex_);
     sizes_[data] = bytes;
@@ -51,6 +76,7 @@ class CountingAllocator final : public c10::Allocator {
     return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  RANNC_ALLOCATOR_COPY_DATA
 
   std::int64_t current() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -93,6 +119,27 @@ class CountingAllocator final : public c10::Allocator {
   mutable std::int64_t current_ = 0, peak_ = 0;
 };
 
+// Tensor memory where the profile runs: the counting CPU allocator, or the GPU's caching allocator.
+class MemoryMeter {
+ public:
+  explicit MemoryMeter(const c10::Device& device) : device_(device) {
+    if (device_.is_cpu()) CountingAllocator::installed();
+  }
+  std::int64_t current() const {
+    return device_.is_cpu() ? CountingAllocator::installed().current() : accel::allocated_bytes(device_);
+  }
+  std::int64_t peak() const {
+    return device_.is_cpu() ? CountingAllocator::installed().peak() : accel::peak_allocated_bytes(device_);
+  }
+  void reset_peak() {
+    if (device_.is_cpu()) CountingAllocator::installed().reset_peak();
+    else accel::reset_peak_memory(device_);
+  }
+
+ private:
+  c10::Device device_;
+};
+
 std::string cpu_description() {
   std::ifstream cpuinfo("/proc/cpuinfo");
   std::string line, model = "unknown CPU";
@@ -116,11 +163,25 @@ double median_ms(int reps, Body body) {
   return median(times);
 }
 
+// The same, timed on `device` (CUDA events on a GPU).
+template <typename Body>
+double median_device_ms(const c10::Device& device, int reps, Body body) {
+  accel::Timer timer(device);
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    timer.start();
+    body();
+    times.push_back(timer.stop_ms());
+  }
+  return median(times);
+}
+
 // A value as an op input for profiling: tensors detached from the recording, with a fresh
 // gradient slot when the model computes a gradient for them.
-c10::IValue prepared(const c10::IValue& recorded, bool requires_grad) {
+c10::IValue prepared(const c10::IValue& recorded, bool requires_grad, const c10::Device& device) {
   auto prepare = [&](const at::Tensor& t) {
     at::Tensor copy = t.detach();
+    if (copy.defined() && copy.device().is_cpu() && !device.is_cpu()) copy = copy.to(device);
     if (requires_grad && copy.is_floating_point()) copy.requires_grad_(true);
     return copy;
   };
@@ -157,7 +218,8 @@ void reset_activation_grads(const torch::jit::Stack& inputs, const std::vector<b
 class SingleOp {
  public:
   SingleOp(Node* node, const std::unordered_map<const Value*, c10::IValue>& values,
-           const std::function<bool(std::size_t)>& input_requires_grad, const std::function<bool(std::size_t)>& input_is_weight) {
+           const std::function<bool(std::size_t)>& input_requires_grad, const std::function<bool(std::size_t)>& input_is_weight,
+           const c10::Device& device) {
     auto graph = std::make_shared<torch::jit::Graph>();
     std::unordered_map<Value*, Value*> env;
     for (std::size_t i = 0; i < node->inputs().size(); ++i) {
@@ -168,13 +230,14 @@ class SingleOp {
         continue;
       }
       env[input] = graph->addInput()->setType(input->type());
-      inputs_.push_back(prepared(values.at(input), input_requires_grad(i)));
+      inputs_.push_back(prepared(values.at(input), input_requires_grad(i), device));
       is_weight_.push_back(input_is_weight(i));
     }
     Node* clone = graph->appendNode(graph->createClone(node, [&](Value* v) { return env.at(v); }));
     std::string kind = node->kind().toQualString();
     in_place_ = kind.size() > 1 && kind.back() == '_';
     for (Value* output : clone->outputs()) graph->registerOutput(output);
+    if (!device.is_cpu()) retarget_device_constants(graph->block(), device);
     code_ = std::make_unique<torch::jit::Code>(graph, "profile");
   }
 
@@ -219,8 +282,25 @@ Differentiable differentiable_outputs(const torch::jit::Stack& outputs) {
 
 constexpr double kSlowOpMs = 200;  // ops slower than this are timed fewer times
 
-cost::OpMeasurement measure(const SingleOp& op, int reps) {
-  auto& allocator = CountingAllocator::installed();
+// A pass of an op: on a GPU, CUDA events from an idle GPU to the end of its kernels, so the
+// host's dispatch of a small op counts as it does in a step bound by the host. (Queueing the op
+// behind busy work to time its kernels alone made the predictions worse: docs/gpu.md.)
+class GpuTiming {
+ public:
+  explicit GpuTiming(const c10::Device& device) : device_(device), events_(device) {}
+  void start() {
+    accel::synchronize(device_);
+    events_.start();
+  }
+  double stop_ms() { return events_.stop_ms(); }
+
+ private:
+  c10::Device device_;
+  accel::Timer events_;
+};
+
+cost::OpMeasurement measure(const SingleOp& op, int reps, const c10::Device& device, GpuTiming& timer) {
+  MemoryMeter allocator(device);
   cost::OpMeasurement m;
   std::vector<double> fwd_times, bwd_times;
   auto warm_start = Clock::now();
@@ -229,9 +309,9 @@ cost::OpMeasurement measure(const SingleOp& op, int reps) {
     torch::jit::Stack inputs = op.fresh_inputs();
     std::int64_t base = allocator.current();
     allocator.reset_peak();
-    auto start = Clock::now();
+    timer.start();
     torch::jit::Stack outputs = op.run(std::move(inputs));
-    double fwd = elapsed_ms(start);
+    double fwd = timer.stop_ms();
     m.fwd_peak_bytes = allocator.peak() - base;
     m.retained_bytes = allocator.current() - base;
     Differentiable d = differentiable_outputs(outputs);
@@ -239,9 +319,9 @@ cost::OpMeasurement measure(const SingleOp& op, int reps) {
     allocator.reset_peak();
     double bwd = 0;
     if (!d.outputs.empty()) {
-      start = Clock::now();
+      timer.start();
       torch::autograd::backward(d.outputs, d.grads);
-      bwd = elapsed_ms(start);
+      bwd = timer.stop_ms();
     }
     m.bwd_peak_bytes = allocator.peak() - before_bwd;
     if (rep < 0) {
@@ -268,6 +348,7 @@ const TorchScriptSource& torchscript_source(const Model& model) {
 
 // Every value of the lowered graph after one forward pass on the example inputs.
 std::unordered_map<const Value*, c10::IValue> forward_values(const Model& model, const TorchScriptSource& source) {
+  // Recorded on the CPU; each op's inputs go to the profiled device when it is measured.
   auto inputs = example_inputs(model.path, source.specs, 1);
   auto recorded = record_values(*source.graph, inputs, source.weights);
   std::unordered_map<const Value*, c10::IValue> values;
@@ -302,7 +383,39 @@ auto naming_the_model(const std::string& path, const char* what, Step step) -> d
 
 }  // namespace
 
+namespace {
+
+// A GPU's peaks as measured in fp32 (the precision the profiler runs ops in): a large matmul,
+// a large copy, and the time of a near-empty op from the host's view (its launch).
+cost::DeviceProfile measure_gpu(const c10::Device& device) {
+  torch::NoGradGuard no_grad;
+  cost::DeviceProfile profile;
+  profile.description = accel::device_name(device) + ", libtorch " + TORCH_VERSION + ", CUDA events";
+  auto on = at::TensorOptions().device(device);
+  constexpr std::int64_t n = 8192;
+  auto a = at::randn({n, n}, on), b = at::randn({n, n}, on);
+  at::mm(a, b);
+  profile.peak_fp32_flops = 2.0 * n * n * n / (median_device_ms(device, 5, [&] { at::mm(a, b); }) * 1e-3);
+  constexpr std::int64_t elements = 256 * 1024 * 1024;  // 1 GiB
+  auto from = at::randn({elements}, on), to = at::empty({elements}, on);
+  to.copy_(from);
+  profile.mem_bandwidth = 2.0 * elements * 4 / (median_device_ms(device, 5, [&] { to.copy_(from); }) * 1e-3);
+  auto x = at::ones({4}, on), y = at::ones({4}, on);
+  constexpr int kTinyOps = 1000;
+  accel::synchronize(device);
+  profile.op_overhead = median_ms(5, [&] {
+                          for (int i = 0; i < kTinyOps; ++i) at::add(x, y);
+                          accel::synchronize(device);
+                        }) * 1e-3 / kTinyOps;
+  return profile;
+}
+
+}  // namespace
+
+std::string profiled_device_name() { return accel::device_name(profile_device()); }
+
 cost::DeviceProfile measure_cpu() {
+  if (!profile_device().is_cpu()) return measure_gpu(profile_device());
   CountingAllocator::installed();
   torch::NoGradGuard no_grad;
   cost::DeviceProfile device;
@@ -327,14 +440,18 @@ namespace {
 
 TorchPlugin::StepMeasurement measure_step(const Model& model, int reps) {
   const auto& source = torchscript_source(model);
-  auto& allocator = CountingAllocator::installed();
-  torch::jit::Module module = source.module;
+  const c10::Device device = profile_device();
+  MemoryMeter allocator(device);
+  // On a GPU, the model file loaded afresh onto it (as rannc-run loads stage files): moving the
+  // profiled module's parameters would leave autograd expecting their gradients on the CPU.
+  torch::jit::Module module = device.is_cpu() ? source.module : torch::jit::load(model.path, device);
+  retarget_device_constants(module, device);
   module.train();
   // The runtime runs stages without the profiling executor's autodiff graphs: plain
   // interpretation with eager autograd, which is what the per-op measurements add up to.
   torch::jit::GraphOptimizerEnabledGuard plain(false);
   std::vector<c10::IValue> inputs;
-  for (auto& t : example_inputs(model.path, source.specs, 1)) inputs.emplace_back(t);
+  for (auto& t : example_inputs(model.path, source.specs, 1)) inputs.emplace_back(t.to(device));
   auto step = [&] {
     std::vector<at::Tensor> outputs;
     collect_tensors(module.forward(inputs), outputs);
@@ -350,10 +467,12 @@ TorchPlugin::StepMeasurement measure_step(const Model& model, int reps) {
   for (const auto& w : source.weights) state_bytes += (w.trainable ? 2 : 1) * static_cast<std::int64_t>(w.tensor.nbytes());
   TorchPlugin::StepMeasurement m;
   std::int64_t transient = 0;
-  m.step_ms = median_ms(reps, [&] {
+  accel::synchronize(device);
+  m.step_ms = median_device_ms(device, reps, [&] {
     std::int64_t start = allocator.current();
     allocator.reset_peak();
     step();
+    accel::synchronize(device);
     transient = std::max(transient, allocator.peak() - start);
   });
   m.peak_bytes = state_bytes + transient;
@@ -368,7 +487,9 @@ std::vector<std::optional<cost::OpMeasurement>> profile_torchscript_ops(const Mo
                                                                         const std::vector<bool>& requires_grad, int reps,
                                                                         const TorchPlugin::Progress& progress) {
   const auto& source = torchscript_source(model);
-  CountingAllocator::installed();
+  const c10::Device device = profile_device();
+  MemoryMeter meter(device);  // installs the counting allocator before the first CPU tensor
+  GpuTiming timer(device);
   auto values = naming_the_model(model.path, "forward fails while profiling",
                                  [&] { return forward_values(model, source); });
   std::vector<std::optional<cost::OpMeasurement>> results;
@@ -380,8 +501,8 @@ std::vector<std::optional<cost::OpMeasurement>> profile_torchscript_ops(const Mo
       auto input_value = [&](std::size_t input) -> const ir::Value& { return model.graph.value(op.inputs.at(input)); };
       SingleOp single(
           node, values, [&](std::size_t input) { return requires_grad[static_cast<std::size_t>(op.inputs.at(input))]; },
-          [&](std::size_t input) { return input_value(input).is_weight(); });
-      results.emplace_back(measure(single, reps));
+          [&](std::size_t input) { return input_value(input).is_weight(); }, device);
+      results.emplace_back(measure(single, reps, device, timer));
     } catch (const std::exception&) {
       results.emplace_back(std::nullopt);  // costed by the roofline instead; the caller reports it
     }

@@ -7,6 +7,7 @@
 
 #include "cost_model/calibration.h"
 #include "cost_model/cost_model.h"
+#include "cost_model/device.h"
 #include "cost_model/op_signature.h"
 #include "graph_builders.h"
 #include "ir/batch_dims.h"
@@ -185,4 +186,23 @@ TEST_CASE("cost model: measured times for the profiled device, scaled by the roo
   double bytes = 4.0 * (8 * 64 + 32 * 64 + 8 * 32);
   CHECK(2.0 * 8 * 32 * 64 / (1e12 * 0.7) < bytes / (1e11 * 0.7));
   CHECK(roofline.fwd_ms == Approx((bytes / (1e11 * 0.7) + 1e-5) * 1e3));
+}
+
+TEST_CASE("a GPU profiled under libtorch's name calibrates its preset", "[cost]") {
+  using rannc::cost::preset_for_device;
+  CHECK(preset_for_device("cpu") == "cpu");
+  CHECK(preset_for_device("h200") == "h200");
+  CHECK(preset_for_device("NVIDIA H100 80GB HBM3") == "h100-80g");
+  CHECK(preset_for_device("NVIDIA H200") == "h200");
+  CHECK(preset_for_device("NVIDIA A100-SXM4-40GB") == "a100-40g");
+  CHECK(preset_for_device("NVIDIA A100-SXM4-80GB") == "a100-80g");
+  CHECK(preset_for_device("Tesla V100-SXM2-32GB") == "v100-32g");
+  CHECK(preset_for_device("NVIDIA GeForce RTX 4090") == "a100-80g");
+  rannc::cost::ProfileDb db;
+  db.device_for_update("NVIDIA H100 80GB HBM3").peak_fp32_flops = 5e13;
+  db.device_for_update("cpu").peak_fp32_flops = 1e11;
+  REQUIRE(db.device_for_preset("h100-80g") != nullptr);
+  CHECK(db.device_for_preset("h100-80g")->peak_fp32_flops == 5e13);
+  CHECK(db.device_for_preset("cpu")->peak_fp32_flops == 1e11);
+  CHECK(db.device_for_preset("a100-80g") == nullptr);
 }

@@ -19,9 +19,10 @@ import sys
 LAYERS = ["support", "ir", "plan", "cost_model", "partitioner", "sharding", "emit", "compiler", "torch_side", "runtime", "cmd"]
 TORCH_FOLDERS = {"torch_side", "runtime"}
 RUNTIME_FOLDERS = {"support", "ir", "plan", "runtime", "cmd"}
-RUNTIME_SHARED_TORCH = {"torch_side/state_dict_file.h"}  # compiled into librannc_state_dict.a
+# Compiled into librannc_state_dict.a and librannc_accelerator.a (the CPU/GPU differences).
+RUNTIME_SHARED_TORCH = {"torch_side/state_dict_file.h", "torch_side/accelerator.h"}
 RUNTIME_ARCHIVES = {"librannc_runtime.a", "librannc_runtime_core.a", "librannc_plan.a", "librannc_ir.a",
-                    "librannc_support.a", "librannc_state_dict.a"}
+                    "librannc_support.a", "librannc_state_dict.a", "librannc_accelerator.a"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+([<"])([^>"]+)[>"]', re.M)
 TORCH_HEADER = re.compile(r"^(torch|ATen|c10|caffe2)/")
 

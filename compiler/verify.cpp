@@ -91,6 +91,9 @@ std::string summary_line(const char* label, const Summary& summary) {
 VerifyOutcome run_verify(const VerifyOptions& options) {
   if (!(options.tolerance > 0)) throw InputError("--tolerance must be positive");
   auto plan = plan::read_plan_file(options.plan_path);
+  // Its dense stage reads pooled lookups that no stage file computes; the files compose as
+  // tests/cli/check_sharded_files.py checks.
+  if (plan.sharding) throw InputError(plan.path + ": a sharded plan of embedding tables: verify checks pipeline plans only");
   plan::check_stage_files(plan);
   Model model = load_planned_model(plan, options.model_path.value_or(plan.model_file()));
   auto request = request_for(model, plan, options.seed);

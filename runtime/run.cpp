@@ -153,6 +153,7 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   auto setup = std::make_unique<RankSetup>();
   setup->plan = plan::read_plan_file(options.plan_path);
   const auto& plan = setup->plan;
+  if (plan.sharding) throw InputError(plan.path + ": a sharded plan of embedding tables: rannc-run does not train those yet");
   if (static_cast<int>(plan.ranks.size()) != world.size()) {
     throw InputError(plan.path + ": the plan has " + std::to_string(plan.ranks.size()) + " ranks, but " +
                      std::to_string(world.size()) + " were started (run mpirun -np " + std::to_string(plan.ranks.size()) +

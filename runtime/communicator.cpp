@@ -1,5 +1,7 @@
 #include "runtime/communicator.h"
 
+#include <ATen/ops/cat.h>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -179,6 +181,40 @@ double Communicator::sum_over_world(double value) {
   std::vector<at::Tensor> tensors{at::tensor({value}, at::TensorOptions().dtype(at::kDouble)).to(wire_options().device())};
   wait_for("summing the loss over all ranks", [&] { world_->allreduce(tensors)->wait(); });
   return tensors.front().item<double>();
+}
+
+void Communicator::sum_over_world(at::Tensor& tensor) {
+  std::vector<at::Tensor> tensors{to_wire(tensor)};
+  wait_for("summing over all ranks", [&] { world_->allreduce(tensors)->wait(); });
+  if (staged_ || !tensors.front().is_same(tensor)) tensor.copy_(tensors.front());
+}
+
+std::vector<at::Tensor> Communicator::all_to_all(const std::vector<at::Tensor>& to_each, const std::string& what) {
+  const auto n = to_each.size();
+  std::vector<std::int64_t> send_sizes(n), ones(n, 1);
+  for (std::size_t r = 0; r < n; ++r) send_sizes[r] = to_each[r].numel();
+  auto counts = at::tensor(send_sizes, at::TensorOptions().dtype(at::kLong)).to(wire_options().device());
+  auto received_counts = at::empty_like(counts);
+  std::vector<std::int64_t> ones_out = ones;
+  wait_for(what + " (sizes)", [&] { world_->alltoall_base(received_counts, counts, ones_out, ones)->wait(); });
+  auto host_counts = received_counts.to(at::kCPU);
+  std::vector<std::int64_t> receive_sizes(host_counts.data_ptr<std::int64_t>(), host_counts.data_ptr<std::int64_t>() + n);
+  std::vector<at::Tensor> flat;
+  for (const auto& tensor : to_each) flat.push_back(to_wire(tensor.reshape({-1})));
+  at::Tensor sent = at::cat(flat);
+  std::int64_t total = 0;
+  for (auto size : receive_sizes) total += size;
+  at::Tensor received = at::empty({total}, wire_options().dtype(sent.scalar_type()));
+  // Copies: Gloo's alltoall_base moves the split sizes it is given into its work.
+  auto receive_splits = receive_sizes, send_splits = send_sizes;
+  wait_for(what, [&] { world_->alltoall_base(received, sent, receive_splits, send_splits)->wait(); });
+  std::vector<at::Tensor> parts;
+  std::int64_t at = 0;
+  for (auto size : receive_sizes) {
+    parts.push_back(received.narrow(0, at, size).to(settings_.device));
+    at += size;
+  }
+  return parts;
 }
 
 double Communicator::take_wait_ms() {

@@ -74,6 +74,13 @@ class Communicator {
   void all_gather(int group, const at::Tensor& input, at::Tensor& output);
   // The sum of `value` over all ranks.
   double sum_over_world(double value);
+  // `tensor` summed over all ranks, in place.
+  void sum_over_world(at::Tensor& tensor);
+  // Sends `to_each[r]` (1-D, one dtype for all) to rank r and returns what each rank sent this
+  // one, in rank order: the sizes first (one count per pair), then the data in one all-to-all.
+  // Sharded embedding tables exchange ids, pooled rows and their gradients this way. `what`
+  // names it in errors.
+  std::vector<at::Tensor> all_to_all(const std::vector<at::Tensor>& to_each, const std::string& what);
 
   // Milliseconds spent waiting on communication since the last call.
   double take_wait_ms();

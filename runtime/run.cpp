@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -65,10 +66,22 @@ std::vector<SampleSpec> sample_specs(const plan::Plan& plan, const LossPlan& los
   return specs;
 }
 
-std::vector<std::string> needed_arrays(const plan::Stage& stage, const LossPlan& loss) {
+// What rannc-run does not do with a sharded plan yet: one line each.
+void check_sharded_options(const RunOptions& options) {
+  const char* unsupported = options.clip_grad_norm > 0 ? "--clip-grad-norm"
+                            : !options.save_dir.empty() ? "--save"
+                            : !options.resume_dir.empty() ? "--resume"
+                            : !options.init_path.empty() ? "--init" : nullptr;
+  if (unsupported) throw InputError(std::string(unsupported) + " is not supported with a sharded plan of embedding tables yet");
+}
+
+std::vector<std::string> needed_arrays(const plan::Plan& plan, const plan::Stage& stage, const LossPlan& loss) {
   std::vector<std::string> names;
   for (const auto& input : stage.inputs)
     if (input.model_input) names.push_back(*input.model_input);
+  if (plan.sharding && plan.sharding->files)
+    for (const auto& name : plan.sharding->files->index_inputs)
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
   if (loss.target && stage.id == loss.stage) names.push_back(loss.target->name);
   return names;
 }
@@ -153,7 +166,7 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   auto setup = std::make_unique<RankSetup>();
   setup->plan = plan::read_plan_file(options.plan_path);
   const auto& plan = setup->plan;
-  if (plan.sharding) throw InputError(plan.path + ": a sharded plan of embedding tables: rannc-run does not train those yet");
+  if (plan.sharding) check_sharded_options(options);
   if (static_cast<int>(plan.ranks.size()) != world.size()) {
     throw InputError(plan.path + ": the plan has " + std::to_string(plan.ranks.size()) + " ranks, but " +
                      std::to_string(world.size()) + " were started (run mpirun -np " + std::to_string(plan.ranks.size()) +
@@ -172,7 +185,7 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   const auto& stage = plan.stages.at(static_cast<std::size_t>(setup->placement.stage));
   plan::check_stage_file(plan, stage);  // the file this rank loads is the one partition wrote
   setup->data = std::make_unique<TrainingData>(options, plan.batch.global, sample_specs(plan, setup->loss),
-                                               needed_arrays(stage, setup->loss), setup->layout->step_rows(setup->placement));
+                                               needed_arrays(plan, stage, setup->loss), setup->layout->step_rows(setup->placement));
   setup->optimizer = optimizer_settings(options, plan);
   if (options.bucket_kib < 1 || options.bucket_kib > (std::int64_t{1} << 30))
     throw InputError("--bucket-kib " + std::to_string(options.bucket_kib) + ": must be 1 to 2^30 (1 TiB)");
@@ -224,9 +237,16 @@ std::string describe(const plan::Plan& plan, int accumulate_steps, const std::st
 }
 
 json rank_json(const RankRecord& r) {
-  return {{"rank", r.rank}, {"stage", r.stage}, {"peak_mem_bytes", r.peak_mem_bytes}, {"fwd_ms", r.fwd_ms},
-          {"bwd_ms", r.bwd_ms}, {"comm_ms", r.comm_ms}, {"offload_bytes", r.offload_bytes},
-          {"optimizer_elements", r.optimizer_elements}, {"data_bytes", r.data_bytes}};
+  json entry = {{"rank", r.rank}, {"stage", r.stage}, {"peak_mem_bytes", r.peak_mem_bytes}, {"fwd_ms", r.fwd_ms},
+                {"bwd_ms", r.bwd_ms}, {"comm_ms", r.comm_ms}, {"offload_bytes", r.offload_bytes},
+                {"optimizer_elements", r.optimizer_elements}, {"data_bytes", r.data_bytes}};
+  if (r.embeddings) {
+    const auto& e = *r.embeddings;
+    entry["embeddings"] = {{"index_bytes", e.index_bytes},   {"pooled_bytes", e.pooled_bytes},
+                           {"grad_bytes", e.grad_bytes},     {"allreduce_bytes", e.allreduce_bytes},
+                           {"lookup_ms", e.lookup_ms},       {"exchange_ms", e.exchange_ms}};
+  }
+  return entry;
 }
 
 void write_report(const std::string& path, const std::vector<StepRecord>& steps, const std::vector<std::string>& ranks,
@@ -306,8 +326,10 @@ int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
   if (setup.resume) restore_optimizer(*setup.resume, setup.placement.stage, world.rank(), state);
   CheckpointWriter checkpoints(options, setup.plan, setup.plan_sha256, std::string(plan::optimizer_name(setup.optimizer.kind)),
                                setup.placement.stage);
+  std::unique_ptr<EmbeddingExchange> embeddings;
+  if (setup.plan.sharding) embeddings = std::make_unique<EmbeddingExchange>(setup.plan, world.rank(), communicator, setup.optimizer);
   Trainer trainer(setup.plan, *setup.layout, world.rank(), *setup.runner, *setup.data, communicator, state,
-                  options.accumulate_steps);
+                  options.accumulate_steps, embeddings.get());
   if (world.rank() == 0) std::cout << "rannc-run: " << describe(setup.plan, options.accumulate_steps, where) << std::endl;
   if (world.rank() == 0 && setup.plan.precision == plan::Precision::kFp16Mixed)
     std::cout << "rannc-run: fp16-mixed: computed in fp32 (libtorch's CPU autocast has no float16, and rannc-run has no "

@@ -22,6 +22,8 @@ namespace {
 
 constexpr double kMomentum = 0.9;  // --optimizer momentum: SGD with this momentum
 
+}  // namespace
+
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Tensor>& params,
                                                         const OptimizerSettings& settings) {
   if (settings.kind == plan::Optimizer::kAdam && settings.weight_decay > 0) {
@@ -34,6 +36,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Te
   return std::make_unique<torch::optim::SGD>(
       params, torch::optim::SGDOptions(settings.lr).momentum(momentum).weight_decay(settings.weight_decay));
 }
+
+namespace {
 
 // Calls visit(tensor piece, offset in range) for every part of `tensors`, laid end to end, that
 // falls in elements [begin, begin + length).

@@ -36,6 +36,9 @@ struct OptimizerSettings {
   double clip_grad_norm = 0;  // 0: no clipping
 };
 
+// The optimizer `settings` name over `params` (their gradients in .grad()).
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Tensor>& params, const OptimizerSettings& settings);
+
 class StateSync {
  public:
   // `params` are the stage's trainable parameters in plan order, with their gradients; the

@@ -39,7 +39,7 @@ at::Tensor cut(const at::Tensor& tensor, int batch_dim, const SampleRange& range
 }  // namespace
 
 Trainer::Trainer(const plan::Plan& plan, const RankLayout& layout, int rank, StageRunner& runner, TrainingData& data,
-                 Communicator& communicator, StateSync& state, int accumulate_steps)
+                 Communicator& communicator, StateSync& state, int accumulate_steps, EmbeddingExchange* embeddings)
     : plan_(plan),
       layout_(layout),
       stage_(plan.stages.at(static_cast<std::size_t>(layout.placement(rank).stage))),
@@ -50,6 +50,7 @@ Trainer::Trainer(const plan::Plan& plan, const RankLayout& layout, int rank, Sta
       communicator_(communicator),
       state_(state),
       accumulate_steps_(accumulate_steps),
+      embeddings_(embeddings),
       tasks_(plan::stage_passes(plan.schedule, plan.stages_after(stage_.id), plan.batch.microbatches)),
       consumers_(stage_.outputs.size()) {
   for (const auto& stage : plan.stages) {
@@ -96,6 +97,10 @@ std::vector<at::Tensor> Trainer::gather_inputs(int microbatch) {
     const auto& input = stage_.inputs[k];
     if (input.model_input) {
       inputs.push_back(data_.rows(*input.model_input, microbatch));
+      continue;
+    }
+    if (input.embedding) {
+      inputs.push_back(embeddings_->pooled(*input.embedding));
       continue;
     }
     std::vector<at::Tensor> pieces;
@@ -148,7 +153,8 @@ std::vector<at::Tensor> Trainer::gather_output_grads(int microbatch) {
 void Trainer::send_input_grads(int microbatch, const std::vector<at::Tensor>& grads) {
   for (std::size_t k = 0; k < stage_.inputs.size(); ++k) {
     const auto& input = stage_.inputs[k];
-    if (input.model_input || !has_gradient(input)) continue;
+    if (input.embedding && grads[k].defined()) embeddings_->add_gradient(*input.embedding, grads[k]);
+    if (input.model_input || input.embedding || !has_gradient(input)) continue;
     // The sender waits for a gradient of every float it sent, used or not.
     auto grad = grads[k].defined() ? grads[k].to(scalar_type(input))
                                    : at::zeros(input.shape, at::TensorOptions().dtype(scalar_type(input)).device(runner_.device()));
@@ -196,10 +202,17 @@ StepRecord Trainer::run_step(int step) {
   double loss = 0;
   for (int k = 0; k < accumulate_steps_; ++k) {
     data_.load_step(static_cast<std::int64_t>(step) * accumulate_steps_ + k);
+    if (embeddings_) {
+      std::vector<at::Tensor> index_inputs;
+      for (const auto& name : embeddings_->index_inputs()) index_inputs.push_back(data_.rows(name, 0));
+      embeddings_->forward(index_inputs);
+    }
     loss += run_passes();
+    if (embeddings_) embeddings_->backward();
   }
   runner_.end_step();
   double grad_norm = state_.step(step);
+  if (embeddings_) embeddings_->step(state_.lr_at(step));
   // Ranks without the loss add 0.
   if (layout_.world_size() > 1) loss = communicator_.sum_over_world(loss);
   comm_ms_ += communicator_.take_wait_ms();
@@ -212,8 +225,10 @@ RankRecord Trainer::record() const {
   double steps = std::max(steps_run_, 1);
   // A GPU's peak is the caching allocator's, of the device memory the plan predicts.
   std::int64_t peak = runner_.device().is_cpu() ? peak_tensor_bytes() : accel::peak_allocated_bytes(runner_.device());
-  return {rank_, stage_.id, peak, runner_.offload_bytes(), state_.stepped_elements(), data_.bytes_read(),
-          fwd_ms_ / steps, bwd_ms_ / steps, comm_ms_ / steps};
+  RankRecord record{rank_, stage_.id, peak, runner_.offload_bytes(), state_.stepped_elements(), data_.bytes_read(),
+                    fwd_ms_ / steps, bwd_ms_ / steps, comm_ms_ / steps, std::nullopt};
+  if (embeddings_) record.embeddings = embeddings_->record();
+  return record;
 }
 
 }  // namespace rannc::runtime

@@ -3,6 +3,9 @@
 // (gradients summed over the ranks that hold the same weights, and the optimizer step).
 #pragma once
 
+#include <optional>
+
+#include "runtime/embedding_exchange.h"
 #include <cstdint>
 #include <vector>
 
@@ -32,14 +35,16 @@ struct RankRecord {
   std::int64_t optimizer_elements = 0;
   std::int64_t data_bytes = 0;  // read from --data's files  // weight elements this rank's optimizer steps (its shards when sharded)
   double fwd_ms = 0, bwd_ms = 0, comm_ms = 0;
+  std::optional<ExchangeRecord> embeddings;  // sharded plans: the embedding exchange's bytes and time
 };
 
 class Trainer {
  public:
   // Each step runs `accumulate_steps` global batches (data steps step * accumulate_steps + k),
   // whose gradients add up before the optimizer steps.
+  // `embeddings`: a sharded plan's tables, whose pooled rows some stage inputs are (else null).
   Trainer(const plan::Plan& plan, const RankLayout& layout, int rank, StageRunner& runner, TrainingData& data,
-          Communicator& communicator, StateSync& state, int accumulate_steps);
+          Communicator& communicator, StateSync& state, int accumulate_steps, EmbeddingExchange* embeddings = nullptr);
 
   // Every rank runs the same steps; the loss comes back on every rank.
   StepRecord run_step(int step);
@@ -70,6 +75,7 @@ class Trainer {
   Communicator& communicator_;
   StateSync& state_;
   int accumulate_steps_;
+  EmbeddingExchange* embeddings_;
   std::vector<plan::PassTask> tasks_;
   std::vector<std::vector<Consumer>> consumers_;  // per output of this stage
   // Per stage, per pass and microbatch: the index of that pass in the stage's order.

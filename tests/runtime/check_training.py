@@ -165,6 +165,9 @@ def check_data_bytes(report, plan, steps, data_dir):
     for rank in report["ranks"]:
         stage = plan["stages"][rank["stage"]]
         names = [i["source"]["model_input"] for i in stage["inputs"] if "model_input" in i.get("source", {})]
+        # A sharded plan's ranks also read the inputs its tables' ids come from.
+        files = plan.get("sharding", {}).get("files")
+        names += [n for n in files["indices"]["inputs"] if n not in names] if files else []
         if stage["id"] == loss_stage and os.path.exists(os.path.join(data_dir, "target.npy")):
             names.append("target")
         samples = batch["global"] // batch["pipelines"] // stage["replicas_per_pipeline"]

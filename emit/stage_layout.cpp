@@ -132,6 +132,9 @@ StageLayout ops_layout(const ir::Graph& graph, const std::vector<ir::OpId>& ops,
       if (value.is_weight()) weights.insert(v);
       else if (value.producer == ir::kNoId || !mine.count(value.producer)) inputs.insert(v);
     }
+  // A requested output no op here computes (a model input a lookup reads as it is) passes through.
+  for (auto v : outputs)
+    if (graph.value(v).producer == ir::kNoId || !mine.count(graph.value(v).producer)) inputs.insert(v);
   for (auto v : inputs) layout.inputs.push_back({v, -1, -1});
   for (auto id : outputs.empty() ? graph.model_outputs() : outputs) layout.outputs.push_back({id, outputs.empty()});
   for (auto v : weights) add_weight(layout, graph.value(v));

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -460,38 +461,44 @@ std::string Plan::model_file() const { return from_plan_folder(*this, model.path
 
 namespace {
 
-// Each shard's rows and columns lie in its table on a rank of the cluster; the shards of a
-// partitioned table cover every element once, and a data-parallel table is whole on every rank.
+// Each shard lies inside its table on a rank of the cluster, one shard of a table per rank. A
+// data-parallel table is whole on every rank; a table-wise one whole on one; the others are cut
+// in rows only (row-wise, table-row-wise) or in columns only (column-wise) into pieces that tile
+// the table from 0 to its end, each element once: checked in O(n log n) on the pieces' ranges.
 void check_cover(const Field& field, const ShardedTable& table, const Plan& plan) {
   const auto world = static_cast<std::size_t>(plan.cluster.gpus);
+  if (table.shards.size() > world) field["shards"].fail(std::to_string(table.shards.size()) + " shards, more than the ranks");
   std::vector<bool> on_rank(world, false);
-  double covered = 0;
   for (const auto& s : table.shards) {
     if (s.rank >= plan.cluster.gpus) field["shards"].fail("rank " + std::to_string(s.rank) + " is not a rank of the cluster");
-    if (s.rows < 1 || s.cols < 1 || s.row_begin + s.rows > table.rows || s.col_begin + s.cols > table.dim)
-      field["shards"].fail("a shard of rank " + std::to_string(s.rank) + " lies outside the " + std::to_string(table.rows) + " x " +
-                           std::to_string(table.dim) + " table");
+    if (on_rank[static_cast<std::size_t>(s.rank)]) field["shards"].fail("two shards on rank " + std::to_string(s.rank));
     on_rank[static_cast<std::size_t>(s.rank)] = true;
-    covered += static_cast<double>(s.rows) * static_cast<double>(s.cols);
   }
-  double whole = static_cast<double>(table.rows) * static_cast<double>(table.dim);
-  if (table.type == "data_parallel") {
-    if (table.shards.size() != world || std::count(on_rank.begin(), on_rank.end(), true) != static_cast<long>(world) ||
-        covered != whole * static_cast<double>(world))
-      field["shards"].fail("a data_parallel table is whole on every rank, once");
+  auto whole = [&](const EmbeddingShard& s) { return s.rows == table.rows && s.cols == table.dim; };
+  bool all_whole = std::all_of(table.shards.begin(), table.shards.end(), whole);
+  if (table.type == "data_parallel" || table.type == "table_wise") {
+    std::size_t expected = table.type == "data_parallel" ? world : 1;
+    if (!all_whole || table.shards.size() != expected)
+      field["shards"].fail("a " + table.type + " table is whole on " + (expected == 1 ? "one rank" : "every rank"));
     return;
   }
-  // Shards of one table are disjoint when they fill it exactly and no two overlap; they are cut
-  // in rows or in columns only, so comparing the covered count and pairwise overlap suffices.
-  for (std::size_t a = 0; a < table.shards.size(); ++a)
-    for (std::size_t b = a + 1; b < table.shards.size(); ++b) {
-      const auto &x = table.shards[a], &y = table.shards[b];
-      bool rows = x.row_begin < y.row_begin + y.rows && y.row_begin < x.row_begin + x.rows;
-      bool cols = x.col_begin < y.col_begin + y.cols && y.col_begin < x.col_begin + x.cols;
-      if (rows && cols) field["shards"].fail("shards " + std::to_string(a) + " and " + std::to_string(b) + " overlap");
-    }
-  if (covered != whole) field["shards"].fail("the shards do not cover the table's " + std::to_string(table.rows) + " x " +
-                                             std::to_string(table.dim) + " elements exactly once");
+  bool by_columns = table.type == "column_wise";
+  // (begin, length) of each piece along the cut dim; the other dim must be whole.
+  std::vector<std::pair<std::int64_t, std::int64_t>> pieces;
+  for (const auto& s : table.shards) {
+    bool other_whole = by_columns ? s.rows == table.rows : s.cols == table.dim;
+    if (!other_whole) field["shards"].fail("a " + table.type + " table is cut in " + (by_columns ? "columns" : "rows") + " only");
+    pieces.emplace_back(by_columns ? s.col_begin : s.row_begin, by_columns ? s.cols : s.rows);
+  }
+  std::sort(pieces.begin(), pieces.end());
+  std::int64_t next = 0;
+  for (const auto& [begin, length] : pieces) {
+    if (begin != next) field["shards"].fail(begin < next ? "shards overlap" : "the shards do not cover the table exactly once");
+    next = begin + length;
+  }
+  if (next != (by_columns ? table.dim : table.rows))
+    field["shards"].fail("the shards do not cover the table's " + std::to_string(table.rows) + " x " + std::to_string(table.dim) +
+                         " elements exactly once");
 }
 
 // A string that must be one of `names`.
@@ -539,6 +546,7 @@ ShardedTable read_sharded_table(const Field& field, const Plan& plan) {
   table.type = read_name(field["type"], {"data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise"},
                          "a sharding type");
   table.tier = read_name(field["tier"], {"device", "host"}, "a tier");
+  if (table.tier == "host" && table.type != "table_wise") field["tier"].fail("host: only a table_wise table lives in host memory");
   for (const auto& entry : field["shards"].items()) {
     EmbeddingShard shard;
     shard.rank = entry["rank"].small(0);
@@ -593,10 +601,14 @@ void read_sharding(const Field& root, Plan& plan) {
   sharding.comm_dtype_bwd = read_name((*field)["comm_dtype_bwd"], kCommDtypes, "a communication dtype");
   sharding.sparse_optimizer =
       read_name((*field)["sparse_optimizer"], {"sgd", "momentum", "adam", "rowwise_adagrad"}, "a sparse optimizer");
-  for (const auto& table : (*field)["tables"].items()) sharding.tables.push_back(read_sharded_table(table, plan));
   auto ranks = (*field)["ranks"].items();
   if (ranks.size() != static_cast<std::size_t>(plan.cluster.gpus))
     (*field)["ranks"].fail(std::to_string(ranks.size()) + " rank(s), the cluster has " + std::to_string(plan.cluster.gpus));
+  std::set<std::string> names;
+  for (const auto& table : (*field)["tables"].items()) {
+    sharding.tables.push_back(read_sharded_table(table, plan));
+    if (!names.insert(sharding.tables.back().name).second) table["name"].fail("a second table of this name");
+  }
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const auto& r = ranks[i];
     ShardedRank rank{r["rank"].small(0), r["lookup_ms"].non_negative(), r["all_to_all_ms"].non_negative(),

@@ -360,6 +360,7 @@ std::vector<Shard> shards_of(const EmbeddingTable& table, const Candidate& c) {
       std::int64_t block = (table.rows + c.count - 1) / c.count;  // ceil blocks: 10 rows over 4 ranks are 3, 3, 3, 1
       shard.row_begin = std::min(table.rows, i * block);
       shard.rows = std::min(block, table.rows - shard.row_begin);
+      if (shard.rows == 0) continue;  // 9 rows over 4 ranks are 3, 3, 3: the last rank holds none
     }
     shards.push_back(shard);
   }

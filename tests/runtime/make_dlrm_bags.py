@@ -1,5 +1,6 @@
-"""Writes OUT/dlrm_bags.trace.pt: a DLRM whose 8 embedding tables (50 to 400 rows of 8) pool bags of 3
-ids, 5 summed and 3 averaged, beside a bottom MLP of 13 dense features; their concatenation goes
+"""Writes OUT/dlrm_bags.trace.pt: a DLRM whose 8 embedding tables (50 to 400 rows of 8 columns, the
+last of 256, wide enough to cut in columns) pool bags of 3 ids, 5 summed and 3 averaged, beside a
+bottom MLP of 13 dense features; their concatenation goes
 through a top MLP to one output per sample. nn.Embedding pooled by sum or mean traces at any batch
 (nn.EmbeddingBag's trace keeps the offsets of the batch it was traced at), so one trace serves every
 plan. The sharded training test plans it on 4 ranks.
@@ -13,6 +14,7 @@ import torch
 import torch.nn as nn
 
 ROWS = [50, 400, 120, 300, 80, 250, 60, 200]
+DIMS = [8, 8, 8, 8, 8, 8, 8, 256]
 MEAN = {2, 5, 7}
 
 
@@ -20,8 +22,8 @@ class DlrmBags(nn.Module):
     def __init__(self):
         super().__init__()
         self.bottom = nn.Sequential(nn.Linear(13, 8), nn.ReLU())
-        self.tables = nn.ModuleList(nn.Embedding(rows, 8) for rows in ROWS)
-        self.top = nn.Sequential(nn.Linear(8 * (len(ROWS) + 1), 16), nn.ReLU(), nn.Linear(16, 1))
+        self.tables = nn.ModuleList(nn.Embedding(rows, dim) for rows, dim in zip(ROWS, DIMS))
+        self.top = nn.Sequential(nn.Linear(8 + sum(DIMS), 16), nn.ReLU(), nn.Linear(16, 1))
 
     def forward(self, dense, sparse):
         features = [self.bottom(dense)]

@@ -539,6 +539,7 @@ ShardedTable read_sharded_table(const Field& field, const Plan& plan) {
   auto dtype = ir::parse_dtype(table.dtype);
   if (!dtype || ir::dtype_name(*dtype) != table.dtype) field["dtype"].fail("'" + text_excerpt(table.dtype) + "' is not a dtype");
   table.pooling_mode = read_name(field["pooling_mode"], {"sum", "mean", "max", "none"}, "a pooling mode");
+  // Recorded per table for readers of one table; the section's are the ones that count.
   read_name(field["comm_dtype"], kCommDtypes, "a communication dtype");
   read_name(field["comm_dtype_bwd"], kCommDtypes, "a communication dtype");
   table.pooling = field["pooling"].non_negative();
@@ -588,7 +589,8 @@ ShardingFiles read_sharding_files(const Field& field, const Plan& plan, const Sh
     files.shards.push_back(read_plan_file_entry(shards[r]));
   }
   for (const auto& table : sharding.tables)
-    if (table.stage_name.empty()) field.fail("table " + text_excerpt(table.name) + " has no stage_name in the tables file");
+    if (table.stage_name.empty() || table.lookup_args.empty())
+      field.fail("table " + text_excerpt(table.name) + " has no stage_name or lookup_args in the tables file");
   return files;
 }
 
@@ -597,6 +599,9 @@ void read_sharding(const Field& root, Plan& plan) {
   if (!field) return;
   Sharding sharding;
   sharding.batch_per_rank = (*field)["batch_per_rank"].small(1);
+  if (sharding.batch_per_rank * plan.cluster.gpus != plan.batch.global)
+    (*field)["batch_per_rank"].fail(std::to_string(sharding.batch_per_rank) + " x " + std::to_string(plan.cluster.gpus) +
+                                    " ranks is not the global batch " + std::to_string(plan.batch.global));
   sharding.comm_dtype = read_name((*field)["comm_dtype"], kCommDtypes, "a communication dtype");
   sharding.comm_dtype_bwd = read_name((*field)["comm_dtype_bwd"], kCommDtypes, "a communication dtype");
   sharding.sparse_optimizer =

@@ -274,14 +274,27 @@ void EmbeddingExchange::backward() {
           0, table.served.rows[q], grad.index_select(0, table.served.samples[q]));
     }
   }
+  // This rank's part of the data-parallel tables' gradients, summed over all ranks in one allreduce.
+  std::vector<at::Tensor> replicated;
+  for (auto& table : tables_) {
+    if (!table.data_parallel) continue;
+    auto part = at::zeros_like(owned_[static_cast<std::size_t>(table.owned)]);
+    replicated.push_back(part.index_add_(0, table.ids, table.grad.index_select(0, table.samples)).reshape({-1}));
+  }
+  record_.lookup_ms += ms_since(start);
+  if (replicated.empty()) return;
+  auto summed = at::cat(replicated);
+  record_.allreduce_bytes += static_cast<std::int64_t>(summed.nbytes());
+  start = Clock::now();
+  if (world_ > 1) communicator_.sum_over_world(summed);
+  record_.exchange_ms += ms_since(start);
+  std::int64_t at = 0;
   for (auto& table : tables_) {
     if (!table.data_parallel) continue;
     auto& grad = owned_[static_cast<std::size_t>(table.owned)].mutable_grad();
-    grad.index_add_(0, table.ids, table.grad.index_select(0, table.samples));
-    record_.allreduce_bytes += static_cast<std::int64_t>(grad.nbytes());
-    if (world_ > 1) communicator_.sum_over_world(grad);
+    grad.add_(summed.narrow(0, at, grad.numel()).view_as(grad));
+    at += grad.numel();
   }
-  record_.lookup_ms += ms_since(start);
 }
 
 void EmbeddingExchange::step(double lr) {

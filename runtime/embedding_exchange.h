@@ -33,7 +33,8 @@ struct Module;
 
 namespace rannc::runtime {
 
-// Bytes this rank sent in each exchange, and the time spent in them, over the steps run.
+// Bytes this rank sent in each exchange over the steps run (and summed in the data-parallel
+// tables' allreduce), and the time spent in lookups and in the exchanges.
 struct ExchangeRecord {
   std::int64_t index_bytes = 0, pooled_bytes = 0, grad_bytes = 0, allreduce_bytes = 0;
   double lookup_ms = 0, exchange_ms = 0;

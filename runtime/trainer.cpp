@@ -227,7 +227,11 @@ RankRecord Trainer::record() const {
   std::int64_t peak = runner_.device().is_cpu() ? peak_tensor_bytes() : accel::peak_allocated_bytes(runner_.device());
   RankRecord record{rank_, stage_.id, peak, runner_.offload_bytes(), state_.stepped_elements(), data_.bytes_read(),
                     fwd_ms_ / steps, bwd_ms_ / steps, comm_ms_ / steps, std::nullopt};
-  if (embeddings_) record.embeddings = embeddings_->record();
+  if (embeddings_) {
+    record.embeddings = embeddings_->record();  // bytes over the run, times per step
+    record.embeddings->lookup_ms /= steps;
+    record.embeddings->exchange_ms /= steps;
+  }
   return record;
 }
 

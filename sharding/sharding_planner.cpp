@@ -13,6 +13,11 @@ namespace rannc::sharding {
 namespace {
 
 constexpr double kIndexBytes = 8;         // an int64 id
+constexpr double kRoutedIdBytes = 16;     // an id sent to a shard with the sample it pools into (rannc-run's)
+// Collectives of the embedding exchange per step, each paying the link's latency whatever the
+// placement: the ids, the pooled rows and their gradients (each a size exchange and the data),
+// and the one allreduce of the data-parallel tables' gradients.
+constexpr int kExchangeRounds = 7;
 constexpr std::int64_t kMinColumnShard = 128;  // TorchRec's MIN_CW_DIM: narrower pieces read memory badly
 constexpr double kDataParallelOptimizer = 9.22;  // TorchRec: the fused optimizer's passes over a DP table
 constexpr double kCacheFraction = 0.2;           // TorchRec's default share of a host table cached on the device
@@ -50,7 +55,7 @@ class CostModel {
                       global * cols * element(t)) * penalty / hbm();
     RankLoad load;
     load.lookup_ms = 3 * forward * 1e3;  // backward is twice the forward
-    load.all_to_all_ms = global * (t.pooling * kIndexBytes + cols * (p_.forward_comm_bytes + p_.backward_comm_bytes)) /
+    load.all_to_all_ms = global * (t.pooling * kRoutedIdBytes + cols * (p_.forward_comm_bytes + p_.backward_comm_bytes)) /
                          bandwidth(world_) * 1e3;
     load.mem_bytes = state_bytes(static_cast<double>(t.rows), cols, t) + io_bytes(t, global * t.pooling, cols);
     return load;
@@ -120,7 +125,7 @@ class CostModel {
   }
   // The ids a shard receives and the pooled rows it sends.
   double io_bytes(const EmbeddingTable& t, double lookups, double cols) const {
-    return lookups * kIndexBytes + batch() * world_ * cols * element(t);
+    return lookups * kRoutedIdBytes + batch() * world_ * cols * element(t);
   }
 
   const ShardingProblem& p_;
@@ -237,6 +242,10 @@ Search prepare(const ShardingProblem& problem) {
   search.cluster = problem.cluster;
   search.dense.dense_ms = problem.dense_ms;
   search.dense.mem_bytes = problem.dense_mem_bytes;
+  if (problem.cluster.gpus() > 1) {
+    const auto& link = problem.cluster.nodes > 1 ? problem.cluster.inter_node : problem.cluster.intra_node;
+    search.dense.all_to_all_ms = kExchangeRounds * link.latency * 1e3;
+  }
   if (!problem.constraints.empty() && problem.constraints.size() != problem.tables.size())
     throw std::logic_error("plan_sharding: one constraint per table");
   // Costliest first by the table-wise step; of equal ones the larger table (fewer places fit it).

@@ -47,6 +47,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr double kRowwiseAdagradEps = 1e-8;
+
 double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
 
 at::ScalarType wire_dtype(const std::string& comm_dtype) {
@@ -118,7 +120,15 @@ EmbeddingExchange::EmbeddingExchange(const plan::Plan& plan, int rank, Communica
     tables_.push_back(std::move(entry));
   }
   for (auto& shard : owned_) shard.mutable_grad() = at::zeros_like(shard);
-  optimizer_ = make_optimizer(owned_, settings);
+  // The tables step with the plan's sparse optimizer (what its memory was planned for), at
+  // rannc-run's learning rate and weight decay.
+  if (sharding.sparse_optimizer == "rowwise_adagrad") {
+    for (const auto& shard : owned_) row_sums_.push_back(at::zeros({shard.size(0)}));
+  } else {
+    OptimizerSettings tables = settings;
+    tables.kind = plan::parse_optimizer(sharding.sparse_optimizer, plan.path + ": sharding.sparse_optimizer:");
+    optimizer_ = make_optimizer(owned_, tables);
+  }
 }
 
 EmbeddingExchange::~EmbeddingExchange() = default;
@@ -297,9 +307,39 @@ void EmbeddingExchange::backward() {
   }
 }
 
+// Row-wise Adagrad (FBGEMM's exact one): each row's accumulator adds the mean squared gradient
+// over its columns; the row moves by lr g / (sqrt(accumulator) + eps). Rows not looked up have a
+// zero gradient and stay. A column-wise table's rows span several ranks: the squares of its
+// pieces are summed over all ranks first (one allreduce), so each piece steps as the whole row.
 void EmbeddingExchange::step(double lr) {
-  for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
-  optimizer_->step();
+  if (optimizer_) {
+    for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+    optimizer_->step();
+  } else {
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> squares(owned_.size()), column_pieces;
+    for (std::size_t i = 0; i < owned_.size(); ++i) squares[i] = owned_[i].grad().pow(2).sum(1);
+    for (const auto& table : tables_) {
+      if (table.plan->type != "column_wise") continue;
+      column_pieces.push_back(table.owned >= 0 ? squares[static_cast<std::size_t>(table.owned)] : at::zeros({table.plan->rows}));
+    }
+    if (!column_pieces.empty() && world_ > 1) {
+      auto summed = at::cat(column_pieces);
+      communicator_.sum_over_world(summed);
+      std::int64_t at = 0;
+      for (const auto& table : tables_) {
+        if (table.plan->type != "column_wise") continue;
+        if (table.owned >= 0) squares[static_cast<std::size_t>(table.owned)] = summed.narrow(0, at, table.plan->rows);
+        at += table.plan->rows;
+      }
+    }
+    for (const auto& table : tables_) {
+      if (table.owned < 0) continue;
+      auto i = static_cast<std::size_t>(table.owned);
+      row_sums_[i].add_(squares[i] / static_cast<double>(table.plan->dim));
+      owned_[i].sub_(owned_[i].grad() * lr / (row_sums_[i].sqrt() + kRowwiseAdagradEps).unsqueeze(1));
+    }
+  }
   for (auto& shard : owned_) shard.mutable_grad().zero_();
 }
 

@@ -10,7 +10,8 @@
 //   backward  the pooled rows' gradients go back the same way (in the backward comm dtype); each
 //             owner adds them into its shard's gradient at the ids it served; data-parallel tables'
 //             gradients are summed over all ranks.
-//   step      the shards take an optimizer step with rannc-run's optimizer settings.
+//   step      the shards step with the plan's sparse optimizer (sgd, momentum, adam as torch.optim,
+//             or row-wise Adagrad), at rannc-run's learning rate.
 //
 // Every exchange is one all-to-all over the world (Communicator::all_to_all), on host tensors.
 #pragma once
@@ -75,7 +76,8 @@ class EmbeddingExchange {
   std::vector<Table> tables_;
   std::vector<std::vector<Slot>> slots_;  // per rank, in table then shard order
   std::vector<at::Tensor> owned_;         // this rank's shard of each of its slots (leaves with .grad())
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;  // sgd, momentum, adam
+  std::vector<at::Tensor> row_sums_;                     // rowwise_adagrad: one accumulator per row of each shard
   std::map<std::string, std::size_t> table_index_;
   std::int64_t batch_ = 0;  // this rank's samples
   ExchangeRecord record_;

@@ -5,8 +5,9 @@ usage: check_sharded_training.py --partition BIN --run BIN --out DIR
 The DLRM of make_dlrm_bags.py (8 tables of 50 to 400 rows, sum and mean bags of 3, one table of
 dim 256) is planned on 4 ranks with --table-constraints forcing row-wise, table-wise, column-wise
 and data-parallel tables. Through check_training.py, 5 steps of mpirun -np 4 rannc-run give the
-losses of single-process PyTorch training of the original model within 1e-5 relative, with SGD
-and with Adam; with fp16 all-to-alls the losses stay within 1e-2 of it, and every rank's pooled
+losses of single-process PyTorch training of the original model within 1e-5 relative, with SGD,
+with Adam and with row-wise Adagrad on the tables (the planner's default; the reference's own
+RowwiseAdagrad); with fp16 all-to-alls the losses stay within 1e-2 of it, and every rank's pooled
 rows and their gradients cross in exactly half the bytes of the fp32 run. Faults end the job with
 one clear line and a non-zero exit: an id beyond its table's rows in the data, a sparse input of
 the wrong shape, and a plan whose shards leave rows of a table out.
@@ -99,12 +100,18 @@ def main():
     with open(constraints, "w") as f:
         json.dump(CONSTRAINTS, f)
 
-    out, plan, fp32 = train(args, model, "sgd", constraints, ["--tolerance", "1e-5"])
+    sgd = ["--sparse-optimizer", "sgd"]
+    out, plan, fp32 = train(args, model, "sgd", constraints, ["--tolerance", "1e-5"], sgd)
     types = {t["type"] for t in plan["sharding"]["tables"]}
     if types != {"row_wise", "table_wise", "column_wise", "data_parallel"}:
         fail(f"the plan's tables are {sorted(types)}, expected all four types")
-    train(args, model, "adam", constraints, ["--tolerance", "1e-5", "--optimizer", "adam", "--lr", "0.01"])
-    _, _, fp16 = train(args, model, "fp16", constraints, ["--tolerance", "1e-2"], ["--comm-dtype", "fp16"])
+    train(args, model, "adam", constraints, ["--tolerance", "1e-5", "--optimizer", "adam", "--lr", "0.01"],
+          ["--sparse-optimizer", "adam"])
+    # The planner's default for tables: row-wise Adagrad (the reference's RowwiseAdagrad).
+    _, plan, _ = train(args, model, "rowwise-adagrad", constraints, ["--tolerance", "1e-5"])
+    if plan["sharding"]["sparse_optimizer"] != "rowwise_adagrad":
+        fail(f"the default sparse optimizer is {plan['sharding']['sparse_optimizer']}")
+    _, _, fp16 = train(args, model, "fp16", constraints, ["--tolerance", "1e-2"], [*sgd, "--comm-dtype", "fp16"])
     for r32, r16 in zip(fp32["ranks"], fp16["ranks"]):
         e32, e16 = r32["embeddings"], r16["embeddings"]
         if e16["pooled_bytes"] * 2 != e32["pooled_bytes"] or e16["grad_bytes"] * 2 != e32["grad_bytes"]:

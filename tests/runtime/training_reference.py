@@ -130,6 +130,31 @@ def make_optimizer(params, name, lr, weight_decay):
     return torch.optim.SGD(params, lr=lr, momentum=0.9 if name == "momentum" else 0.0, weight_decay=weight_decay)
 
 
+ROWWISE_ADAGRAD_EPS = 1e-8  # as rannc-run's (and FBGEMM's exact row-wise Adagrad)
+
+
+class RowwiseAdagrad:
+    """Row-wise Adagrad on embedding tables: one accumulator per row, of the mean squared gradient
+    over its columns; rows the step did not look up have a zero gradient and stay as they are."""
+
+    def __init__(self, params, lr):
+        self.params, self.lr = list(params), lr
+        self.state = [torch.zeros(p.shape[0]) for p in self.params]
+
+    def step(self, factor):
+        with torch.no_grad():
+            for p, s in zip(self.params, self.state):
+                if p.grad is None:
+                    continue
+                s.add_(p.grad.pow(2).mean(1))
+                p.sub_(self.lr * factor * p.grad / (s.sqrt() + ROWWISE_ADAGRAD_EPS).unsqueeze(1))
+
+
+def table_names(plan):
+    """The embedding tables of a sharded plan (they step with its sparse optimizer)."""
+    return {t["name"] for t in plan.get("sharding", {}).get("tables", [])}
+
+
 def reference_losses(model_path, data_folder, plan, steps, loss, lr, accumulate=False, optimizer_name="sgd",
                      weight_decay=0.0, clip_grad_norm=0.0, schedule="constant", warmup_steps=0, first_step=0,
                      shuffle_seed=None, bf16_autocast=False):
@@ -144,7 +169,19 @@ def reference_losses(model_path, data_folder, plan, steps, loss, lr, accumulate=
     torch.manual_seed(0)
     model = torch.jit.load(model_path)
     model.train()
-    optimizer = make_optimizer(model.parameters(), optimizer_name, lr, weight_decay)
+    # A sharded plan's tables step with its sparse optimizer, the rest with optimizer_name.
+    tables = table_names(plan)
+    sparse = plan.get("sharding", {}).get("sparse_optimizer", optimizer_name)
+    dense = [p for n, p in model.named_parameters() if n not in tables]
+    table_params = [p for n, p in model.named_parameters() if n in tables]
+    optimizer = make_optimizer(dense, optimizer_name, lr, weight_decay)
+    table_optimizer = None
+    if table_params and sparse == "rowwise_adagrad":
+        table_optimizer = RowwiseAdagrad(table_params, lr)
+    elif table_params and sparse == optimizer_name:
+        optimizer.add_param_group({"params": table_params})
+    elif table_params:
+        table_optimizer = make_optimizer(table_params, sparse, lr, weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: lr_factor(schedule, k, warmup_steps, steps))
     inputs = _load_inputs(plan, data_folder)
     target = np.load(os.path.join(data_folder, "target.npy"), mmap_mode="r")
@@ -172,7 +209,8 @@ def reference_losses(model_path, data_folder, plan, steps, loss, lr, accumulate=
         total = 0.0
         sums = [None] * len(params)
         for chunks in groups:
-            optimizer.zero_grad(set_to_none=True)
+            for q in params:  # every parameter's, the tables' too when they have their own optimizer
+                q.grad = None
             for begin, length in chunks:
                 indices = order[begin:begin + length]
                 with torch.set_grad_enabled(lr != 0):  # lr 0: the losses without any update, forward only
@@ -195,7 +233,14 @@ def reference_losses(model_path, data_folder, plan, steps, loss, lr, accumulate=
                 q.grad = g
             if clip_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_([q for q in params if q.grad is not None], clip_grad_norm)
+            factor = lr_factor(schedule, step, warmup_steps, steps)
             optimizer.step()
+            if isinstance(table_optimizer, RowwiseAdagrad):
+                table_optimizer.step(factor)
+            elif table_optimizer is not None:
+                for group in table_optimizer.param_groups:
+                    group["lr"] = lr * factor
+                table_optimizer.step()
             scheduler.step()
         losses.append(total)
     return losses

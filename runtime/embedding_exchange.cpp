@@ -182,12 +182,13 @@ void EmbeddingExchange::forward(const std::vector<at::Tensor>& inputs) {
   }
   record_.index_bytes += bytes_of(to_each);
   auto received = communicator_.all_to_all(to_each, "sending ids to the shards");
-  record_.exchange_ms += ms_since(start);
+  record_.index_ms += ms_since(start);
   auto sums = lookup_owned(received);
   start = Clock::now();
   record_.pooled_bytes += bytes_of(sums);
-  assemble(communicator_.all_to_all(sums, "sending pooled rows back"));
-  record_.exchange_ms += ms_since(start);
+  auto pooled = communicator_.all_to_all(sums, "sending pooled rows back");
+  record_.pooled_ms += ms_since(start);
+  assemble(pooled);
 }
 
 // For each source rank, the sums of this rank's shard rows per sample of that rank, slot by slot,
@@ -272,7 +273,7 @@ void EmbeddingExchange::backward() {
   auto start = Clock::now();
   record_.grad_bytes += bytes_of(to_each);
   auto received = communicator_.all_to_all(to_each, "sending pooled gradients to the shards");
-  record_.exchange_ms += ms_since(start);
+  record_.grad_ms += ms_since(start);
   start = Clock::now();
   for (std::size_t q = 0; q < received.size(); ++q) {
     std::int64_t at = 0;
@@ -297,7 +298,7 @@ void EmbeddingExchange::backward() {
   record_.allreduce_bytes += static_cast<std::int64_t>(summed.nbytes());
   start = Clock::now();
   if (world_ > 1) communicator_.sum_over_world(summed);
-  record_.exchange_ms += ms_since(start);
+  record_.allreduce_ms += ms_since(start);
   std::int64_t at = 0;
   for (auto& table : tables_) {
     if (!table.data_parallel) continue;

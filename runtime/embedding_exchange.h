@@ -38,7 +38,8 @@ namespace rannc::runtime {
 // tables' allreduce), and the time spent in lookups and in the exchanges.
 struct ExchangeRecord {
   std::int64_t index_bytes = 0, pooled_bytes = 0, grad_bytes = 0, allreduce_bytes = 0;
-  double lookup_ms = 0, exchange_ms = 0;
+  double lookup_ms = 0;                                        // lookups and gradient scatters
+  double index_ms = 0, pooled_ms = 0, grad_ms = 0, allreduce_ms = 0;  // each collective
 };
 
 class EmbeddingExchange {

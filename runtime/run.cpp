@@ -244,7 +244,9 @@ json rank_json(const RankRecord& r) {
     const auto& e = *r.embeddings;
     entry["embeddings"] = {{"index_bytes", e.index_bytes},   {"pooled_bytes", e.pooled_bytes},
                            {"grad_bytes", e.grad_bytes},     {"allreduce_bytes", e.allreduce_bytes},
-                           {"lookup_ms", e.lookup_ms},       {"exchange_ms", e.exchange_ms}};
+                           {"lookup_ms", e.lookup_ms},       {"index_ms", e.index_ms},
+                           {"pooled_ms", e.pooled_ms},       {"grad_ms", e.grad_ms},
+                           {"allreduce_ms", e.allreduce_ms}};
   }
   return entry;
 }

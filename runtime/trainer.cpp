@@ -229,8 +229,9 @@ RankRecord Trainer::record() const {
                     fwd_ms_ / steps, bwd_ms_ / steps, comm_ms_ / steps, std::nullopt};
   if (embeddings_) {
     record.embeddings = embeddings_->record();  // bytes over the run, times per step
-    record.embeddings->lookup_ms /= steps;
-    record.embeddings->exchange_ms /= steps;
+    for (double* ms : {&record.embeddings->lookup_ms, &record.embeddings->index_ms, &record.embeddings->pooled_ms,
+                       &record.embeddings->grad_ms, &record.embeddings->allreduce_ms})
+      *ms /= steps;
   }
   return record;
 }

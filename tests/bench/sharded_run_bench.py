@@ -6,7 +6,7 @@ row-wise, table-wise, column-wise and data-parallel tables, trained for STEPS st
 
 Per rank: the plan's predicted step (lookups + all-to-all + allreduce + dense part) and memory,
 against the measured mean step after the first, the report's dense forward and backward, lookup
-and exchange times per step, and the peak of tensor memory.
+time and each collective's time per step, and the peak of tensor memory.
 
 usage: sharded_run_bench.py BUILD_DIR [--steps N]
 """
@@ -50,13 +50,14 @@ def main():
     print(f"{plan['cluster']['device']} preset, {plan['cluster']['gpus']} ranks, batch {plan['batch']['global']}; "
           f"measured step {measured_step:.2f} ms (mean of steps 1..{len(report['steps']) - 1}), "
           f"predicted {plan['predicted']['iteration_ms']:.3f} ms")
-    print("| rank | predicted step ms | measured step ms | dense fwd+bwd ms | lookup ms | exchange ms | "
-          "predicted mem | measured peak |")
+    print("| rank | predicted step ms | measured step ms | dense fwd+bwd ms | lookup ms | "
+          "ids / pooled / grads / allreduce ms | predicted mem | measured peak |")
     print("|---|---|---|---|---|---|---|---|")
     for predicted, rank in zip(plan["sharding"]["ranks"], report["ranks"]):
         e = rank["embeddings"]
         print(f"| {rank['rank']} | {predicted['step_ms']:.3f} | {measured_step:.2f} | {rank['fwd_ms'] + rank['bwd_ms']:.2f} | "
-              f"{e['lookup_ms']:.2f} | {e['exchange_ms']:.2f} | {predicted['mem_bytes'] / 1024:.0f} KiB | "
+              f"{e['lookup_ms']:.2f} | {e['index_ms']:.2f} / {e['pooled_ms']:.2f} / {e['grad_ms']:.2f} / "
+              f"{e['allreduce_ms']:.2f} | {predicted['mem_bytes'] / 1024:.0f} KiB | "
               f"{rank['peak_mem_bytes'] / 1024:.0f} KiB |")
 
 

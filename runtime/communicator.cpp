@@ -208,10 +208,12 @@ std::vector<at::Tensor> Communicator::all_to_all(const std::vector<at::Tensor>& 
   // Copies: Gloo's alltoall_base moves the split sizes it is given into its work.
   auto receive_splits = receive_sizes, send_splits = send_sizes;
   wait_for(what, [&] { world_->alltoall_base(received, sent, receive_splits, send_splits)->wait(); });
+  // Back on the device the tensors came from (the embedding exchange keeps them on the host).
+  const auto device = n > 0 ? to_each.front().device() : settings_.device;
   std::vector<at::Tensor> parts;
   std::int64_t at = 0;
   for (auto size : receive_sizes) {
-    parts.push_back(received.narrow(0, at, size).to(settings_.device));
+    parts.push_back(received.narrow(0, at, size).to(device));
     at += size;
   }
   return parts;

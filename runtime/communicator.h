@@ -76,8 +76,8 @@ class Communicator {
   double sum_over_world(double value);
   // `tensor` summed over all ranks, in place.
   void sum_over_world(at::Tensor& tensor);
-  // Sends `to_each[r]` (1-D, one dtype for all) to rank r and returns what each rank sent this
-  // one, in rank order: the sizes first (one count per pair), then the data in one all-to-all.
+  // Sends `to_each[r]` (1-D, one dtype and device for all) to rank r and returns what each rank
+  // sent this one, in rank order, on that device: the sizes first (one count per pair), then the data in one all-to-all.
   // Sharded embedding tables exchange ids, pooled rows and their gradients this way. `what`
   // names it in errors.
   std::vector<at::Tensor> all_to_all(const std::vector<at::Tensor>& to_each, const std::string& what);

@@ -51,11 +51,12 @@ class CostModel {
   RankLoad whole_rows(const EmbeddingTable& t, double cols) const {
     const double global = batch() * world_;
     double penalty = cols < 64 ? 1.75 : cols < 128 ? 1.15 : 1.0;
+    const double out = global * rows_out(t);
     double forward = (global * t.pooling * kIndexBytes + global * t.pooling * std::max(cols, 32.0) * element(t) +
-                      global * cols * element(t)) * penalty / hbm();
+                      out * cols * element(t)) * penalty / hbm();
     RankLoad load;
     load.lookup_ms = 3 * forward * 1e3;  // backward is twice the forward
-    load.all_to_all_ms = global * (t.pooling * kRoutedIdBytes + cols * (p_.forward_comm_bytes + p_.backward_comm_bytes)) /
+    load.all_to_all_ms = (global * t.pooling * kRoutedIdBytes + out * cols * (p_.forward_comm_bytes + p_.backward_comm_bytes)) /
                          bandwidth(world_) * 1e3;
     load.mem_bytes = state_bytes(static_cast<double>(t.rows), cols, t) + io_bytes(t, global * t.pooling, cols);
     return load;
@@ -66,12 +67,12 @@ class CostModel {
     const double global = batch() * world_;
     const double n = count;
     const double cols = static_cast<double>(t.dim);
-    double forward = (global * t.pooling / n * (kIndexBytes + std::max(cols, 32.0) * element(t)) + global * cols * element(t)) / hbm();
+    double output = global * rows_out(t) * cols;
+    double forward = (global * t.pooling / n * (kIndexBytes + std::max(cols, 32.0) * element(t)) + output * element(t)) / hbm();
     RankLoad load;
     load.lookup_ms = 3 * forward * 1e3;
     // Every shard's partial sums for the whole batch are reduce-scattered forward, gathered back:
     // each rank moves (n - 1) / n of them.
-    double output = global * cols;
     load.all_to_all_ms = output * (n - 1) / n * (p_.forward_comm_bytes + p_.backward_comm_bytes) /
                          bandwidth(count) * 1e3;
     if (across_nodes) {
@@ -125,8 +126,10 @@ class CostModel {
   }
   // The ids a shard receives and the pooled rows it sends.
   double io_bytes(const EmbeddingTable& t, double lookups, double cols) const {
-    return lookups * kRoutedIdBytes + batch() * world_ * cols * element(t);
+    return lookups * kRoutedIdBytes + batch() * world_ * rows_out(t) * cols * element(t);
   }
+  // Rows a lookup hands on per sample: one pooled row per bag, or every row of an unpooled one.
+  static double rows_out(const EmbeddingTable& t) { return t.pooling_mode == "none" ? t.pooling : 1.0; }
 
   const ShardingProblem& p_;
   int world_;

@@ -209,6 +209,28 @@ struct Outputs {
   const partition::PlanResult& result;
 };
 
+// Makes the output folder and holds its lock while `write` runs (a run refused here leaves the
+// folder to the run that holds it); a failing `write` removes what this run made.
+template <typename Write>
+void write_into_output_folder(const std::string& out_dir, Write&& write) {
+  OutputFolder folder(out_dir);
+  FolderLock lock(out_dir);
+  try {
+    write();
+  } catch (...) {
+    folder.discard();
+    throw;
+  }
+}
+
+// plan.json's text, checked as every reader will check it before it is written: a plan the
+// runtime would refuse is never left behind.
+std::string checked_plan_text(const plan::Plan& plan) {
+  std::string text = plan::to_text(plan);
+  plan::from_json(nlohmann::json::parse(text), plan.path);
+  return text;
+}
+
 // Writes the stage files, checks them, writes the companion files and plan.json; returns the
 // check's summary (null with --plan-only) and sets `check_line`.
 nlohmann::json write_outputs(const Outputs& out, const PartitionOptions& options, std::string& check_line) {
@@ -219,10 +241,7 @@ nlohmann::json write_outputs(const Outputs& out, const PartitionOptions& options
     auto hashes = write_stage_files(out.model, out.layouts, options.out_dir);
     for (std::size_t i = 0; i < hashes.size(); ++i) out.plan.stages[i].sha256 = hashes[i];
   }
-  // Checked as every reader will check it before it is written: a plan the runtime would refuse
-  // is never left behind.
-  std::string text = plan::to_text(out.plan);
-  plan::from_json(nlohmann::json::parse(text), out.plan.path);
+  std::string text = checked_plan_text(out.plan);
   nlohmann::json check;
   if (!options.plan_only) check = check_written_stages(out.model, out.plan, options, check_line);
   write_companion_files(out.plan, out.result.pipeline, options.runtime_folder);
@@ -235,18 +254,11 @@ PartitionReport write_sharded(const Model& model, ShardedPlan sharded, const Par
                               std::chrono::steady_clock::time_point start) {
   auto& plan = sharded.plan;
   plan.path = (std::filesystem::path(options.out_dir) / "plan.json").string();
-  OutputFolder folder(options.out_dir);
-  FolderLock lock(options.out_dir);
-  try {
+  write_into_output_folder(options.out_dir, [&] {
     remove_outputs_of_old_plan(plan.path);
     if (!options.plan_only) write_sharded_files(model, sharded, options.out_dir);
-    std::string text = plan::to_text(plan);
-    plan::from_json(nlohmann::json::parse(text), plan.path);
-    write_file_atomically(plan.path, text, "the plan");
-  } catch (...) {
-    folder.discard();
-    throw;
-  }
+    write_file_atomically(plan.path, checked_plan_text(plan), "the plan");
+  });
   PartitionReport report;
   report.plan_path = plan.path;
   report.summary = plan::prediction_to_json(plan.predicted);
@@ -287,17 +299,9 @@ PartitionReport run_partition(const PartitionOptions& options) {
   plan::Plan plan = emit::build_plan(model.graph, facts, request, result, layouts);
   plan.path = (std::filesystem::path(options.out_dir) / "plan.json").string();
 
-  OutputFolder folder(options.out_dir);
-  // Held until every file is written. A run refused here leaves the folder to the run that holds it.
-  FolderLock lock(options.out_dir);
   std::string check_line;
   nlohmann::json check;
-  try {
-    check = write_outputs({model, plan, layouts, result}, options, check_line);
-  } catch (...) {
-    folder.discard();
-    throw;
-  }
+  write_into_output_folder(options.out_dir, [&] { check = write_outputs({model, plan, layouts, result}, options, check_line); });
   double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 
   PartitionReport report;

@@ -30,19 +30,6 @@ void check_comm_dtype(const std::string& dtype, const char* flag) {
     throw InputError(std::string(flag) + " " + text_excerpt(dtype) + ": unknown (known: fp32, fp16, bf16)");
 }
 
-// Every op a value is computed from (its producer's inputs, recursively), ascending.
-std::vector<ir::OpId> ancestors(const ir::Graph& graph, const std::vector<ir::ValueId>& values) {
-  std::set<ir::OpId> ops;
-  std::vector<ir::ValueId> todo = values;
-  while (!todo.empty()) {
-    auto producer = graph.value(todo.back()).producer;
-    todo.pop_back();
-    if (producer == ir::kNoId || !ops.insert(producer).second) continue;
-    for (auto input : graph.op(producer).inputs) todo.push_back(input);
-  }
-  return {ops.begin(), ops.end()};
-}
-
 // The layouts of the sharded plan's files; `why_not` says why they cannot be written.
 void lay_out_files(const ir::Graph& graph, const std::vector<sharding::EmbeddingTable>& tables, const sharding::DensePart& dense,
                    ShardedPlan& plan) {
@@ -70,7 +57,7 @@ void lay_out_files(const ir::Graph& graph, const std::vector<sharding::Embedding
       if (at != lookup_inputs.end()) plan.lookup_args.back().push_back(static_cast<int>(at - lookup_inputs.begin()));
     }
   }
-  plan.indices = emit::ops_layout(graph, ancestors(graph, lookup_inputs), kIndicesFile, lookup_inputs);
+  plan.indices = emit::ops_layout(graph, graph.ops_computing(lookup_inputs), kIndicesFile, lookup_inputs);
   for (const auto& input : plan.indices.inputs) {
     if (graph.value(input.value).role != ir::ValueRole::kModelInput) {
       plan.unwritable = "the lookup indices are computed from '" + graph.value(input.value).name + "', not from model inputs alone";

@@ -150,4 +150,19 @@ std::string_view value_role_name(ValueRole role) {
   return "intermediate";
 }
 
+std::vector<OpId> Graph::ops_computing(const std::vector<ValueId>& values, const std::set<ValueId>& stop) const {
+  std::set<ValueId> seen = stop;
+  std::set<OpId> ops;
+  std::vector<ValueId> todo = values;
+  while (!todo.empty()) {
+    auto id = todo.back();
+    todo.pop_back();
+    if (!seen.insert(id).second) continue;
+    auto producer = value(id).producer;
+    if (producer == kNoId || !ops.insert(producer).second) continue;
+    for (auto input : op(producer).inputs) todo.push_back(input);
+  }
+  return {ops.begin(), ops.end()};
+}
+
 }  // namespace rannc::ir

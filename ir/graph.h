@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -104,6 +105,9 @@ class Graph {
   // Ops ordered so that producers come before consumers; ties keep insertion order, so the
   // result is deterministic. Throws InputError on a cycle.
   std::vector<OpId> topological_order() const;
+  // The ops `values` are computed from: their producers and, recursively, those of their inputs,
+  // not walking past the values in `stop`. Ascending.
+  std::vector<OpId> ops_computing(const std::vector<ValueId>& values, const std::set<ValueId>& stop = {}) const;
 
   // Checks ids, producer/consumer links and acyclicity; throws InputError describing the first
   // inconsistency. Frontends call it before handing the graph on.

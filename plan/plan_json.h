@@ -42,6 +42,8 @@ Plan read_plan_file(const std::string& path);
 // from the file partition wrote: "DIR/stage_1.pt does not match DIR/plan.json (sha256 ...);
 // re-run partition". Without `check_sha256`, only that the file is there.
 void check_stage_file(const Plan& plan, const Stage& stage, bool check_sha256 = true);
+// The same for any file the plan names (`what` names it in the error); returns its path.
+std::string check_plan_file(const Plan& plan, const PlanFile& file, const std::string& what, bool check_sha256 = true);
 // Every stage's file; missing files are reported before any is hashed.
 void check_stage_files(const Plan& plan);
 

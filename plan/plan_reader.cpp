@@ -663,19 +663,22 @@ Plan from_json(const nlohmann::json& document, const std::string& path) {
 
 Plan read_plan_file(const std::string& path) { return from_json(parse_document(path), path); }
 
-void check_stage_file(const Plan& plan, const Stage& stage, bool check_sha256) {
-  std::string path = plan.stage_path(stage);
+std::string check_plan_file(const Plan& plan, const PlanFile& file, const std::string& what, bool check_sha256) {
+  std::string path = from_plan_folder(plan, file.file);
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    throw InputError(plan.path + ": stage " + std::to_string(stage.id) + "'s file " + path +
-                     " is missing (write the stage files with the partition verb)");
-  }
-  if (!check_sha256 || stage.sha256.empty()) return;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw InputError(plan.path + ": " + what + " " + path + " is missing (write the stage files with the partition verb)");
+  if (!check_sha256 || file.sha256.empty()) return path;
   std::string found = sha256_of_file(path);
-  if (found != stage.sha256) {
+  if (found != file.sha256) {
     throw InputError(path + " does not match " + plan.path + " (sha256 " + found.substr(0, 16) + "..., the plan says " +
-                     stage.sha256.substr(0, 16) + "...); re-run partition");
+                     file.sha256.substr(0, 16) + "...); re-run partition");
   }
+  return path;
+}
+
+void check_stage_file(const Plan& plan, const Stage& stage, bool check_sha256) {
+  check_plan_file(plan, {stage.file, stage.sha256}, "stage " + std::to_string(stage.id) + "'s file", check_sha256);
 }
 
 void check_stage_files(const Plan& plan) {

@@ -178,14 +178,14 @@ void Communicator::all_gather(int index, const at::Tensor& input, at::Tensor& ou
 }
 
 double Communicator::sum_over_world(double value) {
-  std::vector<at::Tensor> tensors{at::tensor({value}, at::TensorOptions().dtype(at::kDouble)).to(wire_options().device())};
-  wait_for("summing the loss over all ranks", [&] { world_->allreduce(tensors)->wait(); });
-  return tensors.front().item<double>();
+  auto tensor = at::tensor({value}, at::TensorOptions().dtype(at::kDouble)).to(wire_options().device());
+  sum_over_world(tensor, "summing the loss over all ranks");
+  return tensor.item<double>();
 }
 
-void Communicator::sum_over_world(at::Tensor& tensor) {
+void Communicator::sum_over_world(at::Tensor& tensor, const std::string& what) {
   std::vector<at::Tensor> tensors{to_wire(tensor)};
-  wait_for("summing over all ranks", [&] { world_->allreduce(tensors)->wait(); });
+  wait_for(what, [&] { world_->allreduce(tensors)->wait(); });
   if (staged_ || !tensors.front().is_same(tensor)) tensor.copy_(tensors.front());
 }
 

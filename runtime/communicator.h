@@ -74,8 +74,8 @@ class Communicator {
   void all_gather(int group, const at::Tensor& input, at::Tensor& output);
   // The sum of `value` over all ranks.
   double sum_over_world(double value);
-  // `tensor` summed over all ranks, in place.
-  void sum_over_world(at::Tensor& tensor);
+  // `tensor` summed over all ranks, in place; `what` names it in errors.
+  void sum_over_world(at::Tensor& tensor, const std::string& what);
   // Sends `to_each[r]` (1-D, one dtype and device for all) to rank r and returns what each rank
   // sent this one, in rank order, on that device: the sizes first (one count per pair), then the data in one all-to-all.
   // Sharded embedding tables exchange ids, pooled rows and their gradients this way. `what`

@@ -10,11 +10,9 @@
 #include <ATen/ops/zeros.h>
 
 #include <chrono>
-#include <filesystem>
 
 #include "plan/plan_json.h"
 #include "support/error.h"
-#include "support/sha256.h"
 #include "torch_side/state_dict_file.h"
 #include "torch_side/torch_error.h"
 
@@ -38,7 +36,7 @@ struct EmbeddingExchange::Table {
   const plan::ShardedTable* plan = nullptr;
   bool data_parallel = false, mean = false;
   int owned = -1;                      // this rank's shard of it in owned_ (at most one per rank)
-  at::Tensor ids, samples, bag_sizes;  // this rank's lookups: ids, the sample of each, ids per sample
+  at::Tensor ids, samples, bag_sizes;  // this rank's lookups: ids, the sample of each, ids per sample (mean bags)
   at::Tensor pooled, grad;             // [batch, dim]
   Lookups served;                      // what this rank's shard served in the last forward
 };
@@ -53,15 +51,6 @@ double ms_since(Clock::time_point start) { return std::chrono::duration<double, 
 
 at::ScalarType wire_dtype(const std::string& comm_dtype) {
   return comm_dtype == "fp16" ? at::kHalf : comm_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
-}
-
-std::string file_in(const plan::Plan& plan, const plan::PlanFile& file, const char* what) {
-  auto path = (std::filesystem::path(plan.folder()) / file.file).string();
-  if (!std::filesystem::is_regular_file(path))
-    throw InputError(plan.path + ": the " + std::string(what) + " " + path + " is missing (write it with the partition verb)");
-  if (sha256_of_file(path) != file.sha256)
-    throw InputError(path + " does not match " + plan.path + " (sha256); re-run partition");
-  return path;
 }
 
 std::vector<at::Tensor> tensors_of(const c10::IValue& value) {
@@ -86,13 +75,14 @@ EmbeddingExchange::EmbeddingExchange(const plan::Plan& plan, int rank, Communica
   const auto& sharding = *plan.sharding;
   if (!sharding.files) throw InputError(plan.path + ": a --plan-only plan: its shards were not written (re-run partition without --plan-only)");
   const auto& files = *sharding.files;
-  auto indices_path = file_in(plan, files.indices, "indices module");
+  auto indices_path = plan::check_plan_file(plan, files.indices, "the indices module");
   try {
     indices_ = std::make_unique<torch::jit::Module>(torch::jit::load(indices_path));
   } catch (const std::exception& e) {
     throw InputError(indices_path + ": cannot load: " + torch_message(e));
   }
-  auto shards = read_state_dict(file_in(plan, files.shards.at(static_cast<std::size_t>(rank)), "shard file"), "shard file");
+  const auto& shard_file = files.shards.at(static_cast<std::size_t>(rank));
+  auto shards = read_state_dict(plan::check_plan_file(plan, shard_file, "rank " + std::to_string(rank) + "'s shard file"), "shard file");
   batch_ = sharding.batch_per_rank;
   for (std::size_t t = 0; t < sharding.tables.size(); ++t) {
     const auto& table = sharding.tables[t];
@@ -154,7 +144,7 @@ void EmbeddingExchange::split_ids(const at::Tensor& ids, const at::Tensor& offse
   if (table.ids.numel() > 0 && (table.ids.min().item<std::int64_t>() < 0 || table.ids.max().item<std::int64_t>() >= table.plan->rows))
     throw std::runtime_error("table " + table.plan->name + ": an id in the data is outside its " +
                              std::to_string(table.plan->rows) + " rows");
-  table.bag_sizes = at::bincount(table.samples, {}, batch_).to(at::kFloat).clamp_min(1).unsqueeze(1);
+  if (table.mean) table.bag_sizes = at::bincount(table.samples, {}, batch_).to(at::kFloat).clamp_min(1).unsqueeze(1);
 }
 
 void EmbeddingExchange::forward(const std::vector<at::Tensor>& inputs) {
@@ -297,7 +287,7 @@ void EmbeddingExchange::backward() {
   auto summed = at::cat(replicated);
   record_.allreduce_bytes += static_cast<std::int64_t>(summed.nbytes());
   start = Clock::now();
-  if (world_ > 1) communicator_.sum_over_world(summed);
+  if (world_ > 1) communicator_.sum_over_world(summed, "summing the data-parallel tables' gradients");
   record_.allreduce_ms += ms_since(start);
   std::int64_t at = 0;
   for (auto& table : tables_) {
@@ -326,7 +316,7 @@ void EmbeddingExchange::step(double lr) {
     }
     if (!column_pieces.empty() && world_ > 1) {
       auto summed = at::cat(column_pieces);
-      communicator_.sum_over_world(summed);
+      communicator_.sum_over_world(summed, "summing the column pieces' squared gradients");
       std::int64_t at = 0;
       for (const auto& table : tables_) {
         if (table.plan->type != "column_wise") continue;

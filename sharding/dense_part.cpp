@@ -13,19 +13,9 @@ namespace {
 // What the model outputs are computed from, up to the tables' pooled lookups: the lookups and
 // the ops that only compute their indices stay out.
 std::vector<ir::OpId> dense_ops(const ir::Graph& graph, const std::vector<EmbeddingTable>& tables) {
-  std::set<ir::ValueId> seen;
-  for (const auto& table : tables) seen.insert(table.pooled.begin(), table.pooled.end());
-  std::set<ir::OpId> ops;
-  std::vector<ir::ValueId> todo(graph.model_outputs().begin(), graph.model_outputs().end());
-  while (!todo.empty()) {
-    auto value = todo.back();
-    todo.pop_back();
-    if (!seen.insert(value).second) continue;
-    auto producer = graph.value(value).producer;
-    if (producer == ir::kNoId || !ops.insert(producer).second) continue;
-    for (auto input : graph.op(producer).inputs) todo.push_back(input);
-  }
-  return {ops.begin(), ops.end()};
+  std::set<ir::ValueId> pooled;
+  for (const auto& table : tables) pooled.insert(table.pooled.begin(), table.pooled.end());
+  return graph.ops_computing(graph.model_outputs(), pooled);
 }
 
 // The memory model's view of the dense ops at `fraction` of the evaluated batch: their weights

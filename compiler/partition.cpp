@@ -285,9 +285,7 @@ PartitionReport run_partition(const PartitionOptions& options) {
   double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   auto tables = sharding::find_embedding_tables(model.graph, model.batch);
   if (wants_sharded_plan(tables, options.sharding)) {
-    ShardingOptions sharding = options.sharding;
-    sharding.host_tier = options.cluster.host_mem.has_value() || options.cluster.cluster_file.has_value();
-    auto sharded = plan_sharded(model, std::move(tables), sharding, request, db ? &*db : nullptr, options.model_path);
+    auto sharded = plan_sharded(model, std::move(tables), options.sharding, request, db ? &*db : nullptr, options.model_path);
     return write_sharded(model, std::move(sharded), options, load_ms, start);
   }
   cost::CostModel costs(model.graph, request.cluster.device, request.precision, db ? &*db : nullptr);

@@ -110,7 +110,9 @@ ShardedPlan plan_sharded(const Model& model, std::vector<sharding::EmbeddingTabl
   problem.cluster = cluster;
   problem.batch_per_rank = request.global_batch / world;
   problem.optimizer = *sharding::parse_sparse_optimizer(options.sparse_optimizer);
-  if (!options.host_tier) problem.cluster.host.mem_bytes = 0;
+  // Tables may live in host memory behind device caches only when the user says how much host
+  // memory there is: a plan must not lean on a preset's guess.
+  if (!cluster.host_stated) problem.cluster.host.mem_bytes = 0;
   const std::string backward = options.comm_dtype_bwd.empty() ? options.comm_dtype : options.comm_dtype_bwd;
   problem.forward_comm_bytes = comm_bytes(options.comm_dtype);
   problem.backward_comm_bytes = comm_bytes(backward);

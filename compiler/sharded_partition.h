@@ -24,9 +24,6 @@ struct ShardingOptions {
   std::string comm_dtype = "fp32";
   std::string comm_dtype_bwd;     // "": as comm_dtype
   std::string sparse_optimizer = "rowwise_adagrad";
-  // Tables may live in host memory behind device caches only when the user says how much host
-  // memory there is (--host-mem, or a cluster file): a plan must not lean on a default guess.
-  bool host_tier = false;
 };
 
 // Checks the names before the model is read, so that a typo fails fast.

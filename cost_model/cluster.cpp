@@ -296,7 +296,8 @@ Cluster cluster_from_flags(const ClusterFlags& flags) {
   if (flags.mem) mem = checked_mem(parse_size(*flags.mem, "--mem"), "--mem " + one_line(*flags.mem));
   HostSpec host = device.host;
   if (flags.host_mem) host.mem_bytes = checked_mem(parse_size(*flags.host_mem, "--host-mem"), "--host-mem " + one_line(*flags.host_mem));
-  return Cluster{device, gpus / per_node, per_node, mem, device.intra_node, device.inter_node, host};
+  return Cluster{device, gpus / per_node, per_node, mem, device.intra_node, device.inter_node, host,
+                 flags.host_mem.has_value()};
 }
 
 Cluster cluster_from_json(const json& object, const std::string& source) {
@@ -320,8 +321,9 @@ Cluster cluster_from_json(const json& object, const std::string& source) {
   device.inter_node = link_field(fields, source, "inter_node", custom ? nullptr : &device.inter_node);
   std::int64_t mem = fields.find("mem") ? fields.mem("mem") : device.mem_bytes;
   HostSpec host = custom ? HostSpec{} : device.host;
-  if (const json* host_field = fields.find("host")) host = host_from_json(*host_field, source, custom ? nullptr : &device.host);
-  return Cluster{device, nodes, per_node, mem, device.intra_node, device.inter_node, host};
+  const json* host_field = fields.find("host");
+  if (host_field) host = host_from_json(*host_field, source, custom ? nullptr : &device.host);
+  return Cluster{device, nodes, per_node, mem, device.intra_node, device.inter_node, host, host_field != nullptr};
 }
 
 Cluster load_cluster_file(const std::string& path) { return cluster_from_json(read_json_file(path), path); }

@@ -46,6 +46,7 @@ struct Cluster {
   Link intra_node;              // between devices of one node
   Link inter_node;              // between devices of different nodes
   HostSpec host;                // where offloaded state lives (host.mem_bytes 0: nowhere)
+  bool host_stated = false;     // the host came from --host-mem or a cluster file's "host", not a preset's guess
 
   int gpus() const { return nodes * gpus_per_node; }
   int node_of(int rank) const { return rank / gpus_per_node; }

@@ -196,7 +196,10 @@ plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_fligh
   double kept_microbatches = recompute ? 1.0 : in_flight;
   memory.activations = in_flight * footprint.input_bytes + kept_microbatches * footprint.kept_bytes;
   memory.workspace = std::max(footprint.workspace_bytes, optimizer_step_bytes(footprint, state, optimizer));
-  memory.comm_buffers = 2 * (footprint.input_bytes + footprint.output_bytes);
+  // Double-buffered sends and receives of one microbatch, and the next pass's receive, which
+  // starts before this pass computes so that its transfer overlaps the computation.
+  memory.comm_buffers = 2 * (footprint.input_bytes + footprint.output_bytes) +
+                        std::max(footprint.input_bytes, footprint.output_bytes);
   if (state.sharded()) {
     // The reduce-scatter's send and receive buckets, and this replica's shard of the sum.
     memory.comm_buffers += 2 * std::min(kBucketBytes, memory.grads) + memory.grads / state.replicas;

@@ -119,10 +119,17 @@ void Communicator::send(const at::Tensor& tensor, int peer, int tag) {
   sends_.push_back({work, tensors.front(), peer, tag});
 }
 
-at::Tensor Communicator::receive(const std::vector<std::int64_t>& shape, at::ScalarType dtype, int peer, int tag) {
+Communicator::Receive Communicator::start_receive(const std::vector<std::int64_t>& shape, at::ScalarType dtype,
+                                                  int peer, int tag) {
   std::vector<at::Tensor> tensors{at::empty(shape, wire_options().dtype(dtype))};
-  wait_for("receiving from rank " + std::to_string(peer), [&] { world_->recv(tensors, peer, tag)->wait(); });
-  return staged_ ? tensors.front().to(settings_.device) : tensors.front();
+  auto work = world_->recv(tensors, peer, tag);
+  return {work, tensors.front(), peer};
+}
+
+at::Tensor Communicator::finish(Receive& receive) {
+  wait_for("receiving from rank " + std::to_string(receive.peer), [&] { receive.work->wait(); });
+  receive.work.reset();
+  return staged_ ? receive.tensor.to(settings_.device) : receive.tensor;
 }
 
 void Communicator::wait_for_sends_to(int peer, const std::function<bool(int tag)>& delivered) {

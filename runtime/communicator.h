@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "runtime/mpi_world.h"
 #include "runtime/rank_layout.h"
@@ -21,7 +22,6 @@
 namespace c10d {
 class ProcessGroup;
 class Backend;
-class Work;
 }  // namespace c10d
 
 namespace rannc::runtime {
@@ -54,10 +54,23 @@ class Communicator {
   // "NCCL" or "Gloo", with " (through host memory)" when Gloo carries a GPU's tensors.
   std::string backend_text() const;
 
+  // A receive under way: `finish` waits for it.
+  struct Receive {
+    c10::intrusive_ptr<c10d::Work> work;
+    at::Tensor tensor;  // on the wire's device until finished
+    int peer = 0;
+  };
+
   // Starts sending; the tensor is kept until the send is waited for. Tensors are on the
-  // settings' device; what `receive` returns is too.
+  // settings' device; what `finish` returns is too.
   void send(const at::Tensor& tensor, int peer, int tag);
-  at::Tensor receive(const std::vector<std::int64_t>& shape, at::ScalarType dtype, int peer, int tag);
+  Receive start_receive(const std::vector<std::int64_t>& shape, at::ScalarType dtype, int peer, int tag);
+  at::Tensor finish(Receive& receive);
+  // Whether receives may start before the receives and sends ahead of them in program order
+  // are done. Gloo matches messages by tag, so a receive started early waits for its own message.
+  // NCCL ignores tags and matches a pair's sends and receives by order on one stream, so a receive
+  // started early would queue in front of sends the peer needs first.
+  bool receives_start_early() const { return !settings_.nccl; }
   // Waits for the sends to `peer` whose tag `delivered` says the peer has already received (so the
   // wait returns at once), and frees their tensors.
   void wait_for_sends_to(int peer, const std::function<bool(int tag)>& delivered);

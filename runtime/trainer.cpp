@@ -52,7 +52,9 @@ Trainer::Trainer(const plan::Plan& plan, const RankLayout& layout, int rank, Sta
       accumulate_steps_(accumulate_steps),
       embeddings_(embeddings),
       tasks_(plan::stage_passes(plan.schedule, plan.stages_after(stage_.id), plan.batch.microbatches)),
-      consumers_(stage_.outputs.size()) {
+      consumers_(stage_.outputs.size()),
+      fwd_timer_(runner.device()),
+      bwd_timer_(runner.device()) {
   for (const auto& stage : plan.stages) {
     auto& positions = pass_position_.emplace_back(2, std::vector<int>(static_cast<std::size_t>(plan.batch.microbatches)));
     auto order = plan::stage_passes(plan.schedule, plan.stages_after(stage.id), plan.batch.microbatches);
@@ -76,27 +78,57 @@ plan::PassTask Trainer::pass_of_tag(int tag) const {
   return {tag % 2 == 1 ? plan::Pass::kBackward : plan::Pass::kForward, tag / 2 / tag_stride_};
 }
 
+// The pieces of the tensors a pass receives, their transfers started: for a forward pass each
+// input's pieces from the replicas of the stage that computes it, for a backward pass each
+// output's gradient pieces from the replicas of every stage it feeds.
+std::vector<Trainer::Incoming> Trainer::start_receives(const plan::PassTask& task) {
+  std::vector<Incoming> incoming;
+  auto start = [&](std::size_t slot, const plan::Tensor& tensor, int peer_stage, const Piece& piece,
+                   const SampleRange& range, int input) {
+    int peer = layout_.rank_of(peer_stage, placement_.pipeline, piece.peer_replica);
+    incoming.push_back({slot, peer_stage, range,
+                        communicator_.start_receive(piece_shape(tensor, range), scalar_type(tensor), peer,
+                                                    tag(task.microbatch, input, task.pass))});
+  };
+  if (task.pass == plan::Pass::kForward) {
+    for (std::size_t k = 0; k < stage_.inputs.size(); ++k) {
+      const auto& input = stage_.inputs[k];
+      if (input.model_input || input.embedding) continue;
+      for (const auto& piece : layout_.pieces_from(stage_.id, placement_.replica, input.from_stage, input.batch_dim >= 0))
+        start(k, input, input.from_stage, piece, piece.at_receiver, static_cast<int>(k));
+    }
+    return incoming;
+  }
+  for (std::size_t o = 0; o < stage_.outputs.size(); ++o) {
+    const auto& output = stage_.outputs[o];
+    if (!has_gradient(output)) continue;
+    for (const auto& consumer : consumers_[o])
+      for (const auto& piece : layout_.pieces_to(stage_.id, placement_.replica, consumer.stage, output.batch_dim >= 0))
+        start(o, output, consumer.stage, piece, piece.at_sender, consumer.input);
+  }
+  return incoming;
+}
+
 // A message from a peer comes from one of its passes: every pass before it in the peer's order,
 // and the pass itself, has received what it needed, so the sends to that peer they consumed are
 // delivered and their tensors can go. (Waiting for any other send could deadlock.)
-at::Tensor Trainer::receive_from(int peer_stage, int peer, const std::vector<std::int64_t>& shape, at::ScalarType dtype,
-                                 int microbatch, int input, plan::Pass pass) {
-  auto received = communicator_.receive(shape, dtype, peer, tag(microbatch, input, pass));
-  const auto& positions = pass_position_[static_cast<std::size_t>(peer_stage)];
-  int done = positions[static_cast<std::size_t>(pass)][static_cast<std::size_t>(microbatch)];
-  communicator_.wait_for_sends_to(peer, [&](int sent_tag) {
+at::Tensor Trainer::finish_receive(Incoming& piece, const plan::PassTask& task) {
+  auto received = communicator_.finish(piece.receive);
+  const auto& positions = pass_position_[static_cast<std::size_t>(piece.peer_stage)];
+  int done = positions[static_cast<std::size_t>(task.pass)][static_cast<std::size_t>(task.microbatch)];
+  communicator_.wait_for_sends_to(piece.receive.peer, [&](int sent_tag) {
     auto sent = pass_of_tag(sent_tag);
     return positions[static_cast<std::size_t>(sent.pass)][static_cast<std::size_t>(sent.microbatch)] <= done;
   });
   return received;
 }
 
-std::vector<at::Tensor> Trainer::gather_inputs(int microbatch) {
+std::vector<at::Tensor> Trainer::gather_inputs(const plan::PassTask& task, std::vector<Incoming>& incoming) {
   std::vector<at::Tensor> inputs;
   for (std::size_t k = 0; k < stage_.inputs.size(); ++k) {
     const auto& input = stage_.inputs[k];
     if (input.model_input) {
-      inputs.push_back(data_.rows(*input.model_input, microbatch));
+      inputs.push_back(data_.rows(*input.model_input, task.microbatch));
       continue;
     }
     if (input.embedding) {
@@ -104,11 +136,8 @@ std::vector<at::Tensor> Trainer::gather_inputs(int microbatch) {
       continue;
     }
     std::vector<at::Tensor> pieces;
-    for (const auto& piece : layout_.pieces_from(stage_.id, placement_.replica, input.from_stage, input.batch_dim >= 0)) {
-      int peer = layout_.rank_of(input.from_stage, placement_.pipeline, piece.peer_replica);
-      pieces.push_back(receive_from(input.from_stage, peer, piece_shape(input, piece.at_receiver), scalar_type(input),
-                                    microbatch, static_cast<int>(k), plan::Pass::kForward));
-    }
+    for (auto& piece : incoming)
+      if (piece.slot == k) pieces.push_back(finish_receive(piece, task));
     inputs.push_back(pieces.size() == 1 ? pieces.front() : at::cat(pieces, input.batch_dim));
   }
   return inputs;
@@ -130,22 +159,14 @@ void Trainer::send_outputs(int microbatch, const std::vector<at::Tensor>& output
 
 // The gradient of each output: the sum over the stages it feeds, each piece added where its
 // replica's samples sit. Undefined where nothing sends one (integers, unused outputs).
-std::vector<at::Tensor> Trainer::gather_output_grads(int microbatch) {
+std::vector<at::Tensor> Trainer::gather_output_grads(const plan::PassTask& task, std::vector<Incoming>& incoming) {
   std::vector<at::Tensor> grads(stage_.outputs.size());
-  for (std::size_t o = 0; o < stage_.outputs.size(); ++o) {
-    const auto& output = stage_.outputs[o];
-    if (!has_gradient(output)) continue;
-    for (const auto& consumer : consumers_[o]) {
-      bool batched = output.batch_dim >= 0;
-      for (const auto& piece : layout_.pieces_to(stage_.id, placement_.replica, consumer.stage, batched)) {
-        int peer = layout_.rank_of(consumer.stage, placement_.pipeline, piece.peer_replica);
-        auto part = receive_from(consumer.stage, peer, piece_shape(output, piece.at_sender), scalar_type(output),
-                                 microbatch, consumer.input, plan::Pass::kBackward);
-        if (!grads[o].defined())
-          grads[o] = at::zeros(output.shape, at::TensorOptions().dtype(scalar_type(output)).device(runner_.device()));
-        cut(grads[o], output.batch_dim, piece.at_sender).add_(part);
-      }
-    }
+  for (auto& piece : incoming) {
+    const auto& output = stage_.outputs[piece.slot];
+    auto part = finish_receive(piece, task);
+    auto& grad = grads[piece.slot];
+    if (!grad.defined()) grad = at::zeros(output.shape, at::TensorOptions().dtype(scalar_type(output)).device(runner_.device()));
+    cut(grad, output.batch_dim, piece.range).add_(part);
   }
   return grads;
 }
@@ -166,29 +187,39 @@ void Trainer::send_input_grads(int microbatch, const std::vector<at::Tensor>& gr
   }
 }
 
-// One global batch: the stage's passes in schedule order. Returns the loss of this rank's microbatches.
+// One global batch: the stage's passes in schedule order. Returns the loss of this rank's
+// microbatches. Where the backend allows, the next pass's receives start before this pass
+// computes, so its transfers overlap the computation.
 double Trainer::run_passes() {
+  const bool early = communicator_.receives_start_early();
   double loss = 0;
-  for (const auto& task : tasks_) {
+  std::vector<Incoming> incoming;
+  if (!tasks_.empty()) incoming = start_receives(tasks_.front());
+  for (std::size_t i = 0; i < tasks_.size(); ++i) {
+    const auto& task = tasks_[i];
+    std::vector<Incoming> ready = std::move(incoming);
+    incoming.clear();
+    auto start_next = [&] {
+      if (i + 1 < tasks_.size()) incoming = start_receives(tasks_[i + 1]);
+    };
     if (task.pass == plan::Pass::kForward) {
-      auto inputs = gather_inputs(task.microbatch);
-      accel::synchronize(runner_.device());  // a GPU's pass is timed from an idle queue to its end
-      auto begin = Clock::now();
+      auto inputs = gather_inputs(task, ready);
+      if (early) start_next();
+      fwd_timer_.start();
       double microbatch_loss = 0;
       auto outputs = runner_.forward(task.microbatch, std::move(inputs), &microbatch_loss);
-      accel::synchronize(runner_.device());
-      fwd_ms_ += ms_since(begin);
+      fwd_timer_.stop();
       loss += microbatch_loss;
       send_outputs(task.microbatch, outputs);
     } else {
-      auto grads = gather_output_grads(task.microbatch);
-      accel::synchronize(runner_.device());
-      auto begin = Clock::now();
+      auto grads = gather_output_grads(task, ready);
+      if (early) start_next();
+      bwd_timer_.start();
       auto input_grads = runner_.backward(task.microbatch, grads);
-      accel::synchronize(runner_.device());
-      bwd_ms_ += ms_since(begin);
+      bwd_timer_.stop();
       send_input_grads(task.microbatch, input_grads);
     }
+    if (!early) start_next();
   }
   communicator_.wait_for_sends();
   return loss;
@@ -218,6 +249,8 @@ StepRecord Trainer::run_step(int step) {
   comm_ms_ += communicator_.take_wait_ms();
   ++steps_run_;
   accel::synchronize(runner_.device());
+  fwd_ms_ += fwd_timer_.take_ms();
+  bwd_ms_ += bwd_timer_.take_ms();
   return {step, loss, ms_since(start), grad_norm, state_.lr_at(step)};
 }
 

@@ -18,6 +18,7 @@
 #include "runtime/stage_runner.h"
 #include "runtime/state_sync.h"
 #include "runtime/training_data.h"
+#include "torch_side/accelerator.h"
 
 namespace rannc::runtime {
 
@@ -55,15 +56,23 @@ class Trainer {
     int stage, input;  // the stage input an output of this stage feeds
   };
 
+  // A piece of a tensor a pass receives.
+  struct Incoming {
+    std::size_t slot;   // the stage input (forward pass) or output (backward pass) it is part of
+    int peer_stage;     // the stage sending it
+    SampleRange range;  // where its samples sit in that tensor
+    Communicator::Receive receive;
+  };
+
   double run_passes();
-  std::vector<at::Tensor> gather_inputs(int microbatch);
+  std::vector<Incoming> start_receives(const plan::PassTask& task);
+  at::Tensor finish_receive(Incoming& piece, const plan::PassTask& task);
+  std::vector<at::Tensor> gather_inputs(const plan::PassTask& task, std::vector<Incoming>& incoming);
   void send_outputs(int microbatch, const std::vector<at::Tensor>& outputs);
-  std::vector<at::Tensor> gather_output_grads(int microbatch);
+  std::vector<at::Tensor> gather_output_grads(const plan::PassTask& task, std::vector<Incoming>& incoming);
   void send_input_grads(int microbatch, const std::vector<at::Tensor>& grads);
   int tag(int microbatch, int input, plan::Pass pass) const;
   plan::PassTask pass_of_tag(int tag) const;  // the pass and microbatch a tag was made for
-  at::Tensor receive_from(int peer_stage, int peer, const std::vector<std::int64_t>& shape, at::ScalarType dtype,
-                          int microbatch, int input, plan::Pass pass);
 
   const plan::Plan& plan_;
   const RankLayout& layout_;
@@ -82,6 +91,9 @@ class Trainer {
   std::vector<std::vector<std::vector<int>>> pass_position_;
   int tag_stride_ = 1;
   int steps_run_ = 0;
+  // The passes' time on the device, marked without waiting for it: on a GPU the host keeps
+  // queueing work while transfers overlap it.
+  accel::Timer fwd_timer_, bwd_timer_;
   double fwd_ms_ = 0, bwd_ms_ = 0, comm_ms_ = 0;
 };
 

@@ -4,6 +4,8 @@
 #include "torch_side/accelerator.h"
 
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "torch_side/torch_version.h"
 
@@ -91,29 +93,26 @@ std::int64_t peak_allocated_bytes(const c10::Device& device) {
 
 void reset_peak_memory(const c10::Device& device) { at::accelerator::resetPeakStats(index_of(device)); }
 
+// The begin and end events of each interval not yet taken.
 struct Timer::Events {
-  c10::Event begin{c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT};
-  c10::Event end{c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT};
-};
+  std::vector<std::pair<c10::Event, c10::Event>> intervals;
 
-Timer::Timer(const c10::Device& device) : device_(device) {
-  if (device.is_cuda()) events_ = std::make_unique<Events>();
-}
-
-void Timer::start() {
-  if (!events_) {
-    begin_ = std::chrono::steady_clock::now();
-    return;
+  void begin(const c10::Device& device) {
+    auto& interval = intervals.emplace_back(c10::Event(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT),
+                                            c10::Event(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT));
+    interval.first.record(at::accelerator::getCurrentStream(index_of(device)));
   }
-  events_->begin.record(at::accelerator::getCurrentStream(index_of(device_)));
-}
-
-double Timer::stop_ms() {
-  if (!events_) return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin_).count();
-  events_->end.record(at::accelerator::getCurrentStream(index_of(device_)));
-  events_->end.synchronize();
-  return events_->begin.elapsedTime(events_->end);
-}
+  void end(const c10::Device& device) { intervals.back().second.record(at::accelerator::getCurrentStream(index_of(device))); }
+  double take_ms() {
+    double ms = 0;
+    for (auto& [begin, end] : intervals) {
+      end.synchronize();
+      ms += begin.elapsedTime(end);
+    }
+    intervals.clear();
+    return ms;
+  }
+};
 
 #else  // the CPU-only build
 
@@ -127,15 +126,42 @@ std::int64_t allocated_bytes(const c10::Device&) { cpu_has_no("allocated bytes")
 std::int64_t peak_allocated_bytes(const c10::Device&) { cpu_has_no("peak allocated bytes"); }
 void reset_peak_memory(const c10::Device&) { cpu_has_no("peak memory"); }
 
-struct Timer::Events {};
-Timer::Timer(const c10::Device& device) : device_(device) {}
-void Timer::start() { begin_ = std::chrono::steady_clock::now(); }
-double Timer::stop_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin_).count();
-}
+// Never made: no device is a GPU in this build.
+struct Timer::Events {
+  void begin(const c10::Device&) {}
+  void end(const c10::Device&) {}
+  double take_ms() { return 0; }
+};
 
 #endif
 
+Timer::Timer(const c10::Device& device) : device_(device) {
+  if (device.is_cuda() && !built_with_cuda()) throw std::logic_error("accelerator: a GPU timer in a build without GPU support");
+  if (device.is_cuda()) events_ = std::make_unique<Events>();
+}
+
 Timer::~Timer() = default;
+
+void Timer::start() {
+  if (events_) events_->begin(device_);
+  else begin_ = std::chrono::steady_clock::now();
+}
+
+void Timer::stop() {
+  if (events_) events_->end(device_);
+  else total_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin_).count();
+}
+
+double Timer::take_ms() {
+  if (events_) total_ms_ += events_->take_ms();
+  double ms = total_ms_;
+  total_ms_ = 0;
+  return ms;
+}
+
+double Timer::stop_ms() {
+  stop();
+  return take_ms();
+}
 
 }  // namespace rannc::accel

@@ -35,8 +35,10 @@ std::int64_t allocated_bytes(const c10::Device& device);
 std::int64_t peak_allocated_bytes(const c10::Device& device);
 void reset_peak_memory(const c10::Device& device);
 
-// Milliseconds between start() and stop(): CUDA events on the device's current stream for a
-// GPU (stop() waits for the work in between), the steady clock for the CPU.
+// Time on a device, summed over intervals each marked by start() and stop(). On a GPU the marks
+// are CUDA events on the device's current stream, read only by take_ms(), so marking never
+// stalls the host (which keeps queueing work, and transfers keep overlapping it); on the CPU
+// it is the steady clock.
 class Timer {
  public:
   explicit Timer(const c10::Device& device);
@@ -44,13 +46,18 @@ class Timer {
   Timer(const Timer&) = delete;
   Timer& operator=(const Timer&) = delete;
   void start();
+  void stop();
+  // The milliseconds of the intervals marked since the last call (on a GPU, once their work is done).
+  double take_ms();
+  // One interval: stop() and take_ms().
   double stop_ms();
 
  private:
   struct Events;
   c10::Device device_;
-  std::unique_ptr<Events> events_;
+  std::unique_ptr<Events> events_;  // GPU only
   std::chrono::steady_clock::time_point begin_;
+  double total_ms_ = 0;
 };
 
 }  // namespace rannc::accel

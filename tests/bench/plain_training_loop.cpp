@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <iostream>
 
 #include "torch_side/torch_dtype.h"
@@ -37,7 +38,7 @@ int main(int argc, char** argv) {
   std::vector<at::Tensor> params;
   for (const auto& p : module.parameters()) params.push_back(p);
   torch::optim::SGD optimizer(params, torch::optim::SGDOptions(std::stod(argv[5])));
-  std::vector<rannc::runtime::NpyFile> inputs;
+  std::deque<rannc::runtime::NpyFile> inputs;  // a deque: an open file does not move
   for (int i = 6; i < argc; ++i) inputs.emplace_back(data + "/" + argv[i] + ".npy");
   rannc::runtime::NpyFile target(data + "/target.npy");
   for (int step = 0; step < steps; ++step) {

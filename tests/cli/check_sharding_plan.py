@@ -11,7 +11,8 @@ usage: check_sharding_plan.py RANNC SAMPLES_DIR SHAPE_ONLY_DIR OUT_DIR
 - MLPerf DLRM v2 on 16 devices (2 nodes): the 100-lookup table not table-wise on one rank; fp16
   all-to-all predicts a shorter step than fp32.
 - The 1000-table synthetic on 128 devices: max/mean under 1.1. The 12T synthetic on 128 x 80 GB
-  with 4 TiB hosts: tables in the host tier; with 1 TiB hosts: exit 1.
+  with 4 TiB hosts (from --host-mem or a cluster file's "host"): tables in the host tier; with 1 TiB
+  hosts, or with no host stated: exit 1.
 - --table-constraints: types, tier and pooling honoured; every malformed file refused.
 - The DLRM sample from TorchScript and from ONNX plans the same tables the same way; its dense
   stage reads each table's pooled lookups.
@@ -146,8 +147,19 @@ def check_large(p, shape_only):
         fail(f"12T: {len(hosted)} tables in the host tier, ranks over 80G: {over}")
     line = p.refuse(model, "12t-small", 1, ["of host memory behind device caches", "16 hosts 16.00 TiB"],
                     "--gpus", "128", "--mem", "80G", "--host-mem", "1T", "--batch", "65536")
-    # Without --host-mem the host tier is not assumed.
+    # Without --host-mem the host tier is not assumed, nor from a cluster file without a "host".
     p.refuse(model, "12t-no-host", 1, ["need at least", "of device memory"], "--gpus", "128", "--mem", "80G", "--batch", "65536")
+    cluster = {"nodes": 16, "gpus_per_node": 8, "device": "h100-80g", "mem": "80G"}
+    for name, host in (("12t-file-no-host", None), ("12t-file-host", {"mem": "4T"})):
+        path = os.path.join(p.out, name + ".json")
+        with open(path, "w") as f:
+            json.dump(dict(cluster, host=host) if host else cluster, f)
+        if host:
+            plan, _ = p.plan(model, name, "--cluster", path, "--batch", "65536")
+            if not any(t["tier"] == "host" for t in plan["sharding"]["tables"]):
+                fail("12T: a cluster file's host of 4 TiB put no table in the host tier")
+        else:
+            p.refuse(model, name, 1, ["need at least", "of device memory"], "--cluster", path, "--batch", "65536")
     print(f"1000 tables on 128: max/mean {balance:.3f}; 12T on 128 x 80G: {len(hosted)} tables in host memory; "
           f"with 1 TiB hosts: {line}")
 

@@ -1,6 +1,7 @@
 #include "cost_model/memory.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 
 #include "cost_model/op_work.h"
@@ -53,8 +54,8 @@ std::vector<ir::ValueId> saved_values(const ir::Graph& graph, const ir::Op& op) 
 }
 
 // While an op runs backward: the gradients of its outputs and of its activation inputs, and the
-// fresh gradient of each weight before it is added into .grad. A weight used by several ops
-// (tied embeddings) also has its first gradient waiting in autograd's buffer for the others.
+// fresh gradient of each weight before it is added into .grad. (A weight several ops of a stage
+// read is counted by the stage: StageFootprint::tied_grad_bytes.)
 struct OpWorkspace {
   double activation_grads = 0, weight_grads = 0;
 };
@@ -70,7 +71,7 @@ OpWorkspace op_workspace(const ir::Graph& graph, const ir::Op& op, const std::ve
       workspace.activation_grads += stored_bytes(value, precision);
     } else if (value.role == ir::ValueRole::kParam) {
       double weight_grad = static_cast<double>(value.type.bytes());
-      workspace.weight_grads += value.consumers.size() > 1 ? 2 * weight_grad : weight_grad;
+      workspace.weight_grads += weight_grad;
       // A convolution's backward also holds the kernel library's own copy of the weight (oneDNN
       // reorders it into its blocked layout; measured on the ResNet-50 stages).
       if (classify(graph, op) == OpClass::kConv) workspace.weight_grads += weight_grad;
@@ -173,7 +174,26 @@ StageFootprint whole_model_footprint(const ir::Graph& graph, const ActivationMem
     footprint.kept_bytes += activations.kept_bytes[i];
     footprint.workspace_bytes = std::max(footprint.workspace_bytes, activations.workspace_bytes[i]);
   }
+  std::vector<ir::OpId> ops;
+  for (const auto& op : graph.ops()) ops.push_back(op.id);
+  footprint.tied_grad_bytes = largest_tied_grad_bytes(graph, ops);
   return footprint;
+}
+
+double largest_tied_grad_bytes(const ir::Graph& graph, const std::vector<ir::OpId>& ops) {
+  std::map<ir::ValueId, int> reads;  // by how many of the ops
+  double largest = 0;
+  for (auto id : ops) {
+    auto inputs = graph.op(id).inputs;
+    std::sort(inputs.begin(), inputs.end());
+    inputs.erase(std::unique(inputs.begin(), inputs.end()), inputs.end());
+    for (auto input : inputs) {
+      const auto& value = graph.value(input);
+      if (value.role == ir::ValueRole::kParam && ++reads[input] == 2)
+        largest = std::max(largest, static_cast<double>(value.type.bytes()));
+    }
+  }
+  return largest;
 }
 
 int microbatches_in_flight(const StagePlacement& placement) {
@@ -194,12 +214,13 @@ plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_fligh
   memory.grads = footprint.param_elements * bytes.grads;
   memory.optimizer = footprint.param_elements * bytes.optimizer;
   double kept_microbatches = recompute ? 1.0 : in_flight;
-  memory.activations = in_flight * footprint.input_bytes + kept_microbatches * footprint.kept_bytes;
-  memory.workspace = std::max(footprint.workspace_bytes, optimizer_step_bytes(footprint, state, optimizer));
+  memory.activations = in_flight * footprint.input_bytes + kept_microbatches * footprint.kept_bytes +
+                       (recompute ? 0.0 : in_flight * footprint.held_output_bytes);
+  memory.workspace =
+      std::max(footprint.workspace_bytes + footprint.tied_grad_bytes, optimizer_step_bytes(footprint, state, optimizer));
   // Double-buffered sends and receives of one microbatch, and the next pass's receive, which
   // starts before this pass computes so that its transfer overlaps the computation.
-  memory.comm_buffers = 2 * (footprint.input_bytes + footprint.output_bytes) +
-                        std::max(footprint.input_bytes, footprint.output_bytes);
+  memory.comm_buffers = 2 * (footprint.input_bytes + footprint.output_bytes) + footprint.pass_receive_bytes;
   if (state.sharded()) {
     // The reduce-scatter's send and receive buckets, and this replica's shard of the sum.
     memory.comm_buffers += 2 * std::min(kBucketBytes, memory.grads) + memory.grads / state.replicas;

@@ -71,8 +71,21 @@ struct StageFootprint {
   double kept_bytes = 0;       // sum of ActivationMemory::kept_bytes over the stage's ops
   double input_bytes = 0;      // tensors the stage receives (model inputs or earlier stages' outputs)
   double output_bytes = 0;     // tensors the stage sends on
+  // Outputs sent to later stages: rannc-run holds each microbatch's until its backward (they
+  // are the roots autograd starts from), except under recomputation.
+  double held_output_bytes = 0;
+  // The most one pass receives from other stages: the inputs they compute, or the gradients of
+  // what it sends them. rannc-run starts that receive before the pass ahead of it computes.
+  double pass_receive_bytes = 0;
   double workspace_bytes = 0;  // max of ActivationMemory::workspace_bytes over the stage's ops
+  // The largest gradient of a weight that several ops of the stage read (tied embeddings): in
+  // backward the first waits in autograd's buffer for the others. A tie split over stages is two
+  // weights, each with one gradient.
+  double tied_grad_bytes = 0;
 };
+
+// The largest gradient of a weight that two or more of `ops` read.
+double largest_tied_grad_bytes(const ir::Graph& graph, const std::vector<ir::OpId>& ops);
 
 // The whole model as one stage at the evaluated batch.
 StageFootprint whole_model_footprint(const ir::Graph& graph, const ActivationMemory& activations, plan::Precision precision);

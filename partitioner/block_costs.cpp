@@ -56,12 +56,19 @@ void collect_weights(const ir::Graph& graph, const std::vector<std::vector<ir::O
   std::map<ir::ValueId, BlockCosts::Weight> weights;
   for (int block = 0; block < static_cast<int>(ops.size()); ++block) {
     for (auto op : ops[block]) {
-      for (auto input : graph.op(op).inputs) {
+      auto inputs = graph.op(op).inputs;  // each weight once per op
+      std::sort(inputs.begin(), inputs.end());
+      inputs.erase(std::unique(inputs.begin(), inputs.end()), inputs.end());
+      for (auto input : inputs) {
         const auto& value = graph.value(input);
         if (!value.is_tensor() || !value.is_weight()) continue;
         auto& weight = weights[input];
-        if (value.role == ir::ValueRole::kParam) weight.param_elements = static_cast<double>(value.type.numel());
-        else weight.buffer_bytes = static_cast<double>(value.type.bytes());
+        if (value.role == ir::ValueRole::kParam) {
+          weight.param_elements = static_cast<double>(value.type.numel());
+          weight.reads.push_back(block);
+        } else {
+          weight.buffer_bytes = static_cast<double>(value.type.bytes());
+        }
         add_block(weight.blocks, block);
       }
     }
@@ -130,7 +137,7 @@ BlockCosts block_costs(const ir::Graph& graph, const UnitGraph& units, const Blo
 RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
   std::size_t cells = static_cast<std::size_t>(count_) * static_cast<std::size_t>(count_ + 1);
   for (auto* table : {&param_elements_, &buffer_bytes_, &received_bytes_, &model_input_bytes_, &sent_bytes_,
-                      &batch_free_sent_})
+                      &final_output_bytes_, &batch_free_sent_})
     table->assign(cells, 0);
   // Each table first gets the amount added at the first block it applies to, then a running sum over end.
   auto cell = [&](std::vector<double>& table, int begin, int end) -> double& { return table[begin * (count_ + 1) + end]; };
@@ -160,6 +167,7 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
     for (int begin = 0; begin <= tensor.producer; ++begin) {
       cell(sent_bytes_, begin, tensor.producer + 1) += tensor.bytes;
       if (last + 1 <= count_) cell(sent_bytes_, begin, last + 1) -= tensor.bytes;
+      if (tensor.consumers.empty()) cell(final_output_bytes_, begin, tensor.producer + 1) += tensor.bytes;
     }
     // A batch-free model output that no later block reads (a loss) is not split: the runtime
     // weights each replica's value by its share of the batch.
@@ -177,8 +185,22 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
     for (int end = begin + 1; end <= count_; ++end)
       cell(largest_param_elements_, begin, end) = std::max(end - 1 > begin ? cell(largest_param_elements_, begin, end - 1) : 0.0,
                                                            largest_in_block[end - 1]);
+  // A weight is tied in [begin, end) from the end just past its second read at or after begin.
+  largest_tied_grad_bytes_.assign(cells, 0);
+  for (const auto& weight : blocks.weights) {
+    for (int begin = 0; begin < count_; ++begin) {
+      auto first = std::lower_bound(weight.reads.begin(), weight.reads.end(), begin);
+      if (first == weight.reads.end() || first + 1 == weight.reads.end()) break;
+      double& tied = cell(largest_tied_grad_bytes_, begin, *(first + 1) + 1);
+      tied = std::max(tied, weight.param_elements * cost::kGradientElementBytes);
+    }
+  }
+  for (int begin = 0; begin < count_; ++begin)
+    for (int end = begin + 1; end <= count_; ++end)
+      cell(largest_tied_grad_bytes_, begin, end) =
+          std::max(cell(largest_tied_grad_bytes_, begin, end), cell(largest_tied_grad_bytes_, begin, end - 1));
   for (auto* table : {&param_elements_, &buffer_bytes_, &received_bytes_, &model_input_bytes_, &sent_bytes_,
-                      &batch_free_sent_}) {
+                      &final_output_bytes_, &batch_free_sent_}) {
     for (int begin = 0; begin < count_; ++begin)
       for (int end = begin + 1; end <= count_; ++end) cell(*table, begin, end) += cell(*table, begin, end - 1);
   }

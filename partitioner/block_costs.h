@@ -24,6 +24,7 @@ struct BlockCosts {
     double param_elements = 0;  // trainable elements (0 for a buffer)
     double buffer_bytes = 0;    // bytes of a non-trainable tensor
     std::vector<int> blocks;    // ascending, without repeats
+    std::vector<int> reads;     // the block of each op that reads a trainable weight, ascending
   };
   std::vector<Weight> weights;
 
@@ -58,6 +59,8 @@ class RangeTable {
   double param_elements(int begin, int end) const { return at(param_elements_, begin, end); }
   // The most elements of one trainable weight the range holds.
   double largest_param_elements(int begin, int end) const { return at(largest_param_elements_, begin, end); }
+  // The largest gradient of a weight that two or more ops of the range read.
+  double largest_tied_grad_bytes(int begin, int end) const { return at(largest_tied_grad_bytes_, begin, end); }
   double buffer_bytes(int begin, int end) const { return at(buffer_bytes_, begin, end); }
   // Tensors received from earlier blocks (sent point-to-point between stages).
   double received_bytes(int begin, int end) const { return at(received_bytes_, begin, end); }
@@ -65,6 +68,8 @@ class RangeTable {
   double model_input_bytes(int begin, int end) const { return at(model_input_bytes_, begin, end); }
   // Tensors produced in the range and read after it, or model outputs.
   double sent_bytes(int begin, int end) const { return at(sent_bytes_, begin, end); }
+  // The model outputs among them that no later block reads: the loss takes them where they are.
+  double final_output_bytes(int begin, int end) const { return at(final_output_bytes_, begin, end); }
   double kept_bytes(int begin, int end) const { return kept_prefix_[end] - kept_prefix_[begin]; }
   // Whether the range sends a tensor without a batch dim to a later block: each replica would
   // hold a different partial value, so such a range runs on one replica per pipeline.
@@ -73,9 +78,9 @@ class RangeTable {
  private:
   double at(const std::vector<double>& table, int begin, int end) const { return table[begin * (count_ + 1) + end]; }
   int count_;
-  std::vector<double> largest_param_elements_;  // a running maximum over end, not a sum
+  std::vector<double> largest_param_elements_, largest_tied_grad_bytes_;  // running maxima over end, not sums
   std::vector<double> param_elements_, buffer_bytes_, received_bytes_, model_input_bytes_, sent_bytes_,
-      batch_free_sent_, kept_prefix_;
+      final_output_bytes_, batch_free_sent_, kept_prefix_;
 };
 
 }  // namespace rannc::partition

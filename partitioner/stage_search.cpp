@@ -123,10 +123,13 @@ cost::StageFootprint StageOptions::footprint(int begin, int end, int replicas) c
   cost::StageFootprint footprint;
   footprint.param_elements = ranges.param_elements(begin, end);
   footprint.largest_param_elements = ranges.largest_param_elements(begin, end);
+  footprint.tied_grad_bytes = ranges.largest_tied_grad_bytes(begin, end);
   footprint.buffer_bytes = ranges.buffer_bytes(begin, end);
   footprint.kept_bytes = ranges.kept_bytes(begin, end) * fraction;
   footprint.input_bytes = (ranges.received_bytes(begin, end) + ranges.model_input_bytes(begin, end)) * fraction;
   footprint.output_bytes = ranges.sent_bytes(begin, end) * fraction;
+  footprint.held_output_bytes = (ranges.sent_bytes(begin, end) - ranges.final_output_bytes(begin, end)) * fraction;
+  footprint.pass_receive_bytes = std::max(ranges.received_bytes(begin, end) * fraction, footprint.held_output_bytes);
   return footprint;
 }
 

@@ -51,6 +51,7 @@ cost::StageFootprint dense_footprint(const ir::Graph& graph, const std::vector<i
   }
   for (auto v : inputs) footprint.input_bytes += cost::stored_bytes(graph.value(v), costs.precision()) * fraction;
   for (auto v : graph.model_outputs()) footprint.output_bytes += cost::stored_bytes(graph.value(v), costs.precision()) * fraction;
+  footprint.tied_grad_bytes = cost::largest_tied_grad_bytes(graph, ops);
   return footprint;
 }
 

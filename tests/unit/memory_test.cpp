@@ -80,6 +80,8 @@ TEST_CASE("stage memory: state, in-flight activations, recomputation, buffers", 
   f.kept_bytes = 5000;
   f.input_bytes = 200;
   f.output_bytes = 300;
+  f.held_output_bytes = 250;
+  f.pass_receive_bytes = 250;
   f.workspace_bytes = 700;
   cost::StagePlacement p;
   p.stages = 4;
@@ -89,15 +91,15 @@ TEST_CASE("stage memory: state, in-flight activations, recomputation, buffers", 
   CHECK(m.weights == 4000 + 100);
   CHECK(m.grads == 4000);
   CHECK(m.optimizer == 8000);
-  CHECK(m.activations == 3 * (200 + 5000));
+  CHECK(m.activations == 3 * (200 + 5000 + 250));  // inputs, saved tensors and outputs held for backward
   CHECK(m.workspace == 700);
-  CHECK(m.comm_buffers == 2 * (200 + 300) + 300);  // and the next pass's receive, started early
+  CHECK(m.comm_buffers == 2 * (200 + 300) + 250);  // and the next pass's receive, started early
   p.recompute = true;
   auto recomputed = cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32);
-  CHECK(recomputed.activations == 3 * 200 + 5000);
+  CHECK(recomputed.activations == 3 * 200 + 5000);  // outputs are not held: backward recomputes them
   p.state.replicas = 2;
   auto replicated = cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32);
-  CHECK(replicated.comm_buffers == 2 * (200 + 300) + 300 + 4000);  // the flat copy the allreduce sums
+  CHECK(replicated.comm_buffers == 2 * (200 + 300) + 250 + 4000);  // the flat copy the allreduce sums
 }
 
 TEST_CASE("sharded state: each of R replicas keeps 1/R of the optimizer state and master weights", "[memory]") {
@@ -139,4 +141,30 @@ TEST_CASE("Adam's step needs two temporaries of the largest weight, SGD steps in
   CHECK(cost::stage_memory(f, p, plan::Optimizer::kSgd, plan::Precision::kFp32).workspace == 100);
   f.workspace_bytes = 10000;  // the backward's workspace is the larger: the step comes after it
   CHECK(cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32).workspace == 10000);
+}
+
+TEST_CASE("a weight several ops of a stage read waits with one gradient while the next is made", "[memory]") {
+  // A tied embedding: the lookup and the output projection read one table (8 x 4 floats).
+  Graph g;
+  auto tokens = add_tensor(g, "tokens", {2, 3}, ValueRole::kModelInput, DType::kInt64);
+  auto table = add_tensor(g, "table", {8, 4}, ValueRole::kParam);
+  auto small = add_tensor(g, "small", {4, 4}, ValueRole::kParam);
+  auto h = add_tensor(g, "h", {2, 3, 4});
+  auto h2 = add_tensor(g, "h2", {2, 3, 4});
+  auto logits = add_tensor(g, "logits", {2, 3, 8});
+  auto none = add_literal(g, "none", {}, ValueKind::kNone);
+  auto lookup = g.add_op("aten::embedding", {table, tokens}, {h});
+  auto mix = g.add_op("aten::linear", {h, small, none}, {h2});
+  auto project = g.add_op("aten::linear", {h2, table, none}, {logits});
+  g.add_model_output(logits);
+  CHECK(cost::largest_tied_grad_bytes(g, {lookup, mix, project}) == 8 * 4 * 4);
+  // Split over two stages, each holds its own copy with one gradient.
+  CHECK(cost::largest_tied_grad_bytes(g, {lookup, mix}) == 0);
+  CHECK(cost::largest_tied_grad_bytes(g, {project}) == 0);
+
+  cost::StageFootprint f;
+  f.workspace_bytes = 1000;
+  f.tied_grad_bytes = 128;
+  cost::StagePlacement p;
+  CHECK(cost::stage_memory(f, p, plan::Optimizer::kSgd, plan::Precision::kFp32).workspace == 1000 + 128);
 }

@@ -36,7 +36,7 @@ BlockCosts random_blocks(std::mt19937& rng, int count, const std::vector<int>& s
   }
   blocks.tensors.push_back({1e7, -1, {0}, false});
   blocks.tensors.push_back({1e6, count - 1, {}, true});
-  if (count > 2 && unit(rng) < 0.5) blocks.weights.push_back({1e8 * unit(rng), 0, {0, count - 1}});  // tied
+  if (count > 2 && unit(rng) < 0.5) blocks.weights.push_back({1e8 * unit(rng), 0, {0, count - 1}, {0, count - 1}});  // tied
   return blocks;
 }
 
@@ -192,6 +192,54 @@ TEST_CASE("a stage that sends a value without a batch dim keeps one replica", "[
   REQUIRE(best);
   for (const auto& stage : best->stages)
     if (stage.begin == 0 && stage.end <= 2) CHECK(stage.replicas == 1);
+}
+
+TEST_CASE("ranges tell what they receive and send from the model outputs the loss takes in place", "[stage_search]") {
+  std::mt19937 rng(11);
+  BlockCosts blocks = random_blocks(rng, 4, {1, 2, 4, 8});
+  blocks.tensors.clear();
+  blocks.tensors.push_back({100, 0, {1, 3}});                  // block 0 to blocks 1 and 3
+  blocks.tensors.push_back({20, 1, {}, /*model_output=*/true});  // the logits: read by the loss only
+  blocks.tensors.push_back({7, 2, {3}, /*model_output=*/true});  // an output a later block reads too
+  RangeTable ranges(blocks);
+  CHECK(ranges.sent_bytes(0, 1) == 100);
+  CHECK(ranges.final_output_bytes(0, 1) == 0);
+  CHECK(ranges.sent_bytes(0, 2) == 100 + 20);
+  CHECK(ranges.final_output_bytes(0, 2) == 20);
+  CHECK(ranges.received_bytes(1, 3) == 100);
+  CHECK(ranges.sent_bytes(1, 3) == 20 + 7);
+  CHECK(ranges.final_output_bytes(1, 3) == 20);  // the output block 3 reads is sent
+  CHECK(ranges.final_output_bytes(3, 4) == 0);
+  // Send and receive buffers, twice each, and the next pass's receive, which starts early: the
+  // larger of the inputs from earlier stages and the gradients of what goes to later ones,
+  // never of the outputs the loss takes in place.
+  cost::Cluster cluster = small_cluster(4, 1e12);
+  SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kSgd, plan::Precision::kFp32, {}};
+  SearchConfig config;
+  config.pipeline_devices = 4;
+  config.microbatches = 2;
+  config.microbatch_size = 8;  // the evaluated batch: bytes as stored
+  StageOptions options(context, config);
+  auto comm_buffers = [&](int begin, int end) { return options.memory(*options.evaluate(begin, end, 1, false), 1).comm_buffers; };
+  CHECK(comm_buffers(0, 1) == 2 * 100 + 100);
+  CHECK(comm_buffers(1, 2) == 2 * (100 + 20) + 100);      // the logits' gradient comes from the loss
+  CHECK(comm_buffers(2, 4) == 2 * (100 + 7) + 100);
+  CHECK(comm_buffers(0, 2) == 2 * (100 + 20) + 100);      // the gradient of what block 3 reads comes back
+  CHECK(comm_buffers(3, 4) == 2 * (100 + 7) + 107);      // both its inputs come from earlier stages
+}
+
+TEST_CASE("a range counts a tied weight's waiting gradient only when it holds two of its reads", "[stage_search]") {
+  std::mt19937 rng(5);
+  BlockCosts blocks = random_blocks(rng, 4, {1, 2, 4});
+  blocks.weights.push_back({100, 0, {0, 2}, {0, 2}});     // read in blocks 0 and 2 (tied embedding)
+  blocks.weights.push_back({10, 0, {3}, {3, 3}});         // read by two ops of block 3
+  RangeTable ranges(blocks);
+  CHECK(ranges.largest_tied_grad_bytes(0, 2) == 0);
+  CHECK(ranges.largest_tied_grad_bytes(0, 3) == 400);
+  CHECK(ranges.largest_tied_grad_bytes(1, 3) == 0);
+  CHECK(ranges.largest_tied_grad_bytes(1, 4) == 40);
+  CHECK(ranges.largest_tied_grad_bytes(0, 4) == 400);
+  CHECK(ranges.largest_tied_grad_bytes(3, 4) == 40);
 }
 
 namespace {

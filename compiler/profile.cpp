@@ -62,7 +62,20 @@ std::map<std::string, std::vector<ir::OpId>> ops_by_signature(const ir::Graph& g
   return groups;
 }
 
-// Times the signatures the DB lacks and adds them, with their analytic work for calibration.
+// A timed signature into the DB, with its analytic work for calibration.
+void add_measurement(cost::DeviceProfile& device, const std::string& signature, cost::OpMeasurement m,
+                     const std::string& kind, const cost::OpWork& work, ProfileReport& report) {
+  m.kind = kind;
+  m.op_class = std::string(cost::op_class_name(work.op_class));
+  m.flops_fwd = work.flops_fwd;
+  m.bytes_fwd = work.bytes_fwd;
+  m.flops_bwd = work.flops_bwd;
+  m.bytes_bwd = work.bytes_bwd;
+  device.ops[signature] = m;
+  ++report.timed;
+}
+
+// Times the signatures the DB lacks and adds them.
 void measure_missing(const Model& model, const std::map<std::string, std::vector<ir::OpId>>& groups,
                      const std::vector<bool>& requires_grad, const ProfileOptions& options, cost::DeviceProfile& device,
                      ProfileReport& report) {
@@ -83,18 +96,22 @@ void measure_missing(const Model& model, const std::map<std::string, std::vector
       unprofiled.insert(op.kind);
       continue;
     }
-    cost::OpMeasurement m = *results[i];
-    auto work = cost::op_work(model.graph, op, requires_grad);
-    m.kind = op.kind;
-    m.op_class = std::string(cost::op_class_name(work.op_class));
-    m.flops_fwd = work.flops_fwd;
-    m.bytes_fwd = work.bytes_fwd;
-    m.flops_bwd = work.flops_bwd;
-    m.bytes_bwd = work.bytes_bwd;
-    device.ops[missing[i]] = m;
-    ++report.timed;
+    add_measurement(device, missing[i], *results[i], op.kind, cost::op_work(model.graph, op, requires_grad), report);
   }
   report.unprofiled_kinds.assign(unprofiled.begin(), unprofiled.end());
+}
+
+// rannc-run's training loss, measured like an op when the DB lacks it: its signature, or "".
+std::string measure_loss(const Model& model, const std::vector<bool>& requires_grad, const ProfileOptions& options,
+                         cost::DeviceProfile& device, ProfileReport& report) {
+  ir::ValueId input = cost::loss_input(model.graph, requires_grad);
+  if (input == ir::kNoId) return "";
+  const ir::Value& value = model.graph.value(input);
+  std::string signature = cost::loss_signature(value);
+  if (device.ops.count(signature)) return signature;
+  add_measurement(device, signature, torch_plugin().profile_loss(value.type.shape, options.reps), "rannc::training_loss",
+                  cost::loss_work(value), report);
+  return signature;
 }
 
 cost::ModelProfile profile_loaded_model(const Model& model, const ProfileOptions& options, cost::ProfileDb& db,
@@ -114,6 +131,7 @@ cost::ModelProfile profile_loaded_model(const Model& model, const ProfileOptions
   auto requires_grad = ir::values_requiring_grad(model.graph);
   auto groups = ops_by_signature(model.graph, requires_grad);
   measure_missing(model, groups, requires_grad, options, device, report);
+  std::string loss = measure_loss(model, requires_grad, options, device, report);
 
   // The preset the device's measurements calibrate (cost::preset_for_device).
   const cost::DeviceSpec* preset = cost::find_device_preset(cost::preset_for_device(device_name));
@@ -125,11 +143,13 @@ cost::ModelProfile profile_loaded_model(const Model& model, const ProfileOptions
     profile.ops += static_cast<int>(ops.size());
     if (device.ops.count(signature)) profile.signatures[signature] = static_cast<int>(ops.size());
   }
+
   profile.fwd_ms = estimate.fwd_ms;
   profile.bwd_ms = estimate.bwd_ms;
   profile.peak_bytes = estimate.memory.total();
   profile.unprofiled_kinds = report.unprofiled_kinds;
   profile.unprofiled_signatures = static_cast<int>(groups.size() - profile.signatures.size());
+  if (!loss.empty()) profile.signatures[loss] = 1;  // so that a second run finds it measured
   return profile;
 }
 

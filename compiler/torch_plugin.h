@@ -46,8 +46,12 @@ class TorchPlugin {
                                                                       const std::vector<bool>& requires_grad, int reps,
                                                                       const Progress& progress) = 0;
 
-  // One training step of the whole model in libtorch (forward, then backward of the sum of
-  // its floating outputs): the median time of `reps` steps after a warm-up, and the peak
+  // rannc-run's training loss (cost/op_work.h's loss_work) of an output of `shape`, timed and
+  // measured like an op.
+  virtual cost::OpMeasurement profile_loss(const std::vector<std::int64_t>& shape, int reps) = 0;
+
+  // One training step of the whole model in libtorch (forward, then backward of rannc-run's
+  // loss of its first output): the median time of `reps` steps after a warm-up, and the peak
   // memory: weights, buffers and gradients plus the most allocated during a step.
   struct StepMeasurement {
     double step_ms = 0;

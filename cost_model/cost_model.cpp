@@ -53,6 +53,23 @@ CostModel::CostModel(const ir::Graph& graph, const DeviceSpec& device, plan::Pre
     }
     ops_.push_back(per_op);
   }
+  cost_loss(graph, same_device);
+}
+
+void CostModel::cost_loss(const ir::Graph& graph, const DeviceProfile* same_device) {
+  ir::ValueId input = loss_input(graph, requires_grad_);
+  if (input == ir::kNoId) return;
+  const ir::Value& value = graph.value(input);
+  loss_producer_ = value.producer;
+  loss_.work = loss_work(value);
+  loss_.batch_dependent = value.batch_dependent;
+  if (!same_device) return;
+  auto it = same_device->ops.find(loss_signature(value));
+  if (it != same_device->ops.end()) loss_.measured = &it->second;
+}
+
+OpCost CostModel::loss_cost(double batch_fraction) const {
+  return loss_producer_ == ir::kNoId ? OpCost{} : per_op_cost(loss_, batch_fraction);
 }
 
 PassTimes CostModel::scaled_roofline(const PerOp& op, double batch_fraction) const {
@@ -68,7 +85,10 @@ PassTimes CostModel::scaled_roofline(const PerOp& op, double batch_fraction) con
 }
 
 OpCost CostModel::op_cost(ir::OpId id, double batch_fraction) const {
-  const PerOp& op = ops_.at(static_cast<std::size_t>(id));
+  return per_op_cost(ops_.at(static_cast<std::size_t>(id)), batch_fraction);
+}
+
+OpCost CostModel::per_op_cost(const PerOp& op, double batch_fraction) const {
   PassTimes roofline = scaled_roofline(op, batch_fraction);
   if (!op.measured) return {roofline.fwd * 1e3, roofline.bwd * 1e3, CostSource::kRoofline};
   if (batch_fraction == 1.0) return {op.measured->fwd_ms, op.measured->bwd_ms, CostSource::kMeasured};

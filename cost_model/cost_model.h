@@ -33,6 +33,11 @@ class CostModel {
   // evaluated at (microbatches are fractions of the batch): batch-dependent work scales, weight
   // reads do not.
   OpCost op_cost(ir::OpId op, double batch_fraction = 1.0) const;
+  // rannc-run's training loss (op_work.h's loss_input) is no op of the graph: the partitioner
+  // adds its times to the op that computes the output it is taken of (ir::kNoId: no such loss).
+  // Measured when the profile DB holds its signature, like an op.
+  ir::OpId loss_producer() const { return loss_producer_; }
+  OpCost loss_cost(double batch_fraction = 1.0) const;
 
   const OpWork& work(ir::OpId op) const { return ops_[static_cast<std::size_t>(op)].work; }
   const std::vector<bool>& requires_grad() const { return requires_grad_; }
@@ -51,6 +56,8 @@ class CostModel {
   };
 
   PassTimes scaled_roofline(const PerOp& op, double batch_fraction) const;
+  OpCost per_op_cost(const PerOp& op, double batch_fraction) const;
+  void cost_loss(const ir::Graph& graph, const DeviceProfile* same_device);
 
   DeviceSpec device_;
   plan::Precision precision_;
@@ -58,6 +65,8 @@ class CostModel {
   std::string calibration_;
   std::vector<bool> requires_grad_;
   std::vector<PerOp> ops_;
+  ir::OpId loss_producer_ = ir::kNoId;
+  PerOp loss_;
 };
 
 }  // namespace rannc::cost

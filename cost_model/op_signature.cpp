@@ -58,4 +58,12 @@ std::string op_signature(const ir::Graph& graph, const ir::Op& op, const std::ve
   return out.str();
 }
 
+std::string loss_signature(const ir::Value& input) {
+  std::ostringstream out;
+  out << "rannc::training_loss(";
+  write_value(out, input, true);
+  out << ')';
+  return out.str();
+}
+
 }  // namespace rannc::cost

@@ -14,5 +14,7 @@ namespace rannc::cost {
 // '*' when they require grad (it decides which gradients backward computes); scalars and lists
 // by value; ONNX attributes after the inputs in braces, sorted by name.
 std::string op_signature(const ir::Graph& graph, const ir::Op& op, const std::vector<bool>& requires_grad);
+// The signature of rannc-run's training loss of `input` (op_work.h's loss_work), measured like an op.
+std::string loss_signature(const ir::Value& input);
 
 }  // namespace rannc::cost

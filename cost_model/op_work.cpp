@@ -425,6 +425,20 @@ OpWork op_work(const ir::Graph& graph, const ir::Op& op, const std::vector<bool>
   return work;
 }
 
+ir::ValueId loss_input(const ir::Graph& graph, const std::vector<bool>& requires_grad) {
+  if (graph.model_outputs().empty()) return ir::kNoId;
+  const ir::Value& output = graph.value(graph.model_outputs().front());
+  bool takes_loss = output.producer != ir::kNoId && !output.type.shape.empty() && output.type.numel() > 0 &&
+                    ir::is_floating_point(output.type.dtype) && requires_grad[static_cast<std::size_t>(output.id)];
+  return takes_loss ? output.id : ir::kNoId;
+}
+
+OpWork loss_work(const ir::Value& input) {
+  const double elements = static_cast<double>(input.type.numel());
+  const double bytes = elements * 4;
+  return {OpClass::kSoftmax, 5 * elements, 2 * bytes, 5 * elements, 4 * bytes};
+}
+
 std::vector<std::string> uncosted_kinds(const ir::Graph& graph) {
   std::set<std::string> kinds;
   for (const auto& op : graph.ops()) {

@@ -53,6 +53,16 @@ std::vector<std::string> uncosted_kinds(const ir::Graph& graph);
 // gradient and write the input gradients.
 OpWork op_work(const ir::Graph& graph, const ir::Op& op, const std::vector<bool>& requires_grad);
 
+// The training loss rannc-run adds after the model (runtime/loss.cpp), which is no op of the
+// graph: a cross entropy over the last dim of the model's first output (an MSE for a vector).
+// loss_input is that output, or ir::kNoId when rannc-run computes no loss of its own (the output
+// is a scalar loss already, needs no gradient, or its shape is unknown).
+ir::ValueId loss_input(const ir::Graph& graph, const std::vector<bool>& requires_grad);
+// In fp32, as rannc-run computes it: log-softmax reads the logits and writes the
+// log-probabilities; backward writes the loss's gradient (zero but at the targets), then reads
+// it with the log-probabilities and writes the logits' gradient.
+OpWork loss_work(const ir::Value& input);
+
 // An op whose outputs alias its first input's storage (view, transpose, slice, ...): it moves
 // no bytes forward, and what it outputs is kept alive by whoever keeps its input.
 bool is_view(const ir::Op& op);

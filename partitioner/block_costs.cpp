@@ -40,8 +40,9 @@ void cost_ops(const std::vector<std::vector<ir::OpId>>& ops, const cost::CostMod
       for (std::size_t i = 0; i < sizes; ++i) {
         double fraction = result.samples[i] / result.evaluated_batch;
         cost::OpCost cost = costs.op_cost(op, fraction);
-        fwd[i] += cost.fwd_ms;
-        bwd[i] += cost.bwd_ms;
+        cost::OpCost loss = op == costs.loss_producer() ? costs.loss_cost(fraction) : cost::OpCost{};
+        fwd[i] += cost.fwd_ms + loss.fwd_ms;
+        bwd[i] += cost.bwd_ms + loss.bwd_ms;
         workspace[i] = std::max(workspace[i], fixed + fraction * scaled);
       }
     }

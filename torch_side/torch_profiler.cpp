@@ -9,6 +9,9 @@
 // comes from a counting CPU allocator installed for the profile run: it must hand out DataPtrs
 // whose data equals their context, or oneDNN convolutions assert (TOOLCHAIN.md, section 5).
 #include <ATen/Parallel.h>
+#include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/mse_loss.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -299,18 +302,20 @@ class GpuTiming {
   accel::Timer events_;
 };
 
-cost::OpMeasurement measure(const SingleOp& op, int reps, const c10::Device& device, GpuTiming& timer) {
+// The forward and backward passes of `run` on what `prepare` gives it (untimed), the median of
+// `reps` after a warm-up, with the memory each pass allocates.
+template <typename Prepare, typename Run>
+cost::OpMeasurement measure_passes(int reps, const c10::Device& device, GpuTiming& timer, Prepare prepare, Run run) {
   MemoryMeter allocator(device);
   cost::OpMeasurement m;
   std::vector<double> fwd_times, bwd_times;
   auto warm_start = Clock::now();
   for (int rep = -1; rep < reps; ++rep) {  // rep -1 is the warm-up
-    op.clear_activation_grads();
-    torch::jit::Stack inputs = op.fresh_inputs();
+    torch::jit::Stack inputs = prepare();
     std::int64_t base = allocator.current();
     allocator.reset_peak();
     timer.start();
-    torch::jit::Stack outputs = op.run(std::move(inputs));
+    torch::jit::Stack outputs = run(std::move(inputs));
     double fwd = timer.stop_ms();
     m.fwd_peak_bytes = allocator.peak() - base;
     m.retained_bytes = allocator.current() - base;
@@ -335,6 +340,16 @@ cost::OpMeasurement measure(const SingleOp& op, int reps, const c10::Device& dev
   m.bwd_ms = median(bwd_times);
   m.reps = reps;
   return m;
+}
+
+cost::OpMeasurement measure(const SingleOp& op, int reps, const c10::Device& device, GpuTiming& timer) {
+  return measure_passes(
+      reps, device, timer,
+      [&] {
+        op.clear_activation_grads();
+        return op.fresh_inputs();
+      },
+      [&](torch::jit::Stack inputs) { return op.run(std::move(inputs)); });
 }
 
 const TorchScriptSource& torchscript_source(const Model& model) {
@@ -438,6 +453,33 @@ cost::DeviceProfile measure_cpu() {
 
 namespace {
 
+// The loss a training step takes, as rannc-run's: of the first output, itself when it is a
+// scalar, else a cross entropy over its last dim (targets of class 0; an MSE to zero for a
+// vector), in fp32. A plain sum would keep nothing for backward and hand back a broadcast
+// gradient: less time and memory than training takes (the cost model adds the loss's).
+at::Tensor training_loss(const std::vector<at::Tensor>& outputs) {
+  if (outputs.empty() || !outputs.front().requires_grad()) return {};
+  const at::Tensor output = outputs.front().to(at::kFloat);
+  if (output.dim() == 0) return output;
+  if (output.dim() == 1) return at::mse_loss(output, at::zeros_like(output));
+  auto logits = output.reshape({-1, output.size(-1)});
+  return at::cross_entropy_loss(logits, at::zeros({logits.size(0)}, logits.options().dtype(at::kLong)));
+}
+
+cost::OpMeasurement measure_loss(const std::vector<std::int64_t>& shape, int reps) {
+  const c10::Device device = profile_device();
+  MemoryMeter meter(device);
+  GpuTiming timer(device);
+  at::Tensor output = at::randn(shape, at::TensorOptions().device(device)).requires_grad_(true);
+  return measure_passes(
+      reps, device, timer,
+      [&] {
+        output.mutable_grad().reset();  // an activation's: fresh each step
+        return torch::jit::Stack{output};
+      },
+      [&](torch::jit::Stack) { return torch::jit::Stack{training_loss({output})}; });
+}
+
 TorchPlugin::StepMeasurement measure_step(const Model& model, int reps) {
   const auto& source = torchscript_source(model);
   const c10::Device device = profile_device();
@@ -455,10 +497,7 @@ TorchPlugin::StepMeasurement measure_step(const Model& model, int reps) {
   auto step = [&] {
     std::vector<at::Tensor> outputs;
     collect_tensors(module.forward(inputs), outputs);
-    at::Tensor loss;
-    for (const auto& t : outputs) {
-      if (t.requires_grad()) loss = loss.defined() ? loss + t.sum() : t.sum();
-    }
+    at::Tensor loss = training_loss(outputs);
     if (loss.defined()) loss.backward();
   };
   step();  // warm-up: the executor specialises the graph, gradients get allocated
@@ -509,6 +548,14 @@ std::vector<std::optional<cost::OpMeasurement>> profile_torchscript_ops(const Mo
     if (progress) progress(i + 1, ops.size());
   }
   return results;
+}
+
+cost::OpMeasurement profile_training_loss(const std::vector<std::int64_t>& shape, int reps) {
+  try {
+    return measure_loss(shape, reps);
+  } catch (const c10::Error& e) {
+    throw InputError("timing the training loss: " + torch_message(e));
+  }
 }
 
 TorchPlugin::StepMeasurement measure_torchscript_step(const Model& model, int reps) {

@@ -51,6 +51,21 @@ cost::DeviceSpec test_device() {
 
 std::string temp_path(const char* name) { return "/tmp/rannc_test_" + std::to_string(::getpid()) + "_" + name; }
 
+// A DB whose device "test" has test_device()'s peaks and one measured signature.
+cost::ProfileDb db_with(const std::string& signature, const std::string& op_class, double fwd_ms, double bwd_ms) {
+  cost::ProfileDb db;
+  auto& profile = db.device_for_update("test");
+  profile.peak_fp32_flops = test_device().peak_fp32_flops;
+  profile.mem_bandwidth = test_device().mem_bandwidth;
+  cost::OpMeasurement measured;
+  measured.op_class = op_class;
+  measured.fwd_ms = fwd_ms;
+  measured.bwd_ms = bwd_ms;
+  measured.reps = 1;
+  profile.ops[signature] = measured;
+  return db;
+}
+
 }  // namespace
 
 TEST_CASE("op signatures name kind, dtypes, shapes, grad flags and literal arguments", "[cost]") {
@@ -157,16 +172,7 @@ TEST_CASE("calibration recovers the efficiencies behind measured times", "[cost]
 TEST_CASE("cost model: measured times for the profiled device, scaled by the roofline for microbatches", "[cost]") {
   SmallModel m;
   auto device = test_device();
-  cost::ProfileDb db;
-  auto& profile = db.device_for_update("test");
-  profile.peak_fp32_flops = device.peak_fp32_flops;
-  profile.mem_bandwidth = device.mem_bandwidth;
-  cost::OpMeasurement measured;
-  measured.op_class = "matmul";
-  measured.fwd_ms = 3.0;
-  measured.bwd_ms = 5.0;
-  measured.reps = 1;
-  profile.ops[cost::op_signature(m.g, m.g.op(m.linear), values_requiring_grad(m.g))] = measured;
+  auto db = db_with(cost::op_signature(m.g, m.g.op(m.linear), values_requiring_grad(m.g)), "matmul", 3.0, 5.0);
 
   cost::CostModel with_db(m.g, device, plan::Precision::kFp32, &db);
   CHECK(with_db.calibration() == "measured");
@@ -205,4 +211,39 @@ TEST_CASE("a GPU profiled under libtorch's name calibrates its preset", "[cost]"
   CHECK(db.device_for_preset("h100-80g")->peak_fp32_flops == 5e13);
   CHECK(db.device_for_preset("cpu")->peak_fp32_flops == 1e11);
   CHECK(db.device_for_preset("a100-80g") == nullptr);
+}
+
+TEST_CASE("rannc-run's training loss is costed after the op that computes the model's first output", "[cost]") {
+  SmallModel m;
+  const auto requires_grad = values_requiring_grad(m.g);
+  const ir::ValueId y = m.g.model_outputs().front();
+  CHECK(cost::loss_input(m.g, requires_grad) == y);
+  CHECK(cost::loss_signature(m.g.value(y)) == "rannc::training_loss(float32[8,32]*)");
+  auto work = cost::loss_work(m.g.value(y));
+  CHECK(work.bytes_fwd == 2 * 8 * 32 * 4);  // reads the logits, writes the log-probabilities
+  CHECK(work.bytes_bwd == 4 * 8 * 32 * 4);
+
+  auto device = test_device();
+  cost::CostModel analytic(m.g, device, plan::Precision::kFp32, nullptr);
+  CHECK(analytic.loss_producer() == m.relu);
+  auto roofline = analytic.loss_cost();
+  CHECK(roofline.source == cost::CostSource::kRoofline);
+  CHECK(roofline.fwd_ms > 0);
+  CHECK(analytic.loss_cost(0.5).bwd_ms < roofline.bwd_ms);
+
+  auto db = db_with(cost::loss_signature(m.g.value(y)), "softmax", 2.0, 4.0);
+  cost::CostModel with_db(m.g, device, plan::Precision::kFp32, &db);
+  CHECK(with_db.loss_cost().fwd_ms == 2.0);
+  CHECK(with_db.loss_cost().bwd_ms == 4.0);
+  CHECK(with_db.loss_cost().source == cost::CostSource::kMeasured);
+
+  // A scalar output is the loss already: rannc-run adds none.
+  Graph scalar;
+  auto x = add_tensor(scalar, "x", {8, 4}, ValueRole::kModelInput);
+  auto w = add_tensor(scalar, "w", {4}, ValueRole::kParam);
+  auto s = add_tensor(scalar, "s", {});
+  scalar.add_op("aten::matmul", {x, w}, {s});
+  scalar.add_model_output(s);
+  CHECK(cost::loss_input(scalar, values_requiring_grad(scalar)) == kNoId);
+  CHECK(cost::CostModel(scalar, device, plan::Precision::kFp32, nullptr).loss_cost().fwd_ms == 0);
 }

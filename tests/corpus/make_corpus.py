@@ -461,9 +461,14 @@ MODELS = {
                                      "4": ["--input", "x:64x16", "--batch", "64", "--microbatches", "2"]},
                        "notes": "the scripted function is one opaque op of its stage"}),
     "scripted_function": ("jit.script function without control flow", _scripted_no_control_flow, "pt",
-                          {"loss": "cross_entropy", "train": True}),
+                          {"loss": "cross_entropy", "train": True,
+                           # At 2-sample microbatches no stage gains from a second replica.
+                           "plan_args": {"2": ["--input", "x:16x16", "--batch", "16", "--microbatches", "2"]}}),
+    # The first convolution's bias gradient is a sum over 2 x 16 x 16 positions whose terms cancel
+    # to about 1e-3 of their size: with stage 1 on 2 replicas the sum runs in another order and
+    # moves by 2e-7, 1.3e-4 of the result (outputs agree to 1.4e-7).
     "onnx_cnn_dynamic": ("ONNX CNN dynamic batch", _onnx_cnn, "onnx",
-                         {"loss": "cross_entropy", "train": False, "onnx_dynamic": True}),
+                         {"loss": "cross_entropy", "train": False, "onnx_dynamic": True, "tolerance": 1e-3}),
     "onnx_cnn_fixed": ("ONNX CNN fixed batch", _onnx_cnn, "onnx",
                        {"loss": "cross_entropy", "train": False, "onnx_dynamic": False,
                         "plan_args": {"2": ["--input", "x:4x3x16x16", "--batch", "8", "--microbatches", "2"],

@@ -109,8 +109,13 @@ std::string measure_loss(const Model& model, const std::vector<bool>& requires_g
   const ir::Value& value = model.graph.value(input);
   std::string signature = cost::loss_signature(value);
   if (device.ops.count(signature)) return signature;
-  add_measurement(device, signature, torch_plugin().profile_loss(value.type.shape, options.reps), "rannc::training_loss",
-                  cost::loss_work(value), report);
+  const std::string kind = "rannc::training_loss";
+  auto measured = torch_plugin().profile_loss(value.type.shape, options.reps);
+  if (!measured) {
+    report.unprofiled_kinds.push_back(kind);
+    return "";
+  }
+  add_measurement(device, signature, *measured, kind, cost::loss_work(value), report);
   return signature;
 }
 

@@ -47,8 +47,8 @@ class TorchPlugin {
                                                                       const Progress& progress) = 0;
 
   // rannc-run's training loss (cost/op_work.h's loss_work) of an output of `shape`, timed and
-  // measured like an op.
-  virtual cost::OpMeasurement profile_loss(const std::vector<std::int64_t>& shape, int reps) = 0;
+  // measured like an op; nullopt when it cannot run (then the roofline costs it).
+  virtual std::optional<cost::OpMeasurement> profile_loss(const std::vector<std::int64_t>& shape, int reps) = 0;
 
   // One training step of the whole model in libtorch (forward, then backward of rannc-run's
   // loss of its first output): the median time of `reps` steps after a warm-up, and the peak

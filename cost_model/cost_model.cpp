@@ -85,7 +85,13 @@ PassTimes CostModel::scaled_roofline(const PerOp& op, double batch_fraction) con
 }
 
 OpCost CostModel::op_cost(ir::OpId id, double batch_fraction) const {
-  return per_op_cost(ops_.at(static_cast<std::size_t>(id)), batch_fraction);
+  OpCost cost = per_op_cost(ops_.at(static_cast<std::size_t>(id)), batch_fraction);
+  if (id == loss_producer_) {
+    OpCost loss = loss_cost(batch_fraction);
+    cost.fwd_ms += loss.fwd_ms;
+    cost.bwd_ms += loss.bwd_ms;
+  }
+  return cost;
 }
 
 OpCost CostModel::per_op_cost(const PerOp& op, double batch_fraction) const {

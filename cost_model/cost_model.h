@@ -31,11 +31,12 @@ class CostModel {
 
   // Times of an op when the batch is `batch_fraction` of the one the graph's shapes were
   // evaluated at (microbatches are fractions of the batch): batch-dependent work scales, weight
-  // reads do not.
+  // reads do not. The op that computes the output rannc-run takes its loss of carries the
+  // loss's times too (loss_cost).
   OpCost op_cost(ir::OpId op, double batch_fraction = 1.0) const;
-  // rannc-run's training loss (op_work.h's loss_input) is no op of the graph: the partitioner
-  // adds its times to the op that computes the output it is taken of (ir::kNoId: no such loss).
-  // Measured when the profile DB holds its signature, like an op.
+  // rannc-run's training loss (op_work.h's loss_input) is no op of the graph: op_cost adds its
+  // times to the op that computes the output it is taken of (ir::kNoId: no such loss). Measured
+  // when the profile DB holds its signature, like an op.
   ir::OpId loss_producer() const { return loss_producer_; }
   OpCost loss_cost(double batch_fraction = 1.0) const;
 

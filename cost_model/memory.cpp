@@ -153,6 +153,7 @@ ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<boo
     if (!kept[static_cast<std::size_t>(value.id)] || value.producer == ir::kNoId) continue;
     memory.kept_bytes[static_cast<std::size_t>(value.producer)] += stored_bytes(value, precision);
   }
+  memory.saved = std::move(kept);
   return memory;
 }
 

@@ -60,6 +60,8 @@ struct ActivationMemory {
   std::vector<double> workspace_bytes;
   // The part of workspace_bytes that does not scale with the batch: the fresh weight gradients.
   std::vector<double> weight_grad_bytes;
+  // Per value: whether it is kept for backward (its bytes are in its producer's kept_bytes).
+  std::vector<bool> saved;
 };
 ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<bool>& requires_grad, plan::Precision precision);
 
@@ -71,8 +73,9 @@ struct StageFootprint {
   double kept_bytes = 0;       // sum of ActivationMemory::kept_bytes over the stage's ops
   double input_bytes = 0;      // tensors the stage receives (model inputs or earlier stages' outputs)
   double output_bytes = 0;     // tensors the stage sends on
-  // Outputs sent to later stages: rannc-run holds each microbatch's until its backward (they
-  // are the roots autograd starts from), except under recomputation.
+  // Outputs sent to later stages that no op keeps for backward: rannc-run holds each
+  // microbatch's until its backward (they are the roots autograd starts from), except under
+  // recomputation. (Those an op keeps are in kept_bytes already.)
   double held_output_bytes = 0;
   // The most one pass receives from other stages: the inputs they compute, or the gradients of
   // what it sends them. rannc-run starts that receive before the pass ahead of it computes.

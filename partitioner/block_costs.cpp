@@ -40,9 +40,8 @@ void cost_ops(const std::vector<std::vector<ir::OpId>>& ops, const cost::CostMod
       for (std::size_t i = 0; i < sizes; ++i) {
         double fraction = result.samples[i] / result.evaluated_batch;
         cost::OpCost cost = costs.op_cost(op, fraction);
-        cost::OpCost loss = op == costs.loss_producer() ? costs.loss_cost(fraction) : cost::OpCost{};
-        fwd[i] += cost.fwd_ms + loss.fwd_ms;
-        bwd[i] += cost.bwd_ms + loss.bwd_ms;
+        fwd[i] += cost.fwd_ms;
+        bwd[i] += cost.bwd_ms;
         workspace[i] = std::max(workspace[i], fixed + fraction * scaled);
       }
     }
@@ -77,8 +76,8 @@ void collect_weights(const ir::Graph& graph, const std::vector<std::vector<ir::O
   for (auto& [_, weight] : weights) result.weights.push_back(std::move(weight));
 }
 
-void collect_tensors(const ir::Graph& graph, const UnitGraph& units, const Blocking& blocking, plan::Precision precision,
-                     BlockCosts& result) {
+void collect_tensors(const ir::Graph& graph, const UnitGraph& units, const Blocking& blocking,
+                     const cost::ActivationMemory& activations, plan::Precision precision, BlockCosts& result) {
   std::vector<int> block_of_unit(units.units.size());
   for (int block = 0; block < blocking.count(); ++block)
     for (int i = blocking.begin(block); i < blocking.end(block); ++i) block_of_unit[blocking.order[i]] = block;
@@ -88,6 +87,7 @@ void collect_tensors(const ir::Graph& graph, const UnitGraph& units, const Block
     tensor.producer = crossing.producer < 0 ? -1 : block_of_unit[crossing.producer];
     tensor.model_output = crossing.model_output;
     tensor.batch_free = graph.value(crossing.value).type.batch_dim < 0;
+    tensor.saved = activations.saved[static_cast<std::size_t>(crossing.value)];
     for (int unit : crossing.consumers) {
       int block = block_of_unit[unit];
       if (block != tensor.producer) tensor.consumers.push_back(block);
@@ -131,14 +131,14 @@ BlockCosts block_costs(const ir::Graph& graph, const UnitGraph& units, const Blo
   auto ops = ops_by_block(graph, units, blocking);
   cost_ops(ops, costs, activations, result);
   collect_weights(graph, ops, result);
-  collect_tensors(graph, units, blocking, costs.precision(), result);
+  collect_tensors(graph, units, blocking, activations, costs.precision(), result);
   return result;
 }
 
 RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
   std::size_t cells = static_cast<std::size_t>(count_) * static_cast<std::size_t>(count_ + 1);
   for (auto* table : {&param_elements_, &buffer_bytes_, &received_bytes_, &model_input_bytes_, &sent_bytes_,
-                      &final_output_bytes_, &batch_free_sent_})
+                      &final_output_bytes_, &saved_sent_bytes_, &batch_free_sent_})
     table->assign(cells, 0);
   // Each table first gets the amount added at the first block it applies to, then a running sum over end.
   auto cell = [&](std::vector<double>& table, int begin, int end) -> double& { return table[begin * (count_ + 1) + end]; };
@@ -168,7 +168,12 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
     for (int begin = 0; begin <= tensor.producer; ++begin) {
       cell(sent_bytes_, begin, tensor.producer + 1) += tensor.bytes;
       if (last + 1 <= count_) cell(sent_bytes_, begin, last + 1) -= tensor.bytes;
-      if (tensor.consumers.empty()) cell(final_output_bytes_, begin, tensor.producer + 1) += tensor.bytes;
+      if (tensor.consumers.empty()) {
+        cell(final_output_bytes_, begin, tensor.producer + 1) += tensor.bytes;
+      } else if (tensor.saved) {
+        cell(saved_sent_bytes_, begin, tensor.producer + 1) += tensor.bytes;
+        if (last + 1 <= count_) cell(saved_sent_bytes_, begin, last + 1) -= tensor.bytes;
+      }
     }
     // A batch-free model output that no later block reads (a loss) is not split: the runtime
     // weights each replica's value by its share of the batch.
@@ -201,7 +206,7 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
       cell(largest_tied_grad_bytes_, begin, end) =
           std::max(cell(largest_tied_grad_bytes_, begin, end), cell(largest_tied_grad_bytes_, begin, end - 1));
   for (auto* table : {&param_elements_, &buffer_bytes_, &received_bytes_, &model_input_bytes_, &sent_bytes_,
-                      &final_output_bytes_, &batch_free_sent_}) {
+                      &final_output_bytes_, &saved_sent_bytes_, &batch_free_sent_}) {
     for (int begin = 0; begin < count_; ++begin)
       for (int end = begin + 1; end <= count_; ++end) cell(*table, begin, end) += cell(*table, begin, end - 1);
   }

@@ -35,6 +35,7 @@ struct BlockCosts {
     std::vector<int> consumers;  // blocks, ascending, without repeats, excluding the producer
     bool model_output = false;
     bool batch_free = false;     // no batch dim (a batch-reduced value): replicas cannot split it
+    bool saved = false;          // kept for backward: already in its producer block's kept_bytes
   };
   std::vector<Tensor> tensors;
 
@@ -70,6 +71,8 @@ class RangeTable {
   double sent_bytes(int begin, int end) const { return at(sent_bytes_, begin, end); }
   // The model outputs among them that no later block reads: the loss takes them where they are.
   double final_output_bytes(int begin, int end) const { return at(final_output_bytes_, begin, end); }
+  // The others that some op keeps for backward (counted in kept_bytes already).
+  double saved_sent_bytes(int begin, int end) const { return at(saved_sent_bytes_, begin, end); }
   double kept_bytes(int begin, int end) const { return kept_prefix_[end] - kept_prefix_[begin]; }
   // Whether the range sends a tensor without a batch dim to a later block: each replica would
   // hold a different partial value, so such a range runs on one replica per pipeline.
@@ -80,7 +83,7 @@ class RangeTable {
   int count_;
   std::vector<double> largest_param_elements_, largest_tied_grad_bytes_;  // running maxima over end, not sums
   std::vector<double> param_elements_, buffer_bytes_, received_bytes_, model_input_bytes_, sent_bytes_,
-      final_output_bytes_, batch_free_sent_, kept_prefix_;
+      final_output_bytes_, saved_sent_bytes_, batch_free_sent_, kept_prefix_;
 };
 
 }  // namespace rannc::partition

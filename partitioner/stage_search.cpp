@@ -128,8 +128,9 @@ cost::StageFootprint StageOptions::footprint(int begin, int end, int replicas) c
   footprint.kept_bytes = ranges.kept_bytes(begin, end) * fraction;
   footprint.input_bytes = (ranges.received_bytes(begin, end) + ranges.model_input_bytes(begin, end)) * fraction;
   footprint.output_bytes = ranges.sent_bytes(begin, end) * fraction;
-  footprint.held_output_bytes = (ranges.sent_bytes(begin, end) - ranges.final_output_bytes(begin, end)) * fraction;
-  footprint.pass_receive_bytes = std::max(ranges.received_bytes(begin, end) * fraction, footprint.held_output_bytes);
+  const double sent_to_stages = ranges.sent_bytes(begin, end) - ranges.final_output_bytes(begin, end);
+  footprint.held_output_bytes = (sent_to_stages - ranges.saved_sent_bytes(begin, end)) * fraction;
+  footprint.pass_receive_bytes = std::max(ranges.received_bytes(begin, end), sent_to_stages) * fraction;
   return footprint;
 }
 

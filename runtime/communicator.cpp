@@ -122,7 +122,8 @@ void Communicator::send(const at::Tensor& tensor, int peer, int tag) {
 Communicator::Receive Communicator::start_receive(const std::vector<std::int64_t>& shape, at::ScalarType dtype,
                                                   int peer, int tag) {
   std::vector<at::Tensor> tensors{at::empty(shape, wire_options().dtype(dtype))};
-  auto work = world_->recv(tensors, peer, tag);
+  c10::intrusive_ptr<c10d::Work> work;
+  wait_for("receiving from rank " + std::to_string(peer), [&] { work = world_->recv(tensors, peer, tag); });
   return {work, tensors.front(), peer};
 }
 

@@ -65,9 +65,8 @@ DensePart dense_part(const ir::Graph& graph, const std::vector<EmbeddingTable>& 
   const double fraction = static_cast<double>(batch_per_rank) / static_cast<double>(std::max<std::int64_t>(1, evaluated_batch));
   for (auto id : dense.ops) {
     auto cost = costs.op_cost(id, fraction);
-    auto loss = id == costs.loss_producer() ? costs.loss_cost(fraction) : cost::OpCost{};
-    dense.fwd_ms += cost.fwd_ms + loss.fwd_ms;
-    dense.bwd_ms += cost.bwd_ms + loss.bwd_ms;
+    dense.fwd_ms += cost.fwd_ms;
+    dense.bwd_ms += cost.bwd_ms;
   }
   auto footprint = dense_footprint(graph, dense.ops, costs, fraction);
   dense.param_elements = footprint.param_elements;

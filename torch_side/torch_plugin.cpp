@@ -23,7 +23,7 @@ std::vector<std::optional<cost::OpMeasurement>> profile_torchscript_ops(const Mo
                                                                         const std::vector<bool>& requires_grad, int reps,
                                                                         const TorchPlugin::Progress& progress);
 TorchPlugin::StepMeasurement measure_torchscript_step(const Model& model, int reps);
-cost::OpMeasurement profile_training_loss(const std::vector<std::int64_t>& shape, int reps);
+std::optional<cost::OpMeasurement> profile_training_loss(const std::vector<std::int64_t>& shape, int reps);
 // torch_verify.cpp
 TorchPlugin::VerifyReport verify_stages(const TorchPlugin::VerifyRequest& request);
 // table_slices.cpp
@@ -62,7 +62,7 @@ class TorchPluginImpl : public TorchPlugin {
                                                               const Progress& progress) override {
     return profile_torchscript_ops(model, ops, requires_grad, reps, progress);
   }
-  cost::OpMeasurement profile_loss(const std::vector<std::int64_t>& shape, int reps) override {
+  std::optional<cost::OpMeasurement> profile_loss(const std::vector<std::int64_t>& shape, int reps) override {
     return profile_training_loss(shape, reps);
   }
   StepMeasurement measure_training_step(const Model& model, int reps) override {

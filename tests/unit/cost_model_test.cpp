@@ -230,6 +230,7 @@ TEST_CASE("rannc-run's training loss is costed after the op that computes the mo
   CHECK(roofline.source == cost::CostSource::kRoofline);
   CHECK(roofline.fwd_ms > 0);
   CHECK(analytic.loss_cost(0.5).bwd_ms < roofline.bwd_ms);
+  CHECK(analytic.op_cost(m.relu).fwd_ms > roofline.fwd_ms);  // the producer carries the loss
 
   auto db = db_with(cost::loss_signature(m.g.value(y)), "softmax", 2.0, 4.0);
   cost::CostModel with_db(m.g, device, plan::Precision::kFp32, &db);

@@ -210,6 +210,14 @@ TEST_CASE("ranges tell what they receive and send from the model outputs the los
   CHECK(ranges.sent_bytes(1, 3) == 20 + 7);
   CHECK(ranges.final_output_bytes(1, 3) == 20);  // the output block 3 reads is sent
   CHECK(ranges.final_output_bytes(3, 4) == 0);
+  CHECK(ranges.saved_sent_bytes(0, 2) == 0);
+  // A sent tensor an op keeps for backward is in kept_bytes already: not held twice.
+  blocks.tensors.push_back({60, 0, {1}, false, false, /*saved=*/true});
+  RangeTable with_saved(blocks);
+  CHECK(with_saved.sent_bytes(0, 1) == 160);
+  CHECK(with_saved.saved_sent_bytes(0, 1) == 60);
+  CHECK(with_saved.saved_sent_bytes(0, 2) == 0);  // read inside the range: not sent
+  blocks.tensors.pop_back();
   // Send and receive buffers, twice each, and the next pass's receive, which starts early: the
   // larger of the inputs from earlier stages and the gradients of what goes to later ones,
   // never of the outputs the loss takes in place.

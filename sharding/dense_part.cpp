@@ -18,11 +18,25 @@ std::vector<ir::OpId> dense_ops(const ir::Graph& graph, const std::vector<Embedd
   return graph.ops_computing(graph.model_outputs(), pooled);
 }
 
+// The bytes of a dense input at the evaluated batch. A pooled lookup's shape can be unknown in
+// the IR (ONNX exports EmbeddingBag as a Loop): it is one row of its table's dim per sample.
+double input_bytes(const ir::Graph& graph, ir::ValueId id, const std::vector<EmbeddingTable>& tables,
+                   std::int64_t evaluated_batch, plan::Precision precision) {
+  double bytes = cost::stored_bytes(graph.value(id), precision);
+  if (bytes > 0) return bytes;
+  for (const auto& table : tables) {
+    if (std::find(table.pooled.begin(), table.pooled.end(), id) != table.pooled.end())
+      return static_cast<double>(evaluated_batch * table.dim) * 4 * cost::activation_byte_scale(precision);
+  }
+  return bytes;
+}
+
 // The memory model's view of the dense ops at `fraction` of the evaluated batch: their weights
 // (tables excluded), what they keep for backward, what they receive (model inputs and pooled
 // embeddings) and send, and their largest transient.
-cost::StageFootprint dense_footprint(const ir::Graph& graph, const std::vector<ir::OpId>& ops, const cost::CostModel& costs,
-                                     double fraction) {
+cost::StageFootprint dense_footprint(const ir::Graph& graph, const std::vector<ir::OpId>& ops,
+                                     const std::vector<EmbeddingTable>& tables, const cost::CostModel& costs,
+                                     std::int64_t evaluated_batch, double fraction) {
   cost::StageFootprint footprint;
   auto activations = cost::activation_memory(graph, costs.requires_grad(), costs.precision());
   std::set<ir::ValueId> weights, inputs;
@@ -49,7 +63,7 @@ cost::StageFootprint dense_footprint(const ir::Graph& graph, const std::vector<i
       footprint.largest_param_elements = std::max(footprint.largest_param_elements, elements);
     }
   }
-  for (auto v : inputs) footprint.input_bytes += cost::stored_bytes(graph.value(v), costs.precision()) * fraction;
+  for (auto v : inputs) footprint.input_bytes += input_bytes(graph, v, tables, evaluated_batch, costs.precision()) * fraction;
   for (auto v : graph.model_outputs()) footprint.output_bytes += cost::stored_bytes(graph.value(v), costs.precision()) * fraction;
   footprint.tied_grad_bytes = cost::largest_tied_grad_bytes(graph, ops);
   return footprint;
@@ -68,7 +82,7 @@ DensePart dense_part(const ir::Graph& graph, const std::vector<EmbeddingTable>& 
     dense.fwd_ms += cost.fwd_ms;
     dense.bwd_ms += cost.bwd_ms;
   }
-  auto footprint = dense_footprint(graph, dense.ops, costs, fraction);
+  auto footprint = dense_footprint(graph, dense.ops, tables, costs, evaluated_batch, fraction);
   dense.param_elements = footprint.param_elements;
   std::vector<int> ranks(static_cast<std::size_t>(cluster.gpus()));
   std::iota(ranks.begin(), ranks.end(), 0);

@@ -216,6 +216,10 @@ def check_frontends_and_stage(p, samples):
     onnx, torch_script = ([{k: t[k] for k in keys} for t in plans[n]["sharding"]["tables"]] for n in plans)
     if onnx != torch_script or len(onnx) != 8:
         fail(f"the DLRM sample plans differently from ONNX and TorchScript:\n{onnx}\n{torch_script}")
+    # The dense part's memory too, though ONNX leaves the pooled lookups' shapes unknown.
+    memory = {n: plans[n]["stages"][0]["predicted"]["memory"] for n in plans}
+    if memory["dlrm.onnx"] != memory["dlrm.trace.pt"]:
+        fail(f"the dense part's memory differs between ONNX and TorchScript: {memory}")
     for name, plan in plans.items():
         stage = plan["stages"][0]
         fed = {i["source"].get("embedding") for i in stage["inputs"]} - {None}

@@ -148,7 +148,6 @@ cost::ModelProfile profile_loaded_model(const Model& model, const ProfileOptions
     profile.ops += static_cast<int>(ops.size());
     if (device.ops.count(signature)) profile.signatures[signature] = static_cast<int>(ops.size());
   }
-
   profile.fwd_ms = estimate.fwd_ms;
   profile.bwd_ms = estimate.bwd_ms;
   profile.peak_bytes = estimate.memory.total();

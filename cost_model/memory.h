@@ -107,9 +107,10 @@ int microbatches_in_flight(const StagePlacement& placement);
 
 // Recomputation keeps only the stage inputs of each microbatch in flight, and the activations
 // of the one microbatch being recomputed. The workspace also covers the optimizer step's
-// temporaries (Adam: two of the largest tensor it steps). Communication: double-buffered sends and receives of
-// one microbatch, plus the next pass's receive (started early to overlap); when replicated, the flat copy of the gradients the allreduce sums, or with
-// sharded state the gradient shard plus two buckets of the reduce-scatter.
+// temporaries (Adam: two of the largest tensor it steps). Communication: double-buffered sends
+// and receives of one microbatch, plus the next pass's receive (started early to overlap); when
+// replicated, the flat copy of the gradients the allreduce sums, or with sharded state the
+// gradient shard plus two buckets of the reduce-scatter.
 plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, const StagePlacement& placement, plan::Optimizer optimizer,
                              plan::Precision precision);
 // The same with the microbatches in flight given directly (the partitioner's form).

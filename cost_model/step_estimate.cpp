@@ -13,7 +13,6 @@ StepEstimate estimate_step(const ir::Graph& graph, const DeviceSpec& device, pla
     estimate.ms_by_class[static_cast<std::size_t>(costs.work(op.id).op_class)] += cost.fwd_ms + cost.bwd_ms;
     if (cost.source == CostSource::kMeasured) ++estimate.measured_ops;
   }
-
   auto activations = activation_memory(graph, costs.requires_grad(), precision);
   estimate.memory = stage_memory(whole_model_footprint(graph, activations, precision), StagePlacement{}, optimizer, precision);
   estimate.calibration = costs.calibration();

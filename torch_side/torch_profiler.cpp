@@ -468,7 +468,7 @@ at::Tensor training_loss(const std::vector<at::Tensor>& outputs) {
 
 cost::OpMeasurement measure_loss(const std::vector<std::int64_t>& shape, int reps) {
   const c10::Device device = profile_device();
-  MemoryMeter meter(device);
+  MemoryMeter meter(device);  // installs the counting allocator before the first CPU tensor
   GpuTiming timer(device);
   at::Tensor output = at::randn(shape, at::TensorOptions().device(device)).requires_grad_(true);
   return measure_passes(

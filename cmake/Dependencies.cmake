@@ -46,3 +46,13 @@ set_target_properties(METIS::METIS PROPERTIES
 if(BUILD_TESTING OR NOT DEFINED BUILD_TESTING)
   find_package(Catch2 2 CONFIG REQUIRED)
 endif()
+
+# Precompiled torch headers: each translation unit that includes torch spends most of its 20-50 s
+# parsing the same headers; one precompiled set per library that has several such units parses
+# them once (docs: README, "Building"). Off for a compiler that mishandles them.
+option(RANNC_PRECOMPILE_TORCH "precompile the torch headers of the plugin and the runtime" ON)
+function(rannc_precompile_torch_headers target)
+  if(RANNC_PRECOMPILE_TORCH)
+    target_precompile_headers(${target} PRIVATE <torch/script.h> ${ARGN})
+  endif()
+endfunction()

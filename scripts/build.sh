@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, configures once and builds everything into build/.
+# Installs what is missing, configures once and builds into build/: the targets named
+# (scripts/build.sh rannc-partition rannc-run), or everything, tests included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,4 +9,4 @@ if [ ! -f build/build.ninja ]; then
   cmake -S . -B build -G Ninja
 fi
 # Two jobs: each TU that includes torch headers needs about 1 GB.
-ninja -C build -j 2
+ninja -C build -j 2 "$@"

@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/build.sh
+scripts/build.sh rannc-partition rannc-run  # the tools only: no test binary
 /usr/bin/python3 samples/generate.py --out build/samples --only gpt
 build/bin/rannc-partition build/samples/gpt.trace.pt --input tokens:64x32:int64 --gpus 8 --mem 40M -o rannc-out
 build/bin/rannc-partition show rannc-out/plan.json

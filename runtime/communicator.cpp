@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
+#include <thread>
 
 #include "runtime/nccl_group.h"
 #include "torch_side/torch_error.h"
@@ -58,6 +59,16 @@ c10::intrusive_ptr<CommGroup> gloo_group(const c10::intrusive_ptr<c10d::Store>& 
   options->timeout = timeout;
   options->devices.push_back(gloo_device());
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+}
+
+// Gloo's worker thread drops its reference to a finished collective (and so to its buffers) a
+// moment after wait() returns. Waiting for that (at most a second) frees the buffers here, at the
+// same point in every run, so that the peak memory does not depend on thread timing.
+void release(c10::intrusive_ptr<c10d::Work>& work) {
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
+  if (dynamic_cast<c10d::ProcessGroupGloo::AsyncWork*>(work.get()))
+    while (work.use_count() > 1 && Clock::now() < deadline) std::this_thread::yield();
+  work.reset();
 }
 
 c10::intrusive_ptr<CommGroup> make_group(const CommSettings& settings, const c10::intrusive_ptr<c10d::Store>& store,
@@ -155,7 +166,10 @@ void Communicator::sum_over_groups(std::vector<at::Tensor>& buffers) {
     if (staged_) staged.emplace_back(i, tensors.front());
     works.push_back(groups_[i]->allreduce(tensors));
   }
-  for (auto& work : works) wait_for("summing gradients", [&] { work->wait(); });
+  for (auto& work : works) {
+    wait_for("summing gradients", [&] { work->wait(); });
+    release(work);
+  }
   for (auto& [i, host] : staged) buffers[i].copy_(host);
 }
 
@@ -170,8 +184,12 @@ void Communicator::reduce_scatter(int index, const at::Tensor& input, at::Tensor
   at::Tensor flat = to_wire(input);
   at::Tensor received = at::empty_like(flat);
   std::vector<std::int64_t> even_split;  // empty: equal chunks
-  wait_for("reduce-scattering gradients",
-           [&] { pg.alltoall_base(received, flat, even_split, even_split)->wait(); });
+  c10::intrusive_ptr<c10d::Work> work;
+  wait_for("reduce-scattering gradients", [&] {
+    work = pg.alltoall_base(received, flat, even_split, even_split);
+    work->wait();
+  });
+  release(work);
   output.copy_(received.view({pg.getSize(), -1}).sum(0));
 }
 
@@ -181,7 +199,12 @@ void Communicator::all_gather(int index, const at::Tensor& input, at::Tensor& ou
   at::Tensor gathered = staged_ ? at::empty(output.sizes(), wire_options().dtype(output.scalar_type())) : output;
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (const auto& chunk : gathered.view({pg.getSize(), -1}).unbind(0)) outputs[0].push_back(chunk);
-  wait_for("all-gathering updated weights", [&] { pg.allgather(outputs, inputs)->wait(); });
+  c10::intrusive_ptr<c10d::Work> work;
+  wait_for("all-gathering updated weights", [&] {
+    work = pg.allgather(outputs, inputs);
+    work->wait();
+  });
+  release(work);
   if (staged_) output.copy_(gathered);
 }
 
@@ -193,7 +216,12 @@ double Communicator::sum_over_world(double value) {
 
 void Communicator::sum_over_world(at::Tensor& tensor, const std::string& what) {
   std::vector<at::Tensor> tensors{to_wire(tensor)};
-  wait_for(what, [&] { world_->allreduce(tensors)->wait(); });
+  c10::intrusive_ptr<c10d::Work> work;
+  wait_for(what, [&] {
+    work = world_->allreduce(tensors);
+    work->wait();
+  });
+  release(work);
   if (staged_ || !tensors.front().is_same(tensor)) tensor.copy_(tensors.front());
 }
 
@@ -215,7 +243,12 @@ std::vector<at::Tensor> Communicator::all_to_all(const std::vector<at::Tensor>& 
   at::Tensor received = at::empty({total}, wire_options().dtype(sent.scalar_type()));
   // Copies: Gloo's alltoall_base moves the split sizes it is given into its work.
   auto receive_splits = receive_sizes, send_splits = send_sizes;
-  wait_for(what, [&] { world_->alltoall_base(received, sent, receive_splits, send_splits)->wait(); });
+  c10::intrusive_ptr<c10d::Work> work;
+  wait_for(what, [&] {
+    work = world_->alltoall_base(received, sent, receive_splits, send_splits);
+    work->wait();
+  });
+  release(work);
   // Back on the device the tensors came from (the embedding exchange keeps them on the host).
   const auto device = n > 0 ? to_each.front().device() : settings_.device;
   std::vector<at::Tensor> parts;

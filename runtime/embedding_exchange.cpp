@@ -7,9 +7,12 @@
 #include <ATen/ops/bincount.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/repeat_interleave.h>
+#include <ATen/ops/sort.h>
 #include <ATen/ops/zeros.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "plan/plan_json.h"
 #include "support/error.h"
@@ -18,34 +21,31 @@
 
 namespace rannc::runtime {
 
-// A shard of table `table` (index into tables_) on some rank: rows [row_begin, +rows), columns
-// [col_begin, +cols).
-struct EmbeddingExchange::Slot {
-  std::size_t table = 0;
-  std::int64_t row_begin = 0, rows = 0, col_begin = 0, cols = 0;
-  bool all_rows = true;  // table-wise and column-wise shards serve every id
-};
-
-// What an owner keeps from a forward for the backward: the ids it served to each rank and the
-// samples they belong to, per slot.
-struct EmbeddingExchange::Lookups {
-  std::vector<at::Tensor> rows, samples;  // per source rank
-};
-
-struct EmbeddingExchange::Table {
-  const plan::ShardedTable* plan = nullptr;
-  bool data_parallel = false, mean = false;
-  int owned = -1;                      // this rank's shard of it in owned_ (at most one per rank)
-  at::Tensor ids, samples, bag_sizes;  // this rank's lookups: ids, the sample of each, ids per sample (mean bags)
-  at::Tensor pooled, grad;             // [batch, dim]
-  Lookups served;                      // what this rank's shard served in the last forward
-};
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
 constexpr double kRowwiseAdagradEps = 1e-8;
+
+// The sum of a gradient row's squares.
+float square_sum(const float* grad, std::int64_t cols) {
+  float sum = 0;
+  for (std::int64_t c = 0; c < cols; ++c) sum += grad[c] * grad[c];
+  return sum;
+}
+
+// Adds each lookup's gradient, row samples[k] of `grad`, into row ids[k] of `into` (without
+// gathering them in a tensor of all lookups first).
+void add_lookup_rows(const at::Tensor& into, const at::Tensor& ids, const at::Tensor& samples, const at::Tensor& grad) {
+  const auto cols = into.size(1);
+  auto from = grad.contiguous(), id = ids.contiguous(), sample = samples.contiguous();
+  float* rows = into.data_ptr<float>();
+  const float* grads = from.data_ptr<float>();
+  const auto* row_of = id.data_ptr<std::int64_t>();
+  const auto* sample_of = sample.data_ptr<std::int64_t>();
+  for (std::int64_t k = 0; k < id.numel(); ++k)
+    for (std::int64_t c = 0; c < cols; ++c) rows[row_of[k] * cols + c] += grads[sample_of[k] * cols + c];
+}
 
 double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
 
@@ -69,6 +69,183 @@ std::int64_t bytes_of(const std::vector<at::Tensor>& tensors) {
 
 }  // namespace
 
+// A shard of table `table` (index into tables_) on some rank: rows [row_begin, +rows), columns
+// [col_begin, +cols).
+struct EmbeddingExchange::Slot {
+  std::size_t table = 0;
+  std::int64_t row_begin = 0, rows = 0, col_begin = 0, cols = 0;
+  bool all_rows = true;  // table-wise and column-wise shards serve every id
+};
+
+// What an owner keeps from a forward for the backward: the ids it served to each rank and the
+// samples they belong to, per slot.
+struct EmbeddingExchange::Lookups {
+  std::vector<at::Tensor> rows, samples;  // per source rank
+};
+
+struct EmbeddingExchange::Table {
+  const plan::ShardedTable* plan = nullptr;
+  bool data_parallel = false, mean = false;
+  int owned = -1;                      // this rank's shard of it in owned_ (at most one per rank)
+  at::Tensor ids, samples, bag_sizes;  // this rank's lookups: ids, the sample of each, ids per sample (mean bags)
+  at::Tensor pooled, grad;             // [batch, dim]
+  Lookups served;                      // what this rank's shard served in the last forward
+  std::int64_t replicated_at = 0;      // data-parallel: where its gradient starts in replicated_
+
+  // A data-parallel table's parts of replicated_: its gradient [rows, dim], then a flag per row
+  // (non-zero: looked up).
+  at::Tensor replicated_grad(const at::Tensor& buffer) const {
+    return buffer.narrow(0, replicated_at, plan->rows * plan->dim).view({plan->rows, plan->dim});
+  }
+  at::Tensor looked_up(const at::Tensor& buffer) const {
+    return buffer.narrow(0, replicated_at + plan->rows * plan->dim, plan->rows);
+  }
+  static std::int64_t replicated_elements(const plan::ShardedTable& table) { return table.rows * (table.dim + 1); }
+};
+
+// One shard's lookups since the last step, in parts (one source rank's in one batch): the shard
+// rows it looked up, the sample each pools into, and the gradient of those samples' pooled
+// columns as received ([batch, cols]). Nothing the size of the shard.
+struct EmbeddingExchange::ShardGradient {
+  std::vector<at::Tensor> rows, samples, grads;
+
+  void add(const at::Tensor& part_rows, const at::Tensor& part_samples, const at::Tensor& part_grads) {
+    rows.push_back(part_rows.contiguous());
+    samples.push_back(part_samples.contiguous());
+    grads.push_back(part_grads.contiguous());
+  }
+  void clear() { *this = ShardGradient(); }
+
+  // Calls visit(row, gradient) once per row looked up, in row order, with the sum of its lookups'
+  // gradients (duplicates coalesced, added in the order they arrived). It sorts the lookups by
+  // row (their ids gathered, sorted, and their order: the planner's kSortedIdBytes a lookup) and
+  // sums each row in one row of scratch.
+  template <typename Visit>
+  void for_each_row(std::int64_t cols, Visit&& visit) const {
+    if (rows.empty()) return;
+    auto [sorted_ids, sorting] = at::sort(at::cat(rows), /*stable=*/true, /*dim=*/0, /*descending=*/false);
+    const auto* sorted = sorted_ids.data_ptr<std::int64_t>();
+    const auto* order = sorting.data_ptr<std::int64_t>();
+    std::vector<std::int64_t> part_ends;  // of each part among all lookups
+    for (const auto& part : rows) part_ends.push_back((part_ends.empty() ? 0 : part_ends.back()) + part.numel());
+    auto scratch = at::zeros({cols});
+    auto* sum = scratch.data_ptr<float>();
+    const std::int64_t lookups = part_ends.back();
+    for (std::int64_t k = 0; k < lookups;) {
+      const std::int64_t row = sorted[k];
+      std::fill(sum, sum + cols, 0.0F);
+      for (; k < lookups && sorted[k] == row; ++k) {
+        auto part = static_cast<std::size_t>(std::upper_bound(part_ends.begin(), part_ends.end(), order[k]) -
+                                             part_ends.begin());
+        auto sample = samples[part].data_ptr<std::int64_t>()[order[k] - (part == 0 ? 0 : part_ends[part - 1])];
+        const float* grad = grads[part].data_ptr<float>() + sample * cols;
+        for (std::int64_t c = 0; c < cols; ++c) sum[c] += grad[c];
+      }
+      visit(row, static_cast<const float*>(sum));
+    }
+  }
+};
+
+// The plan's sparse optimizer, stepping one row of a shard at a time, in place, with the sum of
+// the row's gradients: torch.optim's arithmetic on the row for sgd, momentum and adam (AdamW
+// with a weight decay), FBGEMM's exact row-wise Adagrad. A step changes only the rows it is given
+// (those looked up), and their state: momentum and Adam's moments of other rows do not decay or
+// move them, as with torch.optim.SparseAdam and FBGEMM. Adam's bias correction counts every step.
+// Weight decay applies to the rows stepped; row-wise Adagrad takes none.
+class EmbeddingExchange::RowOptimizer {
+ public:
+  // `shards` (kept by reference, stepped in place), and the columns of each one's whole row (a
+  // column-wise piece's table's).
+  RowOptimizer(const std::string& name, const std::string& where, double weight_decay,
+               const std::vector<at::Tensor>& shards, std::vector<std::int64_t> row_dims)
+      : shards_(shards), row_dims_(std::move(row_dims)), weight_decay_(weight_decay) {
+    kind_ = name == "rowwise_adagrad" ? Kind::kRowwiseAdagrad : kind_of(plan::parse_optimizer(name, where));
+    for (const auto& shard : shards_) {
+      if (kind_ == Kind::kRowwiseAdagrad) state_.push_back(at::zeros({shard.size(0)}));  // one accumulator per row
+      if (kind_ == Kind::kMomentum || kind_ == Kind::kAdam) state_.push_back(at::zeros_like(shard));
+      if (kind_ == Kind::kAdam) second_moments_.push_back(at::zeros_like(shard));
+    }
+  }
+
+  bool rowwise() const { return kind_ == Kind::kRowwiseAdagrad; }
+
+  void begin_step(double lr) {
+    lr_ = lr;
+    ++steps_;
+  }
+
+  // `whole_row_square`: the sum of the squared gradient over every column of the row, on all
+  // ranks (row-wise Adagrad's; the others ignore it).
+  void update(std::size_t shard, std::int64_t row, const float* grad, float whole_row_square) {
+    const std::int64_t cols = shards_[shard].size(1);
+    float* weights = shards_[shard].data_ptr<float>() + row * cols;
+    auto state_row = [&](const at::Tensor& state) { return state.data_ptr<float>() + row * cols; };
+    switch (kind_) {
+      case Kind::kSgd: return sgd(weights, grad, nullptr, cols);
+      case Kind::kMomentum: return sgd(weights, grad, state_row(state_[shard]), cols);
+      case Kind::kAdam: return adam(weights, grad, state_row(state_[shard]), state_row(second_moments_[shard]), cols);
+      case Kind::kRowwiseAdagrad:
+        return rowwise_adagrad(weights, grad, state_[shard].data_ptr<float>()[row],
+                               whole_row_square / static_cast<float>(row_dims_[shard]), cols);
+    }
+  }
+
+ private:
+  enum class Kind { kSgd, kMomentum, kAdam, kRowwiseAdagrad };
+
+  static Kind kind_of(plan::Optimizer optimizer) {
+    if (optimizer == plan::Optimizer::kAdam) return Kind::kAdam;
+    return optimizer == plan::Optimizer::kMomentum ? Kind::kMomentum : Kind::kSgd;
+  }
+
+  // torch.optim.SGD: the gradient plus the L2 decay, through the momentum buffer when there is
+  // one (a buffer of zeros takes the first gradient as is, like torch's first step).
+  void sgd(float* weights, const float* grad, float* momentum, std::int64_t cols) const {
+    const auto decay = static_cast<float>(weight_decay_), rate = static_cast<float>(-lr_);
+    const auto keep = static_cast<float>(kMomentum);
+    for (std::int64_t c = 0; c < cols; ++c) {
+      float step = grad[c] + decay * weights[c];
+      if (momentum) step = momentum[c] = momentum[c] * keep + step;
+      weights[c] += rate * step;
+    }
+  }
+
+  // torch.optim.Adam, or AdamW's decoupled decay first.
+  void adam(float* weights, const float* grad, float* first, float* second, std::int64_t cols) const {
+    static const torch::optim::AdamOptions defaults;
+    const double beta1 = std::get<0>(defaults.betas()), beta2 = std::get<1>(defaults.betas());
+    const double correction1 = 1 - std::pow(beta1, steps_), correction2 = 1 - std::pow(beta2, steps_);
+    const auto decay = static_cast<float>(1 - lr_ * weight_decay_), rate = static_cast<float>(-lr_ / correction1);
+    const auto root_correction2 = static_cast<float>(std::sqrt(correction2)), eps = static_cast<float>(defaults.eps());
+    const auto b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2);
+    const auto new1 = static_cast<float>(1 - beta1), new2 = static_cast<float>(1 - beta2);
+    for (std::int64_t c = 0; c < cols; ++c) {
+      if (weight_decay_ > 0) weights[c] *= decay;
+      first[c] = first[c] * b1 + new1 * grad[c];
+      second[c] = second[c] * b2 + new2 * grad[c] * grad[c];
+      weights[c] += rate * (first[c] / (std::sqrt(second[c]) / root_correction2 + eps));
+    }
+  }
+
+  // FBGEMM's exact row-wise Adagrad: the row's accumulator adds the mean squared gradient over
+  // the whole row; the row moves by lr g / (sqrt(accumulator) + eps).
+  void rowwise_adagrad(float* weights, const float* grad, float& accumulator, float mean_square, std::int64_t cols) const {
+    accumulator += mean_square;
+    const float denominator = std::sqrt(accumulator) + static_cast<float>(kRowwiseAdagradEps);
+    const auto rate = static_cast<float>(lr_);
+    for (std::int64_t c = 0; c < cols; ++c) weights[c] -= grad[c] * rate / denominator;
+  }
+
+  const std::vector<at::Tensor>& shards_;
+  std::vector<std::int64_t> row_dims_;
+  double weight_decay_;
+  Kind kind_ = Kind::kSgd;
+  std::vector<at::Tensor> state_;  // per shard: momentum buffer, Adam's first moments or row-wise accumulators
+  std::vector<at::Tensor> second_moments_;  // per shard, Adam's
+  double lr_ = 0;
+  std::int64_t steps_ = 0;
+};
+
 EmbeddingExchange::EmbeddingExchange(const plan::Plan& plan, int rank, Communicator& communicator,
                                      const OptimizerSettings& settings)
     : plan_(plan), rank_(rank), world_(plan.cluster.gpus), communicator_(communicator), slots_(static_cast<std::size_t>(world_)) {
@@ -84,6 +261,7 @@ EmbeddingExchange::EmbeddingExchange(const plan::Plan& plan, int rank, Communica
   const auto& shard_file = files.shards.at(static_cast<std::size_t>(rank));
   auto shards = read_state_dict(plan::check_plan_file(plan, shard_file, "rank " + std::to_string(rank) + "'s shard file"), "shard file");
   batch_ = sharding.batch_per_rank;
+  std::vector<std::int64_t> row_dims;  // of each owned shard's table
   for (std::size_t t = 0; t < sharding.tables.size(); ++t) {
     const auto& table = sharding.tables[t];
     if (table.pooling_mode != "sum" && table.pooling_mode != "mean")
@@ -102,23 +280,23 @@ EmbeddingExchange::EmbeddingExchange(const plan::Plan& plan, int rank, Communica
           throw InputError(files.shards[static_cast<std::size_t>(rank)].file + ": no " + std::to_string(shard.rows) + " x " +
                            std::to_string(shard.cols) + " shard of " + table.name);
         entry.owned = static_cast<int>(owned_.size());
-        owned_.push_back(found->second.to(at::kFloat).detach().requires_grad_(true));
+        owned_.push_back(found->second.to(at::kFloat).contiguous());
+        row_dims.push_back(table.dim);
       }
       if (!entry.data_parallel) slots_[static_cast<std::size_t>(shard.rank)].push_back(slot);
+    }
+    if (entry.data_parallel) {
+      entry.replicated_at = replicated_elements_;
+      replicated_elements_ += Table::replicated_elements(table);
     }
     table_index_[table.name] = t;
     tables_.push_back(std::move(entry));
   }
-  for (auto& shard : owned_) shard.mutable_grad() = at::zeros_like(shard);
+  gradients_.resize(owned_.size());
   // The tables step with the plan's sparse optimizer (what its memory was planned for), at
   // rannc-run's learning rate and weight decay.
-  if (sharding.sparse_optimizer == "rowwise_adagrad") {
-    for (const auto& shard : owned_) row_sums_.push_back(at::zeros({shard.size(0)}));
-  } else {
-    OptimizerSettings tables = settings;
-    tables.kind = plan::parse_optimizer(sharding.sparse_optimizer, plan.path + ": sharding.sparse_optimizer:");
-    optimizer_ = make_optimizer(owned_, tables);
-  }
+  optimizer_ = std::make_unique<RowOptimizer>(sharding.sparse_optimizer, plan.path + ": sharding.sparse_optimizer:",
+                                              settings.weight_decay, owned_, std::move(row_dims));
 }
 
 EmbeddingExchange::~EmbeddingExchange() = default;
@@ -265,73 +443,100 @@ void EmbeddingExchange::backward() {
   auto received = communicator_.all_to_all(to_each, "sending pooled gradients to the shards");
   record_.grad_ms += ms_since(start);
   start = Clock::now();
+  // Each shard keeps the gradients with the rows they go to, for the step.
   for (std::size_t q = 0; q < received.size(); ++q) {
     std::int64_t at = 0;
     for (const auto& slot : slots_[static_cast<std::size_t>(rank_)]) {
       auto& table = tables_[slot.table];
       auto grad = received[q].narrow(0, at, batch_ * slot.cols).to(at::kFloat).view({batch_, slot.cols});
       at += batch_ * slot.cols;
-      owned_[static_cast<std::size_t>(table.owned)].mutable_grad().index_add_(
-          0, table.served.rows[q], grad.index_select(0, table.served.samples[q]));
+      gradients_[static_cast<std::size_t>(table.owned)].add(table.served.rows[q], table.served.samples[q], grad);
     }
   }
-  // This rank's part of the data-parallel tables' gradients, summed over all ranks in one allreduce.
-  std::vector<at::Tensor> replicated;
-  for (auto& table : tables_) {
-    if (!table.data_parallel) continue;
-    auto part = at::zeros_like(owned_[static_cast<std::size_t>(table.owned)]);
-    replicated.push_back(part.index_add_(0, table.ids, table.grad.index_select(0, table.samples)).reshape({-1}));
-  }
+  add_replicated_gradients();
   record_.lookup_ms += ms_since(start);
-  if (replicated.empty()) return;
-  auto summed = at::cat(replicated);
-  record_.allreduce_bytes += static_cast<std::int64_t>(summed.nbytes());
-  start = Clock::now();
-  if (world_ > 1) communicator_.sum_over_world(summed, "summing the data-parallel tables' gradients");
-  record_.allreduce_ms += ms_since(start);
-  std::int64_t at = 0;
-  for (auto& table : tables_) {
+}
+
+// This rank's lookups of the data-parallel tables, added into replicated_: their gradients and a
+// flag on each row looked up. Summed over all ranks, the flags tell the rows any rank looked up.
+void EmbeddingExchange::add_replicated_gradients() {
+  if (replicated_elements_ == 0) return;
+  if (!replicated_.defined()) replicated_ = at::zeros({replicated_elements_});
+  for (const auto& table : tables_) {
     if (!table.data_parallel) continue;
-    auto& grad = owned_[static_cast<std::size_t>(table.owned)].mutable_grad();
-    grad.add_(summed.narrow(0, at, grad.numel()).view_as(grad));
-    at += grad.numel();
+    add_lookup_rows(table.replicated_grad(replicated_), table.ids, table.samples, table.grad);
+    table.looked_up(replicated_).index_fill_(0, table.ids, 1);
   }
 }
 
-// Row-wise Adagrad (FBGEMM's exact one): each row's accumulator adds the mean squared gradient
-// over its columns; the row moves by lr g / (sqrt(accumulator) + eps). Rows not looked up have a
-// zero gradient and stay. A column-wise table's rows span several ranks: the squares of its
-// pieces are summed over all ranks first (one allreduce), so each piece steps as the whole row.
-void EmbeddingExchange::step(double lr) {
-  if (optimizer_) {
-    for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
-    optimizer_->step();
-  } else {
-    at::NoGradGuard no_grad;
-    std::vector<at::Tensor> squares(owned_.size()), column_pieces;
-    for (std::size_t i = 0; i < owned_.size(); ++i) squares[i] = owned_[i].grad().pow(2).sum(1);
-    for (const auto& table : tables_) {
-      if (table.plan->type != "column_wise") continue;
-      column_pieces.push_back(table.owned >= 0 ? squares[static_cast<std::size_t>(table.owned)] : at::zeros({table.plan->rows}));
-    }
-    if (!column_pieces.empty() && world_ > 1) {
-      auto summed = at::cat(column_pieces);
-      communicator_.sum_over_world(summed, "summing the column pieces' squared gradients");
-      std::int64_t at = 0;
-      for (const auto& table : tables_) {
-        if (table.plan->type != "column_wise") continue;
-        if (table.owned >= 0) squares[static_cast<std::size_t>(table.owned)] = summed.narrow(0, at, table.plan->rows);
-        at += table.plan->rows;
-      }
-    }
-    for (const auto& table : tables_) {
-      if (table.owned < 0) continue;
-      auto i = static_cast<std::size_t>(table.owned);
-      row_sums_[i].add_(squares[i] / static_cast<double>(table.plan->dim));
-      owned_[i].sub_(owned_[i].grad() * lr / (row_sums_[i].sqrt() + kRowwiseAdagradEps).unsqueeze(1));
-    }
+// The data-parallel tables' gradients and flags, summed over all ranks in one allreduce.
+void EmbeddingExchange::sum_replicated_gradients() {
+  if (!replicated_.defined()) return;
+  record_.allreduce_bytes += static_cast<std::int64_t>(replicated_.nbytes());
+  auto start = Clock::now();
+  if (world_ > 1) communicator_.sum_over_world(replicated_, "summing the data-parallel tables' gradients");
+  record_.allreduce_ms += ms_since(start);
+}
+
+// Row-wise Adagrad's squared gradients of the column-wise tables' whole rows, per table: a
+// piece's rows are summed over its columns on this rank (coalescing its lookups once more than
+// the update does), then over all ranks (the ranks without a piece add zeros) in one allreduce,
+// so each piece steps as the whole row. Empty for the other optimizers.
+std::map<std::size_t, at::Tensor> EmbeddingExchange::whole_row_squares() {
+  std::map<std::size_t, at::Tensor> squares;
+  if (!optimizer_->rowwise()) return squares;
+  std::int64_t elements = 0;
+  for (const auto& table : tables_)
+    if (table.plan->type == "column_wise") elements += table.plan->rows;
+  if (elements == 0) return squares;
+  auto summed = at::zeros({elements});
+  std::int64_t at = 0;
+  for (std::size_t t = 0; t < tables_.size(); ++t) {
+    const auto& table = tables_[t];
+    if (table.plan->type != "column_wise") continue;
+    squares[t] = summed.narrow(0, at, table.plan->rows);
+    at += table.plan->rows;
+    if (table.owned < 0) continue;
+    auto* out = squares[t].data_ptr<float>();
+    const auto cols = owned_[static_cast<std::size_t>(table.owned)].size(1);
+    gradients_[static_cast<std::size_t>(table.owned)].for_each_row(
+        cols, [&](std::int64_t row, const float* grad) { out[row] = square_sum(grad, cols); });
   }
-  for (auto& shard : owned_) shard.mutable_grad().zero_();
+  if (world_ > 1) communicator_.sum_over_world(summed, "summing the column pieces' squared gradients");
+  return squares;
+}
+
+// Steps the rows of `table`'s shard on this rank looked up since the last step (a data-parallel
+// table's: by any rank). `whole_row_squares`: row-wise Adagrad's, for a column-wise table.
+void EmbeddingExchange::update_rows(const Table& table, const at::Tensor& whole_row_squares) {
+  const auto shard = static_cast<std::size_t>(table.owned);
+  const std::int64_t cols = owned_[shard].size(1);
+  const float* squares = whole_row_squares.defined() ? whole_row_squares.data_ptr<float>() : nullptr;
+  auto update = [&](std::int64_t row, const float* grad) {
+    optimizer_->update(shard, row, grad, squares ? squares[row] : square_sum(grad, cols));
+  };
+  if (!table.data_parallel) return gradients_[shard].for_each_row(cols, update);
+  if (!replicated_.defined()) return;
+  const float* grads = table.replicated_grad(replicated_).data_ptr<float>();
+  const float* looked_up = table.looked_up(replicated_).data_ptr<float>();
+  for (std::int64_t row = 0; row < table.plan->rows; ++row)
+    if (looked_up[row] != 0) update(row, grads + row * cols);
+}
+
+void EmbeddingExchange::step(double lr) {
+  at::NoGradGuard no_grad;
+  sum_replicated_gradients();
+  auto squares = whole_row_squares();
+  auto start = Clock::now();
+  optimizer_->begin_step(lr);
+  for (std::size_t t = 0; t < tables_.size(); ++t) {
+    if (tables_[t].owned < 0) continue;
+    auto found = squares.find(t);
+    update_rows(tables_[t], found == squares.end() ? at::Tensor() : found->second);
+  }
+  for (auto& gradient : gradients_) gradient.clear();
+  replicated_ = at::Tensor();
+  record_.lookup_ms += ms_since(start);
 }
 
 }  // namespace rannc::runtime

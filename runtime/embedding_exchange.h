@@ -8,10 +8,13 @@
 //             this rank assembles each table's pooled rows (column pieces side by side, row-wise
 //             partial sums added; data-parallel tables looked up locally), averaging mean bags.
 //   backward  the pooled rows' gradients go back the same way (in the backward comm dtype); each
-//             owner adds them into its shard's gradient at the ids it served; data-parallel tables'
-//             gradients are summed over all ranks.
-//   step      the shards step with the plan's sparse optimizer (sgd, momentum, adam as torch.optim,
-//             or row-wise Adagrad), at rannc-run's learning rate.
+//             owner keeps them with the ids it served; data-parallel tables' gradients add up in
+//             one buffer, with a flag per row looked up.
+//   step      the data-parallel tables' buffer is summed over all ranks; then the plan's sparse
+//             optimizer (sgd, momentum, adam as torch.optim steps a row, or row-wise Adagrad)
+//             updates in place each row looked up since the last step, once, with the sum of its
+//             gradients (a fused sparse update, as TorchRec's FBGEMM optimizers do): no shard has
+//             a gradient of its size, and rows not looked up keep their weights and state.
 //
 // Every exchange is one all-to-all over the world (Communicator::all_to_all), on host tensors.
 #pragma once
@@ -38,7 +41,7 @@ namespace rannc::runtime {
 // tables' allreduce), and the time spent in lookups and in the exchanges.
 struct ExchangeRecord {
   std::int64_t index_bytes = 0, pooled_bytes = 0, grad_bytes = 0, allreduce_bytes = 0;
-  double lookup_ms = 0;                                        // lookups and gradient scatters
+  double lookup_ms = 0;                                        // lookups and the sparse updates
   double index_ms = 0, pooled_ms = 0, grad_ms = 0, allreduce_ms = 0;  // each collective
 };
 
@@ -56,8 +59,9 @@ class EmbeddingExchange {
   const at::Tensor& pooled(const std::string& table) const;
   // The gradient of a table's pooled rows (several calls for one table add up).
   void add_gradient(const std::string& table, const at::Tensor& grad);
-  // Sends the gradients to the shards and sums the data-parallel tables' over all ranks.
+  // Sends the gradients to the shards (several backward() calls before a step add up).
   void backward();
+  // Updates the rows looked up since the last step.
   void step(double lr);
   const ExchangeRecord& record() const { return record_; }
 
@@ -65,10 +69,16 @@ class EmbeddingExchange {
   struct Slot;   // a shard of one table on one rank
   struct Table;  // one table as this rank sees it
   struct Lookups;
+  struct ShardGradient;  // a shard's lookups since the last step, with their gradients
+  class RowOptimizer;    // the sparse optimizer, one row at a time
 
   void split_ids(const at::Tensor& ids, const at::Tensor& offsets, Table& table) const;
   std::vector<at::Tensor> lookup_owned(const std::vector<at::Tensor>& received);
   void assemble(const std::vector<at::Tensor>& received);
+  void add_replicated_gradients();
+  void sum_replicated_gradients();
+  std::map<std::size_t, at::Tensor> whole_row_squares();
+  void update_rows(const Table& table, const at::Tensor& whole_row_squares);
 
   const plan::Plan& plan_;
   int rank_, world_;
@@ -76,9 +86,11 @@ class EmbeddingExchange {
   std::unique_ptr<torch::jit::Module> indices_;
   std::vector<Table> tables_;
   std::vector<std::vector<Slot>> slots_;  // per rank, in table then shard order
-  std::vector<at::Tensor> owned_;         // this rank's shard of each of its slots (leaves with .grad())
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;  // sgd, momentum, adam
-  std::vector<at::Tensor> row_sums_;                     // rowwise_adagrad: one accumulator per row of each shard
+  std::vector<at::Tensor> owned_;         // this rank's shard of each of its slots
+  std::vector<ShardGradient> gradients_;  // per owned shard (data-parallel tables': in replicated_)
+  at::Tensor replicated_;                 // the data-parallel tables' gradients and looked-up flags, end to end
+  std::int64_t replicated_elements_ = 0;
+  std::unique_ptr<RowOptimizer> optimizer_;
   std::map<std::string, std::size_t> table_index_;
   std::int64_t batch_ = 0;  // this rank's samples
   ExchangeRecord record_;

@@ -18,11 +18,6 @@
 #include "torch_side/torch_error.h"
 
 namespace rannc::runtime {
-namespace {
-
-constexpr double kMomentum = 0.9;  // --optimizer momentum: SGD with this momentum
-
-}  // namespace
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Tensor>& params,
                                                         const OptimizerSettings& settings) {

@@ -36,6 +36,8 @@ struct OptimizerSettings {
   double clip_grad_norm = 0;  // 0: no clipping
 };
 
+constexpr double kMomentum = 0.9;  // --optimizer momentum: SGD with this momentum
+
 // The optimizer `settings` name over `params` (their gradients in .grad()).
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Tensor>& params, const OptimizerSettings& settings);
 

@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 
+#include "cost_model/memory.h"
 #include "support/error.h"
 #include "support/format.h"
 
@@ -14,6 +15,9 @@ namespace {
 
 constexpr double kIndexBytes = 8;         // an int64 id
 constexpr double kRoutedIdBytes = 16;     // an id sent to a shard with the sample it pools into (rannc-run's)
+// The step's sort of a shard's lookups by row, which rannc-run's fused sparse update walks: the
+// ids gathered, sorted, and their order.
+constexpr double kSortedIdBytes = 24;
 // Collectives of the embedding exchange per step, each paying the link's latency whatever the
 // placement: the ids, the pooled rows and their gradients (each a size exchange and the data),
 // and the one allreduce of the data-parallel tables' gradients.
@@ -108,7 +112,11 @@ class CostModel {
     load.lookup_ms = 3 * batch() * t.pooling * (kIndexBytes + std::max(cols, 32.0) * element(t)) / hbm() * 1e3;
     // A ring allreduce moves 2 (n - 1) / n of the gradient through each rank.
     load.allreduce_ms = (2.0 * (world_ - 1) / world_ * bytes / bandwidth(world_) + kDataParallelOptimizer * bytes / hbm()) * 1e3;
-    load.mem_bytes = state_bytes(static_cast<double>(t.rows), cols, t) + io_bytes(t, batch() * t.pooling, cols);
+    // Beside the state: this rank's ids with their samples (looked up here, their pooled rows
+    // are the dense part's input) and what the allreduce sums, from the backward to the step: the
+    // gradient of the whole table and a flag per row looked up.
+    const double summed = static_cast<double>(t.rows) * (cols + 1) * cost::kGradientElementBytes;
+    load.mem_bytes = state_bytes(static_cast<double>(t.rows), cols, t) + batch() * t.pooling * kRoutedIdBytes + summed;
     return load;
   }
 
@@ -124,9 +132,9 @@ class CostModel {
   double state_bytes(double rows, double cols, const EmbeddingTable& t) const {
     return rows * cols * element(t) + optimizer_bytes(p_.optimizer, rows, cols);
   }
-  // The ids a shard receives and the pooled rows it sends.
+  // The ids a shard receives (and sorts for the step) and the pooled rows it sends.
   double io_bytes(const EmbeddingTable& t, double lookups, double cols) const {
-    return lookups * kRoutedIdBytes + batch() * world_ * rows_out(t) * cols * element(t);
+    return lookups * (kRoutedIdBytes + kSortedIdBytes) + batch() * world_ * rows_out(t) * cols * element(t);
   }
   // Rows a lookup hands on per sample: one pooled row per bag, or every row of an unpooled one.
   static double rows_out(const EmbeddingTable& t) { return t.pooling_mode == "none" ? t.pooling : 1.0; }

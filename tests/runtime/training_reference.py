@@ -2,8 +2,9 @@
 
 make_data() writes the `--data` folder rannc-run reads (one NAME.npy per model input plus
 target.npy, dim 0 = steps x global batch); reference_losses() trains the unpartitioned TorchScript
-model on the same data with plain torch SGD (or Adam) and returns the loss of every step, computed before
-that step's update, as rannc-run must report it.
+model on the same data with plain torch SGD (or Adam), a sharded plan's embedding tables with its
+sparse optimizer (FusedSparse), and returns the loss of every step, computed before that step's
+update, as rannc-run must report it.
 
 With `accumulate` (models with BatchNorm, whose statistics depend on which samples are forwarded
 together) the reference forwards the global batch the way the plan cuts it: pipeline p's
@@ -121,33 +122,71 @@ def lr_factor(schedule, step, warmup, total):
     return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
+MOMENTUM = 0.9  # rannc-run's --optimizer momentum
+
+
 def make_optimizer(params, name, lr, weight_decay):
     """torch.optim as rannc-run builds it: Adam with weight decay is AdamW, SGD's is L2."""
     if name == "adam":
         if weight_decay > 0:
             return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
         return torch.optim.Adam(params, lr=lr)
-    return torch.optim.SGD(params, lr=lr, momentum=0.9 if name == "momentum" else 0.0, weight_decay=weight_decay)
+    return torch.optim.SGD(params, lr=lr, momentum=MOMENTUM if name == "momentum" else 0.0, weight_decay=weight_decay)
 
 
-ROWWISE_ADAGRAD_EPS = 1e-8  # as rannc-run's (and FBGEMM's exact row-wise Adagrad)
+ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults, as rannc-run's
+ROWWISE_ADAGRAD_EPS = 1e-8                 # as rannc-run's (and FBGEMM's exact row-wise Adagrad)
+SPARSE_STATES = {"sgd": 0, "momentum": 1, "adam": 2, "rowwise_adagrad": 1}  # tensors of state per table
 
 
-class RowwiseAdagrad:
-    """Row-wise Adagrad on embedding tables: one accumulator per row, of the mean squared gradient
-    over its columns; rows the step did not look up have a zero gradient and stay as they are."""
+class FusedSparse:
+    """A sharded plan's sparse optimizer on its embedding tables, as rannc-run's fused sparse update
+    applies it: a step changes only the rows it looked up, each by the sum of its gradients, with
+    torch.optim's arithmetic on those rows (sgd, momentum; adam, AdamW with a weight decay) or
+    row-wise Adagrad (one accumulator per row, of the mean squared gradient over its columns; no
+    weight decay). Other rows keep their weights and state: momentum and Adam's moments move a row
+    only in steps that look it up (torch.optim.SparseAdam's and FBGEMM's semantics, not dense
+    torch.optim's), and weight decay applies to the rows looked up; Adam's bias correction counts
+    every step. The rows looked up are taken as those with a non-zero gradient: a row looked up whose
+    gradient is exactly zero would step here and not in rannc-run, which shows as a loss mismatch."""
 
-    def __init__(self, params, lr):
-        self.params, self.lr = list(params), lr
-        self.state = [torch.zeros(p.shape[0]) for p in self.params]
+    def __init__(self, params, name, lr, weight_decay):
+        self.params, self.name, self.lr, self.weight_decay = list(params), name, lr, weight_decay
+        self.steps = 0
+        per_row = name == "rowwise_adagrad"
+        self.state = [[torch.zeros(p.shape[0] if per_row else p.shape) for _ in range(SPARSE_STATES[name])]
+                      for p in self.params]
 
     def step(self, factor):
+        self.steps += 1
         with torch.no_grad():
-            for p, s in zip(self.params, self.state):
+            for p, state in zip(self.params, self.state):
                 if p.grad is None:
                     continue
-                s.add_(p.grad.pow(2).mean(1))
-                p.sub_(self.lr * factor * p.grad / (s.sqrt() + ROWWISE_ADAGRAD_EPS).unsqueeze(1))
+                rows = p.grad.ne(0).any(1).nonzero().squeeze(1)
+                weights, moved = p[rows], [s[rows] for s in state]
+                self._step_rows(weights, p.grad[rows], moved, self.lr * factor)
+                p[rows] = weights
+                for s, m in zip(state, moved):
+                    s[rows] = m
+
+    def _step_rows(self, w, g, state, lr):
+        decay = self.weight_decay
+        if self.name == "rowwise_adagrad":
+            state[0].add_(g.pow(2).mean(1))
+            w.sub_(lr * g / (state[0].sqrt() + ROWWISE_ADAGRAD_EPS).unsqueeze(1))
+        elif self.name == "adam":
+            (b1, b2), t = ADAM_BETAS, self.steps
+            if decay > 0:
+                w.mul_(1 - lr * decay)
+            state[0].mul_(b1).add_(g, alpha=1 - b1)
+            state[1].mul_(b2).addcmul_(g, g, value=1 - b2)
+            w.addcdiv_(state[0], (state[1].sqrt() / math.sqrt(1 - b2 ** t)).add_(ADAM_EPS), value=-lr / (1 - b1 ** t))
+        else:
+            step = g.add(w, alpha=decay) if decay else g
+            if self.name == "momentum":
+                step = state[0].mul_(MOMENTUM).add_(step)
+            w.add_(step, alpha=-lr)
 
 
 def table_names(plan):
@@ -171,17 +210,12 @@ def reference_losses(model_path, data_folder, plan, steps, loss, lr, accumulate=
     model.train()
     # A sharded plan's tables step with its sparse optimizer, the rest with optimizer_name.
     tables = table_names(plan)
-    sparse = plan.get("sharding", {}).get("sparse_optimizer", optimizer_name)
     dense = [p for n, p in model.named_parameters() if n not in tables]
     table_params = [p for n, p in model.named_parameters() if n in tables]
     optimizer = make_optimizer(dense, optimizer_name, lr, weight_decay)
     table_optimizer = None
-    if table_params and sparse == "rowwise_adagrad":
-        table_optimizer = RowwiseAdagrad(table_params, lr)
-    elif table_params and sparse == optimizer_name:
-        optimizer.add_param_group({"params": table_params})
-    elif table_params:
-        table_optimizer = make_optimizer(table_params, sparse, lr, weight_decay)
+    if table_params:
+        table_optimizer = FusedSparse(table_params, plan["sharding"]["sparse_optimizer"], lr, weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: lr_factor(schedule, k, warmup_steps, steps))
     inputs = _load_inputs(plan, data_folder)
     target = np.load(os.path.join(data_folder, "target.npy"), mmap_mode="r")
@@ -209,7 +243,7 @@ def reference_losses(model_path, data_folder, plan, steps, loss, lr, accumulate=
         total = 0.0
         sums = [None] * len(params)
         for chunks in groups:
-            for q in params:  # every parameter's, the tables' too when they have their own optimizer
+            for q in params:  # every parameter's, the tables' too
                 q.grad = None
             for begin, length in chunks:
                 indices = order[begin:begin + length]
@@ -235,12 +269,8 @@ def reference_losses(model_path, data_folder, plan, steps, loss, lr, accumulate=
                 torch.nn.utils.clip_grad_norm_([q for q in params if q.grad is not None], clip_grad_norm)
             factor = lr_factor(schedule, step, warmup_steps, steps)
             optimizer.step()
-            if isinstance(table_optimizer, RowwiseAdagrad):
+            if table_optimizer is not None:
                 table_optimizer.step(factor)
-            elif table_optimizer is not None:
-                for group in table_optimizer.param_groups:
-                    group["lr"] = lr * factor
-                table_optimizer.step()
             scheduler.step()
         losses.append(total)
     return losses

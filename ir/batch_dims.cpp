@@ -54,9 +54,13 @@ void propagate_batch_dependence(Graph& graph) {
       reads_data = reads_data || graph.value(input).data_dependent;
     }
     reads_data = reads_data && !reads_only_metadata(op.kind);
-    for (auto output : op.outputs) {
-      graph.value(output).batch_dependent = graph.value(output).batch_dependent || depends;
-      graph.value(output).data_dependent = graph.value(output).data_dependent || reads_data;
+    // What an op writes in place holds what it computes: a mask of zeros filled from the batch
+    // is data, read by the ops after the write.
+    std::vector<ValueId> changed = op.outputs;
+    changed.insert(changed.end(), op.writes.begin(), op.writes.end());
+    for (auto id : changed) {
+      graph.value(id).batch_dependent = graph.value(id).batch_dependent || depends;
+      graph.value(id).data_dependent = graph.value(id).data_dependent || reads_data;
     }
   }
 }

@@ -19,7 +19,7 @@ namespace rannc::ir {
 using ShapesAtDoubleBatch = std::vector<std::optional<std::vector<std::int64_t>>>;
 
 // Sets Value::batch_dependent: model inputs, and every output of an op that reads a
-// batch-dependent value.
+// batch-dependent value (and every value it writes in place); likewise data_dependent.
 void propagate_batch_dependence(Graph& graph);
 
 // Propagates batch dependence, then sets TensorType::batch_dim of every tensor value: the dim

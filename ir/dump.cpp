@@ -82,6 +82,9 @@ std::string graph_to_text(const Graph& graph) {
     for (auto id : op.inputs) ins.push_back("%" + graph.value(id).name);
     out << join(outs) << " = " << op.kind << "(" << join(ins) << ")";
     for (const auto& [key, attr] : op.attrs) out << " " << key << "=" << literal_to_string(attr);
+    std::vector<std::string> written;
+    for (auto id : op.writes) written.push_back("%" + graph.value(id).name);
+    if (!written.empty()) out << " writes " << join(written);
     out << " : " << join(types) << "\n";
   }
   std::vector<std::string> outputs;
@@ -115,6 +118,7 @@ nlohmann::json graph_to_json(const Graph& graph) {
     nlohmann::json attrs = nlohmann::json::object();
     for (const auto& [key, attr] : op.attrs) attrs[key] = literal_to_json(attr);
     ops.push_back({{"id", op.id}, {"kind", op.kind}, {"inputs", op.inputs}, {"outputs", op.outputs}, {"attrs", attrs}});
+    if (!op.writes.empty()) ops.back()["writes"] = op.writes;
   }
   return {{"values", values}, {"ops", ops}, {"outputs", graph.model_outputs()}};
 }

@@ -71,6 +71,11 @@ void Graph::add_model_output(ValueId id) {
   model_outputs_.push_back(id);
 }
 
+void Graph::add_write(OpId op_id, ValueId id) {
+  op(op_id).writes.push_back(id);
+  value(id).writers.push_back(op_id);
+}
+
 std::vector<ValueId> Graph::values_with_role(ValueRole role) const {
   std::vector<ValueId> ids;
   for (const auto& v : values_) {
@@ -158,9 +163,11 @@ std::vector<OpId> Graph::ops_computing(const std::vector<ValueId>& values, const
     auto id = todo.back();
     todo.pop_back();
     if (!seen.insert(id).second) continue;
-    auto producer = value(id).producer;
-    if (producer == kNoId || !ops.insert(producer).second) continue;
-    for (auto input : op(producer).inputs) todo.push_back(input);
+    std::vector<OpId> needed = value(id).writers;
+    if (value(id).producer != kNoId) needed.push_back(value(id).producer);
+    for (auto op_id : needed)
+      if (ops.insert(op_id).second)
+        for (auto input : op(op_id).inputs) todo.push_back(input);
   }
   return {ops.begin(), ops.end()};
 }

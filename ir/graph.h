@@ -66,6 +66,10 @@ struct Value {
   bool data_dependent = false;
   OpId producer = kNoId;
   std::vector<OpId> consumers;  // one entry per use, in op order
+  // Ops that change its contents in place after its producer made it, directly or through a
+  // view of it (TorchScript's fill_ on a slice of a mask), in op order. Its readers see their
+  // writes, so whatever computes the value must run them too.
+  std::vector<OpId> writers;
 
   bool is_tensor() const { return kind == ValueKind::kTensor; }
   bool is_weight() const { return role == ValueRole::kParam || role == ValueRole::kBuffer; }
@@ -76,6 +80,7 @@ struct Op {
   std::string kind;  // "aten::linear", "prim::ListConstruct", "onnx::Gemm", ...
   std::vector<ValueId> inputs;
   std::vector<ValueId> outputs;
+  std::vector<ValueId> writes;  // values it changes in place (each lists it in its writers)
   std::map<std::string, Literal> attrs;
   // Index of the frontend's node this op came from, so emit can rebuild it; -1 if none.
   std::int64_t source_node = -1;
@@ -90,6 +95,8 @@ class Graph {
               std::int64_t source_node = -1);
 
   void add_model_output(ValueId id);
+  // Records that `op` changes `value` in place (Value::writers, Op::writes).
+  void add_write(OpId op, ValueId value);
 
   const Value& value(ValueId id) const { return values_.at(static_cast<std::size_t>(id)); }
   Value& value(ValueId id) { return values_.at(static_cast<std::size_t>(id)); }
@@ -105,8 +112,8 @@ class Graph {
   // Ops ordered so that producers come before consumers; ties keep insertion order, so the
   // result is deterministic. Throws InputError on a cycle.
   std::vector<OpId> topological_order() const;
-  // The ops `values` are computed from: their producers and, recursively, those of their inputs,
-  // not walking past the values in `stop`. Ascending.
+  // The ops `values` are computed from: their producers and writers and, recursively, those of
+  // their inputs, not walking past the values in `stop`. Ascending.
   std::vector<OpId> ops_computing(const std::vector<ValueId>& values, const std::set<ValueId>& stop = {}) const;
 
   // Checks ids, producer/consumer links and acyclicity; throws InputError describing the first

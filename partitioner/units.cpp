@@ -18,18 +18,34 @@ bool is_batch_op(const ir::Graph& graph, const ir::Op& op) {
   });
 }
 
-// The glue a unit needs: producers of its inputs that are not batch ops, transitively.
-void collect_glue(const ir::Graph& graph, const std::vector<int>& unit_of_anchor, ir::OpId op,
-                  std::vector<int>& stamp, int unit, std::vector<ir::OpId>& out) {
-  for (auto input : graph.op(op).inputs) {
-    ir::OpId producer = graph.value(input).producer;
-    if (producer == ir::kNoId || unit_of_anchor[static_cast<std::size_t>(producer)] >= 0) continue;
-    if (stamp[static_cast<std::size_t>(producer)] == unit) continue;
-    stamp[static_cast<std::size_t>(producer)] = unit;
-    out.push_back(producer);
-    collect_glue(graph, unit_of_anchor, producer, stamp, unit, out);
+// Gathers the glue of units, each op at most once per unit.
+struct GlueCollector {
+  const ir::Graph& graph;
+  const std::vector<int>& unit_of_anchor;
+  const std::vector<int>& position;  // op -> index in the topological order
+  std::vector<int>& stamp;           // op -> the last unit that took it
+
+  // Appends to `out` the glue that `op` of unit `unit` (anchored at `anchor`) needs, transitively:
+  // the producers of its inputs that are not batch ops, and the glue ops that write in place into
+  // what it computes before the anchor runs (a mask is complete only after the fills of its
+  // slices, which nothing reads; an append to a list after the anchor changes nothing it read).
+  void collect(ir::OpId op, ir::OpId anchor, int unit, std::vector<ir::OpId>& out) {
+    std::vector<ir::OpId> needed;
+    for (auto input : graph.op(op).inputs)
+      if (graph.value(input).producer != ir::kNoId) needed.push_back(graph.value(input).producer);
+    for (auto output : graph.op(op).outputs)
+      for (auto writer : graph.value(output).writers)
+        if (position_of(writer) < position_of(anchor)) needed.push_back(writer);
+    for (auto glue : needed) {
+      if (unit_of_anchor[static_cast<std::size_t>(glue)] >= 0 || stamp[static_cast<std::size_t>(glue)] == unit) continue;
+      stamp[static_cast<std::size_t>(glue)] = unit;
+      out.push_back(glue);
+      collect(glue, anchor, unit, out);
+    }
   }
-}
+
+  int position_of(ir::OpId op) const { return position[static_cast<std::size_t>(op)]; }
+};
 
 // Glue no unit reaches (dead code, or non-batch model outputs) still has to run somewhere: the last unit.
 void attach_orphan_glue(const std::vector<int>& stamp, const std::vector<int>& unit_of_anchor, UnitGraph& result) {
@@ -99,19 +115,44 @@ bool sliceable(const ir::Value& value, std::int64_t batch) {
   return type.batch_dim < 0 || batch == 0 || type.shape[static_cast<std::size_t>(type.batch_dim)] == batch;
 }
 
-// Units from the producer of an unsliceable tensor to its last consumer become one unit, so no
-// cut separates them (units are in a topological order, so runs of them stay acyclic).
-void merge_across_unsliceable(const ir::Graph& graph, const std::vector<int>& position, UnitGraph& result) {
-  std::int64_t batch = evaluated_batch(graph);
+// Whether an op after `writer` reads `value` itself (not the writer's result): it must see the write.
+bool read_after_write(const ir::Value& value, ir::OpId writer, const std::vector<int>& position) {
+  auto at = [&](ir::OpId op) { return position[static_cast<std::size_t>(op)]; };
+  return std::any_of(value.consumers.begin(), value.consumers.end(), [&](ir::OpId reader) {
+    const auto& writers = value.writers;
+    return at(reader) > at(writer) && std::find(writers.begin(), writers.end(), reader) == writers.end();
+  });
+}
+
+// For each unit, the last unit that must run in the same stage as it (itself if none):
+// - a tensor whose batch dim holds another factor (not sliceable) stays with its last consumer;
+// - a tensor written in place and read after the write stays with its writer: a stage sends a
+//   tensor as its producer's stage has it, which would not hold a write made in a later stage.
+std::vector<int> unit_reach(const ir::Graph& graph, const std::vector<int>& position, const UnitGraph& result) {
   std::vector<int> reach(result.units.size());
   for (std::size_t u = 0; u < reach.size(); ++u) reach[u] = static_cast<int>(u);
-  bool any = false;
+  auto unit_of = [&](ir::OpId op) { return result.unit_of_anchor[static_cast<std::size_t>(op)]; };
+  std::int64_t batch = evaluated_batch(graph);
   for (const auto& tensor : result.tensors) {
     if (tensor.producer < 0 || tensor.consumers.empty() || sliceable(graph.value(tensor.value), batch)) continue;
     auto& end = reach[static_cast<std::size_t>(tensor.producer)];
     end = std::max(end, tensor.consumers.back());
-    any = true;
   }
+  for (const auto& value : graph.values()) {
+    if (value.producer == ir::kNoId || unit_of(value.producer) < 0) continue;  // glue takes its writers along
+    auto& end = reach[static_cast<std::size_t>(unit_of(value.producer))];
+    for (auto writer : value.writers)
+      if (read_after_write(value, writer, position)) end = std::max(end, unit_of(writer));
+  }
+  return reach;
+}
+
+// Units from each unit to its reach become one unit, so no cut separates them (units are in a
+// topological order, so runs of them stay acyclic).
+void merge_units_kept_together(const ir::Graph& graph, const std::vector<int>& position, UnitGraph& result) {
+  auto reach = unit_reach(graph, position, result);
+  bool any = false;
+  for (std::size_t u = 0; u < reach.size(); ++u) any = any || reach[u] != static_cast<int>(u);
   if (!any) return;
   std::vector<Unit> merged;
   for (int u = 0, n = static_cast<int>(result.units.size()); u < n;) {
@@ -150,15 +191,16 @@ UnitGraph build_units(const ir::Graph& graph) {
   }
   if (result.units.empty()) throw InputError("the model has no op that depends on the batch: nothing to partition");
   std::vector<int> stamp(graph.ops().size(), -1);
+  GlueCollector glue{graph, result.unit_of_anchor, position, stamp};
   for (int unit = 0; unit < static_cast<int>(result.units.size()); ++unit) {
     auto& ops = result.units[static_cast<std::size_t>(unit)].ops;
     stamp[static_cast<std::size_t>(ops.front())] = unit;
-    collect_glue(graph, result.unit_of_anchor, ops.front(), stamp, unit, ops);
+    glue.collect(ops.front(), ops.front(), unit, ops);
   }
   attach_orphan_glue(stamp, result.unit_of_anchor, result);
   for (auto& unit : result.units) sort_by_position(unit.ops, position);
   collect_crossing_tensors(graph, result);
-  merge_across_unsliceable(graph, position, result);
+  merge_units_kept_together(graph, position, result);
   return result;
 }
 

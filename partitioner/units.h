@@ -3,9 +3,9 @@
 // A unit is one batch op (an op computing a tensor from the contents of the batch) plus the
 // glue it needs: the ops that compute only from weights, constants and the shapes of tensors
 // (weight.t(), casts, aten::size, a batch size turned into a tensor, a mask built from the
-// sequence length, a weight sliced to it) are copied into every unit that consumes them. Only
-// batch tensors then cross a cut between units, which is what a stage boundary may carry, and
-// each stage computes sizes from its own replicas' batch.
+// sequence length, a weight sliced to it), with the ops writing into them in place, are copied
+// into every unit that consumes them. Only batch tensors then cross a cut between units, which
+// is what a stage boundary may carry, and each stage computes sizes from its own replicas' batch.
 #pragma once
 
 #include <vector>

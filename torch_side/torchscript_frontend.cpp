@@ -25,6 +25,7 @@
 #include <tuple>
 #include <variant>
 
+#include "torch_side/in_place_writers.h"
 #include "torch_side/torchscript_source.h"
 #include "emit/index_bound.h"
 #include "ir/batch_dims.h"
@@ -437,6 +438,26 @@ ir::Graph build_graph(TorchScriptSource& source, const std::vector<InputSpec>& s
   return graph;
 }
 
+// Records which ops change each node output in place (through a view of it too), so that what
+// computes the value also runs its writes: a shifted-window mask is new_zeros, then fill_ on its
+// slices. A write inside a block (a loop's body) belongs to the op holding the block.
+void record_in_place_writes(ir::Graph& graph, const TorchScriptSource& source,
+                            const std::unordered_map<const Value*, ir::ValueId>& ids) {
+  std::unordered_map<const Node*, ir::OpId> op_of;
+  for (const auto& op : graph.ops()) op_of[source.nodes.at(static_cast<std::size_t>(op.source_node))] = op.id;
+  auto top_level = [&](const Node* node) {
+    while (node->owningBlock() != source.graph->block()) node = node->owningBlock()->owningNode();
+    return node;
+  };
+  for (const Node* node : source.graph->nodes()) {
+    for (const Value* output : node->outputs()) {
+      std::set<ir::OpId> writers;  // in op order, each once
+      for (const Node* writer : in_place_writers(output)) writers.insert(op_of.at(top_level(writer)));
+      for (auto writer : writers) graph.add_write(writer, ids.at(output));
+    }
+  }
+}
+
 // A forward that returns a tuple has the tuple's elements as model outputs. Outputs whose jit
 // names are bare numbers (traced graphs) are named output, or output_0, output_1, ...
 // What forward returns: a tuple's elements, else the value itself.
@@ -648,6 +669,7 @@ Model load_lowered(const std::string& path, const LoadOptions& options) {
   model.batch = batch;
   std::unordered_map<const Value*, ir::ValueId> ids;
   model.graph = build_graph(*source, evaluated_specs, recorded, ids);
+  record_in_place_writes(model.graph, *source, ids);
   for (const auto& weight : lowering.unused_weights()) model.graph.add_value(weight_value(weight));
   mark_outputs(model.graph, *source->graph, ids);
   ir::assign_batch_dims(model.graph, evaluated,

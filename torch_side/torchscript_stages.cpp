@@ -11,6 +11,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "torch_side/in_place_writers.h"
 #include "torch_side/torchscript_source.h"
 #include "support/error.h"
 
@@ -49,31 +50,6 @@ at::Tensor weight_tensor(const TorchScriptSource& source, ir::ValueId id) {
   auto index = static_cast<std::size_t>(id) - source.specs.size();
   const auto& tensor = source.weights.at(index).tensor;
   return tensor.detach().requires_grad_(tensor.requires_grad());
-}
-
-// Whether an op writes to `value` or to a view of it, by the alias annotations of the op
-// schemas (`Tensor(a!) self` writes, `Tensor(a) self` returns a view). torch's AliasDb would
-// say yes for every graph input as soon as anything is written in place.
-bool written(const Value* value) {
-  for (const auto& use : value->uses()) {
-    const Node* user = use.user;
-    const auto* schema = user->maybeSchema();
-    if (!schema) {
-      // Unpacking and packing keep the tensors themselves (a view returned in a list).
-      if (user->kind() == c10::prim::ListUnpack || user->kind() == c10::prim::TupleUnpack) {
-        for (const Value* output : user->outputs())
-          if (written(output)) return true;
-      }
-      continue;
-    }
-    if (use.offset >= schema->arguments().size()) continue;
-    const auto* alias = schema->arguments()[use.offset].alias_info();
-    if (!alias) continue;
-    if (alias->isWrite()) return true;
-    for (const Value* output : user->outputs())  // a view of it: writes to the view write to it
-      if (written(output)) return true;
-  }
-  return false;
 }
 
 class StageCloner {
@@ -149,7 +125,7 @@ class StageCloner {
   void copy_mutated_inputs() {
     std::vector<Value*> mutated;
     for (Value* input : graph_->inputs())
-      if (input != self_ && written(input)) mutated.push_back(input);
+      if (input != self_ && !in_place_writers(input).empty()) mutated.push_back(input);
     for (Value* input : mutated) {
       torch::jit::WithInsertPoint insert_point(graph_->nodes().front());
       Value* copy = graph_->insert(c10::aten::clone, {input});

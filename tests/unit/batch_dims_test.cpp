@@ -98,6 +98,27 @@ TEST_CASE("values computed from shapes alone depend on the batch but not on its 
   CHECK(s.g.value(s.v).data_dependent);
 }
 
+TEST_CASE("a tensor of zeros that an op fills from the batch in place holds data") {
+  // z = x.new_zeros(...); z[:, :8].copy_(x): what reads z after the copy reads the batch.
+  Graph g;
+  auto x = add_tensor(g, "x", {4, 8}, ValueRole::kModelInput);
+  auto z = add_tensor(g, "z", {4, 16});
+  g.add_op("aten::new_zeros", {x}, {z});
+  auto view = add_tensor(g, "view", {4, 8});
+  g.add_op("aten::slice", {z}, {view});
+  auto copied = add_tensor(g, "copied", {4, 8});
+  auto copy = g.add_op("aten::copy_", {view, x}, {copied});
+  g.add_write(copy, view);
+  g.add_write(copy, z);
+  auto y = add_tensor(g, "y", {4, 16});
+  g.add_op("aten::relu", {z}, {y});
+  propagate_batch_dependence(g);
+  CHECK(g.value(z).data_dependent);
+  CHECK(g.value(y).data_dependent);
+  CHECK(g.value(z).writers == std::vector<OpId>{copy});
+  CHECK(g.op(copy).writes == std::vector<ValueId>{view, z});
+}
+
 TEST_CASE("shapes evaluated at a few samples scale along the batch dim to the requested batch") {
   Sample s;
   ShapesAtDoubleBatch other(s.g.values().size());

@@ -26,6 +26,24 @@ TEST_CASE("add_op links producers and consumers") {
   CHECK_NOTHROW(g.validate());
 }
 
+TEST_CASE("the ops computing a value include those writing it in place") {
+  // m = zeros(); fill_(slice(m)); y = relu(m): y needs the fill_, which nothing reads.
+  Graph g;
+  auto m = add_tensor(g, "m", {4});
+  auto zeros = g.add_op("aten::zeros", {}, {m});
+  auto view = add_tensor(g, "view", {2});
+  auto slice = g.add_op("aten::slice", {m}, {view});
+  auto filled = add_tensor(g, "filled", {2});
+  auto fill = g.add_op("aten::fill_", {view}, {filled});
+  g.add_write(fill, view);
+  g.add_write(fill, m);
+  auto y = add_tensor(g, "y", {4});
+  auto relu = g.add_op("aten::relu", {m}, {y});
+  CHECK(g.ops_computing({y}) == std::vector<OpId>{zeros, slice, fill, relu});
+  CHECK(g.ops_computing({y}, {m}) == std::vector<OpId>{relu});
+  CHECK(graph_to_text(g).find("aten::fill_(%view) writes %view,%m") != std::string::npos);
+}
+
 TEST_CASE("topological order puts producers first and keeps insertion order among ready ops") {
   Graph g;
   auto a = add_tensor(g, "a", {1});

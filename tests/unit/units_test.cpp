@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "graph_builders.h"
 #include "ir/batch_dims.h"
 #include "partitioner/coarsen.h"
@@ -88,6 +90,106 @@ TEST_CASE("a batch size turned into a tensor is recomputed where it is used, not
   CHECK(graph.op(view.anchor).kind == "aten::view");
   CHECK(view.ops.size() == 5);  // size, NumToTensor, Int, ListConstruct and the view itself
   for (const auto& tensor : units.tensors) CHECK(tensor.value != n_tensor);
+}
+
+namespace {
+
+// A slice of `of` filled in place with a constant: the fill_ writes the slice and what it views.
+void fill_slice(ir::Graph& graph, ir::ValueId of, const std::string& name) {
+  auto view = add_tensor(graph, name + "_slice", {4, 16});
+  graph.add_op("aten::slice", {of}, {view});
+  auto filled = add_tensor(graph, name + "_filled", {4, 16});
+  auto fill = graph.add_op("aten::fill_", {view}, {filled});
+  for (auto written : {view, filled, of}) graph.add_write(fill, written);
+}
+
+}  // namespace
+
+TEST_CASE("a mask built from sizes and filled in place is computed whole wherever it is read", "[units]") {
+  // Swin's shifted-window mask: mask = h.new_zeros(...), fill_ on slices of it (nothing reads the
+  // fills' results), then two attention ops read it. Each unit reading the mask rebuilds it, and
+  // needs the fills too: left to the last unit, they filled nothing in the units reading it.
+  ir::Graph graph;
+  auto x = add_tensor(graph, "x", {8, 16}, ir::ValueRole::kModelInput);
+  auto h = add_tensor(graph, "h", {8, 16});
+  graph.add_op("aten::relu", {x}, {h});
+  auto mask = add_tensor(graph, "mask", {16, 16});
+  graph.add_op("aten::new_zeros", {h}, {mask});
+  fill_slice(graph, mask, "top");
+  fill_slice(graph, mask, "bottom");
+  auto a = add_tensor(graph, "a", {8, 16});
+  graph.add_op("aten::matmul", {h, mask}, {a});
+  auto b = add_tensor(graph, "b", {8, 16});
+  graph.add_op("aten::matmul", {a, mask}, {b});
+  graph.add_model_output(b);
+  ir::propagate_batch_dependence(graph);
+  CHECK_FALSE(graph.value(mask).data_dependent);
+
+  UnitGraph units = build_units(graph);
+  REQUIRE(units.units.size() == 3);  // relu and the two matmuls: the mask is glue
+  for (const auto& unit : {units.units[1], units.units[2]}) {
+    INFO("unit of " << graph.value(graph.op(unit.anchor).outputs[0]).name);
+    std::vector<std::string> kinds;
+    for (auto op : unit.ops) kinds.push_back(graph.op(op).kind);
+    CHECK(kinds == std::vector<std::string>{"aten::new_zeros", "aten::slice", "aten::fill_", "aten::slice",
+                                            "aten::fill_", "aten::matmul"});
+  }
+  for (const auto& tensor : units.tensors) CHECK(tensor.value != mask);
+}
+
+TEST_CASE("a list appended to in place gives each reader the appends made before it", "[units]") {
+  // DenseNet in TorchScript: features = [x]; each layer reads cat(features), then appends its
+  // output. A cat must not take the appends after it, which read what it computes (a cycle).
+  ir::Graph graph;
+  auto x = add_tensor(graph, "x", {8, 4}, ir::ValueRole::kModelInput);
+  ir::Value list_value;
+  list_value.name = "features";
+  list_value.kind = ir::ValueKind::kOther;
+  auto features = graph.add_value(list_value);
+  graph.add_op("prim::ListConstruct", {x}, {features});
+  std::vector<ir::OpId> appends, cats;
+  auto layer = [&](int i, std::vector<std::int64_t> shape) {
+    auto joined = add_tensor(graph, "joined" + std::to_string(i), shape);
+    cats.push_back(graph.add_op("aten::cat", {features}, {joined}));
+    auto out = add_tensor(graph, "out" + std::to_string(i), {8, 4});
+    graph.add_op("aten::linear", {joined}, {out});
+    auto appended = graph.add_value(list_value);
+    appends.push_back(graph.add_op("aten::append", {features, out}, {appended}));
+    graph.add_write(appends.back(), features);
+    return out;
+  };
+  layer(0, {8, 4});
+  graph.add_model_output(layer(1, {8, 8}));
+  ir::propagate_batch_dependence(graph);
+
+  UnitGraph units = build_units(graph);
+  auto ops_of = [&](ir::OpId anchor) { return units.units[static_cast<std::size_t>(units.unit_of_anchor[anchor])].ops; };
+  auto has = [](const std::vector<ir::OpId>& ops, ir::OpId op) { return std::count(ops.begin(), ops.end(), op) > 0; };
+  CHECK_FALSE(has(ops_of(cats[0]), appends[0]));
+  CHECK(has(ops_of(cats[1]), appends[0]));
+  CHECK_FALSE(has(ops_of(cats[1]), appends[1]));
+  std::vector<double> ms(units.units.size(), 1.0);
+  Blocking blocking = coarsen(graph, units, ms, 8);
+  CHECK(blocking.order.size() == units.units.size());
+}
+
+TEST_CASE("a batch tensor written in place stays in one unit with its writers", "[units]") {
+  // h = relu(x); h[:4].fill_(0); y = relu(h). A stage sends h as it is at its end: a cut between
+  // relu and the fill_ would send h unfilled to the stage reading it.
+  ir::Graph graph;
+  auto x = add_tensor(graph, "x", {8, 16}, ir::ValueRole::kModelInput);
+  auto h = add_tensor(graph, "h", {8, 16});
+  graph.add_op("aten::relu", {x}, {h});
+  fill_slice(graph, h, "head");
+  auto y = add_tensor(graph, "y", {8, 16});
+  graph.add_op("aten::relu", {h}, {y});
+  graph.add_model_output(y);
+  ir::propagate_batch_dependence(graph);
+
+  UnitGraph units = build_units(graph);
+  REQUIRE(units.units.size() == 2);  // relu, slice and fill_ together; the second relu
+  CHECK(units.units[0].ops.size() == 3);
+  CHECK(units.unit_of_anchor[static_cast<std::size_t>(graph.value(h).writers.front())] == 0);
 }
 
 TEST_CASE("METIS seeding guards one part and parts of a few units", "[coarsen]") {

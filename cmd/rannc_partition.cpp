@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include "compiler/cpu_calibration.h"
 #include "compiler/inspect.h"
 #include "compiler/model.h"
 #include "compiler/partition.h"
@@ -79,6 +80,7 @@ std::optional<CostQuery> cost_query(const InspectOptions& options) {
   CostQuery query{cluster.device, precision, optimizer, {}};
   cost::check_precision_supported(query.device, query.precision);
   if (!options.profile_db.empty()) query.profile_db = cost::ProfileDb::load(options.profile_db, /*must_exist=*/true);
+  query.device = with_this_cpu(query.device);  // last: a mistake above fails before the CPU is measured
   return query;
 }
 
@@ -223,6 +225,10 @@ void add_verify_command(CLI::App& app, VerifyCommandOptions& options, CLI::App*&
   command->add_option("--model", options.model_path, "the model, when it is no longer at the plan's path");
   command->add_option("--tolerance", options.verify.tolerance, "largest relative difference accepted (default 1e-5)");
   command->add_option("--seed", options.verify.seed, "seed of the random inputs and output gradients (default 0)");
+  command->add_option_function<std::string>(
+      "--float64-limit",
+      [&options](const std::string& size) { options.verify.float64_limit_bytes = cost::parse_size(size, "--float64-limit"); },
+      "check the model itself against float64 only when its weights take at most this much in float64 (default 2G)");
   command->add_flag("--json", options.json, "print the result as JSON");
 }
 

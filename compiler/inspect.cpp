@@ -75,6 +75,7 @@ nlohmann::json predicted_json(const Model& model, const CostQuery& query) {
     if (e.ms_by_class[i] > 0) by_class[std::string(cost::op_class_name(static_cast<cost::OpClass>(i)))] = e.ms_by_class[i];
   }
   return {{"device", query.device.name},
+          {"device_description", query.device.description},
           {"precision", plan::precision_name(query.precision)},
           {"optimizer", plan::optimizer_name(query.optimizer)},
           {"calibration", e.calibration},
@@ -91,6 +92,7 @@ std::string predicted_text(const Model& model, const CostQuery& query) {
   std::ostringstream out;
   out << "\npredicted training step on one " << query.device.name << " (" << plan::precision_name(query.precision) << ", "
       << plan::optimizer_name(query.optimizer) << ", efficiencies: " << e.calibration << ")\n"
+      << "  device   " << query.device.description << "\n"
       << "  time     " << human_ms(e.fwd_ms + e.bwd_ms) << "  (forward " << human_ms(e.fwd_ms) << ", backward "
       << human_ms(e.bwd_ms) << ")\n"
       << "  memory   " << human_bytes(e.memory.total()) << "  (weights " << human_bytes(e.memory.weights) << ", grads "

@@ -205,13 +205,6 @@ std::string format(const std::string& pattern, const std::vector<std::string>& a
   return out;
 }
 
-// A valid, readable TorchScript name for an ONNX value name: "onnx::Add_12" -> "v_onnx__Add_12".
-std::string sanitize(const std::string& name) {
-  std::string out = "v_";
-  for (char c : name) out += std::isalnum(static_cast<unsigned char>(c)) || c == '_' ? c : '_';
-  return out;
-}
-
 // Constant values small enough to write into the source: scalars, and int/bool tensors up to
 // this many elements (shape vectors, axes). Larger ones become "c<i>" buffers.
 constexpr std::int64_t kInlineInts = 16;
@@ -323,7 +316,7 @@ class StageEmitter {
   std::string bind(ir::ValueId id) {
     if (auto it = names_.find(id); it != names_.end()) return it->second;
     const auto& name = graph_.value(id).name;
-    std::string base = name.empty() ? "v__" + std::to_string(id) : sanitize(name), unique = base;
+    std::string base = name.empty() ? "v__" + std::to_string(id) : stage_variable_name(name), unique = base;
     for (int n = 1; !taken_.insert(unique).second; ++n) unique = base + "_" + std::to_string(n);
     return names_[id] = unique;
   }

@@ -3,6 +3,7 @@
 // attributes below. There is no ONNX-to-TorchScript converter in Debian; this is ours. Pure C++.
 #pragma once
 
+#include <cctype>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,5 +39,14 @@ struct StageSource {
 // no mapping, or a weight whose data is not available (external data that was not loaded).
 StageSource onnx_stage_source(const std::string& model_path, const onnx::ModelProto& model, const ir::Graph& graph,
                               const emit::StageLayout& stage);
+
+// The variable a value named `name` is bound to in generated source, a valid and readable
+// TorchScript name: "onnx::Add_12" -> "v_onnx__Add_12" (a suffix "_N" keeps variables unique
+// where two names give the same one). Inline: the torch plugin names ops by it.
+inline std::string stage_variable_name(const std::string& name) {
+  std::string out = "v_";
+  for (char c : name) out += std::isalnum(static_cast<unsigned char>(c)) || c == '_' ? c : '_';
+  return out;
+}
 
 }  // namespace rannc

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "compiler/cpu_calibration.h"
 #include "compiler/sharded_partition.h"
 #include "compiler/show.h"
 #include "compiler/stage_files.h"
@@ -65,6 +66,8 @@ partition::PlanRequest plan_request(const PartitionOptions& options) {
     throw InputError("--stages " + std::to_string(*options.stages) + ": more stages than the " +
                      std::to_string(request.cluster.gpus()) + " devices");
   }
+  // Last: a request with a mistake fails before this machine is measured.
+  request.cluster.device = with_this_cpu(request.cluster.device);
   return request;
 }
 
@@ -196,7 +199,7 @@ nlohmann::json check_written_stages(const Model& model, const plan::Plan& plan, 
            " (run verify where they fit)";
     return {{"compared", false}, {"reason", line}};
   }
-  auto check = check_stage_files(model, plan, kTolerance);
+  auto check = check_stage_files(model, plan, kTolerance, options.check_limit_bytes);
   line = check.line;
   return check.summary;
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compiler/model.h"
+#include "cost_model/device.h"
 #include "cost_model/profile_db.h"
 #include "compiler/onnx_stage_source.h"
 #include "plan/plan_json.h"
@@ -33,8 +34,17 @@ class TorchPlugin {
   // Where it runs: "cpu", or the GPU's name ("NVIDIA H100 80GB HBM3"); the profile DB's key.
   virtual std::string profiled_device() = 0;
 
-  // Peak sgemm FLOP/s, copy bandwidth and the time of a near-empty op; ops left empty.
+  // Peak sgemm FLOP/s, copy bandwidth and the per-op overhead (on the CPU as measure_cpu takes
+  // them); ops left empty.
   virtual cost::DeviceProfile measure_device() = 0;
+
+  // This machine's CPU as a training step uses it, whatever GPU there is: the `cpu` preset's
+  // figures (cost::MachineFigures, measured as for measure_device, bf16 too) in about a second.
+  struct CpuMeasurement {
+    cost::MachineFigures figures;
+    std::string description;  // "AMD EPYC, 1 threads, libtorch 1.13.0"
+  };
+  virtual CpuMeasurement measure_cpu() = 0;
 
   // Forward and backward time (median of `reps` after a warm-up) and memory of each op of a
   // model loaded by load_torchscript, run alone on the values a forward pass gives its inputs.
@@ -90,11 +100,37 @@ class TorchPlugin {
     // relative agreement to find: each gradient is measured against at least this fraction of
     // the largest gradient of the model. A wrong gradient of a size that matters still shows.
     double gradient_floor = 1e-4;
+    // The model in float32 is itself compared with the model in float64 (float64_reference.h)
+    // unless `float64_off` says why not (its size); beyond `float64_tolerance` (a relative
+    // difference, measured as above) the op where they part is looked for.
+    std::string float64_off;
+    double float64_tolerance = 1e-3;
   };
   struct Difference {
     std::string what;  // "output logits", "gradient tok_emb.weight"
     double max_abs = 0, max_rel = 0;
     bool reference_not_finite = false;  // the model itself gives NaN or infinity here
+  };
+  // The first op, in graph order, whose float32 output or input gradient departs from float64
+  // when it runs alone on the float64 values of the model rounded to float32.
+  struct Departure {
+    std::int64_t op = -1;  // its ir::OpId; -1 in an ONNX model (its reference's op)
+    std::string kind;      // "aten::sub"
+    std::string value;     // what it computes, "h.3" (an ONNX model's tensor name)
+    bool in_backward = false;  // its input gradient departs (its output does not)
+    double max_rel = 0;
+    std::string location;  // "model.py:12", the model's source line of the op; empty if unknown
+  };
+  // The model in float32 (the reference of the stages) against the model in float64.
+  struct Float64Check {
+    bool ran = false;
+    std::string not_run;  // why there is no float64 run, when there is none
+    std::vector<Difference> outputs, gradients;
+    std::optional<Departure> departure;  // where they part, when beyond float64_tolerance
+    // Beyond it and no op named: every op was tried alone and none accounts for it (the rounding
+    // of many ops adds up: the model is ill-conditioned in float32 at these inputs and weights).
+    bool builds_up = false;
+    std::string not_located;  // why no op is named, when beyond and none is
   };
   struct VerifyReport {
     std::int64_t samples = 0;       // one pipeline's share of the global batch
@@ -103,6 +139,7 @@ class TorchPlugin {
     std::vector<std::string> problems;  // parameters missing on one side, shape mismatches
     std::string note;                   // how the plan had to be adapted to be comparable, if it was
     std::string skipped;                // why nothing was compared (skip_random), else empty
+    Float64Check float64;
   };
   virtual VerifyReport verify(const VerifyRequest& request) = 0;
 

@@ -70,9 +70,11 @@ DeviceSpec make_spec(const Figures& f) {
 //         1979 TFLOP/s quoted with sparsity).
 //   H200: "NVIDIA H200 Tensor Core GPU" datasheet (SXM column); compute as H100, memory 141 GB
 //         (the datasheet's decimal GB) at 4.8 TB/s.
-// The `cpu` preset was measured on the 2-core development machine (AMD EPYC, libtorch 1.13):
+// The `cpu` preset's compute figures are measured on the machine the tool runs on
+// (with_machine_figures); the fixed ones here, from the 2-core development machine (AMD EPYC,
+// libtorch 1.13), stand in only where no measurement is wanted or possible:
 //   matmul: torch.set_num_threads(2); a = torch.randn(2048, 2048); time a @ a, median of 7 runs t:
-//           2 * 2048^3 / t = 155 GFLOP/s. No tensor cores, so the half peak equals fp32; bf16 runs.
+//           2 * 2048^3 / t = 155 GFLOP/s; the half peak taken as equal.
 //   memory: b = torch.empty(512 << 20, dtype=torch.uint8); time b.clone() (reads and writes every
 //           byte), t: 2 * bytes / t = 32 GB/s.
 //   links:  shared memory between processes of one machine ~10 GB/s, 2 us; 10 Gb/s Ethernet
@@ -92,6 +94,7 @@ std::vector<DeviceSpec> make_presets() {
                         24 * kGiB, Link{10 * kGiga, 2 * kMicro}, Link{10 * kGiga / 8, 50 * kMicro},
                         HostSpec{24 * kGiB, Link{16 * kGiga, 0}, 32 * kGiga}});
   cpu.op_overhead = 10 * kMicro;  // torch dispatch per op, no launch
+  cpu.measured_here = true;
   presets.push_back(cpu);
   return presets;
 }
@@ -118,6 +121,16 @@ std::string preset_for_device(std::string_view device_name) {
   if (has("A100")) return has("40GB") ? "a100-40g" : "a100-80g";
   if (has("V100")) return "v100-32g";
   return "a100-80g";  // cluster.h's kDefaultDevice
+}
+
+DeviceSpec with_machine_figures(const DeviceSpec& preset, const MachineFigures& figures, const std::string& description) {
+  DeviceSpec device = preset;
+  device.description = description;
+  device.peak_fp32_flops = figures.peak_fp32_flops;
+  device.peak_half_flops = figures.peak_bf16_flops;
+  device.mem_bandwidth = figures.mem_bandwidth;
+  device.op_overhead = figures.op_overhead;
+  return device;
 }
 
 std::vector<std::string> device_preset_names() {

@@ -2,7 +2,9 @@
 //
 // Peaks are dense (no structured sparsity) datasheet figures; the roofline scales them by an
 // efficiency factor per op class (cost_model/roofline.h), and a profile DB can calibrate those
-// factors. The `cpu` preset holds figures measured on the development machine (see device.cpp).
+// factors. The `cpu` preset describes the machine the tool runs on: its compute figures are
+// measured there (compiler/cpu_calibration.h); the fixed ones in device.cpp stand in only when
+// told to (RANNC_CPU_CALIBRATION=fixed) or when the machine cannot be measured.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +41,21 @@ struct DeviceSpec {
   Link intra_node;                  // the usual link between devices of one node (NVLink)
   Link inter_node;                  // the usual network link per device between nodes
   HostSpec host;                    // the usual host of a node of these devices
+  bool measured_here = false;       // the `cpu` preset: with_machine_figures() gives its compute figures
 };
+
+// The compute figures of the CPU the tool runs on, as libtorch trains there (its default threads),
+// measured by compiler/cpu_calibration.h.
+struct MachineFigures {
+  double peak_fp32_flops = 0;  // FLOP/s of a large fp32 matmul
+  double peak_bf16_flops = 0;  // FLOP/s of a large bf16 matmul
+  double mem_bandwidth = 0;    // bytes read plus bytes written per second by a large copy
+  double op_overhead = 0;      // seconds per pass of a near-empty op: interpreter, dispatch, autograd
+};
+
+// The `cpu` preset with a machine's figures in place of its fixed compute figures; the 16-bit
+// peak is bf16's (fp16 has no faster kernels on CPUs). Memory, links and host stay the preset's.
+DeviceSpec with_machine_figures(const DeviceSpec& preset, const MachineFigures& figures, const std::string& description);
 
 // The preset of that name, or nullptr.
 const DeviceSpec* find_device_preset(std::string_view name);

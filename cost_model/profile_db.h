@@ -34,7 +34,7 @@ struct DeviceProfile {
   std::string description;     // what was measured: processor, threads, libtorch version
   double peak_fp32_flops = 0;  // measured large-matmul FLOP/s
   double mem_bandwidth = 0;    // measured copy bandwidth, bytes/s
-  double op_overhead = 0;      // measured time of an op that does almost nothing, seconds
+  double op_overhead = 0;      // measured seconds per pass of a small op (MachineFigures::op_overhead)
   std::map<std::string, OpMeasurement> ops;  // by op signature (cost_model/op_signature.h)
 };
 

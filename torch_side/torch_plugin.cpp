@@ -16,7 +16,8 @@ namespace rannc {
 // torchscript_frontend.cpp
 Model load_torchscript(const std::string& path, const LoadOptions& options);
 // torch_profiler.cpp
-cost::DeviceProfile measure_cpu();
+cost::DeviceProfile measure_profiled_device();
+TorchPlugin::CpuMeasurement measure_this_cpu();
 std::string profiled_device_name();
 std::vector<std::optional<cost::OpMeasurement>> profile_torchscript_ops(const Model& model,
                                                                         const std::vector<ir::OpId>& ops,
@@ -55,7 +56,8 @@ class TorchPluginImpl : public TorchPlugin {
   Model load_torchscript(const std::string& path, const LoadOptions& options) override {
     return rannc::load_torchscript(path, options);
   }
-  cost::DeviceProfile measure_device() override { return measure_cpu(); }
+  cost::DeviceProfile measure_device() override { return measure_profiled_device(); }
+  CpuMeasurement measure_cpu() override { return measure_this_cpu(); }
   std::string profiled_device() override { return profiled_device_name(); }
   std::vector<std::optional<cost::OpMeasurement>> profile_ops(const Model& model, const std::vector<ir::OpId>& ops,
                                                               const std::vector<bool>& requires_grad, int reps,

@@ -23,6 +23,7 @@
 #include <set>
 
 #include "compiler/torch_plugin.h"
+#include "torch_side/float64_reference.h"
 #include "torch_side/torchscript_source.h"
 #include "emit/index_bound.h"
 #include "torch_side/torchscript_stages.h"
@@ -217,54 +218,84 @@ c10::IValue run_forward(torch::jit::Module& module, const Tensors& inputs, const
 // The reference: the unpartitioned model, chunk by chunk.
 class Reference {
  public:
-  explicit Reference(const TorchPlugin::VerifyRequest& request) : request_(request) {
-    if (request.reference) {
-      module_ = source_stage_module(*request.reference, "Reference");
-    } else {
-      // Loaded afresh, not copied from the frontend's module: Module::deepcopy in libtorch 1.13
-      // gives parameters that are not autograd leaves, so their .grad would never fill.
-      module_ = torch::jit::load(request.model->path);
-    }
-    for (auto id : request.model->graph.model_outputs()) output_names_.push_back(request.model->graph.value(id).name);
+  explicit Reference(const TorchPlugin::VerifyRequest& request) : Reference(request, model_as_given(request)) {
+    if (request.reference) weight_names_ = request.reference_names;
+  }
+
+  // The model in float64: float32 inputs and output gradients are cast to it.
+  Reference(const TorchPlugin::VerifyRequest& request, Float64Model model) : Reference(request, model.module) {
+    weight_names_ = std::move(model.weight_names);
+    float64_ = true;
   }
 
   RunResult run(const Workload& work) {
     RunResult result;
-    const auto& plan = *request_.plan;
-    auto outputs = model_outputs(plan);
     for (std::int64_t begin = 0; begin < work.samples; begin += work.chunk) {
-      Tensors inputs;
-      for (const auto& input : plan.model.inputs)
-        inputs.push_back(slice(work.inputs.at(input.name), input.batch_dim, begin, work.chunk));
-      auto values = tuple_tensors(run_forward(module_, inputs, "the model"), "the model");
+      auto inputs = chunk_inputs(work, begin), seeds = chunk_seeds(work, begin);
+      auto values = tuple_tensors(run_forward(module_, as_computed(inputs), what()), what());
       if (values.size() != output_names_.size()) throw InputError("verify: the model returns a different number of outputs than its plan");
-      Tensors seeds;
-      for (std::size_t k = 0; k < values.size(); ++k) {
-        const auto& name = output_names_[k];
-        int batch_dim = outputs.count(name) ? outputs.at(name)->batch_dim : -1;
-        seeds.push_back(seed_for(work, name, batch_dim, begin, work.chunk));
-        result.outputs[name].push_back(values[k].detach());
-      }
-      backward(values, seeds);
+      for (std::size_t k = 0; k < values.size(); ++k) result.outputs[output_names_[k]].push_back(values[k].detach());
+      backward(values, as_computed(seeds));
     }
     collect_gradients(result);
     return result;
   }
 
+  // The model inputs of the chunk starting at sample `begin`.
+  Tensors chunk_inputs(const Workload& work, std::int64_t begin) const {
+    Tensors inputs;
+    for (const auto& input : request_.plan->model.inputs)
+      inputs.push_back(slice(work.inputs.at(input.name), input.batch_dim, begin, work.chunk));
+    return inputs;
+  }
+
+  // The gradients of its model outputs, in the model's output order.
+  Tensors chunk_seeds(const Workload& work, std::int64_t begin) const {
+    auto outputs = model_outputs(*request_.plan);
+    Tensors seeds;
+    for (const auto& name : output_names_) {
+      int batch_dim = outputs.count(name) ? outputs.at(name)->batch_dim : -1;
+      seeds.push_back(seed_for(work, name, batch_dim, begin, work.chunk));
+    }
+    return seeds;
+  }
+
  private:
+  Reference(const TorchPlugin::VerifyRequest& request, torch::jit::Module module)
+      : request_(request), module_(std::move(module)) {
+    for (auto id : request.model->graph.model_outputs()) output_names_.push_back(request.model->graph.value(id).name);
+  }
+
+  static torch::jit::Module model_as_given(const TorchPlugin::VerifyRequest& request) {
+    if (request.reference) return source_stage_module(*request.reference, "Reference");
+    // Loaded afresh, not copied from the frontend's module: Module::deepcopy in libtorch 1.13
+    // gives parameters that are not autograd leaves, so their .grad would never fill.
+    return torch::jit::load(request.model->path);
+  }
+
+  std::string what() const { return float64_ ? "the model in float64" : "the model"; }
+
+  Tensors as_computed(Tensors tensors) const {
+    if (float64_)
+      for (auto& t : tensors) t = float32_as_float64(t);
+    return tensors;
+  }
+
   // A tied weight is one tensor under two names; the plan knows it by the first.
   void collect_gradients(RunResult& result) {
     std::set<const void*> seen;
     for (const auto& p : module_.named_parameters(/*recurse=*/true)) {
       if (!seen.insert(p.value.unsafeGetTensorImpl()).second) continue;
       std::string name = p.name;
-      if (request_.reference) name = request_.reference_names.at(p.name);
+      if (weight_names_) name = weight_names_->at(p.name);
       result.gradients[name] = p.value.grad();
     }
   }
 
   const TorchPlugin::VerifyRequest& request_;
   torch::jit::Module module_;
+  std::optional<std::map<std::string, std::string>> weight_names_;  // by attribute, for modules built here
+  bool float64_ = false;
   std::vector<std::string> output_names_;
 };
 
@@ -518,6 +549,74 @@ std::vector<torch::jit::Module> load_stages(const plan::Plan& plan) {
   return modules;
 }
 
+// compare() for the float64 check: where only float32 is not finite the difference is infinite;
+// where float64 is not, `float64_not_finite` is set (no verdict).
+TorchPlugin::Difference compare_with_float64(const std::string& what, const Tensors& float32, const Tensors& float64,
+                                             int batch_dim, double floor, bool& float64_not_finite) {
+  std::vector<std::string> problems;
+  auto difference = compare(what, float32, float64, batch_dim, problems, floor);
+  if (difference.reference_not_finite) float64_not_finite = true;
+  else if (!problems.empty()) difference.max_abs = difference.max_rel = std::numeric_limits<double>::infinity();
+  return difference;
+}
+
+double worst_of(const TorchPlugin::Float64Check& check) {
+  double worst = 0;
+  for (const auto* list : {&check.outputs, &check.gradients})
+    for (const auto& d : *list) worst = std::max(worst, d.max_rel);
+  return worst;
+}
+
+// The model in float64 on the workload, or why it does not run.
+std::optional<RunResult> run_in_float64(const TorchPlugin::VerifyRequest& request, const Workload& work,
+                                        std::string& why) {
+  try {
+    return Reference(request, float64_model(request)).run(work);
+  } catch (const InputError& e) {
+    why = e.what();
+  } catch (const std::exception& e) {
+    why = "the model in float64 fails: " + torch_message(e);
+  }
+  return std::nullopt;
+}
+
+// The reference (the model in float32) against the model in float64 on the same workload, as
+// the stages against the reference; beyond the tolerance, the op where they part
+// (float64_reference.h).
+TorchPlugin::Float64Check check_against_float64(const TorchPlugin::VerifyRequest& request, const Workload& work,
+                                                const Reference& model, const RunResult& float32) {
+  TorchPlugin::Float64Check check;
+  check.not_run = request.float64_off;
+  if (auto why = float64_unavailable(request); check.not_run.empty() && why) check.not_run = *why;
+  auto float64 = check.not_run.empty() ? run_in_float64(request, work, check.not_run) : std::nullopt;
+  if (!float64) return check;
+  bool float64_not_finite = false;
+  for (const auto& [name, output] : model_outputs(*request.plan)) {
+    if (!float32.outputs.count(name) || !float64->outputs.count(name)) continue;
+    check.outputs.push_back(compare_with_float64("output " + name, float32.outputs.at(name), float64->outputs.at(name),
+                                                 output->batch_dim, 0, float64_not_finite));
+  }
+  double floor = request.gradient_floor * largest_magnitude(float64->gradients);
+  for (const auto& [name, grad] : float64->gradients) {
+    auto it = float32.gradients.find(name);
+    if (!grad.defined() || it == float32.gradients.end() || !it->second.defined()) continue;
+    check.gradients.push_back(compare_with_float64("gradient " + name, {it->second}, {grad}, -1, floor, float64_not_finite));
+  }
+  if (float64_not_finite) {
+    TorchPlugin::Float64Check no_verdict;
+    no_verdict.not_run = "the model in float64 gives NaN or infinity on made-up inputs";
+    return no_verdict;
+  }
+  check.ran = true;
+  if (worst_of(check) <= request.float64_tolerance) return check;
+  try {
+    locate_departure(request, model.chunk_inputs(work, 0), model.chunk_seeds(work, 0), check);
+  } catch (const std::exception& e) {
+    check.not_located = "the op could not be looked for: " + torch_message(e);
+  }
+  return check;
+}
+
 }  // namespace
 
 TorchPlugin::VerifyReport verify_stages(const TorchPlugin::VerifyRequest& request) {
@@ -537,9 +636,11 @@ TorchPlugin::VerifyReport verify_stages(const TorchPlugin::VerifyRequest& reques
   auto work = make_workload(request, report.reference_chunk);
   report.samples = work.samples;
   auto ours = Pipeline(plan, std::move(modules), report.reference_chunk).run(work);
-  auto reference = Reference(request).run(work);
+  Reference model(request);
+  auto reference = model.run(work);
   compare_outputs(plan, ours, reference, report);
   compare_gradients(ours, reference, request.gradient_floor, report);
+  report.float64 = check_against_float64(request, work, model, reference);
   return report;
 }
 

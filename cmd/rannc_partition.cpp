@@ -80,7 +80,7 @@ std::optional<CostQuery> cost_query(const InspectOptions& options) {
   CostQuery query{cluster.device, precision, optimizer, {}};
   cost::check_precision_supported(query.device, query.precision);
   if (!options.profile_db.empty()) query.profile_db = cost::ProfileDb::load(options.profile_db, /*must_exist=*/true);
-  query.device = with_this_cpu(query.device);  // last: a mistake above fails before the CPU is measured
+  query.device = with_this_cpu(query.device, query.profile_db ? &*query.profile_db : nullptr);  // last: a mistake above fails first
   return query;
 }
 

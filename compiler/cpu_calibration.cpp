@@ -219,8 +219,9 @@ CpuCalibration cached_cpu_calibration(const std::filesystem::path& folder, const
   return measured;
 }
 
-cost::DeviceSpec with_this_cpu(const cost::DeviceSpec& device) {
+cost::DeviceSpec with_this_cpu(const cost::DeviceSpec& device, const cost::ProfileDb* profile_db) {
   if (!device.measured_here || fixed_figures_wanted()) return device;
+  if (profile_db && profile_db->device_for_preset(device.name)) return device;
   static const std::optional<ThisCpu> measured = this_cpu_figures();
   return measured ? cost::with_machine_figures(device, measured->figures, measured->description) : device;
 }

@@ -24,12 +24,15 @@
 #include <string>
 
 #include "cost_model/device.h"
+#include "cost_model/profile_db.h"
 
 namespace rannc {
 
-// `device` with this machine's measured figures when it is the `cpu` preset (measured_here);
-// any other device as it is. Measures at most once per process.
-cost::DeviceSpec with_this_cpu(const cost::DeviceSpec& device);
+// `device` with this machine's measured figures when it is the `cpu` preset (measured_here) and
+// `profile_db` has no profile of it (whose figures the cost model takes instead); any other
+// device as it is. Measures at most once per process. Called after the inputs are checked and
+// the model loaded, so that a mistake fails before the machine is measured.
+cost::DeviceSpec with_this_cpu(const cost::DeviceSpec& device, const cost::ProfileDb* profile_db);
 
 // What the cache holds for one machine key.
 struct CpuCalibration {

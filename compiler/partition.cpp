@@ -66,8 +66,6 @@ partition::PlanRequest plan_request(const PartitionOptions& options) {
     throw InputError("--stages " + std::to_string(*options.stages) + ": more stages than the " +
                      std::to_string(request.cluster.gpus()) + " devices");
   }
-  // Last: a request with a mistake fails before this machine is measured.
-  request.cluster.device = with_this_cpu(request.cluster.device);
   return request;
 }
 
@@ -285,6 +283,7 @@ PartitionReport run_partition(const PartitionOptions& options) {
 
   Model model = load_model(options.model_path, options.load);
   set_model_batch(request, options, model);
+  request.cluster.device = with_this_cpu(request.cluster.device, db ? &*db : nullptr);
   double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   auto tables = sharding::find_embedding_tables(model.graph, model.batch);
   if (wants_sharded_plan(tables, options.sharding)) {

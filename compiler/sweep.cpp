@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "cost_model/cost_model.h"
+#include "compiler/cpu_calibration.h"
 #include "cost_model/profile_db.h"
 #include "support/atomic_file.h"
 #include "support/error.h"
@@ -111,6 +112,7 @@ SweepReport run_sweep(const SweepOptions& options) {
   std::optional<cost::ProfileDb> db;
   if (!options.partition.profile_db.empty()) db = cost::ProfileDb::load(options.partition.profile_db, /*must_exist=*/true);
   Model model = load_model(options.partition.model_path, options.partition.load);
+  for (auto& request : requests) request.cluster.device = with_this_cpu(request.cluster.device, db ? &*db : nullptr);
   const auto& first = requests.front();
   cost::CostModel costs(model.graph, first.cluster.device, first.precision, db ? &*db : nullptr);
 

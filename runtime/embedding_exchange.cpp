@@ -172,6 +172,7 @@ class EmbeddingExchange::RowOptimizer {
   void begin_step(double lr) {
     lr_ = lr;
     ++steps_;
+    if (kind_ == Kind::kAdam) adam_step_ = AdamStep(lr, weight_decay_, steps_);
   }
 
   // `whole_row_square`: the sum of the squared gradient over every column of the row, on all
@@ -210,20 +211,31 @@ class EmbeddingExchange::RowOptimizer {
     }
   }
 
+  // Adam's factors for one step, the same for every row: computed once per step.
+  struct AdamStep {
+    float decay = 1, rate = 0, root_correction2 = 1, eps = 0, b1 = 0, b2 = 0, new1 = 0, new2 = 0;
+    AdamStep() = default;
+    AdamStep(double lr, double weight_decay, std::int64_t steps) {
+      static const torch::optim::AdamOptions defaults;
+      const double beta1 = std::get<0>(defaults.betas()), beta2 = std::get<1>(defaults.betas());
+      const double correction1 = 1 - std::pow(beta1, steps), correction2 = 1 - std::pow(beta2, steps);
+      decay = static_cast<float>(1 - lr * weight_decay);
+      rate = static_cast<float>(-lr / correction1);
+      root_correction2 = static_cast<float>(std::sqrt(correction2));
+      eps = static_cast<float>(defaults.eps());
+      b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2);
+      new1 = static_cast<float>(1 - beta1), new2 = static_cast<float>(1 - beta2);
+    }
+  };
+
   // torch.optim.Adam, or AdamW's decoupled decay first.
   void adam(float* weights, const float* grad, float* first, float* second, std::int64_t cols) const {
-    static const torch::optim::AdamOptions defaults;
-    const double beta1 = std::get<0>(defaults.betas()), beta2 = std::get<1>(defaults.betas());
-    const double correction1 = 1 - std::pow(beta1, steps_), correction2 = 1 - std::pow(beta2, steps_);
-    const auto decay = static_cast<float>(1 - lr_ * weight_decay_), rate = static_cast<float>(-lr_ / correction1);
-    const auto root_correction2 = static_cast<float>(std::sqrt(correction2)), eps = static_cast<float>(defaults.eps());
-    const auto b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2);
-    const auto new1 = static_cast<float>(1 - beta1), new2 = static_cast<float>(1 - beta2);
+    const AdamStep& a = adam_step_;
     for (std::int64_t c = 0; c < cols; ++c) {
-      if (weight_decay_ > 0) weights[c] *= decay;
-      first[c] = first[c] * b1 + new1 * grad[c];
-      second[c] = second[c] * b2 + new2 * grad[c] * grad[c];
-      weights[c] += rate * (first[c] / (std::sqrt(second[c]) / root_correction2 + eps));
+      if (weight_decay_ > 0) weights[c] *= a.decay;
+      first[c] = first[c] * a.b1 + a.new1 * grad[c];
+      second[c] = second[c] * a.b2 + a.new2 * grad[c] * grad[c];
+      weights[c] += a.rate * (first[c] / (std::sqrt(second[c]) / a.root_correction2 + a.eps));
     }
   }
 
@@ -244,6 +256,7 @@ class EmbeddingExchange::RowOptimizer {
   std::vector<at::Tensor> second_moments_;  // per shard, Adam's
   double lr_ = 0;
   std::int64_t steps_ = 0;
+  AdamStep adam_step_;
 };
 
 EmbeddingExchange::EmbeddingExchange(const plan::Plan& plan, int rank, Communicator& communicator,

@@ -157,13 +157,13 @@ TEST_CASE("cpu calibration: only the cpu preset is measured, and RANNC_CPU_CALIB
   const cost::DeviceSpec& a100 = *cost::find_device_preset("a100-80g");
   CHECK(cpu.measured_here);
   CHECK_FALSE(a100.measured_here);
-  CHECK(with_this_cpu(a100).peak_fp32_flops == a100.peak_fp32_flops);
+  CHECK(with_this_cpu(a100, nullptr).peak_fp32_flops == a100.peak_fp32_flops);
   {
     ScopedEnv fixed("RANNC_CPU_CALIBRATION", "fixed");
-    CHECK(with_this_cpu(cpu).peak_fp32_flops == cpu.peak_fp32_flops);
+    CHECK(with_this_cpu(cpu, nullptr).peak_fp32_flops == cpu.peak_fp32_flops);
   }
   ScopedEnv wrong("RANNC_CPU_CALIBRATION", "maybe");
-  CHECK_THROWS_WITH(with_this_cpu(cpu), "RANNC_CPU_CALIBRATION=maybe: unknown setting (known: fixed)");
+  CHECK_THROWS_WITH(with_this_cpu(cpu, nullptr), "RANNC_CPU_CALIBRATION=maybe: unknown setting (known: fixed)");
 
   cost::MachineFigures figures{50e9, 120e9, 15e9, 8e-6};
   cost::DeviceSpec measured = cost::with_machine_figures(cpu, figures, "this machine");

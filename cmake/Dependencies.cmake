@@ -30,8 +30,18 @@ endif()
 # possibly unpacked under a CMAKE_PREFIX_PATH folder.
 find_path(GLOO_INCLUDE_DIR gloo/rendezvous/store.h)
 find_package(ONNX CONFIG REQUIRED)
+# ONNX 1.17 (Debian 13) names its targets ONNX::onnx and ONNX::onnx_proto, 1.12 (Debian 12) onnx and
+# onnx_proto: the plain names are the ones linked. The targets carry the ONNX_ML and ONNX_NAMESPACE
+# definitions that 1.17's onnx/onnx_pb.h needs to include the ML protos.
+foreach(_rannc_onnx onnx onnx_proto)
+  if(NOT TARGET ${_rannc_onnx} AND TARGET ONNX::${_rannc_onnx})
+    add_library(${_rannc_onnx} ALIAS ONNX::${_rannc_onnx})
+  endif()
+endforeach()
 find_package(Protobuf REQUIRED)
 find_package(OpenSSL REQUIRED)  # SHA-256 of model files
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(MINIZIP REQUIRED IMPORTED_TARGET minizip)  # .pt2 archives (support/zip_archive.h)
 find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json 3.11 CONFIG REQUIRED)
 find_package(MPI REQUIRED COMPONENTS CXX)  # rannc-run: rank, rendezvous address, job teardown
@@ -44,7 +54,8 @@ set_target_properties(METIS::METIS PROPERTIES
   INTERFACE_INCLUDE_DIRECTORIES ${METIS_INCLUDE_DIR})
 
 if(BUILD_TESTING OR NOT DEFINED BUILD_TESTING)
-  find_package(Catch2 2 CONFIG REQUIRED)
+  # Catch2 2 (Debian 12) or 3 (Debian 13, whose <catch2/catch.hpp> is tests/catch2_compat's).
+  find_package(Catch2 CONFIG REQUIRED)
 endif()
 
 # Precompiled torch headers: each translation unit that includes torch spends most of its 20-50 s

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "compiler/torch_plugin.h"
+#include "frontends/pt2/pt2_frontend.h"
 #include "plan/checkpoint.h"
 #include "plan/plan_json.h"
 #include "support/error.h"
@@ -26,7 +27,11 @@ std::string run_export(const ExportOptions& options) {
     request.model = options.model_path.empty() ? plan.model_file() : options.model_path;
     if (sha256_of_file(request.model) != plan.model.sha256)
       throw InputError("export: " + request.model + " is not the model the checkpoint was trained from (its SHA-256 differs; --model names it)");
-  } else if (!options.module_output.empty()) {
+  } else if (plan.model.format == "pt2") {
+    auto model = options.model_path.empty() ? plan.model_file() : options.model_path;
+    request.state_dict_names = pt2_state_dict_names(model);
+  }
+  if (plan.model.format != "torchscript" && !options.module_output.empty()) {
     throw InputError("export --module: the checkpoint's model is " + plan.model.format + ", not TorchScript");
   }
   auto result = torch_plugin().export_checkpoint(request);

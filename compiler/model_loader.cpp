@@ -3,28 +3,12 @@
 #include <fstream>
 
 #include "compiler/model.h"
-#include "compiler/onnx_frontend.h"
-#include "compiler/torch_plugin.h"
+#include "frontends/frontend.h"
+#include "frontends/pt2/pt2_archive.h"
 #include "support/error.h"
 
 namespace rannc {
 namespace {
-
-bool has_extension(const std::string& path, std::initializer_list<const char*> extensions) {
-  auto ext = std::filesystem::path(path).extension().string();
-  for (const char* candidate : extensions) {
-    if (ext == candidate) return true;
-  }
-  return false;
-}
-
-// TorchScript archives are zip files; ONNX files are protobuf with no magic number.
-bool starts_like_zip(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  in.read(magic, sizeof magic);
-  return in.gcount() == 4 && magic[0] == 'P' && magic[1] == 'K' && magic[2] == 3 && magic[3] == 4;
-}
 
 void check_readable(const std::string& path) {
   std::error_code error;
@@ -35,10 +19,21 @@ void check_readable(const std::string& path) {
   if (!std::ifstream(path, std::ios::binary)) throw InputError(path + ": cannot open for reading");
 }
 
-ModelFormat detect_format(const std::string& path) {
-  if (has_extension(path, {".onnx"})) return ModelFormat::kOnnx;
-  if (has_extension(path, {".pt", ".pth", ".ts", ".torchscript"})) return ModelFormat::kTorchScript;
-  return starts_like_zip(path) ? ModelFormat::kTorchScript : ModelFormat::kOnnx;
+bool starts_like_zip(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, sizeof magic);
+  return in.gcount() == 4 && magic[0] == 'P' && magic[1] == 'K' && magic[2] == 3 && magic[3] == 4;
+}
+
+// The frontend whose kind of file this is, by content (frontends/frontend.h).
+const Frontend& frontend_for(const FileProbe& probe) {
+  for (const auto* frontend : frontends())
+    if (frontend->recognizes(probe)) return *frontend;
+  std::string what = probe.zip ? Pt2Archive::describe_other(*probe.zip) : "";
+  throw InputError(probe.path + ": " + (what.empty() ? "a zip archive that is neither TorchScript (torch.jit.save) nor "
+                                                       "torch.export (.pt2)"
+                                                     : what));
 }
 
 }  // namespace
@@ -46,8 +41,12 @@ ModelFormat detect_format(const std::string& path) {
 Model load_model(const std::string& path, const LoadOptions& options) {
   check_readable(path);
   if (options.batch && *options.batch <= 0) throw InputError("--batch must be a positive integer");
-  Model model = detect_format(path) == ModelFormat::kOnnx ? load_onnx(path, options)
-                                                          : torch_plugin().load_torchscript(path, options);
+  FileProbe probe{path, std::nullopt};
+  if (starts_like_zip(path)) {
+    probe.zip = ZipArchive::open(path);
+    if (!probe.zip) throw InputError(path + ": a damaged zip archive (its directory cannot be read)");
+  }
+  Model model = frontend_for(probe).load(path, options);
   model.graph.validate();
   return model;
 }

@@ -223,21 +223,6 @@ std::optional<std::int64_t> fixed_batch_of(const onnx::GraphProto& graph) {
   return batch;
 }
 
-// A model input's dims must make a tensor whose element count and size in bytes are numbers
-// every later computation can hold (int64 counts, double sums of bytes, exact below 2^53).
-void check_tensor_size(const std::string& path, const std::string& what, const std::vector<std::int64_t>& dims,
-                       ir::DType dtype) {
-  constexpr double kMaxBytes = 9007199254740992.0;  // 2^53
-  auto numel = ir::checked_numel(dims);
-  double bytes = numel ? static_cast<double>(*numel) * std::max(ir::dtype_size(dtype), 1) : 0;
-  if (numel && bytes <= kMaxBytes) return;
-  std::string shape;
-  for (auto d : dims) shape += (shape.empty() ? "" : "x") + std::to_string(d);
-  throw InputError(path + ": " + what + " has dims " + shape + ": " +
-                   (numel ? "more than 2^53 bytes" : "its element count overflows a 64-bit integer") +
-                   ", beyond any real tensor");
-}
-
 std::string dynamic_axes_advice(const onnx::GraphProto& graph) {
   std::string entries;
   for (const auto* input : batch_inputs(graph)) entries += (entries.empty() ? "'" : ", '") + input->name() + "': {0: 'batch'}";

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "compiler/model.h"
+#include "compiler/onnx_stage_source.h"
 
 namespace onnx {
 class ModelProto;
@@ -19,6 +20,13 @@ class OnnxModelSource : public ModelSource {
  public:
   explicit OnnxModelSource(std::shared_ptr<const onnx::ModelProto> proto) : proto_(std::move(proto)) {}
   const onnx::ModelProto& proto() const { return *proto_; }
+  std::optional<StageSource> stage_source(const Model& model, const emit::StageLayout& stage) const override {
+    return onnx_stage_source(model.path, *proto_, model.graph, stage);
+  }
+  std::string reference_note() const override {
+    return "ONNX: the reference is the whole model through the same op mapping, so this checks the partition; the "
+           "mapping itself is tested against PyTorch";
+  }
 
  private:
   std::shared_ptr<const onnx::ModelProto> proto_;

@@ -5,19 +5,15 @@
 #include <vector>
 
 #include "compiler/model.h"
-#include "compiler/onnx_stage_source.h"
 #include "emit/stage_layout.h"
 
 namespace rannc {
 
 // One TorchScript file per stage, each written under a temporary name and renamed, so a
 // failure leaves no half-written file (and no temporary). Returns the SHA-256 of each file, in
-// the order of `stages`, for plan.json. Throws InputError for an ONNX op without a mapping,
+// the order of `stages`, for plan.json. Throws InputError for an op without a mapping,
 // weights that are not in the file (a shape-only model: plan it with --plan-only), or a file
 // that cannot be written ("OUT/stage_1.pt: cannot write: No space left on device").
 std::vector<std::string> write_stage_files(const Model& model, const std::vector<emit::StageLayout>& stages, const std::string& folder);
-
-// An ONNX model's stage as generated TorchScript source (compiler/onnx_stage_source.h).
-StageSource onnx_stage_source(const Model& model, const emit::StageLayout& stage);
 
 }  // namespace rannc

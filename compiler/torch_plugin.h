@@ -13,7 +13,7 @@
 #include "compiler/model.h"
 #include "cost_model/device.h"
 #include "cost_model/profile_db.h"
-#include "compiler/onnx_stage_source.h"
+#include "compiler/stage_source.h"
 #include "plan/plan_json.h"
 #include "emit/stage_layout.h"
 
@@ -151,12 +151,23 @@ class TorchPlugin {
     std::vector<std::string> stage_files;
     std::string model;  // empty: not TorchScript
     std::string output, module_output;
+    // Not TorchScript: the model's state_dict names when its frontend knows them (a .pt2's
+    // parameters and persistent buffers); the stages' other tensors (constants) are left out.
+    std::vector<std::string> state_dict_names;
   };
   struct ExportResult {
     int trained = 0;    // tensors from the checkpoint
     int untouched = 0;  // tensors of the model that no stage holds
   };
   virtual ExportResult export_checkpoint(const ExportRequest& request) = 0;
+
+  // For frontends without a TorchScript module (frontends/pt2): whether this libtorch registers
+  // an operator ("aten::scaled_dot_product_attention"), its version ("1.13.0"), and the tensors
+  // of a torch.save file held in memory (a .pt2's state dict), contiguous, by name. InputError
+  // naming `what` when the bytes are no such file.
+  virtual bool has_operator(const std::string& qualified_name) = 0;
+  virtual std::string torch_version() = 0;
+  virtual std::map<std::string, StoredTensor> read_saved_tensors(const std::string& bytes, const std::string& what) = 0;
 };
 
 // Loads the plugin once: from $RANNC_TORCH_PLUGIN, else from the executable's folder (build

@@ -44,10 +44,10 @@ TorchPlugin::VerifyRequest request_for(const Model& model, const plan::Plan& pla
   request.model = &model;
   request.plan = &plan;
   request.seed = seed;
-  if (model.format == ModelFormat::kOnnx) {
-    // ONNX has no runtime here: the reference is the whole model as one generated stage.
-    auto whole = emit::whole_model_layout(model.graph);
-    request.reference = onnx_stage_source(model, whole);
+  // A model with no TorchScript module of its own: the reference is the whole model as one generated stage.
+  auto whole = emit::whole_model_layout(model.graph);
+  if (auto source = model.source->stage_source(model, whole)) {
+    request.reference = std::move(*source);
     for (const auto& weight : whole.params) request.reference_names[weight.stage_name] = model.graph.value(weight.value).name;
   }
   return request;
@@ -215,10 +215,7 @@ VerifyOutcome run_verify(const VerifyOptions& options) {
        << "reference  " << reference_text(float64) << "\n";
   if (!report.note.empty()) text << "note       " << report.note << "\n";
   if (float64.differs() && !float64.fails()) text << "warning    " << departure_text(float64) << "\n";
-  if (model.format == ModelFormat::kOnnx) {
-    text << "note       ONNX: the reference is the whole model through the same op mapping, so this checks the "
-            "partition; the mapping itself is tested against PyTorch\n";
-  }
+  if (auto note = model.source->reference_note(); !note.empty()) text << "note       " << note << "\n";
   for (const auto& problem : report.problems) text << "problem    " << problem << "\n";
   char verdict[256];
   if (!report.problems.empty()) {

@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build ccache
   libtorch-dev libopenblas0-pthread          # openblas: libtorch's matmul is ~27x slower without it
   libonnx-dev libprotobuf-dev protobuf-compiler
-  libmetis-dev libcli11-dev nlohmann-json3-dev catch2 libssl-dev
+  libmetis-dev libcli11-dev nlohmann-json3-dev catch2 libssl-dev libminizip-dev pkgconf
   libopenmpi-dev openmpi-bin libgloo-dev     # gloo headers: c10d's ProcessGroupGloo needs them
   python3-torch python3-torchvision python3-torchaudio python3-torchtext python3-onnx python3-numpy python3-jsonschema
 )

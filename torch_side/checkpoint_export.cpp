@@ -41,6 +41,19 @@ torch::jit::Module load_model(const std::string& path) {
   }
 }
 
+// The tensors named, in that order: a model's state_dict without the stages' constants. A name
+// no stage holds (a weight no op reads) is counted as untouched.
+TensorDict only_named(TensorDict tensors, const std::vector<std::string>& names, TorchPlugin::ExportResult& result) {
+  std::map<std::string, at::Tensor> by_name(tensors.begin(), tensors.end());
+  TensorDict named;
+  for (const auto& name : names) {
+    auto found = by_name.find(name);
+    if (found == by_name.end()) ++result.untouched;
+    else named.emplace_back(name, found->second);
+  }
+  return named;
+}
+
 }  // namespace
 
 ExportedCheckpoint export_checkpoint(const TorchPlugin::ExportRequest& request) {
@@ -49,6 +62,7 @@ ExportedCheckpoint export_checkpoint(const TorchPlugin::ExportRequest& request) 
   TensorDict state;
   if (request.model.empty()) {
     state = merged_stages(request.stage_files);
+    if (!request.state_dict_names.empty()) state = only_named(std::move(state), request.state_dict_names, result);
     result.trained = static_cast<int>(state.size());
   } else {
     auto stages = merged_stages(request.stage_files);

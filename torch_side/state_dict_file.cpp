@@ -1,10 +1,13 @@
 #include "torch_side/state_dict_file.h"
 
 #include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/csrc/jit/serialization/unpickler.h>
 
 #include <cstring>
+#include <sstream>
 #include <set>
 
 #include "support/input_file.h"
@@ -172,6 +175,23 @@ std::string plain_dicts(std::string_view pickle) {
   return out;
 }
 
+// torch.save wraps each nn.Parameter in torch._utils._rebuild_parameter(tensor, requires_grad,
+// hooks) (an ExportedProgram's state dict does), which libtorch 1.13's unpickler does not know.
+// It hands unknown globals to a type resolver and their call's arguments to an object loader:
+// the resolver names a class of one tensor slot, the loader keeps the tensor there, and
+// `unwrap_parameters` takes it back out.
+// (_rebuild_parameter_with_state adds the parameter's __dict__, which a plain one has empty.)
+constexpr const char* kRebuildParameter = "torch._utils._rebuild_parameter";
+constexpr const char* kRebuildParameterWithState = "torch._utils._rebuild_parameter_with_state";
+
+c10::IValue unwrap_parameter(const c10::IValue& value) {
+  if (!value.isObject()) return value;
+  auto object = value.toObject();
+  auto name = object->type()->name() ? object->type()->name()->qualifiedName() : "";
+  if (name == kRebuildParameter || name == kRebuildParameterWithState) return object->getSlot(0);
+  return value;
+}
+
 c10::IValue unpickle_archive(caffe2::serialize::PyTorchStreamReader& archive) {
   auto [data, size] = archive.getRecord("data.pkl");
   std::string pickle = plain_dicts({static_cast<const char*>(data.get()), size});
@@ -183,19 +203,66 @@ c10::IValue unpickle_archive(caffe2::serialize::PyTorchStreamReader& archive) {
     return length;
   };
   auto record = [&](const std::string& name) { return std::get<0>(archive.getRecord("data/" + name)); };
-  torch::jit::Unpickler unpickler(reader, nullptr, nullptr, record, c10::nullopt);
+  auto unit = std::make_shared<torch::jit::CompilationUnit>();
+  auto resolve = [&](const c10::QualifiedName& name) {
+    const auto& qualified = name.qualifiedName();
+    if (qualified != kRebuildParameter && qualified != kRebuildParameterWithState) {
+      // A type tag of libtorch's own pickles ("Dict[str, Tensor]"), as without a resolver.
+      return c10::StrongTypePtr(unit, torch::jit::Unpickler::defaultTypeParser(qualified));
+    }
+    auto type = c10::ClassType::create(name, unit);
+    type->addAttribute("data", c10::TensorType::get());
+    return c10::StrongTypePtr(unit, type);
+  };
+  auto load = [&](const c10::StrongTypePtr& type, c10::IValue arguments) {
+    auto object = c10::ivalue::Object::create(type, 1);
+    if (!arguments.isTuple() || arguments.toTupleRef().elements().empty()) throw InputError("holds a malformed parameter");
+    object->setSlot(0, arguments.toTupleRef().elements()[0]);
+    return object;
+  };
+  torch::jit::Unpickler unpickler(reader, resolve, load, record, c10::nullopt);
   unpickler.set_version(archive.version());
-  return unpickler.parse_ivalue();
+  auto value = unpickler.parse_ivalue();
+  if (!value.isGenericDict()) return value;
+  auto dict = value.toGenericDict();
+  for (auto it = dict.begin(); it != dict.end(); ++it) it->setValue(unwrap_parameter(it->value()));
+  return value;
+}
+
+TensorDict tensors_of(const c10::IValue& value, const std::string& where) {
+  if (!value.isGenericDict()) throw InputError(where + ": holds a " + value.tagKind() + ", not a dict of tensors");
+  TensorDict tensors;
+  for (const auto& entry : value.toGenericDict()) {
+    if (!entry.key().isString() || !entry.value().isTensor())
+      throw InputError(where + ": an entry is not a name and a tensor (a " + entry.value().tagKind() + ")");
+    tensors.emplace_back(entry.key().toStringRef(), entry.value().toTensor());
+  }
+  return tensors;
 }
 
 }  // namespace
 
+// Pickled without libtorch's type tags (torch.jit._pickle.restore_type_tag), which PyTorch 2.6's
+// torch.load refuses by default (weights_only=True): a plain dict of plain tensors loads anywhere.
 std::string state_dict_bytes(const TensorDict& tensors) {
   c10::Dict<std::string, at::Tensor> dict;
   // On the CPU, as torch.save(state_dict) of a GPU model would not be: the file loads anywhere.
   for (const auto& [name, tensor] : tensors) dict.insert(name, tensor.detach().to(at::kCPU).contiguous());
-  auto bytes = torch::jit::pickle_save(dict);
-  return {bytes.begin(), bytes.end()};
+  std::string pickle;
+  torch::jit::Pickler pickler([&](const char* data, std::size_t size) { pickle.append(data, size); },
+                              /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+                              /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(dict);
+  pickler.stop();
+  std::string bytes;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, std::size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
+  writer.writeEndOfFile();
+  return bytes;
 }
 
 TensorDict read_state_dict(const std::string& path, const std::string& what) {
@@ -208,17 +275,26 @@ TensorDict read_state_dict(const std::string& path, const std::string& what) {
   try {
     caffe2::serialize::PyTorchStreamReader archive(path);
     value = unpickle_archive(archive);
+  } catch (const InputError& e) {
+    throw InputError(what + " " + path + ": " + e.what());
   } catch (const std::exception& e) {
     throw InputError(what + " " + path + ": not a state dict saved by torch.save: " + clip(torch_message(e), 160));
   }
-  if (!value.isGenericDict()) throw InputError(what + " " + path + ": holds a " + value.tagKind() + ", not a dict of tensors");
-  TensorDict tensors;
-  for (const auto& entry : value.toGenericDict()) {
-    if (!entry.key().isString() || !entry.value().isTensor())
-      throw InputError(what + " " + path + ": an entry is not a name and a tensor (a " + entry.value().tagKind() + ")");
-    tensors.emplace_back(entry.key().toStringRef(), entry.value().toTensor());
+  return tensors_of(value, what + " " + path);
+}
+
+TensorDict read_state_dict_bytes(const std::string& bytes, const std::string& what) {
+  c10::IValue value;
+  try {
+    std::istringstream in(bytes);
+    caffe2::serialize::PyTorchStreamReader archive(&in);
+    value = unpickle_archive(archive);
+  } catch (const InputError& e) {
+    throw InputError(what + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw InputError(what + ": not a dict of tensors saved by torch.save: " + clip(torch_message(e), 160));
   }
-  return tensors;
+  return tensors_of(value, what);
 }
 
 }  // namespace rannc

@@ -22,5 +22,8 @@ std::string state_dict_bytes(const TensorDict& tensors);
 // `what` when the file is missing, not a regular file, not a PyTorch archive, or holds anything
 // but string keys and tensor values.
 TensorDict read_state_dict(const std::string& path, const std::string& what);
+// The same for a torch.save file held in memory (a .pt2 archive's state dict); `what` begins
+// every message ("model.pt2: the state dict (serialized_state_dict.pt)").
+TensorDict read_state_dict_bytes(const std::string& bytes, const std::string& what);
 
 }  // namespace rannc

@@ -29,6 +29,25 @@ inline std::optional<c10::ScalarType> to_scalar_type(DType dtype) {
   }
 }
 
+// The IR dtype of a libtorch tensor type; kUnknown for types the IR does not have.
+inline DType to_dtype(c10::ScalarType type) {
+  switch (type) {
+    case c10::kFloat: return DType::kFloat32;
+    case c10::kDouble: return DType::kFloat64;
+    case c10::kHalf: return DType::kFloat16;
+    case c10::kBFloat16: return DType::kBFloat16;
+    case c10::kLong: return DType::kInt64;
+    case c10::kInt: return DType::kInt32;
+    case c10::kShort: return DType::kInt16;
+    case c10::kChar: return DType::kInt8;
+    case c10::kByte: return DType::kUInt8;
+    case c10::kBool: return DType::kBool;
+    case c10::kComplexFloat: return DType::kComplex64;
+    case c10::kComplexDouble: return DType::kComplex128;
+    default: return DType::kUnknown;
+  }
+}
+
 // Random values for made-up inputs: floats standard normal, bools 0 or 1, integers in
 // [0, index_bound) so that lookups stay in their tables.
 inline at::Tensor random_tensor(c10::ScalarType type, at::IntArrayRef shape, at::Generator& generator,

@@ -1,7 +1,9 @@
 // The torch plugin's entry point: the one symbol the loader looks up.
 #include "compiler/torch_plugin.h"
 
+#include <torch/csrc/jit/runtime/operator.h>
 #include <torch/csrc/jit/serialization/export.h>
+#include <torch/version.h>
 
 #include "torch_side/checkpoint_export.h"
 #include "torch_side/state_dict_file.h"
@@ -9,6 +11,7 @@
 #include "torch_side/torchscript_stages.h"
 #include "support/atomic_file.h"
 #include "support/error.h"
+#include "torch_side/torch_dtype.h"
 #include "torch_side/torch_kernel_fixes.h"
 
 namespace rannc {
@@ -51,6 +54,18 @@ void save_module(const std::string& what, const std::string& path, const Build& 
   write_file_atomically(path, bytes);
 }
 
+StoredTensor stored_tensor(const at::Tensor& tensor, const std::string& what) {
+  StoredTensor stored;
+  stored.dtype = ir::to_dtype(tensor.scalar_type());
+  if (stored.dtype == ir::DType::kUnknown || tensor.is_meta())
+    throw InputError(what + ": holds " + (tensor.is_meta() ? "meta tensors (a shape-only export: plan it with --plan-only)"
+                                                           : "a tensor of an unsupported dtype"));
+  auto contiguous = tensor.detach().to(at::kCPU).contiguous();
+  stored.dims = contiguous.sizes().vec();
+  stored.data.assign(static_cast<const char*>(contiguous.data_ptr()), contiguous.nbytes());
+  return stored;
+}
+
 class TorchPluginImpl : public TorchPlugin {
  public:
   Model load_torchscript(const std::string& path, const LoadOptions& options) override {
@@ -83,6 +98,15 @@ class TorchPluginImpl : public TorchPlugin {
     write_file_atomically(path, state_dict_bytes(table_slices(tables_file, slices)));
   }
   VerifyReport verify(const VerifyRequest& request) override { return verify_stages(request); }
+  bool has_operator(const std::string& qualified_name) override {
+    return !torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(qualified_name)).empty();
+  }
+  std::string torch_version() override { return TORCH_VERSION; }
+  std::map<std::string, StoredTensor> read_saved_tensors(const std::string& bytes, const std::string& what) override {
+    std::map<std::string, StoredTensor> stored;
+    for (const auto& [name, tensor] : read_state_dict_bytes(bytes, what)) stored[name] = stored_tensor(tensor, what);
+    return stored;
+  }
   ExportResult export_checkpoint(const ExportRequest& request) override {
     auto exported = rannc::export_checkpoint(request);
     if (exported.model)

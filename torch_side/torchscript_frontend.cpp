@@ -38,24 +38,7 @@ namespace {
 
 using torch::jit::Node;
 using torch::jit::Value;
-
-ir::DType to_dtype(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat: return ir::DType::kFloat32;
-    case at::kDouble: return ir::DType::kFloat64;
-    case at::kHalf: return ir::DType::kFloat16;
-    case at::kBFloat16: return ir::DType::kBFloat16;
-    case at::kLong: return ir::DType::kInt64;
-    case at::kInt: return ir::DType::kInt32;
-    case at::kShort: return ir::DType::kInt16;
-    case at::kChar: return ir::DType::kInt8;
-    case at::kByte: return ir::DType::kUInt8;
-    case at::kBool: return ir::DType::kBool;
-    case at::kComplexFloat: return ir::DType::kComplex64;
-    case at::kComplexDouble: return ir::DType::kComplex128;
-    default: return ir::DType::kUnknown;
-  }
-}
+using ir::to_dtype;
 
 // A tensor's memory: tied weights are two module attributes holding one tensor (or, after a
 // save and load, two tensors viewing one storage the same way).

@@ -1,0 +1,377 @@
+// A .pt2 model's stage as TorchScript source: each node is the ATen op it names, called as
+// torch.<op>(...) with its first argument by position and the rest by keyword,
+// so TorchScript picks the overload from the arguments as PyTorch did. Ops the build's libtorch
+// lacks are written as compositions with the same results (scaled_dot_product_attention on
+// libtorch 1.13); an op with neither is refused by name, every such op of the model at once.
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include "compiler/torch_plugin.h"
+#include "emit/stage_layout.h"
+#include "frontends/pt2/pt2_frontend.h"
+#include "support/error.h"
+
+namespace rannc {
+namespace {
+
+using nlohmann::json;
+using pt2::Argument;
+
+std::string float_literal(double v) {
+  if (std::isnan(v)) return "float(\"nan\")";
+  if (std::isinf(v)) return v > 0 ? "float(\"inf\")" : "float(\"-inf\")";
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.17g", v);
+  std::string text = buffer;
+  if (text.find_first_of(".e") == std::string::npos) text += ".0";
+  return text;
+}
+
+std::string string_literal(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+// Infix Python operators of the symbolic-size arithmetic torch.export records.
+const std::map<std::string, std::string>& python_operators() {
+  static const std::map<std::string, std::string> table = {
+      {"add", "+"}, {"sub", "-"}, {"mul", "*"}, {"floordiv", "//"}, {"truediv", "/"}, {"mod", "%"}, {"pow", "**"},
+      {"eq", "=="}, {"ne", "!="}, {"lt", "<"},  {"le", "<="},  {"gt", ">"},        {"ge", ">="},     {"and_", "&"}, {"or_", "|"}};
+  return table;
+}
+
+std::string python_operator_name(const std::string& target) {
+  for (const char* module : {"_operator.", "operator."}) {
+    std::string prefix = module;
+    if (target.compare(0, prefix.size(), prefix) == 0) return target.substr(prefix.size());
+  }
+  return "";
+}
+
+// "torch.ops.aten.linear.default" -> {"aten", "linear"}
+std::optional<std::pair<std::string, std::string>> aten_call(const std::string& target) {
+  static const std::string kOps = "torch.ops.";
+  if (target.compare(0, kOps.size(), kOps) != 0) return std::nullopt;
+  auto rest = target.substr(kOps.size());
+  auto dot = rest.find('.');
+  if (dot == std::string::npos) return std::nullopt;
+  auto overload = rest.rfind('.');
+  auto name = rest.substr(dot + 1, overload == dot ? std::string::npos : overload - dot - 1);
+  return std::make_pair(rest.substr(0, dot), name);
+}
+
+class Pt2StageEmitter;
+using Composition = std::function<void(Pt2StageEmitter&, const pt2::Node&)>;
+const std::map<std::string, Composition>& compositions();
+
+class Pt2StageEmitter {
+ public:
+  Pt2StageEmitter(const Model& model, const Pt2ModelSource& source, const emit::StageLayout& stage,
+                  const std::set<std::string>& missing_ops)
+      : model_(model), graph_(model.graph), source_(source), stage_(stage), missing_(missing_ops) {}
+
+  StageSource run() {
+    StageSource out;
+    add_weights(out);
+    std::vector<std::string> args, returns, types;
+    for (const auto& input : stage_.inputs) args.push_back(bind(input.value) + ": Tensor");
+    for (auto id : stage_.ops) emit_op(id);
+    for (const auto& output : stage_.outputs) {
+      returns.push_back(expr(output.value));
+      types.push_back("Tensor");
+    }
+    std::string tuple = returns.size() == 1 ? "(" + returns[0] + ",)" : "(" + join(returns) + ")";
+    out.forward = "def forward(self" + std::string(args.empty() ? "" : ", ") + join(args) + ") -> Tuple[" +
+                  (types.empty() ? "()" : join(types)) + "]:\n" + body_ + "    return " + tuple + "\n";
+    return out;
+  }
+
+  // --- for compositions ---
+  void line(const std::string& text) { body_ += "    " + text + "\n"; }
+  std::string temp() { return "_t" + std::to_string(temps_++); }
+  const ir::Graph& graph() const { return graph_; }
+  std::string device() const {
+    if (!stage_.inputs.empty()) return names_.at(stage_.inputs.front().value) + ".device";
+    if (!weights_.empty()) return "self." + weights_.begin()->second + ".device";
+    return "";
+  }
+
+  // An argument by schema name; `fallback` when the node does not give it.
+  const Argument* find(const pt2::Node& node, const std::string& name) const {
+    for (const auto& input : node.inputs)
+      if (input.name == name) return &input.arg;
+    return nullptr;
+  }
+  std::string arg(const pt2::Node& node, const std::string& name, const std::string& fallback) {
+    const auto* found = find(node, name);
+    return found ? render(*found) : fallback;
+  }
+  ir::ValueId value_of(const Argument& a) const { return source_.value_ids.at(a.value.at("name").get<std::string>()); }
+
+  void assign_outputs(const pt2::Node& node, const std::string& call) {
+    if (node.outputs.size() == 1 && node.outputs[0].kind != "as_tensors" && node.outputs[0].kind != "as_none") {
+      return assign(node.outputs[0], call);
+    }
+    auto all = temp();
+    line(all + " = " + call);
+    for (std::size_t i = 0; i < node.outputs.size(); ++i) {
+      const auto& out = node.outputs[i];
+      std::string element = node.outputs.size() == 1 ? all : all + "[" + std::to_string(i) + "]";
+      if (out.kind == "as_tensors") {
+        for (std::size_t j = 0; j < out.value.size(); ++j) assign({"as_tensor", out.value[j]}, element + "[" + std::to_string(j) + "]");
+      } else {
+        assign(out, element);
+      }
+    }
+  }
+
+  std::string render(const Argument& a) {
+    const auto& v = a.value;
+    const auto& k = a.kind;
+    if (k == "as_tensor") return expr(value_of(a));
+    if (k == "as_none") return "None";
+    if (k == "as_optional_tensor") return v.contains("as_tensor") ? render({"as_tensor", v["as_tensor"]}) : "None";
+    if (k == "as_int") return std::to_string(v.get<std::int64_t>());
+    if (k == "as_float") return v.is_number() ? float_literal(v.get<double>()) : special_float(v);
+    if (k == "as_bool") return v.get<bool>() ? "True" : "False";
+    if (k == "as_string") return string_literal(v.get<std::string>());
+    if (k == "as_scalar_type") return std::to_string(pt2::c10_scalar_type(v.get<int>()).value_or(6));
+    if (k == "as_memory_format") return memory_format(v.get<int>());
+    if (k == "as_sym_int" || k == "as_sym_float" || k == "as_sym_bool") return sym(v);
+    if (k == "as_ints") return typed_list("int", v, [](const json& e) { return std::to_string(e.get<std::int64_t>()); });
+    if (k == "as_floats") return typed_list("float", v, [](const json& e) { return float_literal(e.get<double>()); });
+    if (k == "as_bools") return typed_list("bool", v, [](const json& e) { return e.get<bool>() ? "True" : "False"; });
+    if (k == "as_sym_ints") return typed_list("int", v, [&](const json& e) { return sym(e); });
+    if (k == "as_tensors") return typed_list("Tensor", v, [&](const json& e) { return render({"as_tensor", e}); });
+    if (k == "as_optional_tensors") {
+      std::vector<std::string> items;
+      for (const auto& e : v) items.push_back(render({"as_optional_tensor", e}));
+      return "torch.jit.annotate(List[Optional[Tensor]], [" + join(items) + "])";
+    }
+    throw InputError(model_.path + ": an argument of kind '" + k + "' cannot be written as TorchScript");
+  }
+
+ private:
+  static std::string special_float(const json& v) {
+    auto text = v.is_string() ? v.get<std::string>() : "NaN";
+    if (text == "Infinity") return "float(\"inf\")";
+    if (text == "-Infinity") return "float(\"-inf\")";
+    return "float(\"nan\")";
+  }
+  // The schema's MemoryFormat (1 contiguous, 2 channels_last, 3 channels_last_3d, 4 preserve)
+  // as c10's number, which TorchScript takes.
+  static std::string memory_format(int code) {
+    switch (code) {
+      case 2: return "2";
+      case 3: return "3";
+      case 4: return "1";
+      default: return "0";
+    }
+  }
+  std::string sym(const json& v) {
+    if (v.contains("as_name")) return expr(source_.value_ids.at(v["as_name"].get<std::string>()));
+    if (v.contains("as_int")) return std::to_string(v["as_int"].get<std::int64_t>());
+    if (v.contains("as_float")) return float_literal(v["as_float"].get<double>());
+    if (v.contains("as_bool")) return v["as_bool"].get<bool>() ? "True" : "False";
+    throw InputError(model_.path + ": a symbolic value without a name or a number");
+  }
+  template <typename Render>
+  std::string typed_list(const std::string& type, const json& v, Render render_item) {
+    std::vector<std::string> items;
+    for (const auto& e : v) items.push_back(render_item(e));
+    // An empty list literal is a List[Tensor] to TorchScript unless annotated.
+    if (items.empty()) return "torch.jit.annotate(List[" + type + "], [])";
+    return "[" + join(items) + "]";
+  }
+
+  std::string expr(ir::ValueId id) const {
+    if (auto it = names_.find(id); it != names_.end()) return it->second;
+    if (auto it = weights_.find(id); it != weights_.end()) return "self." + it->second;
+    throw std::logic_error("internal error: stage " + std::to_string(stage_.id) + " reads '" + graph_.value(id).name +
+                           "', which is neither its input, nor made by its ops, nor its weight");
+  }
+
+  std::string bind(ir::ValueId id) {
+    if (auto it = names_.find(id); it != names_.end()) return it->second;
+    const auto& name = graph_.value(id).name;
+    std::string base = name.empty() ? "v__" + std::to_string(id) : stage_variable_name(name), unique = base;
+    for (int n = 1; !taken_.insert(unique).second; ++n) unique = base + "_" + std::to_string(n);
+    return names_[id] = unique;
+  }
+
+  void assign(const Argument& out, const std::string& value) {
+    if (out.kind == "as_none" || (out.kind == "as_optional_tensor" && out.value.contains("as_none"))) return;
+    const auto& named = out.kind == "as_optional_tensor" ? out.value["as_tensor"] : out.value;
+    std::string name = named.contains("as_name") ? named["as_name"].get<std::string>() : named.at("name").get<std::string>();
+    line(bind(source_.value_ids.at(name)) + " = " + value);
+  }
+
+  void add_weights(StageSource& out) {
+    auto add = [&](const emit::StageWeight& weight, bool trainable) {
+      const auto& name = graph_.value(weight.value).name;
+      const auto& tensors = source_.archive().tensors();
+      auto it = tensors.find(name);
+      if (it == tensors.end()) {
+        throw InputError(model_.path + ": the archive stores no data for '" + name +
+                         "' (a shape-only export? plan it with --plan-only)");
+      }
+      out.attributes.push_back({weight.stage_name, trainable, it->second.dtype, it->second.dims, it->second.data});
+      weights_[weight.value] = weight.stage_name;
+    };
+    for (const auto& weight : stage_.params) add(weight, true);
+    for (const auto& weight : stage_.buffers) add(weight, false);
+  }
+
+  void emit_op(ir::OpId id) {
+    const auto& op = graph_.op(id);
+    const auto& nodes = source_.program().nodes;
+    if (op.source_node < 0) return;  // a constant or list: written inline where it is used
+    auto index = static_cast<std::size_t>(op.source_node);
+    if (index >= nodes.size()) {  // a buffer's new value copied back (a functional export)
+      const auto& [value, buffer] = source_.mutations.at(index - nodes.size());
+      line("_ = torch.copy_(" + expr(source_.value_ids.at(buffer)) + ", " + expr(source_.value_ids.at(value)) + ")");
+      return;
+    }
+    emit_node(nodes[index]);
+  }
+
+  void emit_node(const pt2::Node& node) {
+    if (auto op = python_operator_name(node.target); !op.empty()) return emit_python_operator(node, op);
+    auto call = aten_call(node.target);
+    if (!call) throw InputError(model_.path + ": op '" + node.target + "' has no TorchScript mapping");
+    auto qualified = call->first + "::" + call->second;
+    if (missing_.count(qualified)) return compositions().at(qualified)(*this, node);
+    std::vector<std::string> args;
+    for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+      const auto& input = node.inputs[i];
+      if (input.arg.kind == "as_layout") continue;  // strided: the default
+      if (input.arg.kind == "as_device") {
+        if (auto d = device(); !d.empty()) args.push_back(input.name + "=" + d);
+        continue;
+      }
+      auto text = render(input.arg);
+      args.push_back(i == 0 ? text : input.name + "=" + text);
+    }
+    // TorchScript resolves `torch.<op>` to aten's builtins and `ops.<namespace>.<op>` to the others.
+    auto callee = call->first == "aten" ? "torch." + call->second : "ops." + call->first + "." + call->second;
+    assign_outputs(node, callee + "(" + join(args) + ")");
+  }
+
+  void emit_python_operator(const pt2::Node& node, const std::string& op) {
+    std::vector<std::string> args;
+    for (const auto& input : node.inputs) args.push_back(render(input.arg));
+    std::string value;
+    if (op == "getitem" && args.size() == 2) value = args[0] + "[" + args[1] + "]";
+    else if (op == "neg" && args.size() == 1) value = "-" + args[0];
+    else if (auto it = python_operators().find(op); it != python_operators().end() && args.size() == 2)
+      value = "(" + args[0] + " " + it->second + " " + args[1] + ")";
+    else throw InputError(model_.path + ": op '" + node.target + "' has no TorchScript mapping");
+    assign_outputs(node, value);
+  }
+
+  const Model& model_;
+  const ir::Graph& graph_;
+  const Pt2ModelSource& source_;
+  const emit::StageLayout& stage_;
+  const std::set<std::string>& missing_;
+  std::map<ir::ValueId, std::string> names_;
+  std::map<ir::ValueId, std::string> weights_;
+  std::set<std::string> taken_;
+  std::string body_;
+  int temps_ = 0;
+};
+
+// --- compositions of ops an older libtorch lacks, with the results of PyTorch's math path ---
+
+// F.scaled_dot_product_attention: softmax(q k^T * scale + mask) v, the causal mask a lower
+// triangle, grouped-query K/V repeated over the query heads.
+void scaled_dot_product_attention(Pt2StageEmitter& e, const pt2::Node& node) {
+  auto q = e.arg(node, "query", ""), k = e.arg(node, "key", ""), v = e.arg(node, "value", "");
+  const auto* mask = e.find(node, "attn_mask");
+  auto dropout = e.arg(node, "dropout_p", "0.0");
+  bool causal = e.arg(node, "is_causal", "False") == "True";
+  bool gqa = e.arg(node, "enable_gqa", "False") == "True";
+  auto scale = e.arg(node, "scale", "None");
+  if (scale == "None") scale = "(float(" + q + ".size(-1)) ** -0.5)";
+  if (gqa) {
+    auto rk = e.temp(), rv = e.temp();
+    e.line(rk + " = torch.repeat_interleave(" + k + ", " + q + ".size(-3) // " + k + ".size(-3), -3)");
+    e.line(rv + " = torch.repeat_interleave(" + v + ", " + q + ".size(-3) // " + v + ".size(-3), -3)");
+    k = rk, v = rv;
+  }
+  auto scores = e.temp();
+  e.line(scores + " = torch.matmul(" + q + ", " + k + ".transpose(-2, -1)) * " + scale);
+  if (causal) {
+    auto keep = e.temp();
+    e.line(keep + " = torch.ones([" + q + ".size(-2), " + k + ".size(-2)], dtype=11, device=" + q + ".device).tril()");
+    e.line(scores + " = " + scores + ".masked_fill(" + keep + ".logical_not(), float(\"-inf\"))");
+  }
+  if (mask && mask->kind != "as_none" && !(mask->kind == "as_optional_tensor" && mask->value.contains("as_none"))) {
+    auto m = e.render(*mask);
+    bool boolean = e.graph().value(e.value_of(mask->kind == "as_tensor" ? *mask : Argument{"as_tensor", mask->value["as_tensor"]}))
+                       .type.dtype == ir::DType::kBool;
+    e.line(scores + " = " + (boolean ? scores + ".masked_fill(" + m + ".logical_not(), float(\"-inf\"))" : scores + " + " + m));
+  }
+  auto weights = e.temp();
+  e.line(weights + " = torch.softmax(" + scores + ", -1)");
+  if (dropout != "0.0" && dropout != "0") e.line(weights + " = torch.dropout(" + weights + ", " + dropout + ", True)");
+  e.assign_outputs(node, "torch.matmul(" + weights + ", " + v + ")");
+}
+
+const std::map<std::string, Composition>& compositions() {
+  static const std::map<std::string, Composition> table = {
+      {"aten::scaled_dot_product_attention", scaled_dot_product_attention},
+  };
+  return table;
+}
+
+// The ops of the model the build's libtorch lacks: each must have a composition, or the model
+// is refused naming all that have none.
+std::set<std::string> missing_operators(const Model& model, const Pt2ModelSource& source) {
+  std::set<std::string> qualified;
+  for (const auto& node : source.program().nodes)
+    if (auto call = aten_call(node.target)) qualified.insert(call->first + "::" + call->second);
+  std::set<std::string> missing, unmapped;
+  for (const auto& name : qualified) {
+    if (name == "aten::sym_size" || torch_plugin().has_operator(name)) continue;
+    missing.insert(name);
+    if (!compositions().count(name)) unmapped.insert(name);
+  }
+  if (!unmapped.empty()) {
+    std::string list;
+    for (const auto& name : unmapped) list += (list.empty() ? "" : ", ") + name;
+    throw InputError(model.path + ": op(s) this build's libtorch " + torch_plugin().torch_version() +
+                     " lacks and that have no composition here: " + list + "; plan with --plan-only, or build against a newer libtorch");
+  }
+  return missing;
+}
+
+}  // namespace
+
+std::optional<StageSource> Pt2ModelSource::stage_source(const Model& model, const emit::StageLayout& stage) const {
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!missing_ops_) missing_ops_ = missing_operators(model, *this);
+  return Pt2StageEmitter(model, *this, stage, *missing_ops_).run();
+}
+
+std::string Pt2ModelSource::reference_note() const {
+  return "pt2: the reference is the whole exported program through the same op mapping, so this checks the partition; "
+         "tests compare the mapping with PyTorch's own outputs";
+}
+
+}  // namespace rannc

@@ -28,15 +28,16 @@ const KindTable& kind_table() {
     KindTable t;
     add(t, OpClass::kMatMul, 0,
         {"aten::linear", "aten::matmul", "aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addbmm",
-         "onnx::Gemm", "onnx::MatMul", "onnx::LSTM", "onnx::GRU", "onnx::RNN"});
+         "onnx::Gemm", "onnx::MatMul", "onnx::LSTM", "onnx::GRU", "onnx::RNN", "aten::scaled_dot_product_attention",
+         "onnx::Attention"});
     add(t, OpClass::kConv, 0,
         {"aten::_convolution", "aten::convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d",
          "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d", "onnx::Conv",
          "onnx::ConvTranspose"});
     add(t, OpClass::kEmbedding, 0, {"aten::embedding", "aten::embedding_bag", "aten::_embedding_bag"});
     add(t, OpClass::kNorm, 5,
-        {"aten::batch_norm", "aten::layer_norm", "aten::group_norm", "aten::instance_norm", "aten::native_batch_norm",
-         "aten::native_layer_norm", "aten::_batch_norm_impl_index", "onnx::BatchNormalization",
+        {"aten::batch_norm", "aten::layer_norm", "aten::rms_norm", "aten::group_norm", "aten::instance_norm",
+         "aten::native_batch_norm", "aten::native_layer_norm", "aten::_batch_norm_impl_index", "onnx::BatchNormalization",
          "onnx::LayerNormalization", "onnx::InstanceNormalization", "onnx::GroupNormalization"});
     add(t, OpClass::kSoftmax, 5,
         {"aten::softmax", "aten::log_softmax", "aten::_softmax", "aten::_log_softmax", "onnx::Softmax",
@@ -69,7 +70,7 @@ const KindTable& kind_table() {
          "aten::adaptive_max_pool2d", "aten::max_pool2d_with_indices", "onnx::MaxPool", "onnx::AveragePool",
          "onnx::GlobalAveragePool", "onnx::GlobalMaxPool"});
     add(t, OpClass::kDataMovement, 0,
-        {"aten::view", "aten::reshape", "aten::_reshape_alias", "aten::flatten", "aten::unflatten", "aten::transpose",
+        {"aten::view", "aten::reshape", "aten::_reshape_alias", "aten::repeat_interleave", "aten::flatten", "aten::unflatten", "aten::transpose",
          "aten::permute", "aten::t", "aten::contiguous", "aten::cat", "aten::concat", "aten::stack", "aten::slice",
          "aten::select", "aten::chunk", "aten::split", "aten::split_with_sizes", "aten::unbind", "aten::narrow",
          "aten::expand", "aten::expand_as", "aten::repeat", "aten::squeeze", "aten::unsqueeze", "aten::index",
@@ -211,8 +212,22 @@ double recurrence_flops(const ir::Graph& graph, const ir::Op& op) {
   return 2 * steps_times_batch * per_sample;
 }
 
+// Fused attention, softmax(Q K^T) V: queries [..., L, E], keys [..., S, E] (ONNX's 3-D form
+// [B, S, H*E] too), so the two products cost 2 S (numel(Q) + numel(out)), the softmax 5 per score.
+bool is_attention(const ir::Op& op) { return op.kind == "aten::scaled_dot_product_attention" || op.kind == "onnx::Attention"; }
+
+double attention_flops(const ir::Graph& graph, const ir::Op& op) {
+  const auto* q = tensor_input(graph, op, 0);
+  const auto* k = tensor_input(graph, op, 1);
+  if (!q || !k || k->shape.size() < 2 || q->shape.empty()) return 0;
+  double keys = static_cast<double>(k->shape[k->shape.size() - 2]);
+  double scores = static_cast<double>(q->numel()) / std::max<double>(last_dim(q), 1) * keys;
+  return 2 * keys * (static_cast<double>(q->numel()) + first_output_numel(graph, op)) + 5 * scores;
+}
+
 double matmul_flops(const ir::Graph& graph, const ir::Op& op) {
   if (is_recurrence(op)) return recurrence_flops(graph, op);
+  if (is_attention(op)) return attention_flops(graph, op);
   bool bias = (op.kind == "aten::linear" && has_value(graph, op, 2)) || op.kind == "aten::addmm" ||
               op.kind == "aten::baddbmm" || op.kind == "aten::addbmm" || (op.kind == "onnx::Gemm" && has_value(graph, op, 2));
   return product_flops(graph, op) + (bias ? first_output_numel(graph, op) : 0);
@@ -395,6 +410,8 @@ OpWork op_work(const ir::Graph& graph, const ir::Op& op, const std::vector<bool>
       double bias = grads.bias_needs_grad(op.kind) && !is_recurrence(op) ? first_output_numel(graph, op) : 0;
       double product = work.op_class == OpClass::kConv || is_recurrence(op) ? work.flops_fwd : product_flops(graph, op);
       if (is_recurrence(op)) products = (grads.needs_grad(0) ? 1.0 : 0.0) + (grads.needs_grad(1) || grads.needs_grad(2) ? 1.0 : 0.0);
+      // Attention's backward: the scores' gradient, then those of Q, K and V: twice the forward.
+      if (is_attention(op)) products = 2, product = work.flops_fwd;
       work.flops_bwd = products * product + bias;
       work.bytes_bwd = products * work.bytes_fwd + (bias > 0 ? grad_out : 0);
       break;
@@ -475,6 +492,16 @@ double extra_saved_bytes(const ir::Graph& graph, const ir::Op& op) {
     return mask;
   }
   if (kind.find("max_pool") != std::string::npos || kind == "onnx::MaxPool") return 8 * out;  // int64 indices
+  // Unfused attention (libtorch 1.13's composition, the ONNX mapping) keeps the softmax of the
+  // scores, [..., L, S]; a fused kernel keeps less, so this errs on the safe side.
+  if (is_attention(op)) {
+    const auto* q = tensor_input(graph, op, 0);
+    const auto* k = tensor_input(graph, op, 1);
+    if (!q || !k || k->shape.size() < 2) return 0;
+    double keys = static_cast<double>(k->shape[k->shape.size() - 2]);
+    double scores = static_cast<double>(q->numel()) / std::max<double>(last_dim(q), 1) * keys;
+    return scores * std::max(ir::dtype_size(q->dtype), 1);
+  }
   if (is_recurrence(op)) {  // the gates of every step, plus its output (counted as the op's output)
     const auto* x = tensor_input(graph, op, 0);
     const auto* w = tensor_input(graph, op, 1);

@@ -17,10 +17,13 @@
 #include <torch/csrc/jit/passes/remove_mutation.h>
 #include <torch/csrc/jit/runtime/graph_iterator.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
+#include <torch/csrc/jit/runtime/operator.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <regex>
 #include <set>
 #include <tuple>
 #include <variant>
@@ -31,6 +34,7 @@
 #include "ir/batch_dims.h"
 #include "torch_side/torch_dtype.h"
 #include "support/error.h"
+#include "support/zip_archive.h"
 
 namespace rannc {
 
@@ -327,12 +331,43 @@ bool fold_shape_control_flow(torch::jit::Graph& graph, const std::vector<c10::IV
   return folded;
 }
 
+// The aten ops the archive's code calls (torch.<op>(...), ops.aten.<op>(...)) that this libtorch
+// does not register: a model saved by a newer PyTorch (scaled_dot_product_attention, which
+// nn.MultiheadAttention calls since 2.0, is not in 1.13).
+std::set<std::string> ops_this_libtorch_lacks(const std::string& path) {
+  std::set<std::string> missing;
+  auto zip = ZipArchive::open(path);
+  if (!zip) return missing;
+  static const std::regex kCall(R"((?:\btorch|\bops\.aten)\.([A-Za-z_][A-Za-z0-9_]*)\()");
+  for (const auto& entry : zip->entries()) {
+    if (entry.find("/code/") == std::string::npos || entry.size() < 3 || entry.compare(entry.size() - 3, 3, ".py") != 0) continue;
+    auto code = zip->read(entry, std::uint64_t{64} << 20, "the model's code");
+    for (std::sregex_iterator it(code.begin(), code.end(), kCall), end; it != end; ++it) {
+      auto name = (*it)[1].str();
+      bool known = !torch::jit::getAllOperatorsFor(c10::Symbol::aten(name)).empty() ||
+                   !torch::jit::getAllOperatorsFor(c10::Symbol::prim(name)).empty();
+      if (!known) missing.insert("aten::" + name);
+    }
+  }
+  return missing;
+}
+
 torch::jit::Module load_module(const std::string& path) {
   torch::jit::Module module;
   try {
     module = torch::jit::load(path);
   } catch (const std::exception& e) {
-    throw InputError(path + ": cannot load TorchScript: " + torch_message(e));
+    auto message = torch_message(e);
+    if (message.find("Unknown builtin op") != std::string::npos) {
+      std::string names;
+      for (const auto& name : ops_this_libtorch_lacks(path)) names += (names.empty() ? "" : ", ") + name;
+      if (!names.empty()) {
+        throw InputError(path + ": TorchScript saved by a newer PyTorch calls op(s) libtorch " TORCH_VERSION " lacks: " +
+                         names + "; build against libtorch 2.x, or export the model with torch.export.save (.pt2), "
+                         "which this build reads");
+      }
+    }
+    throw InputError(path + ": cannot load TorchScript: " + message);
   }
   check_weight_records(path, module);
   return module;

@@ -332,9 +332,34 @@ void scaled_dot_product_attention(Pt2StageEmitter& e, const pt2::Node& node) {
   e.assign_outputs(node, "torch.matmul(" + weights + ", " + v + ")");
 }
 
+// F.rms_norm (nn.RMSNorm): x / sqrt(mean(x^2) + eps) * weight over the trailing normalized dims,
+// in float32 at least, eps the dtype's machine epsilon when not given, as PyTorch computes it.
+void rms_norm(Pt2StageEmitter& e, const pt2::Node& node) {
+  auto x = e.arg(node, "input", "");
+  const auto* shape = e.find(node, "normalized_shape");
+  std::size_t dims = shape && shape->value.is_array() ? shape->value.size() : 1;
+  std::vector<std::string> reduce;
+  for (std::size_t d = 0; d < dims; ++d) reduce.push_back(std::to_string(-1 - static_cast<int>(d)));
+  auto dtype = e.graph().value(e.value_of(node.inputs.front().arg)).type.dtype;
+  static const std::map<ir::DType, std::string> kEpsilon = {{ir::DType::kFloat32, "1.1920928955078125e-07"},
+                                                            {ir::DType::kFloat64, "2.220446049250313e-16"},
+                                                            {ir::DType::kFloat16, "0.0009765625"},
+                                                            {ir::DType::kBFloat16, "0.0078125"}};
+  auto eps = e.arg(node, "eps", "None");
+  if (eps == "None") eps = kEpsilon.count(dtype) ? kEpsilon.at(dtype) : "1.1920928955078125e-07";
+  bool low_precision = dtype == ir::DType::kFloat16 || dtype == ir::DType::kBFloat16;
+  auto wide = e.temp(), out = e.temp();
+  e.line(wide + " = " + x + (low_precision ? ".float()" : ""));
+  e.line(out + " = (" + wide + " * torch.rsqrt(" + wide + ".pow(2).mean([" + join(reduce) + "], True) + " + eps + "))" +
+         (low_precision ? ".type_as(" + x + ")" : ""));
+  auto weight = e.arg(node, "weight", "None");
+  e.assign_outputs(node, weight == "None" ? out : out + " * " + weight);
+}
+
 const std::map<std::string, Composition>& compositions() {
   static const std::map<std::string, Composition> table = {
       {"aten::scaled_dot_product_attention", scaled_dot_product_attention},
+      {"aten::rms_norm", rms_norm},
   };
   return table;
 }

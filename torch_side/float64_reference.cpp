@@ -33,8 +33,8 @@
 
 #include "compiler/onnx_stage_source.h"
 #include "emit/stage_layout.h"
-#include "torch_side/torchscript_source.h"
-#include "torch_side/torchscript_stages.h"
+#include "frontends/torchscript/torchscript_source.h"
+#include "frontends/torchscript/torchscript_stages.h"
 
 namespace rannc {
 namespace {

@@ -7,8 +7,8 @@
 
 #include "torch_side/checkpoint_export.h"
 #include "torch_side/state_dict_file.h"
-#include "torch_side/torchscript_source.h"
-#include "torch_side/torchscript_stages.h"
+#include "frontends/torchscript/torchscript_source.h"
+#include "frontends/torchscript/torchscript_stages.h"
 #include "support/atomic_file.h"
 #include "support/error.h"
 #include "torch_side/torch_dtype.h"
@@ -16,7 +16,7 @@
 
 namespace rannc {
 
-// torchscript_frontend.cpp
+// frontends/torchscript/torchscript_frontend.cpp
 Model load_torchscript(const std::string& path, const LoadOptions& options);
 // torch_profiler.cpp
 cost::DeviceProfile measure_profiled_device();

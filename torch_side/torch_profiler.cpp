@@ -34,7 +34,7 @@
 #include "torch_side/accelerator.h"
 #include "torch_side/device_constants.h"
 #include "torch_side/torch_version.h"
-#include "torch_side/torchscript_source.h"
+#include "frontends/torchscript/torchscript_source.h"
 #include "support/error.h"
 
 namespace rannc {

@@ -24,9 +24,9 @@
 
 #include "compiler/torch_plugin.h"
 #include "torch_side/float64_reference.h"
-#include "torch_side/torchscript_source.h"
+#include "frontends/torchscript/torchscript_source.h"
 #include "emit/index_bound.h"
-#include "torch_side/torchscript_stages.h"
+#include "frontends/torchscript/torchscript_stages.h"
 #include "support/error.h"
 
 namespace rannc {

@@ -2,7 +2,7 @@
 // points that matter: weights become module attributes (names cannot hold dots, hence p<i>
 // and b<i>), constants are cloned where used, and every tensor type is made generic so the
 // stage runs at any batch size, not just the one the model was evaluated at.
-#include "torch_side/torchscript_stages.h"
+#include "frontends/torchscript/torchscript_stages.h"
 
 #include <torch/csrc/jit/ir/ir.h>
 
@@ -11,8 +11,8 @@
 #include <set>
 #include <unordered_map>
 
-#include "torch_side/in_place_writers.h"
-#include "torch_side/torchscript_source.h"
+#include "frontends/torchscript/in_place_writers.h"
+#include "frontends/torchscript/torchscript_source.h"
 #include "support/error.h"
 
 namespace rannc {

@@ -28,8 +28,8 @@
 #include <tuple>
 #include <variant>
 
-#include "torch_side/in_place_writers.h"
-#include "torch_side/torchscript_source.h"
+#include "frontends/torchscript/in_place_writers.h"
+#include "frontends/torchscript/torchscript_source.h"
 #include "emit/index_bound.h"
 #include "ir/batch_dims.h"
 #include "torch_side/torch_dtype.h"

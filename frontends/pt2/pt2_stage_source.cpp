@@ -4,6 +4,7 @@
 // lacks are written as compositions with the same results (scaled_dot_product_attention on
 // libtorch 1.13); an op with neither is refused by name, every such op of the model at once.
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <set>
@@ -89,6 +90,7 @@ class Pt2StageEmitter {
     add_weights(out);
     std::vector<std::string> args, returns, types;
     for (const auto& input : stage_.inputs) args.push_back(bind(input.value) + ": Tensor");
+    copy_inputs_written_in_place();
     for (auto id : stage_.ops) emit_op(id);
     for (const auto& output : stage_.outputs) {
       returns.push_back(expr(output.value));
@@ -153,7 +155,8 @@ class Pt2StageEmitter {
     if (k == "as_memory_format") return memory_format(v.get<int>());
     if (k == "as_sym_int" || k == "as_sym_float" || k == "as_sym_bool") return sym(v);
     if (k == "as_ints") return typed_list("int", v, [](const json& e) { return std::to_string(e.get<std::int64_t>()); });
-    if (k == "as_floats") return typed_list("float", v, [](const json& e) { return float_literal(e.get<double>()); });
+    if (k == "as_floats")
+      return typed_list("float", v, [](const json& e) { return e.is_number() ? float_literal(e.get<double>()) : special_float(e); });
     if (k == "as_bools") return typed_list("bool", v, [](const json& e) { return e.get<bool>() ? "True" : "False"; });
     if (k == "as_sym_ints") return typed_list("int", v, [&](const json& e) { return sym(e); });
     if (k == "as_tensors") return typed_list("Tensor", v, [&](const json& e) { return render({"as_tensor", e}); });
@@ -185,7 +188,7 @@ class Pt2StageEmitter {
   std::string sym(const json& v) {
     if (v.contains("as_name")) return expr(source_.value_ids.at(v["as_name"].get<std::string>()));
     if (v.contains("as_int")) return std::to_string(v["as_int"].get<std::int64_t>());
-    if (v.contains("as_float")) return float_literal(v["as_float"].get<double>());
+    if (v.contains("as_float")) return v["as_float"].is_number() ? float_literal(v["as_float"].get<double>()) : special_float(v["as_float"]);
     if (v.contains("as_bool")) return v["as_bool"].get<bool>() ? "True" : "False";
     throw InputError(model_.path + ": a symbolic value without a name or a number");
   }
@@ -220,20 +223,52 @@ class Pt2StageEmitter {
     line(bind(source_.value_ids.at(name)) + " = " + value);
   }
 
+  // A stage's inputs arrive as leaves that require grad, which autograd forbids to change in
+  // place (hardswish_ on the first op of a stage): the stage works on its own copy, whose
+  // gradient flows back to the input.
+  void copy_inputs_written_in_place() {
+    std::set<ir::OpId> mine(stage_.ops.begin(), stage_.ops.end());
+    for (const auto& input : stage_.inputs) {
+      const auto& writers = graph_.value(input.value).writers;
+      if (std::none_of(writers.begin(), writers.end(), [&](ir::OpId op) { return mine.count(op) > 0; })) continue;
+      auto name = names_.at(input.value);
+      line(name + " = torch.clone(" + name + ")");
+    }
+  }
+
   void add_weights(StageSource& out) {
     auto add = [&](const emit::StageWeight& weight, bool trainable) {
-      const auto& name = graph_.value(weight.value).name;
-      const auto& tensors = source_.archive().tensors();
-      auto it = tensors.find(name);
-      if (it == tensors.end()) {
-        throw InputError(model_.path + ": the archive stores no data for '" + name +
-                         "' (a shape-only export? plan it with --plan-only)");
-      }
-      out.attributes.push_back({weight.stage_name, trainable, it->second.dtype, it->second.dims, it->second.data});
+      const auto& stored = stored_weight(model_, source_, weight.value);
+      out.attributes.push_back({weight.stage_name, trainable, stored.dtype, stored.dims, stored.data});
       weights_[weight.value] = weight.stage_name;
     };
     for (const auto& weight : stage_.params) add(weight, true);
     for (const auto& weight : stage_.buffers) add(weight, false);
+  }
+
+ public:
+  // The archive's data of a weight of the graph; InputError when it stores none or another shape.
+  static const StoredTensor& stored_weight(const Model& model, const Pt2ModelSource& source, ir::ValueId id) {
+    const auto& value = model.graph.value(id);
+    const auto& tensors = source.archive().tensors();
+    auto it = tensors.find(value.name);
+    if (it == tensors.end()) {
+      throw InputError(model.path + ": the archive stores no data for '" + value.name +
+                       "' (a shape-only export? plan it with --plan-only)");
+    }
+    // What the archive stores must be what the program reads (a damaged or edited archive).
+    if (it->second.dims != value.type.shape || it->second.dtype != value.type.dtype) {
+      throw InputError(model.path + ": the archive stores '" + value.name + "' as " + describe(it->second.dtype, it->second.dims) +
+                       ", the program reads " + describe(value.type.dtype, value.type.shape));
+    }
+    return it->second;
+  }
+
+ private:
+  static std::string describe(ir::DType dtype, const std::vector<std::int64_t>& dims) {
+    std::string text = std::string(ir::dtype_name(dtype)) + "[";
+    for (std::size_t i = 0; i < dims.size(); ++i) text += (i ? "," : "") + std::to_string(dims[i]);
+    return text + "]";
   }
 
   void emit_op(ir::OpId id) {
@@ -255,6 +290,12 @@ class Pt2StageEmitter {
     if (!call) throw InputError(model_.path + ": op '" + node.target + "' has no TorchScript mapping");
     auto qualified = call->first + "::" + call->second;
     if (missing_.count(qualified)) return compositions().at(qualified)(*this, node);
+    // PyTorch records a view where its kernels' strides allowed one; the ops here may lay out
+    // their results otherwise (the attention composition), so a view is a reshape: the same
+    // view where one is possible, else a copy with the same values and gradients.
+    // (reshape calls its size `shape`: the arguments go by position.)
+    bool positional = qualified == "aten::view" || qualified == "aten::_unsafe_view";
+    if (positional) call->second = "reshape";
     std::vector<std::string> args;
     for (std::size_t i = 0; i < node.inputs.size(); ++i) {
       const auto& input = node.inputs[i];
@@ -264,7 +305,7 @@ class Pt2StageEmitter {
         continue;
       }
       auto text = render(input.arg);
-      args.push_back(i == 0 ? text : input.name + "=" + text);
+      args.push_back(i == 0 || positional ? text : input.name + "=" + text);
     }
     // TorchScript resolves `torch.<op>` to aten's builtins and `ops.<namespace>.<op>` to the others.
     auto callee = call->first == "aten" ? "torch." + call->second : "ops." + call->first + "." + call->second;
@@ -390,6 +431,9 @@ std::set<std::string> missing_operators(const Model& model, const Pt2ModelSource
 std::optional<StageSource> Pt2ModelSource::stage_source(const Model& model, const emit::StageLayout& stage) const {
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
+  // The weights first: a shape-only or damaged archive is refused before libtorch is loaded.
+  for (const auto* weights : {&stage.params, &stage.buffers})
+    for (const auto& weight : *weights) Pt2StageEmitter::stored_weight(model, *this, weight.value);
   if (!missing_ops_) missing_ops_ = missing_operators(model, *this);
   return Pt2StageEmitter(model, *this, stage, *missing_ops_).run();
 }

@@ -29,7 +29,10 @@ std::string run_export(const ExportOptions& options) {
       throw InputError("export: " + request.model + " is not the model the checkpoint was trained from (its SHA-256 differs; --model names it)");
   } else if (plan.model.format == "pt2") {
     auto model = options.model_path.empty() ? plan.model_file() : options.model_path;
-    request.state_dict_names = pt2_state_dict_names(model);
+    for (const auto& entry : pt2_state_dict_names(model)) {
+      if (entry.name == entry.held_as) request.state_dict_names.push_back(entry.name);
+      else request.state_dict_aliases.emplace_back(entry.name, entry.held_as);
+    }
   }
   if (plan.model.format != "torchscript" && !options.module_output.empty()) {
     throw InputError("export --module: the checkpoint's model is " + plan.model.format + ", not TorchScript");

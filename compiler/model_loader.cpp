@@ -23,13 +23,16 @@ bool starts_like_zip(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   char magic[4] = {};
   in.read(magic, sizeof magic);
-  return in.gcount() == 4 && magic[0] == 'P' && magic[1] == 'K' && magic[2] == 3 && magic[3] == 4;
+  // A local file header, or the end record of an archive with no entries.
+  return in.gcount() == 4 && magic[0] == 'P' && magic[1] == 'K' &&
+         ((magic[2] == 3 && magic[3] == 4) || (magic[2] == 5 && magic[3] == 6));
 }
 
 // The frontend whose kind of file this is, by content (frontends/frontend.h).
 const Frontend& frontend_for(const FileProbe& probe) {
   for (const auto* frontend : frontends())
     if (frontend->recognizes(probe)) return *frontend;
+  if (probe.zip && probe.zip->entries().empty()) throw InputError(probe.path + ": an empty zip archive (no model in it)");
   std::string what = probe.zip ? Pt2Archive::describe_other(*probe.zip) : "";
   throw InputError(probe.path + ": " + (what.empty() ? "a zip archive that is neither TorchScript (torch.jit.save) nor "
                                                        "torch.export (.pt2)"

@@ -70,7 +70,7 @@ class TorchPlugin {
   };
   virtual StepMeasurement measure_training_step(const Model& model, int reps) = 0;
 
-  // Stage files (torch_side/torchscript_stages.cpp). A TorchScript model's stage is its own nodes
+  // Stage files (frontends/torchscript/torchscript_stages.cpp). A TorchScript model's stage is its own nodes
   // cloned into a new module; an ONNX model's is generated source compiled with define().
   // Both save to `path`; errors are InputError naming the stage.
   virtual void save_torchscript_stage(const Model& model, const emit::StageLayout& stage, const std::string& path) = 0;
@@ -154,6 +154,9 @@ class TorchPlugin {
     // Not TorchScript: the model's state_dict names when its frontend knows them (a .pt2's
     // parameters and persistent buffers); the stages' other tensors (constants) are left out.
     std::vector<std::string> state_dict_names;
+    // Names of the state_dict that no stage holds as such, each with the name it aliases (a
+    // tied weight's other names): written as that tensor, after it.
+    std::vector<std::pair<std::string, std::string>> state_dict_aliases;
   };
   struct ExportResult {
     int trained = 0;    // tensors from the checkpoint

@@ -283,7 +283,8 @@ Cluster cluster_from_flags(const ClusterFlags& flags) {
   if (flags.cluster_file) return load_cluster_file(*flags.cluster_file);
   int gpus = flags.gpus.value_or(1);
   check_count(gpus, "--gpus " + std::to_string(gpus));
-  const DeviceSpec& device = preset_or_fail(flags.device.value_or(std::string(kDefaultDevice)), "--device");
+  // A copy: GCC 14 warns that a reference would dangle, not knowing the preset outlives the arguments.
+  const DeviceSpec device = preset_or_fail(flags.device.value_or(std::string(kDefaultDevice)), "--device");
   int per_node = flags.gpus_per_node.value_or(std::min(8, gpus));
   std::string per_node_flag = "--gpus-per-node " + std::to_string(per_node);
   check_count(per_node, per_node_flag);

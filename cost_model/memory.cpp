@@ -10,7 +10,7 @@
 namespace rannc::cost {
 namespace {
 
-bool unpacks_list(const ir::Op& op) { return op.kind == "prim::ListUnpack" || op.kind == "prim::TupleUnpack"; }
+bool unpacks_list(const ir::Op& op) { return ir::has_op_trait(op.kind, ir::op_trait::kUnpacksList); }
 
 // The value whose storage a view's output shares: follow views (and the lists that split and
 // chunk return) back to their first input, so a kept chunk keeps its whole base.
@@ -24,11 +24,12 @@ ir::ValueId storage_owner(const ir::Graph& graph, ir::ValueId id) {
   }
 }
 
-// The tensors a value stands for: itself, or the elements of a list built by prim::ListConstruct.
+// The tensors a value stands for: itself, or the elements of a list built by prim::ListConstruct
+// (op_trait::kPacksList).
 std::vector<ir::ValueId> tensors_behind(const ir::Graph& graph, ir::ValueId id) {
   const auto& value = graph.value(id);
   if (value.is_tensor()) return {id};
-  if (value.producer == ir::kNoId || graph.op(value.producer).kind != "prim::ListConstruct") return {};
+  if (value.producer == ir::kNoId || !ir::has_op_trait(graph.op(value.producer).kind, ir::op_trait::kPacksList)) return {};
   return graph.op(value.producer).inputs;
 }
 

@@ -3,150 +3,13 @@
 #include <algorithm>
 #include <set>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 
 namespace rannc::cost {
 namespace {
 
-struct KindInfo {
-  OpClass op_class;
-  double flops_per_element = 0;  // for elementwise, norm and softmax classes
-};
-
-using KindTable = std::unordered_map<std::string, KindInfo>;
-
-void add(KindTable& table, OpClass op_class, double per_element, std::initializer_list<const char*> kinds) {
-  for (const char* kind : kinds) table[kind] = {op_class, per_element};
-}
-
-// Per-element FLOP factors follow the usual counting conventions (fvcore, DeepSpeed's flops
-// profiler): 1 for arithmetic, about 4 for a transcendental, 8 for GELU, 5 for a normalisation
-// or softmax (mean, variance, subtract, divide, scale).
-const KindTable& kind_table() {
-  static const KindTable table = [] {
-    KindTable t;
-    add(t, OpClass::kMatMul, 0,
-        {"aten::linear", "aten::matmul", "aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addbmm",
-         "onnx::Gemm", "onnx::MatMul", "onnx::LSTM", "onnx::GRU", "onnx::RNN", "aten::scaled_dot_product_attention",
-         "onnx::Attention"});
-    add(t, OpClass::kConv, 0,
-        {"aten::_convolution", "aten::convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d",
-         "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d", "onnx::Conv",
-         "onnx::ConvTranspose"});
-    add(t, OpClass::kEmbedding, 0, {"aten::embedding", "aten::embedding_bag", "aten::_embedding_bag"});
-    add(t, OpClass::kNorm, 5,
-        {"aten::batch_norm", "aten::layer_norm", "aten::rms_norm", "aten::group_norm", "aten::instance_norm",
-         "aten::native_batch_norm", "aten::native_layer_norm", "aten::_batch_norm_impl_index", "onnx::BatchNormalization",
-         "onnx::LayerNormalization", "onnx::InstanceNormalization", "onnx::GroupNormalization"});
-    add(t, OpClass::kSoftmax, 5,
-        {"aten::softmax", "aten::log_softmax", "aten::_softmax", "aten::_log_softmax", "onnx::Softmax",
-         "onnx::LogSoftmax"});
-    add(t, OpClass::kElementwise, 1,
-        {"aten::add", "aten::sub", "aten::rsub", "aten::mul", "aten::div", "aten::relu", "aten::relu6",
-         "aten::leaky_relu", "aten::hardtanh", "aten::threshold", "aten::clamp", "aten::clamp_min", "aten::clamp_max",
-         "aten::neg", "aten::abs", "aten::where", "aten::masked_fill", "aten::dropout", "aten::feature_dropout",
-         "aten::native_dropout", "aten::square", "aten::pow", "aten::reciprocal", "aten::eq", "aten::ne", "aten::lt",
-         "aten::le", "aten::gt", "aten::ge", "aten::logical_not", "aten::bitwise_not", "aten::hardsigmoid",
-         "aten::hardswish", "aten::addcmul", "aten::minimum", "aten::maximum", "onnx::Add", "onnx::Sub", "onnx::Mul",
-         "onnx::Div", "onnx::Relu", "onnx::LeakyRelu", "onnx::Clip", "onnx::Neg", "onnx::Abs", "onnx::Where",
-         "onnx::Dropout", "onnx::Pow", "onnx::Reciprocal", "onnx::Equal", "onnx::Less", "onnx::Greater",
-         "onnx::LessOrEqual", "onnx::GreaterOrEqual", "onnx::Not", "onnx::And", "onnx::Or", "onnx::HardSigmoid",
-         "onnx::HardSwish", "onnx::Max", "onnx::Min", "onnx::Sum", "onnx::PRelu"});
-    add(t, OpClass::kElementwise, 4,
-        {"aten::tanh", "aten::sigmoid", "aten::silu", "aten::exp", "aten::log", "aten::sqrt", "aten::rsqrt",
-         "aten::erf", "aten::sin", "aten::cos", "aten::softplus", "aten::mish", "aten::elu", "aten::selu",
-         "onnx::Tanh", "onnx::Sigmoid", "onnx::Exp", "onnx::Log", "onnx::Sqrt", "onnx::Erf", "onnx::Sin", "onnx::Cos",
-         "onnx::Softplus", "onnx::Elu", "onnx::Selu", "onnx::Mish"});
-    add(t, OpClass::kElementwise, 8, {"aten::gelu"});
-    add(t, OpClass::kReduction, 1,
-        {"aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::max", "aten::min", "aten::norm",
-         "aten::var", "aten::std", "aten::argmax", "aten::cumsum", "aten::logsumexp", "onnx::ReduceSum",
-         "onnx::ReduceMean", "onnx::ReduceMax", "onnx::ReduceMin", "onnx::ReduceL2", "onnx::ReduceProd",
-         "onnx::ArgMax", "onnx::CumSum", "onnx::ReduceLogSumExp"});
-    add(t, OpClass::kPool, 1,
-        {"aten::max_pool1d", "aten::max_pool2d", "aten::max_pool3d", "aten::avg_pool1d", "aten::avg_pool2d",
-         "aten::avg_pool3d", "aten::adaptive_avg_pool1d", "aten::adaptive_avg_pool2d", "aten::adaptive_avg_pool3d",
-         "aten::adaptive_max_pool2d", "aten::max_pool2d_with_indices", "onnx::MaxPool", "onnx::AveragePool",
-         "onnx::GlobalAveragePool", "onnx::GlobalMaxPool"});
-    add(t, OpClass::kDataMovement, 0,
-        {"aten::view", "aten::reshape", "aten::_reshape_alias", "aten::repeat_interleave", "aten::flatten", "aten::unflatten", "aten::transpose",
-         "aten::permute", "aten::t", "aten::contiguous", "aten::cat", "aten::concat", "aten::stack", "aten::slice",
-         "aten::select", "aten::chunk", "aten::split", "aten::split_with_sizes", "aten::unbind", "aten::narrow",
-         "aten::expand", "aten::expand_as", "aten::repeat", "aten::squeeze", "aten::unsqueeze", "aten::index",
-         "aten::index_select", "aten::gather", "aten::tril", "aten::triu", "aten::clone", "aten::detach",
-         "aten::view_as", "aten::flip", "aten::roll", "aten::pad", "aten::constant_pad_nd", "aten::arange",
-         "aten::zeros", "aten::ones", "aten::full", "aten::empty", "aten::tensor", "aten::copy",
-         "aten::scalar_tensor", "aten::type_as", "aten::to", "aten::zeros_like", "aten::ones_like",
-         "aten::fill", "aten::zero", "onnx::Reshape", "onnx::Flatten", "onnx::Transpose", "onnx::Concat",
-         "onnx::Split", "onnx::Slice", "onnx::Squeeze", "onnx::Unsqueeze", "onnx::Expand", "onnx::Tile",
-         "onnx::Identity", "onnx::Gather", "onnx::GatherElements", "onnx::GatherND", "onnx::ScatterND",
-         "onnx::Trilu", "onnx::Pad", "onnx::Range", "onnx::ConstantOfShape", "onnx::OneHot", "onnx::Cast",
-         "onnx::CastLike"});
-    add(t, OpClass::kGlue, 0,
-        {"prim::Constant", "prim::ListConstruct", "prim::ListUnpack", "prim::TupleConstruct", "prim::TupleUnpack",
-         "prim::TupleIndex", "prim::NumToTensor", "prim::device", "prim::dtype", "prim::GetAttr", "prim::unchecked_cast",
-         "aten::size", "aten::dim", "aten::Int", "aten::Float", "aten::ScalarImplicit", "aten::__getitem__",
-         "aten::len", "aten::floordiv", "aten::__is__", "aten::__isnot__", "aten::format", "aten::warn",
-         "onnx::Shape", "onnx::Size", "onnx::Constant"});
-    return t;
-  }();
-  return table;
-}
-
-using KindSet = std::unordered_set<std::string>;
-
-// Outputs alias the first input. aten::reshape and onnx::Reshape copy when the input is not
-// contiguous (as after a transpose), so they are costed as copies. onnx::Transpose becomes a
-// permute, a view, when a stage is built from ONNX.
-const KindSet& view_kinds() {
-  static const KindSet kinds = {
-      "aten::view", "aten::_reshape_alias", "aten::unflatten", "aten::transpose", "aten::permute", "aten::t",
-      "aten::expand", "aten::expand_as", "aten::squeeze", "aten::unsqueeze", "aten::slice", "aten::select",
-      "aten::narrow", "aten::chunk", "aten::split", "aten::split_with_sizes", "aten::unbind", "aten::detach",
-      "aten::view_as", "aten::alias", "onnx::Squeeze", "onnx::Unsqueeze", "onnx::Identity", "onnx::Transpose"};
-  return kinds;
-}
-
-const KindSet& saves_output_kinds() {
-  static const KindSet kinds = {"aten::relu", "aten::sigmoid", "aten::tanh", "aten::softmax", "aten::_softmax",
-                                "aten::log_softmax", "aten::_log_softmax", "aten::exp", "aten::sqrt", "aten::rsqrt",
-                                "onnx::Relu", "onnx::Sigmoid", "onnx::Tanh", "onnx::Softmax", "onnx::LogSoftmax",
-                                "onnx::Exp", "onnx::Sqrt"};
-  return kinds;
-}
-
-// Backward needs only shapes (or a small mask): add, subtract, negate, masking, concatenation,
-// sums and means, average pooling, copies and casts.
-const KindSet& saves_nothing_kinds() {
-  static const KindSet kinds = {
-      "aten::add", "aten::sub", "aten::rsub", "aten::neg", "aten::masked_fill", "aten::where", "aten::dropout",
-      "aten::feature_dropout", "aten::native_dropout", "aten::cat", "aten::concat", "aten::stack", "aten::sum",
-      "aten::mean", "aten::avg_pool1d", "aten::avg_pool2d", "aten::avg_pool3d", "aten::adaptive_avg_pool1d",
-      "aten::adaptive_avg_pool2d", "aten::adaptive_avg_pool3d", "aten::clone", "aten::contiguous", "aten::to",
-      "aten::type_as", "aten::reshape", "aten::flatten", "aten::repeat", "aten::pad", "aten::constant_pad_nd",
-      "aten::copy", "aten::tril", "aten::triu", "aten::zeros", "aten::ones", "aten::full", "aten::arange",
-      "aten::zeros_like", "aten::ones_like", "onnx::Add", "onnx::Sub", "onnx::Neg", "onnx::Where", "onnx::Dropout",
-      "onnx::Concat", "onnx::ReduceSum", "onnx::ReduceMean", "onnx::AveragePool", "onnx::GlobalAveragePool",
-      "onnx::Reshape", "onnx::Flatten", "onnx::Expand", "onnx::Tile", "onnx::Split",
-      "onnx::Slice", "onnx::Cast", "onnx::CastLike", "onnx::Pad", "onnx::Trilu", "onnx::ConstantOfShape",
-      "onnx::Range", "onnx::Sum"};
-  return kinds;
-}
-
-// The functional form of an in-place aten kind (aten::relu_ -> aten::relu).
-std::string functional_kind(const std::string& kind) {
-  if (kind.size() > 1 && kind.back() == '_' && kind.compare(0, 6, "aten::") == 0) return kind.substr(0, kind.size() - 1);
-  return kind;
-}
-
-// In-place variants (aten::relu_) cost what their functional forms cost.
-const KindInfo* lookup(const std::string& kind) {
-  const auto& table = kind_table();
-  if (auto it = table.find(kind); it != table.end()) return &it->second;
-  if (auto it = table.find(functional_kind(kind)); it != table.end()) return &it->second;
-  return nullptr;
-}
+// Which kinds are which: ir/op_kinds.def.
+using ir::has_op_trait;
+using namespace ir::op_trait;
 
 const ir::TensorType* tensor_input(const ir::Graph& graph, const ir::Op& op, std::size_t index) {
   if (index >= op.inputs.size()) return nullptr;
@@ -199,7 +62,7 @@ double product_flops(const ir::Graph& graph, const ir::Op& op) {
 // ONNX recurrences: X [seq, batch, input] (layout 1: batch first), W [dirs, G*hidden, input],
 // R [dirs, G*hidden, hidden] with G = 4 (LSTM), 3 (GRU) or 1 (RNN): every step multiplies the
 // step's input by W and the state by R, 2 FLOPs per multiply-add.
-bool is_recurrence(const ir::Op& op) { return op.kind == "onnx::LSTM" || op.kind == "onnx::GRU" || op.kind == "onnx::RNN"; }
+bool is_recurrence(const ir::Op& op) { return has_op_trait(op.kind, kRecurrence); }
 
 double recurrence_flops(const ir::Graph& graph, const ir::Op& op) {
   const auto* x = tensor_input(graph, op, 0);
@@ -214,7 +77,7 @@ double recurrence_flops(const ir::Graph& graph, const ir::Op& op) {
 
 // Fused attention, softmax(Q K^T) V: queries [..., L, E], keys [..., S, E] (ONNX's 3-D form
 // [B, S, H*E] too), so the two products cost 2 S (numel(Q) + numel(out)), the softmax 5 per score.
-bool is_attention(const ir::Op& op) { return op.kind == "aten::scaled_dot_product_attention" || op.kind == "onnx::Attention"; }
+bool is_attention(const ir::Op& op) { return has_op_trait(op.kind, kFusedAttention); }
 
 double attention_flops(const ir::Graph& graph, const ir::Op& op) {
   const auto* q = tensor_input(graph, op, 0);
@@ -234,7 +97,7 @@ double matmul_flops(const ir::Graph& graph, const ir::Op& op) {
 }
 
 bool is_transposed_conv(const ir::Graph& graph, const ir::Op& op) {
-  if (op.kind == "onnx::ConvTranspose" || op.kind.rfind("aten::conv_transpose", 0) == 0) return true;
+  if (has_op_trait(op.kind, kTransposedConv)) return true;
   return (op.kind == "aten::_convolution" || op.kind == "aten::convolution") && literal_true(graph, op, 6);
 }
 
@@ -253,7 +116,7 @@ double conv_flops(const ir::Graph& graph, const ir::Op& op) {
 
 // A bag sums its looked-up rows: one add per looked-up element.
 double embedding_flops(const ir::Graph& graph, const ir::Op& op) {
-  if (op.kind.find("embedding_bag") == std::string::npos) return 0;
+  if (!has_op_trait(op.kind, kSumsBags)) return 0;
   const auto* weight = tensor_input(graph, op, 0);
   const auto* indices = tensor_input(graph, op, 1);
   return weight && indices ? static_cast<double>(indices->numel()) * last_dim(weight) : 0;
@@ -276,12 +139,7 @@ double tensor_bytes(const ir::Graph& graph, const std::vector<ir::ValueId>& ids)
 
 // Reshaping views cost nothing backward; these slicing and expanding ones scatter or sum into a
 // gradient of the input's size.
-bool is_slicing_view(const ir::Op& op) {
-  static const KindSet kinds = {"aten::expand",  "aten::expand_as", "aten::slice",           "aten::select",
-                                "aten::narrow",  "aten::chunk",     "aten::split",           "aten::split_with_sizes",
-                                "aten::unbind"};
-  return kinds.count(functional_kind(op.kind)) > 0;
-}
+bool is_slicing_view(const ir::Op& op) { return has_op_trait(op.kind, kSlicingView); }
 
 // The table is input 0 of aten::embedding, aten::embedding_bag and onnx::Gather.
 constexpr std::size_t kEmbeddingWeight = 0;
@@ -349,31 +207,13 @@ bool computes_shapes(const ir::Graph& graph, const ir::Op& op) {
 
 }  // namespace
 
-std::string_view op_class_name(OpClass op_class) {
-  switch (op_class) {
-    case OpClass::kMatMul: return "matmul";
-    case OpClass::kConv: return "conv";
-    case OpClass::kEmbedding: return "embedding";
-    case OpClass::kNorm: return "norm";
-    case OpClass::kSoftmax: return "softmax";
-    case OpClass::kElementwise: return "elementwise";
-    case OpClass::kReduction: return "reduction";
-    case OpClass::kPool: return "pool";
-    case OpClass::kDataMovement: return "data_movement";
-    case OpClass::kGlue: return "glue";
-    case OpClass::kUnknown: return "unknown";
-  }
-  return "unknown";
-}
-
 OpClass classify(const ir::Graph& graph, const ir::Op& op) {
   if (computes_shapes(graph, op)) return OpClass::kGlue;
-  if (op.kind == "onnx::Gather" && !op.inputs.empty()) {
+  if (has_op_trait(op.kind, kLookupWhenWeight) && !op.inputs.empty()) {
     const auto& data = graph.value(op.inputs.front());
     if (data.is_weight() && ir::is_floating_point(data.type.dtype)) return OpClass::kEmbedding;
   }
-  const KindInfo* info = lookup(op.kind);
-  return info ? info->op_class : OpClass::kUnknown;
+  return ir::op_class_of(op.kind);
 }
 
 OpWork op_work(const ir::Graph& graph, const ir::Op& op) {
@@ -381,14 +221,13 @@ OpWork op_work(const ir::Graph& graph, const ir::Op& op) {
   work.op_class = classify(graph, op);
   if (work.op_class == OpClass::kGlue || is_view(op)) return work;
   work.bytes_fwd = tensor_bytes(graph, op.inputs) + tensor_bytes(graph, op.outputs);
-  const KindInfo* info = lookup(op.kind);
   switch (work.op_class) {
     case OpClass::kMatMul: work.flops_fwd = matmul_flops(graph, op); break;
     case OpClass::kConv: work.flops_fwd = conv_flops(graph, op); break;
     case OpClass::kEmbedding: work.flops_fwd = embedding_flops(graph, op); break;
     case OpClass::kNorm:
     case OpClass::kSoftmax:
-    case OpClass::kElementwise: work.flops_fwd = info->flops_per_element * first_output_numel(graph, op); break;
+    case OpClass::kElementwise: work.flops_fwd = ir::flops_per_element(op.kind) * first_output_numel(graph, op); break;
     case OpClass::kReduction:
     case OpClass::kPool: work.flops_fwd = input_numel(graph, op); break;
     default: break;
@@ -464,26 +303,25 @@ std::vector<std::string> uncosted_kinds(const ir::Graph& graph) {
   return {kinds.begin(), kinds.end()};
 }
 
-bool is_view(const ir::Op& op) { return view_kinds().count(functional_kind(op.kind)) > 0; }
+bool is_view(const ir::Op& op) { return has_op_trait(op.kind, kView); }
 
 SavedForBackward saved_for_backward(const ir::Graph& graph, const ir::Op& op) {
-  std::string kind = functional_kind(op.kind);
-  if (is_view(op) || saves_nothing_kinds().count(kind)) return SavedForBackward::kNothing;
-  if (saves_output_kinds().count(kind)) return SavedForBackward::kOutput;
+  if (is_view(op) || has_op_trait(op.kind, kSavesNothing)) return SavedForBackward::kNothing;
+  if (has_op_trait(op.kind, kSavesOutput)) return SavedForBackward::kOutput;
   // x * 2 and x / 8 keep only the scalar.
   bool scalar_operand = op.inputs.size() >= 2 && !graph.value(op.inputs[1]).is_tensor();
-  if ((kind == "aten::mul" || kind == "aten::div") && scalar_operand) return SavedForBackward::kNothing;
+  if (has_op_trait(op.kind, kScalarSavesNothing) && scalar_operand) return SavedForBackward::kNothing;
   if (classify(graph, op) == OpClass::kGlue) return SavedForBackward::kNothing;
   return SavedForBackward::kInputs;
 }
 
 double extra_saved_bytes(const ir::Graph& graph, const ir::Op& op) {
-  std::string kind = functional_kind(op.kind);
+  const std::string& kind = op.kind;
   double out = first_output_numel(graph, op);
   // A mask: bool on CUDA, the float noise tensor on CPU (libtorch 1.13's _dropout_impl): count the larger.
-  if (kind.find("dropout") != std::string::npos || kind == "onnx::Dropout") return 4 * out;
+  if (has_op_trait(kind, kDropout)) return 4 * out;
   // masked_fill and where keep their condition, which is batch-sized when computed from activations.
-  if (kind == "aten::masked_fill" || kind == "aten::where" || kind == "onnx::Where") {
+  if (has_op_trait(kind, kSavesCondition)) {
     double mask = 0;
     for (auto id : op.inputs) {
       const auto& value = graph.value(id);
@@ -491,7 +329,7 @@ double extra_saved_bytes(const ir::Graph& graph, const ir::Op& op) {
     }
     return mask;
   }
-  if (kind.find("max_pool") != std::string::npos || kind == "onnx::MaxPool") return 8 * out;  // int64 indices
+  if (has_op_trait(kind, kSavesPoolIndices)) return 8 * out;  // int64 indices
   // Unfused attention (libtorch 1.13's composition, the ONNX mapping) keeps the softmax of the
   // scores, [..., L, S]; a fused kernel keeps less, so this errs on the safe side.
   if (is_attention(op)) {
@@ -510,11 +348,11 @@ double extra_saved_bytes(const ir::Graph& graph, const ir::Op& op) {
            static_cast<double>(w->shape[1]);
   }
   if (classify(graph, op) == OpClass::kNorm) {
-    // Mean and inverse std per normalised group. Layer norm normalises at least the last dim, so
-    // it has at most numel / last dim groups; batch, instance and group norm at most N x C.
+    // Mean and inverse std per normalised group. Layer and RMS norm normalise at least the last
+    // dim, so they have at most numel / last dim groups; batch, instance and group norm at most N x C.
     const auto& y = graph.value(op.outputs.front());
     if (!y.is_tensor() || !y.type.shape_known() || y.type.shape.size() < 2) return 2 * 4 * out;
-    bool layer_norm = kind.find("layer_norm") != std::string::npos || kind == "onnx::LayerNormalization";
+    bool layer_norm = has_op_trait(kind, kNormalisesLastDims);
     double groups = layer_norm ? out / static_cast<double>(std::max<std::int64_t>(y.type.shape.back(), 1))
                                : static_cast<double>(y.type.shape[0]) * static_cast<double>(y.type.shape[1]);
     return 2 * 4 * groups;

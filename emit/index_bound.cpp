@@ -5,6 +5,8 @@
 #include <set>
 #include <vector>
 
+#include "ir/op_kinds.h"
+
 namespace rannc::emit {
 
 namespace {
@@ -25,13 +27,6 @@ std::int64_t count_bound(const ir::Graph& graph) {
 }  // namespace
 
 std::int64_t index_bound(const ir::Graph& graph, const std::string& input_name) {
-  static const std::set<std::string> kLookups = {"aten::embedding", "aten::embedding_bag", "aten::_embedding_bag",
-                                                 "onnx::Gather"};
-  static const std::set<std::string> kIndexPreserving = {
-      "aten::view", "aten::reshape", "aten::flatten", "aten::select", "aten::slice", "aten::narrow", "aten::unsqueeze",
-      "aten::squeeze", "aten::transpose", "aten::permute", "aten::contiguous", "aten::to", "aten::t",
-      "onnx::Reshape", "onnx::Flatten", "onnx::Slice", "onnx::Unsqueeze", "onnx::Squeeze", "onnx::Transpose",
-      "onnx::Cast", "onnx::Identity"};
   std::int64_t bound = std::numeric_limits<std::int64_t>::max();
   std::vector<ir::ValueId> pending;
   for (auto id : graph.values_with_role(ir::ValueRole::kModelInput))
@@ -42,10 +37,10 @@ std::int64_t index_bound(const ir::Graph& graph, const std::string& input_name) 
     pending.pop_back();
     for (auto op_id : graph.value(id).consumers) {
       const auto& op = graph.op(op_id);
-      if (kLookups.count(op.kind) && op.inputs.size() > 1 && op.inputs[0] != id) {
+      if (ir::has_op_trait(op.kind, ir::op_trait::kEmbeddingLookup) && op.inputs.size() > 1 && op.inputs[0] != id) {
         const auto& table = graph.value(op.inputs[0]);
         if (table.is_weight() && !table.type.shape.empty()) bound = std::min(bound, table.type.shape.front());
-      } else if (kIndexPreserving.count(op.kind) && op.inputs.front() == id) {
+      } else if (ir::has_op_trait(op.kind, ir::op_trait::kIndexPreserving) && op.inputs.front() == id) {
         for (auto out : op.outputs)
           if (seen.insert(out).second) pending.push_back(out);
       }

@@ -1,6 +1,6 @@
 #include "frontends/frontend.h"
 
-#include "compiler/onnx_frontend.h"
+#include "frontends/onnx/onnx_frontend.h"
 #include "compiler/torch_plugin.h"
 #include "frontends/pt2/pt2_frontend.h"
 

@@ -2,27 +2,17 @@
 
 #include <algorithm>
 #include <limits>
-#include <set>
 #include <string>
 
+#include "ir/op_kinds.h"
 #include "support/error.h"
 
 namespace rannc::ir {
 namespace {
 
-// Ops that read only the metadata of their tensor inputs (sizes, rank, dtype, device), never
-// their contents: TorchScript's size queries and *_like/new_* constructors, ONNX's Shape and
-// Size. Random constructors are not among them: recomputing one in another stage would draw
-// other numbers.
-bool reads_only_metadata(const std::string& kind) {
-  static const std::set<std::string> kKinds = {
-      "aten::size",      "aten::sym_size",  "aten::dim",        "aten::numel",     "aten::len",
-      "prim::dtype",     "prim::device",    "prim::layout",     "aten::is_floating_point",
-      "aten::is_complex", "aten::zeros_like", "aten::ones_like", "aten::empty_like", "aten::full_like",
-      "aten::new_zeros", "aten::new_ones",  "aten::new_empty",  "aten::new_full",  "onnx::Shape",
-      "onnx::Size",      "Shape",           "Size"};
-  return kKinds.count(kind) > 0;
-}
+// Ops that read only the metadata of their tensor inputs, never their contents (size queries,
+// *_like constructors: op_trait::kReadsOnlyMetadata in ir/op_kinds.def).
+bool reads_only_metadata(const std::string& kind) { return has_op_trait(kind, op_trait::kReadsOnlyMetadata); }
 
 int first_differing_dim(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b) {
   if (a.size() != b.size()) return -1;

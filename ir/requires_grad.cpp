@@ -1,18 +1,15 @@
 #include "ir/requires_grad.h"
 
 #include <algorithm>
-#include <set>
 #include <string>
+
+#include "ir/op_kinds.h"
 
 namespace rannc::ir {
 namespace {
 
-// Ops whose floating outputs never carry a gradient.
-bool is_detaching(const std::string& kind) {
-  static const std::set<std::string> kinds = {"aten::detach", "aten::zeros_like", "aten::ones_like", "aten::empty_like",
-                                              "aten::rand_like", "aten::randn_like", "onnx::Shape", "onnx::Size"};
-  return kinds.count(kind) > 0;
-}
+// Ops whose floating outputs never carry a gradient (op_trait::kNoGradOutput in ir/op_kinds.def).
+bool is_detaching(const std::string& kind) { return has_op_trait(kind, op_trait::kNoGradOutput); }
 
 }  // namespace
 

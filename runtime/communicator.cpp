@@ -29,6 +29,12 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const MpiWorld& world, std::chrono::s
   c10d::TCPStoreOptions options;
   options.timeout = timeout;
   options.waitWorkers = false;
+#if RANNC_TORCH_AT_LEAST(2, 4)
+  // libtorch 2.4 made the libuv server the default, and Debian's libtorch 2.6 is built without
+  // libuv ("use_libuv was requested but PyTorch was build without libuv support"). The classic
+  // server, every build's, serves a rendezvous of a few ranks as well.
+  options.useLibUV = false;
+#endif
   c10::intrusive_ptr<c10d::TCPStore> store;
   std::string address;
   if (world.rank() == 0) {

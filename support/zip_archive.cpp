@@ -3,6 +3,7 @@
 #include <unzip.h>
 
 #include <algorithm>
+#include <fstream>
 
 #include "support/error.h"
 #include "support/format.h"
@@ -22,12 +23,34 @@ namespace {
 constexpr std::uint64_t kMaxEntries = 1 << 20;
 constexpr std::size_t kMaxNameBytes = 4096;
 
+// Whether the archive's end-of-central-directory record is where a whole archive has it: its
+// 22 bytes and its comment end the file. A truncated archive can otherwise pass for another one
+// that it holds stored (a .pt2 holds torch.save zips): minizip takes the last record it finds.
+bool ends_whole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return false;
+  auto size = static_cast<std::int64_t>(in.tellg());
+  constexpr std::int64_t kRecord = 22, kMaxComment = 0xFFFF;
+  std::int64_t start = std::max<std::int64_t>(0, size - kRecord - kMaxComment);
+  std::string tail(static_cast<std::size_t>(size - start), '\0');
+  in.seekg(start);
+  if (!in.read(tail.data(), static_cast<std::streamsize>(tail.size()))) return false;
+  for (auto at = static_cast<std::int64_t>(tail.size()) - kRecord; at >= 0; --at) {
+    if (tail.compare(static_cast<std::size_t>(at), 4, "PK\x05\x06") != 0) continue;
+    auto comment = static_cast<unsigned char>(tail[static_cast<std::size_t>(at + 20)]) |
+                   static_cast<unsigned char>(tail[static_cast<std::size_t>(at + 21)]) << 8;
+    if (at + kRecord + comment == static_cast<std::int64_t>(tail.size())) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 ZipArchive::ZipArchive(std::string path, std::shared_ptr<Handle> handle)
     : path_(std::move(path)), handle_(std::move(handle)) {}
 
 std::optional<ZipArchive> ZipArchive::open(const std::string& path) {
+  if (!ends_whole(path)) return std::nullopt;
   auto handle = std::make_shared<Handle>();
   handle->file = unzOpen64(path.c_str());
   if (!handle->file) return std::nullopt;

@@ -1,5 +1,6 @@
 #include "torch_side/checkpoint_export.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -63,6 +64,11 @@ ExportedCheckpoint export_checkpoint(const TorchPlugin::ExportRequest& request) 
   if (request.model.empty()) {
     state = merged_stages(request.stage_files);
     if (!request.state_dict_names.empty()) state = only_named(std::move(state), request.state_dict_names, result);
+    for (const auto& [alias, held_as] : request.state_dict_aliases) {
+      auto held = std::find_if(state.begin(), state.end(), [&](const auto& entry) { return entry.first == held_as; });
+      if (held == state.end()) ++result.untouched;
+      else state.emplace(held + 1, alias, held->second);  // the same tensor: torch.save keeps them tied
+    }
     result.trained = static_cast<int>(state.size());
   } else {
     auto stages = merged_stages(request.stage_files);

@@ -31,7 +31,7 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "compiler/onnx_stage_source.h"
+#include "frontends/onnx/onnx_stage_source.h"
 #include "emit/stage_layout.h"
 #include "frontends/torchscript/torchscript_source.h"
 #include "frontends/torchscript/torchscript_stages.h"

@@ -27,6 +27,7 @@
 #include "frontends/torchscript/torchscript_source.h"
 #include "emit/index_bound.h"
 #include "frontends/torchscript/torchscript_stages.h"
+#include "ir/op_kinds.h"
 #include "support/error.h"
 
 namespace rannc {
@@ -126,7 +127,7 @@ std::map<std::string, const plan::Tensor*> model_outputs(const plan::Plan& plan)
 
 bool mixes_samples(const torch::jit::Module& module) {
   for (const auto* node : module.get_method("forward").graph()->nodes())
-    if (std::string(node->kind().toQualString()).find("batch_norm") != std::string::npos) return true;
+    if (ir::has_op_trait(node->kind().toQualString(), ir::op_trait::kBatchStatistics)) return true;
   return false;
 }
 
@@ -134,9 +135,8 @@ bool mixes_samples(const torch::jit::Module& module) {
 std::optional<std::string> random_op(const plan::Stage& stage, const torch::jit::Module& module) {
   for (auto* node : module.get_method("forward").graph()->nodes()) {
     std::string kind = node->kind().toQualString();
-    bool random = kind.rfind("aten::rand", 0) == 0 || kind.rfind("aten::bernoulli", 0) == 0 ||
-                  kind == "aten::normal" || kind == "aten::multinomial";
-    if (kind.find("dropout") != std::string::npos && node->inputs().size() >= 3) {
+    bool random = ir::has_op_trait(kind, ir::op_trait::kRandom);
+    if (ir::has_op_trait(kind, ir::op_trait::kDropout) && node->inputs().size() >= 3) {
       auto p = torch::jit::toIValue(node->input(1));
       auto train = torch::jit::toIValue(node->input(2));
       random = !(p && p->isDouble() && p->toDouble() == 0) && !(train && train->isBool() && !train->toBool());

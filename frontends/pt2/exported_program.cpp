@@ -1,5 +1,6 @@
 #include "frontends/pt2/exported_program.h"
 
+#include <algorithm>
 #include <cctype>
 #include <limits>
 
@@ -45,6 +46,8 @@ class Reader {
   }
   std::int64_t integer(const json& value, const std::string& field) const {
     if (!value.is_number_integer()) fail(field, "is not an integer: " + json_excerpt(value));
+    if (value.is_number_unsigned() && value.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      fail(field, "is beyond the 64-bit range: " + json_excerpt(value));
     return value.get<std::int64_t>();
   }
 
@@ -220,13 +223,25 @@ class ExprEvaluator {
     if (at_ != s_.size()) return std::nullopt;
     return value;
   }
-  std::vector<std::string> names() {
-    run();
-    return seen_;
+  // The symbol when the whole expression is one ("s0", "Symbol('s0', integer=True)").
+  std::optional<std::string> bare() {
+    auto name = identifier();
+    if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return std::nullopt;
+    if (eat("(")) {
+      if (name != "Symbol") return std::nullopt;
+      auto text = quoted();
+      if (!text || !skip_arguments(0)) return std::nullopt;
+      name = *text;
+    }
+    skip_space();
+    if (at_ != s_.size()) return std::nullopt;
+    return name;
   }
 
  private:
-  static constexpr int kMaxDepth = 64;
+  // In calls of sum(): each level of parentheses or of a call takes 4, so 128 levels (sympy's
+  // expressions of real models take a few), and a few hundred small frames of stack.
+  static constexpr int kMaxDepth = 512;
   using Result = std::optional<std::int64_t>;
 
   void skip_space() {
@@ -243,7 +258,11 @@ class ExprEvaluator {
     if (v > std::numeric_limits<std::int64_t>::max() || v < std::numeric_limits<std::int64_t>::min()) return std::nullopt;
     return static_cast<std::int64_t>(v);
   }
+  // b != 0, and not INT64_MIN / -1 (which traps on x86): the callers check.
   static std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+  static bool overflows_division(std::int64_t a, std::int64_t b) {
+    return a == std::numeric_limits<std::int64_t>::min() && b == -1;
+  }
 
   Result sum(int depth) {
     if (depth > kMaxDepth) return std::nullopt;
@@ -279,8 +298,11 @@ class ExprEvaluator {
       case '+': return checked(x + y);
       case '-': return checked(x - y);
       case '*': return checked(x * y);
-      case '/': return y == 0 ? Result() : Result(floor_div(*a, *b));
-      case '%': return y == 0 ? Result() : Result(*a - floor_div(*a, *b) * *b);
+      case '/': return y == 0 || overflows_division(*a, *b) ? Result() : Result(floor_div(*a, *b));
+      case '%':
+        if (y == 0) return Result();
+        if (overflows_division(*a, *b)) return Result(0);
+        return Result(*a - floor_div(*a, *b) * *b);
       case 'p': {
         if (y < 0 || y > 64) return std::nullopt;
         __int128 r = 1;
@@ -332,7 +354,6 @@ class ExprEvaluator {
     return text;
   }
   Result symbol(const std::string& name) {
-    if (std::find(seen_.begin(), seen_.end(), name) == seen_.end()) seen_.push_back(name);
     if (!symbols_) return std::nullopt;
     auto it = symbols_->find(name);
     return it == symbols_->end() ? Result() : Result(it->second);
@@ -341,7 +362,7 @@ class ExprEvaluator {
   Result call(const std::string& name, int depth) {
     if (name == "Symbol") {
       auto text = quoted();
-      skip_arguments(depth);
+      if (!skip_arguments(depth)) return std::nullopt;
       return text ? symbol(*text) : Result();
     }
     std::vector<Result> args;
@@ -360,14 +381,19 @@ class ExprEvaluator {
     }
     return apply(name, args);
   }
-  void skip_arguments(int depth) {
-    while (at_ < s_.size() && !eat(")")) {
+  // The rest of Symbol(...)'s arguments (its assumptions: positive=True, integer=True) to its
+  // ')'; false, having stopped, at anything else (each round must consume something).
+  bool skip_arguments(int depth) {
+    while (!eat(")")) {
+      std::size_t before = at_;
       if (!eat(",")) {
         std::string key = identifier();
         if (eat("=")) identifier();
         else if (key.empty()) sum(depth + 1);
       }
+      if (at_ == before) return false;
     }
+    return true;
   }
   static Result apply(const std::string& name, const std::vector<Result>& args) {
     for (const auto& a : args)
@@ -385,7 +411,7 @@ class ExprEvaluator {
     if ((name == "FloorDiv" || name == "floor") && args.size() == 2) return combine(args[0], args[1], '/');
     if ((name == "Mod" || name == "PythonMod") && args.size() == 2) return combine(args[0], args[1], '%');
     if ((name == "CleanDiv" || name == "IntTrueDiv" || name == "ExactDiv") && args.size() == 2) {
-      if (*args[1] == 0 || *args[0] % *args[1] != 0) return std::nullopt;
+      if (*args[1] == 0 || overflows_division(*args[0], *args[1]) || *args[0] % *args[1] != 0) return std::nullopt;
       return *args[0] / *args[1];
     }
     if (name == "CeilDiv" && args.size() == 2)
@@ -395,6 +421,11 @@ class ExprEvaluator {
       for (const auto& a : args) r = name == "Max" ? std::max(r, *a) : std::min(r, *a);
       return r;
     }
+    // torch's integer-valued wrappers, identities on integers, and |x|.
+    if ((name == "FloorToInt" || name == "CeilToInt" || name == "TruncToInt" || name == "RoundToInt" || name == "ceiling") &&
+        args.size() == 1)
+      return args[0];
+    if (name == "Abs" && args.size() == 1) return *args[0] < 0 ? combine(Result(0), args[0], '-') : args[0];
     if (name == "One" && args.empty()) return 1;
     if (name == "Zero" && args.empty()) return 0;
     if (name == "NegativeOne" && args.empty()) return -1;
@@ -404,25 +435,62 @@ class ExprEvaluator {
   const std::string& s_;
   const std::map<std::string, std::int64_t>* symbols_;
   std::size_t at_ = 0;
-  std::vector<std::string> seen_;
 };
+
+// Python's json writes a float argument that is infinite or NaN (masked_fill(mask, -inf), as
+// every causal mask does) as the bare tokens -Infinity, Infinity and NaN, which are no JSON:
+// outside strings they become the strings "-Infinity", "Infinity" and "NaN", which the
+// frontend reads as those floats.
+std::string quote_special_floats(const std::string& text) {
+  if (text.find("Infinity") == std::string::npos && text.find("NaN") == std::string::npos) return text;
+  std::string out;
+  out.reserve(text.size() + 64);
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) out += text[++i];
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    bool matched = false;
+    for (const char* token : {"-Infinity", "Infinity", "NaN"}) {
+      std::string_view t(token);
+      if (text.compare(i, t.size(), t) == 0) {
+        out += '"';
+        out += t;
+        out += '"';
+        i += t.size() - 1;
+        matched = true;
+        break;
+      }
+    }
+    if (!matched) out += c;
+  }
+  return out;
+}
 
 }  // namespace
 
-ExportedProgram parse_exported_program(const std::string& text, const std::string& where) {
-  check_json_depth(text, where);
+ExportedProgram parse_exported_program(const std::string& raw_text, const std::string& where) {
+  check_json_depth(raw_text, where);
+  const std::string text = quote_special_floats(raw_text);
   json document = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (document.is_discarded()) throw InputError(where + ": the exported program is not valid JSON");
   Reader r(where);
   ExportedProgram program;
   const auto& version = r.member(document, "schema_version", "program");
-  program.schema_major = static_cast<int>(r.integer(r.member(version, "major", "schema_version"), "schema_version.major"));
-  program.schema_minor = static_cast<int>(r.integer(r.member(version, "minor", "schema_version"), "schema_version.minor"));
-  if (program.schema_major != kSchemaMajor) {
-    throw InputError(where + ": ExportedProgram schema version " + std::to_string(program.schema_major) + "." +
-                     std::to_string(program.schema_minor) + " (this build reads " + std::to_string(kSchemaMajor) +
-                     ".x, as written by PyTorch 2.6 to 2.9)");
+  // Compared before narrowing: 2^32 + 8 is no 8.
+  auto major = r.integer(r.member(version, "major", "schema_version"), "schema_version.major");
+  auto minor = r.integer(r.member(version, "minor", "schema_version"), "schema_version.minor");
+  if (major != kSchemaMajor || minor < 0 || minor > std::numeric_limits<int>::max()) {
+    throw InputError(where + ": ExportedProgram schema version " + std::to_string(major) + "." + std::to_string(minor) +
+                     " (this build reads " + std::to_string(kSchemaMajor) + ".x, as written by PyTorch 2.6 to 2.9)");
   }
+  program.schema_major = static_cast<int>(major);
+  program.schema_minor = static_cast<int>(minor);
   if (const auto* torch_version = r.optional_member(document, "torch_version"); torch_version && torch_version->is_string())
     program.torch_version = torch_version->get<std::string>();
   if (const auto* verifiers = r.optional_member(document, "verifiers"); verifiers && verifiers->is_array())
@@ -468,6 +536,57 @@ std::optional<std::int64_t> evaluate_expr(const std::string& expr, const std::ma
   return ExprEvaluator(expr, &symbols).run();
 }
 
-std::vector<std::string> expr_symbols(const std::string& expr) { return ExprEvaluator(expr, nullptr).names(); }
+// A scan, not the evaluator: that stops at the first symbol it cannot bind. Every identifier
+// is a symbol but for a call's name ("Add(") and keyword arguments ("integer=True"); a srepr
+// Symbol's is its quoted first argument.
+std::vector<std::string> expr_symbols(const std::string& expr) {
+  std::vector<std::string> names;
+  auto add = [&](std::string name) {
+    if (!name.empty() && std::find(names.begin(), names.end(), name) == names.end()) names.push_back(std::move(name));
+  };
+  auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  auto skip_space = [&](std::size_t at) {
+    while (at < expr.size() && std::isspace(static_cast<unsigned char>(expr[at]))) ++at;
+    return at;
+  };
+  char before = '\0';  // the last character that is no space before the identifier
+  for (std::size_t at = 0; at < expr.size();) {
+    char c = expr[at];
+    if (c == '\'' || c == '"') {  // a string outside Symbol(...): skipped
+      auto end = expr.find(c, at + 1);
+      at = end == std::string::npos ? expr.size() : end + 1;
+      before = c;
+      continue;
+    }
+    if (!is_word(c) || std::isdigit(static_cast<unsigned char>(c))) {
+      while (at < expr.size() && std::isdigit(static_cast<unsigned char>(expr[at]))) ++at;  // a number
+      if (at < expr.size() && !is_word(expr[at])) {
+        if (!std::isspace(static_cast<unsigned char>(expr[at]))) before = expr[at];
+        ++at;
+      }
+      continue;
+    }
+    std::size_t start = at;
+    while (at < expr.size() && is_word(expr[at])) ++at;
+    std::string word = expr.substr(start, at - start);
+    std::size_t next = skip_space(at);
+    char follow = next < expr.size() ? expr[next] : '\0';
+    bool keyword = follow == '=' && (next + 1 >= expr.size() || expr[next + 1] != '=');
+    if (follow == '(' && word == "Symbol") {
+      std::size_t quote = skip_space(next + 1);
+      if (quote < expr.size() && (expr[quote] == '\'' || expr[quote] == '"')) {
+        auto end = expr.find(expr[quote], quote + 1);
+        if (end != std::string::npos) add(expr.substr(quote + 1, end - quote - 1));
+        at = end == std::string::npos ? expr.size() : end + 1;
+      }
+    } else if (follow != '(' && !keyword && before != '=') {
+      add(word);
+    }
+    before = word.back();
+  }
+  return names;
+}
+
+std::optional<std::string> bare_symbol(const std::string& expr) { return ExprEvaluator(expr, nullptr).bare(); }
 
 }  // namespace rannc::pt2

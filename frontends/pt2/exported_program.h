@@ -105,5 +105,8 @@ std::optional<int> c10_scalar_type(int code);
 std::optional<std::int64_t> evaluate_expr(const std::string& expr, const std::map<std::string, std::int64_t>& symbols);
 // The symbols an expression names, in order of first appearance.
 std::vector<std::string> expr_symbols(const std::string& expr);
+// The symbol an expression is, when it is one and nothing else ("s0", "Symbol('s0',
+// positive=True, integer=True)"); nullopt for "2*s0", "s0 + 1" or a number.
+std::optional<std::string> bare_symbol(const std::string& expr);
 
 }  // namespace rannc::pt2

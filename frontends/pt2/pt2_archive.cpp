@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -51,9 +52,15 @@ std::optional<std::string> model_name(const ZipArchive& zip, const std::string& 
   return std::find(names.begin(), names.end(), "model") != names.end() ? "model" : names.front();
 }
 
-// The tensor a raw payload holds: the storage's bytes viewed through sizes, strides and offset.
-StoredTensor strided_copy(const std::string& storage, const pt2::TensorMeta& meta, const nlohmann::json& raw_meta,
-                          const std::string& what) {
+// The tensor a raw payload holds: the storage's bytes viewed through sizes, strides and offset;
+// nullopt for an empty payload of a tensor with elements (PyTorch's fake tensor: no data, as a
+// shape-only export). Every element it reads is checked to lie in the storage before anything
+// is allocated, and the tensor may not be larger than its storage (but for an expanded view,
+// a stride of 0, up to kMaxExpandedBytes): a config cannot make us allocate what it does not hold.
+constexpr std::int64_t kMaxExpandedBytes = std::int64_t{1} << 30;
+
+std::optional<StoredTensor> strided_copy(const std::string& storage, const pt2::TensorMeta& meta,
+                                         const nlohmann::json& raw_meta, const std::string& what) {
   StoredTensor tensor;
   tensor.dtype = meta.dtype;
   const int size = ir::dtype_size(meta.dtype);
@@ -64,25 +71,46 @@ StoredTensor strided_copy(const std::string& storage, const pt2::TensorMeta& met
     if (!d.value) throw InputError(what + " has a symbolic size");
     tensor.dims.push_back(*d.value);
   }
-  for (const auto& s : raw_meta.value("strides", nlohmann::json::array()))
-    strides.push_back(s.is_object() && s.contains("as_int") && s["as_int"].is_number_integer() ? s["as_int"].get<std::int64_t>() : -1);
-  if (auto o = raw_meta.find("storage_offset"); o != raw_meta.end() && o->is_object() && o->contains("as_int") && (*o)["as_int"].is_number_integer())
-    offset = (*o)["as_int"].get<std::int64_t>();
+  auto as_int = [](const nlohmann::json& v) -> std::optional<std::int64_t> {
+    if (v.is_object() && v.contains("as_int") && v["as_int"].is_number_integer()) return v["as_int"].get<std::int64_t>();
+    return std::nullopt;
+  };
+  for (const auto& s : raw_meta.value("strides", nlohmann::json::array())) {
+    auto stride = as_int(s);
+    if (!stride) throw InputError(what + " has a stride that is not an integer");
+    strides.push_back(*stride);
+  }
+  if (auto o = raw_meta.find("storage_offset"); o != raw_meta.end() && !o->is_null()) {
+    auto value = as_int(*o);
+    if (!value || *value < 0) throw InputError(what + " has a storage offset that is not a non-negative integer");
+    offset = *value;
+  }
   if (strides.size() != tensor.dims.size()) throw InputError(what + " has " + std::to_string(strides.size()) + " strides for " +
                                                            std::to_string(tensor.dims.size()) + " dims");
   auto numel = ir::checked_numel(tensor.dims);
-  if (!numel) throw InputError(what + " has an element count beyond 64 bits");
-  if (storage.empty()) {  // an empty payload stands for a fake tensor: zeros, as torch loads it
-    tensor.data.assign(static_cast<std::size_t>(*numel * size), '\0');
-    return tensor;
+  if (!numel || static_cast<__int128>(*numel) * size > std::numeric_limits<std::int64_t>::max())
+    throw InputError(what + " has an element count beyond 64 bits");
+  if (*numel == 0) return tensor;
+  if (storage.empty()) return std::nullopt;  // a fake tensor: no data
+  // The first and last element it reads.
+  __int128 lowest = offset, highest = offset;
+  bool expanded = false;
+  for (std::size_t d = 0; d < strides.size(); ++d) {
+    __int128 reach = static_cast<__int128>(tensor.dims[d] - 1) * strides[d];
+    (reach < 0 ? lowest : highest) += reach;
+    expanded = expanded || (strides[d] == 0 && tensor.dims[d] > 1);
   }
-  tensor.data.resize(static_cast<std::size_t>(*numel * size));
+  auto bytes = static_cast<std::int64_t>(*numel * size);
+  if (lowest < 0 || (highest + 1) * size > static_cast<__int128>(storage.size()))
+    throw InputError(what + " reads past its storage (" + std::to_string(storage.size()) + " bytes)");
+  if (bytes > static_cast<std::int64_t>(storage.size()) && (!expanded || bytes > kMaxExpandedBytes))
+    throw InputError(what + " is " + std::to_string(bytes) + " bytes, more than its storage of " + std::to_string(storage.size()) +
+                     " holds");
+  tensor.data.resize(static_cast<std::size_t>(bytes));
   std::vector<std::int64_t> index(tensor.dims.size(), 0);
   for (std::int64_t i = 0; i < *numel; ++i) {
     __int128 element = offset;
     for (std::size_t d = 0; d < index.size(); ++d) element += static_cast<__int128>(index[d]) * strides[d];
-    if (element < 0 || (element + 1) * size > static_cast<__int128>(storage.size()))
-      throw InputError(what + " reads past its storage (" + std::to_string(storage.size()) + " bytes)");
     std::memcpy(&tensor.data[static_cast<std::size_t>(i * size)], &storage[static_cast<std::size_t>(element * size)],
                 static_cast<std::size_t>(size));
     for (auto d = static_cast<int>(index.size()) - 1; d >= 0 && ++index[d] == tensor.dims[d]; --d) index[d] = 0;
@@ -149,6 +177,9 @@ std::map<std::string, StoredTensor> Pt2Archive::read_tensors() const {
 std::map<std::string, StoredTensor> Pt2Archive::read_torch_save(const std::string& entry, const std::string& what) const {
   if (!zip_.has(entry)) return {};
   auto bytes = zip_.read(entry, kMaxTensorBytes, what);
+  // Tensors of the meta device (a model exported under `with torch.device("meta")`): no data,
+  // a shape-only export. torch.save stores its pickle uncompressed, so the name is in the bytes.
+  if (bytes.find("_rebuild_meta_tensor_no_storage") != std::string::npos) return {};
   return torch_plugin().read_saved_tensors(bytes, zip_.path() + ": " + what + " (" + entry + ")");
 }
 
@@ -165,20 +196,24 @@ std::map<std::string, StoredTensor> Pt2Archive::read_pt2_payloads(const std::str
   const auto folder = prefix_ + (what == "the weights" ? "data/weights/" : "data/constants/");
   for (auto it = config["config"].begin(); it != config["config"].end(); ++it) {
     const auto& payload = *it;
-    auto name = "'" + it.key() + "'";
+    // A name quoted in messages: kept short, as a hostile config's keys need not be.
+    auto name = "'" + (it.key().size() > 120 ? it.key().substr(0, 117) + "..." : it.key()) + "'";
     if (!payload.is_object() || !payload.contains("path_name") || !payload["path_name"].is_string())
       throw InputError(where + ": " + name + " has no path_name");
     if (!payload.contains("tensor_meta") || payload["tensor_meta"].is_null()) continue;  // a custom object
+    if (payload["path_name"].get_ref<const std::string&>().size() > 1024)
+      throw InputError(where + ": " + name + " has a path_name of " +
+                       std::to_string(payload["path_name"].get_ref<const std::string&>().size()) + " characters");
     auto file = folder + payload["path_name"].get<std::string>();
     auto storage = zip_.read(file, kMaxTensorBytes, what + " " + name);
-    if (payload.value("use_pickle", false)) {
+    if (payload.contains("use_pickle") && payload["use_pickle"].is_boolean() && payload["use_pickle"].get<bool>()) {
       auto pickled = torch_plugin().read_saved_tensors(storage, where + ": " + name);
       if (pickled.size() != 1) throw InputError(where + ": " + name + " is a pickled payload of " + std::to_string(pickled.size()) + " tensors");
       tensors[it.key()] = std::move(pickled.begin()->second);
       continue;
     }
     auto meta = pt2::parse_tensor_meta(payload["tensor_meta"], where + ": " + name);
-    tensors[it.key()] = strided_copy(storage, meta, payload["tensor_meta"], where + ": " + name);
+    if (auto tensor = strided_copy(storage, meta, payload["tensor_meta"], where + ": " + name)) tensors[it.key()] = std::move(*tensor);
   }
   return tensors;
 }

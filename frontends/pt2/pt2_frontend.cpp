@@ -43,7 +43,9 @@ struct Symbols {
   std::optional<std::int64_t> fixed_batch;
 };
 
-bool is_bare_symbol(const pt2::Dim& dim) { return !dim.value && pt2::expr_symbols(dim.expr).size() == 1; }
+// A dim that is one symbol and nothing else: binding it to a number binds the symbol ("2*s0"
+// with its hint 8 would bind s0 to 8, not 4).
+bool is_bare_symbol(const pt2::Dim& dim) { return !dim.value && pt2::bare_symbol(dim.expr).has_value(); }
 
 class Pt2Lowering {
  public:
@@ -53,7 +55,7 @@ class Pt2Lowering {
   Model lower(const LoadOptions& options) {
     check_supported();
     symbols_ = bind_symbols(options);
-    add_placeholders(options);
+    add_placeholders();
     for (std::size_t i = 0; i < program_.nodes.size(); ++i) add_node(static_cast<std::int64_t>(i));
     add_outputs();
     Model model;
@@ -176,6 +178,27 @@ class Pt2Lowering {
     return pt2::evaluate_expr(dim.expr, symbols).value_or(-1);
   }
 
+  // A dim whose expression gives no size. Allowed only for a tensor the graph computes whose size
+  // names a symbol nothing binds (a data-dependent size, u0): an input or a weight must have its
+  // sizes, and an expression of bound symbols that gives none is too deep, out of range, negative
+  // or not understood.
+  void check_unknown_dim(const pt2::Dim& dim, const std::string& name, std::size_t d, const std::string& user) const {
+    auto excerpt = dim.expr.size() > 60 ? dim.expr.substr(0, 57) + "..." : dim.expr;
+    std::string where = path_ + ": " + user + " '" + name + "' dim " + std::to_string(d) + " is '" + excerpt + "'";
+    std::string unbound;
+    std::map<std::string, std::int64_t> ones;  // each symbol at 1: whether the form is understood at all
+    for (const auto& symbol : pt2::expr_symbols(dim.expr)) {
+      ones[symbol] = 1;
+      if (!symbols_.at_batch.count(symbol) && unbound.empty()) unbound = symbol;
+    }
+    auto at_batch = pt2::evaluate_expr(dim.expr, symbols_.at_batch);
+    if (at_batch && *at_batch < 0) throw InputError(where + ", which is " + std::to_string(*at_batch) + " at batch " + std::to_string(symbols_.batch));
+    if (unbound.empty() || !pt2::evaluate_expr(dim.expr, ones))
+      throw InputError(where + ", which cannot be evaluated (nested too deep, out of the 64-bit range or not understood)");
+    if (user == "input" || user == "weight")
+      throw InputError(where + ": its symbol '" + unbound + "' is no input's dim, so its size is not known");
+  }
+
   ir::ValueId tensor_value(const std::string& name, const std::string& display_name, const std::string& user) {
     const auto& meta = meta_of(name, user);
     ir::Value value;
@@ -183,9 +206,10 @@ class Pt2Lowering {
     value.type.dtype = meta.dtype;
     std::vector<std::int64_t> doubled;
     bool known = true;
-    for (const auto& dim : meta.sizes) {
-      value.type.shape.push_back(dim_value(dim, symbols_.at_batch));
-      doubled.push_back(dim_value(dim, symbols_.at_double_batch));
+    for (std::size_t d = 0; d < meta.sizes.size(); ++d) {
+      value.type.shape.push_back(dim_value(meta.sizes[d], symbols_.at_batch));
+      doubled.push_back(dim_value(meta.sizes[d], symbols_.at_double_batch));
+      if (value.type.shape.back() < 0 || doubled.back() < 0) check_unknown_dim(meta.sizes[d], name, d, user);
       known = known && value.type.shape.back() >= 0 && doubled.back() >= 0;
     }
     if (known) check_tensor_size(path_, user + " '" + name + "'", value.type.shape, meta.dtype);
@@ -207,8 +231,7 @@ class Pt2Lowering {
 
   // Parameters and buffers under their state_dict names (a tied weight's placeholders are one
   // value), constants under theirs, user inputs under their argument names.
-  void add_placeholders(const LoadOptions& options) {
-    (void)options;
+  void add_placeholders() {
     std::map<std::string, ir::ValueId> weights;
     for (const auto& spec : program_.input_specs) {
       using pt2::InputKind;
@@ -255,6 +278,8 @@ class Pt2Lowering {
       return kind = ir::ValueKind::kIntList, ir::Literal(v.get<std::vector<std::int64_t>>());
     if (arg.kind == "as_floats" && all([](const auto& e) { return e.is_number(); }))
       return kind = ir::ValueKind::kFloatList, ir::Literal(v.get<std::vector<double>>());
+    if (arg.kind == "as_floats" && all([](const auto& e) { return e.is_number() || e.is_string(); }))
+      return kind = ir::ValueKind::kFloatList, ir::Literal();  // with "Infinity" or "NaN"
     if (arg.kind == "as_scalar_type" && v.is_number_integer()) {
       auto code = pt2::c10_scalar_type(v.get<int>());
       if (!code) throw InputError(path_ + ": " + where + " names dtype code " + std::to_string(v.get<int>()) + ", which this build has no type for");
@@ -376,12 +401,12 @@ class Pt2Lowering {
     auto outputs = outputs_of(node, user);
     auto kind = op_kind(node.target);
     auto op = graph_.add_op(kind, inputs, outputs, index);
-    record_writes(op, kind, node);
+    record_writes(op, kind);
   }
 
   // In-place ops (add_, copy_, fill_) write their first argument, batch norm in training its
   // running statistics; a write through a view writes what it views too.
-  void record_writes(ir::OpId op, const std::string& kind, const pt2::Node& node) {
+  void record_writes(ir::OpId op, const std::string& kind) {
     std::vector<ir::ValueId> written;
     const auto& inputs = graph_.op(op).inputs;
     bool in_place = kind.size() > 2 && kind.back() == '_' && kind[kind.size() - 2] != '_';
@@ -391,7 +416,6 @@ class Pt2Lowering {
       const auto* training = std::get_if<bool>(&graph_.value(inputs[5]).literal);
       if (training && *training) written.insert(written.end(), {inputs[3], inputs[4]});
     }
-    (void)node;
     for (auto value : written) {
       for (auto v = value; v != ir::kNoId && graph_.value(v).is_tensor();) {
         graph_.add_write(op, v);
@@ -448,15 +472,38 @@ Pt2Archive open_archive(const std::string& path) {
 
 }  // namespace
 
-std::vector<std::string> pt2_state_dict_names(const std::string& path) {
+std::vector<Pt2StateDictName> pt2_state_dict_names(const std::string& path) {
   auto archive = open_archive(path);
   auto program = pt2::parse_exported_program(archive.program_text(), archive.program_where());
   std::vector<std::string> names;
+  std::map<std::string, int> placeholders;  // per name: 2 or more for a tied weight
+  std::set<std::string> not_state;          // constants and non-persistent buffers
   for (const auto& spec : program.input_specs) {
     bool in_state_dict = spec.kind == pt2::InputKind::kParameter || (spec.kind == pt2::InputKind::kBuffer && spec.persistent);
-    if (in_state_dict && std::find(names.begin(), names.end(), spec.target) == names.end()) names.push_back(spec.target);
+    if (!in_state_dict) {
+      not_state.insert(spec.target);
+      continue;
+    }
+    if (++placeholders[spec.target] == 1) names.push_back(spec.target);
   }
-  return names;
+  std::vector<Pt2StateDictName> entries;
+  for (const auto& name : names) entries.push_back({name, name});
+  // The archive's other state_dict names: a tied weight's, whose data is that of a name the
+  // program gives several placeholders. Read only where there is such a name.
+  if (std::none_of(placeholders.begin(), placeholders.end(), [](const auto& p) { return p.second > 1; })) return entries;
+  const auto& stored = archive.tensors();
+  auto same = [](const StoredTensor& a, const StoredTensor& b) { return a.dtype == b.dtype && a.dims == b.dims && a.data == b.data; };
+  for (const auto& [name, tensor] : stored) {
+    if (placeholders.count(name) || not_state.count(name)) continue;
+    auto source = std::find_if(names.begin(), names.end(), [&](const auto& candidate) {
+      auto it = stored.find(candidate);
+      return placeholders[candidate] > 1 && it != stored.end() && same(it->second, tensor);
+    });
+    if (source == names.end()) continue;  // a tensor no placeholder reads: not the module's
+    auto at = std::find_if(entries.begin(), entries.end(), [&](const auto& e) { return e.name == *source; });
+    entries.insert(at + 1, {name, *source});
+  }
+  return entries;
 }
 
 Model load_pt2(const std::string& path, const LoadOptions& options) {

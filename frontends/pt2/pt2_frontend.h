@@ -42,8 +42,16 @@ class Pt2ModelSource : public ModelSource {
 
 Model load_pt2(const std::string& path, const LoadOptions& options);
 
-// The names of the exported module's state_dict: its parameters and persistent buffers, each
-// once (a tied weight has two placeholders), in the program's order.
-std::vector<std::string> pt2_state_dict_names(const std::string& path);
+// The exported module's state_dict: its parameters and persistent buffers, each once (a tied
+// weight has two placeholders), in the program's order, each with the name the stages hold it
+// under. That is its own name but for a tied weight's other names: PyTorch 2.6 gives both
+// placeholders of a tied embedding and head one name ("head.weight"), while the module's
+// state_dict, and so the archive's, has both ("emb.weight" too), which are found by their stored
+// data (the weights are read) and follow the name they alias.
+struct Pt2StateDictName {
+  std::string name;     // the state_dict key
+  std::string held_as;  // the weight a stage holds it as
+};
+std::vector<Pt2StateDictName> pt2_state_dict_names(const std::string& path);
 
 }  // namespace rannc

@@ -32,6 +32,7 @@
 #include "frontends/torchscript/torchscript_source.h"
 #include "emit/index_bound.h"
 #include "ir/batch_dims.h"
+#include "ir/op_kinds.h"
 #include "torch_side/torch_dtype.h"
 #include "support/error.h"
 #include "support/zip_archive.h"
@@ -505,10 +506,8 @@ void mark_outputs(ir::Graph& graph, const torch::jit::Graph& lowered,
 bool random_or_batch_statistics(const ir::Graph& graph) {
   for (const auto& op : graph.ops()) {
     const auto& kind = op.kind;
-    if (kind.find("batch_norm") != std::string::npos || kind.rfind("aten::rand", 0) == 0 ||
-        kind.rfind("aten::bernoulli", 0) == 0 || kind == "aten::normal" || kind == "aten::multinomial")
-      return true;
-    if (kind.find("dropout") != std::string::npos && op.inputs.size() >= 3) {
+    if (ir::has_op_trait(kind, ir::op_trait::kRandom | ir::op_trait::kBatchStatistics)) return true;
+    if (ir::has_op_trait(kind, ir::op_trait::kDropout) && op.inputs.size() >= 3) {
       const auto& p = graph.value(op.inputs[1]).literal;
       const auto& train = graph.value(op.inputs[2]).literal;
       bool off = (std::holds_alternative<double>(p) && std::get<double>(p) == 0) ||

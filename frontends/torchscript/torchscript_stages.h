@@ -4,7 +4,7 @@
 #include <torch/script.h>
 
 #include "compiler/model.h"
-#include "compiler/onnx_stage_source.h"
+#include "frontends/onnx/onnx_stage_source.h"
 #include "emit/stage_layout.h"
 
 namespace rannc {

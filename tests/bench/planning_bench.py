@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Planning time of the default (partition) verb on shape-only models, phase by phase.
 
-Each case plans a shape-only ONNX model (built by samples/make_shape_only.py) for a cluster of
+Each case plans a shape-only ONNX model (built by samples/make_shape_only.py), or GPT-3 175B as a
+shape-only .pt2 (tests/models/pt2/gpt3-175b.pt2), for a cluster of
 A100 80 GB devices (unless the case names another) with `--json`, REPS times, each into a fresh output folder. The table shows
 the median of each phase the binary reports (planning_ms: load, units, coarsen, costs, search,
 simulate, total), the median wall time of the whole process, and the plan found. The plan.json
@@ -21,11 +22,15 @@ import sys
 import tempfile
 import time
 
-CASES = [  # name, model file, devices, batch, extra arguments
+# GPT-3 175B as a shape-only torch.export archive (PyTorch 2.6, meta device: no weights), committed.
+GPT3_PT2 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "pt2", "gpt3-175b.pt2")
+
+CASES = [  # name, model file (in SHAPE_ONLY_DIR, or a path), devices, batch, extra arguments
     ("BERT-Large", "bert-large.onnx", 64, 256, []),
     ("BERT 1920x54 (~2.5B)", "bert-2.5b.onnx", 256, 1024, []),
     ("BERT 5B", "bert-5b.onnx", 256, 1024, []),
     ("GPT-3 175B", "gpt3-175b.onnx", 1024, 1536, ["--precision", "bf16-mixed"]),
+    ("GPT-3 175B .pt2", GPT3_PT2, 1024, 1536, ["--precision", "bf16-mixed"]),
     ("GPT-3 175B", "gpt3-175b.onnx", 4096, 1536, ["--precision", "bf16-mixed"]),
     ("GPT 39B", "gpt-39b.onnx", 512, 1536, ["--precision", "bf16-mixed"]),
     ("BERT 5B, V100 fp16", "bert-5b.onnx", 256, 1024, ["--device", "v100-32g", "--precision", "fp16-mixed"]),

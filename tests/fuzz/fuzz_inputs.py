@@ -15,6 +15,9 @@ Case i of seed S mutates one of them with random.Random("S:i"), so a case is the
   profile_db  inspect --profile-db, partition --profile-db --plan-only, profile (1 in 4)
   onnx        inspect, partition --plan-only (1 in 2), partition with stage files (1 in 6)
   pt          inspect --input, partition --plan-only (1 in 4)
+  pt2         a torch.export archive (PyTorch 2.6's layout or 2.9's PT2 archive) with its program
+              JSON, its weights config, an entry or its bytes mutated: inspect, partition
+              --plan-only (1 in 2), partition with stage files (1 in 4; the weights are read)
 
 A command keeps the contract when it exits 0 (and any plan.json it wrote holds finite numbers
 and no leftover *.tmp files), or exits 1 or 2 with exactly one line on stderr; a signal, exit
@@ -39,7 +42,7 @@ import fuzz_common  # noqa: E402
 import mutators  # noqa: E402
 
 X_ARG = "x:4x8:float32"
-KINDS = [("plan", 26), ("stage", 6), ("cluster", 16), ("profile_db", 12), ("onnx", 26), ("pt", 14)]
+KINDS = [("plan", 26), ("stage", 6), ("cluster", 16), ("profile_db", 12), ("onnx", 26), ("pt", 14), ("pt2", 14)]
 
 
 def parse_args():
@@ -60,10 +63,68 @@ def parse_args():
 
 def ensure_seeds(args):
     seeds = os.path.abspath(args.seeds or os.path.join(args.work, "seeds"))
+    import make_seeds
     if not os.path.exists(os.path.join(seeds, "plan3", "plan.json")):
-        import make_seeds
         make_seeds.write_all(os.path.abspath(args.rannc), seeds)
+    elif not os.path.exists(os.path.join(seeds, "pt2", "v29.pt2")):  # seeds of a build before the .pt2 ones
+        make_seeds.write_pt2(seeds)
     return seeds
+
+
+def program_json_invalid(data):
+    """A .pt2 program that is no JSON as Python's json reads it: torch.export writes with Python's
+    json, whose NaN, Infinity and -Infinity (a masked_fill(mask, -inf)) the frontend reads too."""
+    try:
+        json.loads(data.decode("utf-8"))
+    except RecursionError:
+        return False
+    except (ValueError, UnicodeDecodeError):
+        return True
+    return False
+
+
+def mutate_pt2(rng, case, seeds):
+    """A .pt2 seed with one part mutated; returns the archive's bytes. Only a program that is no
+    JSON must be refused by every command: planning reads no weight, so a damaged weight or
+    weights config must be refused by stage writing only (and may be by nothing else)."""
+    seed_name = rng.choice(["tiny_attention.pt2", "v29.pt2"])
+    data = read(os.path.join(seeds, "pt2", seed_name))
+    entries = mutators.read_zip(data)
+    names = [n for n, _ in entries]
+    program = "v29/models/model.json" if seed_name == "v29.pt2" else "serialized_exported_program.json"
+    roll = rng.random()
+    if roll < 0.5:
+        i = names.index(program)
+        content, what = mutators.mutate_json(rng, entries[i][1])
+        case.invalid = program_json_invalid(content)
+        entries[i] = (program, content)
+    elif roll < 0.7 and seed_name == "v29.pt2":
+        i = names.index("v29/data/weights/model_weights_config.json")
+        content, what = mutators.mutate_json(rng, entries[i][1])
+        entries[i] = (entries[i][0], content)
+        what = "weights config: " + what
+    elif roll < 0.85:
+        i = rng.randrange(len(entries))
+        name, content = entries[i]
+        step = rng.random()
+        if step < 0.3:
+            del entries[i]
+            what = "%s removed" % name
+        elif step < 0.5:
+            entries[i] = (name, content[:rng.choice([0, 1, len(content) // 2, max(len(content) - 1, 0)])])
+            what = "%s truncated to %d of %d bytes" % (name, len(entries[i][1]), len(content))
+        elif step < 0.7:
+            entries.append(entries[i])
+            what = "%s duplicated" % name
+        else:
+            content, what = mutators.mutate_bytes(rng, content)
+            entries[i] = (name, content)
+            what = "%s: %s" % (name, what)
+        case.invalid = what.startswith(program) and program_json_invalid(dict(entries).get(program, b""))
+    else:
+        out, what = mutators.mutate_bytes(rng, data)
+        return out, "%s: archive bytes: %s" % (seed_name, what)
+    return mutators.write_zip(entries), "%s: %s" % (seed_name, what)
 
 
 def read(path):
@@ -182,6 +243,20 @@ def build_case(args, seeds, index, kinds):
                                   {"out": out}))
         elif roll < 0.67:
             case.commands.append(("partition onnx", [rannc, path, "--gpus", "2", "-o", out], {"out": out}))
+        return case
+
+    if kind == "pt2":
+        path = os.path.join(folder, "model.pt2")
+        data, case.what = mutate_pt2(rng, case, seeds)
+        write(path, data)
+        case.commands.append(("inspect pt2", [rannc, "inspect", path], {}))
+        roll = rng.random()
+        if roll < 0.5:
+            case.commands.append(("partition pt2 --plan-only", [rannc, path, "--device", "cpu", "--gpus", "2",
+                                                                "--plan-only", "-o", out], {"out": out}))
+        elif roll < 0.75:
+            case.commands.append(("partition pt2", [rannc, path, "--device", "cpu", "--gpus", "2", "--no-check",
+                                                    "-o", out], {"out": out}))
         return case
 
     # pt

@@ -643,6 +643,298 @@ def case_full_disk(ctx):
         subprocess.run(["umount", mount_point], capture_output=True)
 
 
+# ---------------------------------------------------------------------------------------------
+# Hostile .pt2 archives, made from the committed PyTorch 2.6 export tests/models/pt2/tiny_attention.pt2
+# (and the PT2 archive of 2.9 that tests/models/make_pt2_layouts.py makes of it).
+# ---------------------------------------------------------------------------------------------
+
+PT2_SEED = os.path.join(os.path.dirname(HERE), "models", "pt2", "tiny_attention.pt2")
+PT2_PROGRAM = "serialized_exported_program.json"
+
+
+def pt2_entries():
+    import zipfile
+    with zipfile.ZipFile(PT2_SEED) as z:
+        return [(info.filename, z.read(info.filename)) for info in z.infolist()]
+
+
+def pt2_program():
+    return json.loads(dict(pt2_entries())[PT2_PROGRAM])
+
+
+def write_pt2(ctx, name, entries):
+    """entries: (name, bytes or str or a JSON tree for the program) in order; stored as PyTorch stores."""
+    import mutators
+    fixed = []
+    for entry, data in entries:
+        if not isinstance(data, (bytes, str)):
+            data = json.dumps(data)
+        fixed.append((entry, data.encode() if isinstance(data, str) else data))
+    path = ctx.path(name)
+    write(path, mutators.write_zip(fixed))
+    return path
+
+
+def pt2_with_program(ctx, name, program):
+    """The seed with its program replaced by PROGRAM (a JSON tree or the text itself)."""
+    return write_pt2(ctx, name, [(n, program if n == PT2_PROGRAM else d) for n, d in pt2_entries()])
+
+
+def expect_pt2(ctx, path, pattern=None, stages=False, timeout=30):
+    """inspect and partition --plan-only of PATH (and partition with stage files): exit 2, one line
+    naming the file (and matching PATTERN), promptly."""
+    pattern = re.escape(os.path.basename(path)) + (".*" + pattern if pattern else "")
+    ctx.expect([ctx.rannc, "inspect", path], 2, pattern, timeout=timeout)
+    ctx.expect([ctx.rannc, path, "--device", "cpu", "--gpus", "2", "--plan-only", "-o", ctx.path("out")], 2, pattern,
+               timeout=timeout)
+    if stages:
+        ctx.expect([ctx.rannc, path, "--device", "cpu", "--gpus", "2", "--no-check", "-o", ctx.path("out")], 2,
+                   pattern, timeout=timeout)
+
+
+def patch_directory(data, entry, field, value):
+    """The zip DATA with FIELD ("size": uncompressed size, "crc") of ENTRY changed in its central
+    directory record and its local header alike: a directory that lies about the entry."""
+    import struct
+    name = entry.encode()
+    out = bytearray(data)
+    at = 0
+    while True:
+        central = data.find(b"PK\x01\x02", at)
+        if central < 0:
+            raise Failed("%s is not in the zip" % entry)
+        length = struct.unpack_from("<H", data, central + 28)[0]
+        if data[central + 46:central + 46 + length] == name:
+            break
+        at = central + 4
+    local = struct.unpack_from("<I", data, central + 42)[0]
+    offsets = {"crc": (16, 14), "size": (24, 22), "compressed": (20, 18)}[field]
+    struct.pack_into("<I", out, central + offsets[0], value)
+    struct.pack_into("<I", out, local + offsets[1], value)
+    return bytes(out)
+
+
+def case_pt2_damaged_zip(ctx):
+    """A .pt2 that is no zip but starts with its magic, a truncated one, one whose directory lies
+    about an entry's size or CRC, an empty one, /dev/zero named x.pt2: one line, exit 2, promptly."""
+    import random
+    seed = open(PT2_SEED, "rb").read()
+    junk = bytes(random.Random(29).getrandbits(8) for _ in range(4000))
+    for name, data in (("pk_magic.pt2", b"PK\x03\x04" + junk), ("pk_directory_end.pt2", b"PK\x05\x06" + bytes(18)),
+                       ("pk_nothing_else.pt2", b"PK\x03\x04"), ("empty_zip.pt2", write_pt2_bytes([])),
+                       ("truncated_half.pt2", seed[:len(seed) // 2]), ("truncated_end.pt2", seed[:-10]),
+                       ("truncated_directory.pt2", seed[:-200]), ("empty.pt2", b"")):
+        path = ctx.path(name)
+        write(path, data)
+        ctx.expect([ctx.rannc, "inspect", path], 2, re.escape(name), timeout=20)
+        ctx.expect([ctx.rannc, path, "--gpus", "2", "--plan-only", "-o", ctx.path("out")], 2, re.escape(name),
+                   timeout=20)
+    # The directory lies about the program's size (more, less, 4 GiB) or its CRC.
+    real = len(dict(pt2_entries())[PT2_PROGRAM])
+    for name, field, value in (("size_more.pt2", "size", real + 1000), ("size_less.pt2", "size", real - 1000),
+                               ("size_4g.pt2", "size", 0xFFFFFFF0), ("size_zero.pt2", "size", 0),
+                               ("crc.pt2", "crc", 0x12345678)):
+        path = ctx.path(name)
+        write(path, patch_directory(seed, PT2_PROGRAM, field, value))
+        expect_pt2(ctx, path, r"serialized_exported_program\.json|not a zip|damaged|CRC")
+    # The weights' size (read only for stage files): planning does not read them.
+    path = ctx.path("weights_size.pt2")
+    write(path, patch_directory(seed, "serialized_state_dict.pt", "size", 5))
+    ctx.expect([ctx.rannc, path, "--device", "cpu", "--gpus", "2", "--plan-only", "-o", ctx.path("out")], 0, None)
+    ctx.expect([ctx.rannc, path, "--device", "cpu", "--gpus", "2", "--no-check", "-o", ctx.path("out")], 2,
+               r"weights_size\.pt2.*serialized_state_dict\.pt", timeout=30)
+    os.symlink("/dev/zero", ctx.path("x.pt2"))
+    ctx.expect([ctx.rannc, "inspect", ctx.path("x.pt2")], 2, r"x\.pt2.*not a regular file", timeout=20)
+    ctx.expect([ctx.rannc, ctx.path("x.pt2"), "--gpus", "2", "--plan-only", "-o", ctx.path("out")], 2,
+               r"x\.pt2.*not a regular file", timeout=20)
+
+
+def write_pt2_bytes(entries):
+    import mutators
+    return mutators.write_zip(entries)
+
+
+def case_pt2_bad_program(ctx):
+    """A .pt2 whose program is not JSON, JSON nested 100000 deep (the whole of it and inside
+    fields), of another schema version, or missing what the schema requires."""
+    for name, text in (("not_json.pt2", "{"), ("empty_program.pt2", ""), ("nul.pt2", "\0" * 100),
+                       ("half.pt2", json.dumps(pt2_program())[:5000]), ("deep_array.pt2", deep_text(100000)),
+                       ("deep_object.pt2", '{"a":' * 100000 + "1" + "}" * 100000)):
+        expect_pt2(ctx, pt2_with_program(ctx, name, text), r"JSON|exported program")
+    deep = pt2_program()
+    text = json.dumps(deep).replace('"torch_version": "', '"torch_version": ' + deep_text(100000) + ', "x": "', 1)
+    expect_pt2(ctx, pt2_with_program(ctx, "deep_field.pt2", text), "JSON nested")
+    node = json.dumps(deep["graph_module"]["graph"]["nodes"][0])
+    text = json.dumps(deep).replace(node[:-1], node[:-1] + ', "extra": ' + '{"a":' * 100000 + "1" + "}" * 100000, 1)
+    expect_pt2(ctx, pt2_with_program(ctx, "deep_node.pt2", text), "JSON nested")
+
+    def variant(name, change, pattern):
+        program = pt2_program()
+        change(program)
+        expect_pt2(ctx, pt2_with_program(ctx, name, program), pattern)
+
+    graph = lambda p: p["graph_module"]["graph"]  # noqa: E731
+    signature = lambda p: p["graph_module"]["signature"]  # noqa: E731
+    variant("schema_9.pt2", lambda p: p["schema_version"].__setitem__("major", 9), r"schema version 9\.")
+    variant("schema_7.pt2", lambda p: p["schema_version"].__setitem__("major", 7), r"schema version 7\.")
+    variant("schema_2p32_8.pt2", lambda p: p["schema_version"].__setitem__("major", 2 ** 32 + 8),
+            r"schema version 4294967304\.")
+    variant("schema_text.pt2", lambda p: p["schema_version"].__setitem__("major", "8"), "schema_version.major")
+    variant("no_schema.pt2", lambda p: p.pop("schema_version"), "schema_version is missing")
+    variant("no_graph_module.pt2", lambda p: p.pop("graph_module"), "graph_module is missing")
+    variant("no_nodes.pt2", lambda p: graph(p).pop("nodes"), r"graph\.nodes is missing")
+    variant("no_target.pt2", lambda p: graph(p)["nodes"][3].pop("target"), r"graph\.nodes\[3\]\.target is missing")
+    variant("no_tensor_values.pt2", lambda p: graph(p).pop("tensor_values"), r"graph\.tensor_values is missing")
+    variant("no_meta.pt2", lambda p: graph(p)["tensor_values"].pop("tokens"), r"tokens.*no tensor_values entry")
+    variant("no_signature.pt2", lambda p: p["graph_module"].pop("signature"), "signature is missing")
+    variant("empty_input_spec.pt2", lambda p: signature(p)["input_specs"].__setitem__(0, {}),
+            r"input_specs\[0\] is not a one-key object")
+    variant("no_outputs.pt2", lambda p: signature(p).__setitem__("output_specs", []), "returns no tensor")
+    variant("undefined_value.pt2",
+            lambda p: graph(p)["nodes"][-1]["inputs"][0]["arg"].__setitem__("as_tensor", {"name": "nowhere"}),
+            "'nowhere', which nothing defines")
+
+
+def pt2_tensor_sizes(program, name):
+    return program["graph_module"]["graph"]["tensor_values"][name]["sizes"]
+
+
+def case_pt2_hostile_sizes(ctx):
+    """Tensors of 2^62 x 2^62 elements, negative sizes, an expr_str of 100000 nested parentheses
+    (and a Symbol whose arguments no rule reads, which once looped forever): one line, exit 2."""
+    program = pt2_program()
+    output = program["graph_module"]["signature"]["output_specs"][0]["user_output"]["arg"]["as_tensor"]["name"]
+    huge = [{"as_int": 2 ** 62}, {"as_int": 2 ** 62}]
+
+    def variant(name, change, pattern, stages=False):
+        tree = pt2_program()
+        change(tree)
+        expect_pt2(ctx, pt2_with_program(ctx, name, tree), pattern, stages=stages)
+
+    variant("huge_weight.pt2", lambda p: pt2_tensor_sizes(p, "p_q_weight").__setitem__(slice(None), huge),
+            "4611686018427387904")
+    variant("huge_output.pt2", lambda p: pt2_tensor_sizes(p, output).__setitem__(slice(None), huge + [{"as_int": 50}]),
+            "4611686018427387904")
+    variant("huge_input.pt2", lambda p: pt2_tensor_sizes(p, "tokens").__setitem__(1, {"as_int": 2 ** 62}),
+            "4611686018427387904|tokens")
+    variant("int64_max.pt2", lambda p: pt2_tensor_sizes(p, "p_pos_weight").__setitem__(0, {"as_int": 2 ** 63 - 1}),
+            "9223372036854775807")
+    variant("uint64.pt2", lambda p: pt2_tensor_sizes(p, "p_pos_weight").__setitem__(0, {"as_int": 2 ** 64 - 1}),
+            r"sizes\[0\] is beyond the 64-bit range")
+    variant("negative_weight.pt2", lambda p: pt2_tensor_sizes(p, "p_q_weight").__setitem__(0, {"as_int": -16}),
+            "negative size")
+    variant("negative_input.pt2", lambda p: pt2_tensor_sizes(p, "tokens").__setitem__(1, {"as_int": -1}),
+            "negative size")
+    for name, expr in (("deep_expr.pt2", "(" * 100000 + "s0" + ")" * 100000),
+                       ("deep_srepr.pt2", "Add(Integer(1), " * 100000 + "s0" + ")" * 100000),
+                       ("stuck_symbol.pt2", "Symbol('s0', ?)"), ("unbound_symbol.pt2", "s0 + u7"),
+                       ("overflow_expr.pt2", "s0 * 9223372036854775807")):
+        def change(tree, expr=expr):
+            for meta in tree["graph_module"]["graph"]["tensor_values"].values():
+                for size in meta["sizes"]:
+                    if "as_expr" in size:
+                        size["as_expr"]["expr_str"] = expr
+        variant(name, change, r"size|expression|batch|dim")
+
+
+def pt2_v29(ctx, name, change=None, program=None):
+    """The seed as the PT2 archive of PyTorch 2.9 (make_pt2_layouts.py's v29.pt2), its weights
+    config changed by CHANGE(config, files) (files: path_name -> bytes)."""
+    import mutators
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "models"))
+    import make_pt2_layouts
+    folder = ctx.path("layouts")
+    if not os.path.exists(os.path.join(folder, "v29.pt2")):
+        make_pt2_layouts.main(["--seed", PT2_SEED, "--out", folder])
+    with open(os.path.join(folder, "v29.pt2"), "rb") as f:
+        entries = mutators.read_zip(f.read())
+    config_entry = "v29/data/weights/model_weights_config.json"
+    config = json.loads(dict(entries)[config_entry])["config"]
+    files = {n[len("v29/data/weights/"):]: d for n, d in entries
+             if n.startswith("v29/data/weights/") and n != config_entry}
+    if change:
+        change(config, files)
+    kept = [(n, d) for n, d in entries if not n.startswith("v29/data/weights/")]
+    kept += [("v29/data/weights/" + n, d) for n, d in files.items()]
+    kept.append((config_entry, json.dumps({"config": config}).encode()))
+    if program is not None:
+        kept = [(n, json.dumps(program).encode() if n == "v29/models/model.json" else d) for n, d in kept]
+    path = ctx.path(name)
+    write(path, mutators.write_zip(kept))
+    return path
+
+
+def expect_weights_refused(ctx, path, pattern, timeout=60):
+    """Planning reads no weight: --plan-only plans; stage files need them: one line, exit 2."""
+    ctx.expect([ctx.rannc, path, "--device", "cpu", "--gpus", "2", "--plan-only", "-o", ctx.path("out")], 0, None,
+               timeout=timeout)
+    ctx.expect([ctx.rannc, path, "--device", "cpu", "--gpus", "2", "--no-check", "-o", ctx.path("out")], 2,
+               re.escape(os.path.basename(path)) + ".*" + pattern, timeout=timeout)
+
+
+def case_pt2_bad_weights(ctx):
+    """A weights config pointing past its payload (offset, sizes, strides), at no file, with sizes
+    of 2^62 over a stride of 0, a dtype with no type here, a tensor of other dims than the
+    program's; weights missing, truncated or empty when stage files are written."""
+    def setter(name, key, value):
+        def change(config, files):
+            config[name]["tensor_meta"][key] = value
+        return change
+
+    cases = [
+        ("offset_past.pt2", setter("q.bias", "storage_offset", {"as_int": 2 ** 40}), "reads past its storage"),
+        ("offset_negative.pt2", setter("q.bias", "storage_offset", {"as_int": -1}), "storage offset"),
+        ("sizes_past.pt2", setter("q.bias", "sizes", [{"as_int": 17}]), "reads past its storage"),
+        ("strides_past.pt2", setter("q.weight", "strides", [{"as_int": 17}, {"as_int": 1}]), "reads past its storage"),
+        ("strides_negative.pt2", setter("q.weight", "strides", [{"as_int": -16}, {"as_int": 1}]),
+         "reads past its storage"),
+        ("strides_count.pt2", setter("q.weight", "strides", [{"as_int": 1}]), "strides for 2 dims"),
+        ("expanded_huge.pt2", lambda c, f: c["q.bias"]["tensor_meta"].update(
+            sizes=[{"as_int": 2 ** 40}], strides=[{"as_int": 0}]), "more than its storage"),
+        ("numel_overflow.pt2", lambda c, f: c["q.weight"]["tensor_meta"].update(
+            sizes=[{"as_int": 2 ** 62}, {"as_int": 2 ** 62}]), "beyond 64 bits"),
+        ("dtype_float8.pt2", setter("q.bias", "dtype", 29), "dtype code 29"),
+        ("other_dims.pt2", setter("q.bias", "sizes", [{"as_int": 3}]), r"stores 'q\.bias' as float32\[3\]"),
+        ("no_file.pt2", lambda c, f: c["q.bias"].__setitem__("path_name", "weight_999"), "weight_999.* is missing"),
+        ("long_path.pt2", lambda c, f: c["q.bias"].__setitem__("path_name", "w" * 100000), "path_name of 100000"),
+        ("payload_cut.pt2", lambda c, f: f.__setitem__(c["q.weight"]["path_name"], f[c["q.weight"]["path_name"]][:100]),
+         "reads past its storage"),
+        ("payload_empty.pt2", lambda c, f: f.__setitem__(c["q.weight"]["path_name"], b""), "stores no data for 'q.weight'"),
+        ("weight_left_out.pt2", lambda c, f: c.pop("q.weight"), "stores no data for 'q.weight'"),
+        ("config_not_json.pt2", None, "weights config|model_weights_config"),
+    ]
+    for name, change, pattern in cases:
+        if change is None:
+            path = pt2_v29(ctx, name)
+            import mutators
+            entries = mutators.read_zip(open(path, "rb").read())
+            entries = [(n, b"{" if n.endswith("model_weights_config.json") else d) for n, d in entries]
+            write(path, mutators.write_zip(entries))
+        else:
+            path = pt2_v29(ctx, name, change)
+        expect_weights_refused(ctx, path, pattern)
+    # PyTorch 2.6's layout without its state dict, with it damaged or without one weight.
+    seed = pt2_entries()
+    for name, change, pattern in (
+            ("no_state_dict.pt2", lambda n, d: None if n == "serialized_state_dict.pt" else d, "stores no data"),
+            ("state_dict_cut.pt2", lambda n, d: d[:len(d) // 2] if n == "serialized_state_dict.pt" else d,
+             "serialized_state_dict"),
+            ("state_dict_text.pt2", lambda n, d: b"not a torch.save file" if n == "serialized_state_dict.pt" else d,
+             "serialized_state_dict")):
+        entries = [(n, change(n, d)) for n, d in seed]
+        path = write_pt2(ctx, name, [(n, d) for n, d in entries if d is not None])
+        expect_weights_refused(ctx, path, pattern)
+    import torch
+    import io
+    state = torch.load(io.BytesIO(dict(seed)["serialized_state_dict.pt"]))
+    del state["q.weight"]
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    path = write_pt2(ctx, "state_dict_short.pt2",
+                     [(n, buffer.getvalue() if n == "serialized_state_dict.pt" else d) for n, d in seed])
+    expect_weights_refused(ctx, path, "stores no data for 'q.weight'")
+
+
 CASES = [
     ("deep-plan-json", "hostile deeply nested plan JSON", case_deep_plan_show),
     ("deep-plan-json-run", "hostile deeply nested plan JSON to rannc-run", case_deep_plan_run),
@@ -669,6 +961,12 @@ CASES = [
     ("concurrent-same-out", "hostile concurrent partitions into the same output folder", case_concurrent_same_out),
     ("run-report-unwritable", "hostile rannc-run --report to an unwritable path", case_run_report_unwritable),
     ("full-disk", "hostile full disk while writing stage files", case_full_disk),
+    ("pt2-damaged-zip", "hostile .pt2 not a zip, truncated, lying directory, /dev/zero", case_pt2_damaged_zip),
+    ("pt2-bad-program", "hostile .pt2 program JSON: invalid, 100000 deep, schema, missing fields",
+     case_pt2_bad_program),
+    ("pt2-hostile-sizes", "hostile .pt2 sizes 2^62 x 2^62, negative, 100000-deep expressions", case_pt2_hostile_sizes),
+    ("pt2-bad-weights", "hostile .pt2 weights past their payload or missing when writing stage files",
+     case_pt2_bad_weights),
 ]
 
 

@@ -9,6 +9,8 @@
   plan2/plan.json         a 2-stage plan of mlp.pt on 2 devices with its stage files
   bags.pt                 a traced EmbeddingBag(50, 4) and Linear(4, 2) (input ids[batch, 3])
   plan3/plan.json         its sharded plan on 2 devices (--plan-only: a sharding section)
+  pt2/tiny_attention.pt2  tests/models/pt2/tiny_attention.pt2 (torch.export, PyTorch 2.6's layout)
+  pt2/v29.pt2             the same as the PT2 archive of PyTorch 2.9 (raw weights and their config)
 
 usage: make_seeds.py --rannc BIN --out DIR
 Run with /usr/bin/python3 (the interpreter with torch and onnx).
@@ -110,6 +112,22 @@ def run(command):
         sys.exit("FAILED: %s\nexit %d\n%s%s" % (" ".join(command), result.returncode, result.stdout, result.stderr))
 
 
+PT2_SEED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "pt2",
+                        "tiny_attention.pt2")
+
+
+def write_pt2(out):
+    """The .pt2 seeds (pt2/): the committed PyTorch 2.6 export and its PT2 archive of 2.9."""
+    import shutil
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models"))
+    import make_pt2_layouts
+    folder = os.path.join(out, "pt2")
+    os.makedirs(folder, exist_ok=True)
+    shutil.copy(PT2_SEED, os.path.join(folder, "tiny_attention.pt2"))
+    make_pt2_layouts.main(["--seed", PT2_SEED, "--out", os.path.join(folder, "layouts")])
+    shutil.copy(os.path.join(folder, "layouts", "v29.pt2"), os.path.join(folder, "v29.pt2"))
+
+
 def write_all(rannc, out):
     os.makedirs(out, exist_ok=True)
     write_mlp(out)
@@ -126,6 +144,7 @@ def write_all(rannc, out):
     write_bags(out)
     run([rannc, os.path.join(out, "bags.pt"), "--input", "ids:4x3:int64", "--gpus", "2", "--plan-only", "-o",
          os.path.join(out, "plan3")])
+    write_pt2(out)
     for name in ("plan1", "plan2", "plan3"):
         if not os.path.exists(os.path.join(out, name, "plan.json")):
             sys.exit("FAILED: no %s/plan.json" % name)

@@ -156,7 +156,7 @@ int compare_splits(const std::string& path) {
     cluster.gpus_per_node = stages;
     cluster.nodes = 1;
     SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, plan::Precision::kFp32, {}};
-    SearchConfig config{1, stages, kMicrobatches, kBatch / kMicrobatches, plan::Schedule::k1F1B, stages};
+    SearchConfig config{1, stages, kMicrobatches, kBatch / kMicrobatches, plan::Schedule::k1F1B, stages, {}};
     StageOptions options(context, config);
     auto ours = search_pipeline(options, 1e300);
     std::map<std::string, std::optional<PipelineSolution>> splits{

@@ -25,6 +25,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F
 
+# Debian's PyTorch 2.6 fuses TorchScript ops on the CPU with LLVM, which other builds (libtorch 1.13,
+# the pip wheels) leave off; its compile of the MLP sample's backward, at the third step, does not
+# finish on Debian 13. Off, as elsewhere.
+torch._C._jit_override_can_fuse_on_cpu(False)
+
 LOSSES = ("cross_entropy", "mse")
 
 

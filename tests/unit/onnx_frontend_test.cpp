@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <limits>
 
-#include "compiler/onnx_frontend.h"
-#include "compiler/onnx_stage_source.h"
+#include "frontends/onnx/onnx_frontend.h"
+#include "frontends/onnx/onnx_stage_source.h"
 #include "emit/stage_layout.h"
 #include "partitioner/planner.h"
 #include "onnx_builders.h"

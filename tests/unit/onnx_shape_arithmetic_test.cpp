@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
-#include "compiler/onnx_shape_arithmetic.h"
+#include <map>
+
+#include "frontends/onnx/onnx_shape_arithmetic.h"
 
 using namespace rannc;
 
@@ -94,4 +96,97 @@ TEST_CASE("malformed shape arithmetic is left alone, never folded out of range")
   add_node(graph, "Gather", {"vec", "huge_index"}, "picked");
   add_node(graph, "Unsqueeze", {"vec", "unknown_axes"}, "unknown");
   CHECK_FALSE(fold_shape_arithmetic(graph, types_for(graph, {1})));
+}
+
+TEST_CASE("PyTorch's F.pad export folds: its pads reversed by Reshape, Slice with step -1 and Transpose") {
+  // F.pad's (1, 2, 0, 1): the last dim 1 before, 2 after, the one before it 0 and 1; ONNX wants
+  // every dim's begin, then every end: [0, 0, 0, 1, 0, 0, 1, 2]
+  onnx::GraphProto graph;
+  add_int_initializer(graph, "torch_pads", {1, 2, 0, 1, 0, 0, 0, 0});
+  add_int_initializer(graph, "pairs", {-1, 2});
+  add_int_initializer(graph, "minus_one", {-1});
+  add_int_initializer(graph, "before_first", {-INT64_MAX});
+  add_int_initializer(graph, "zero", {0});
+  add_int_initializer(graph, "flat", {-1});
+  add_node(graph, "Reshape", {"torch_pads", "pairs"}, "paired");
+  add_node(graph, "Slice", {"paired", "minus_one", "before_first", "zero", "minus_one"}, "reversed");
+  auto* transpose = add_node(graph, "Transpose", {"reversed"}, "transposed");
+  auto* perm = transpose->add_attribute();
+  perm->set_name("perm");
+  perm->add_ints(1);
+  perm->add_ints(0);
+  add_node(graph, "Reshape", {"transposed", "flat"}, "pads");
+  CHECK(fold_shape_arithmetic(graph, types_for(graph, {1})));
+  CHECK(constant_values(graph.node(3)) == std::vector<std::int64_t>{0, 0, 0, 1, 0, 0, 1, 2});
+}
+
+namespace {
+
+onnx::ModelProto model_of_opset(int opset) {
+  onnx::ModelProto model;
+  model.set_ir_version(10);
+  auto* import = model.add_opset_import();
+  import->set_domain("");
+  import->set_version(opset);
+  return model;
+}
+
+onnx::TypeProto float_type(std::vector<std::int64_t> dims) {
+  onnx::TypeProto type;
+  type.mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  for (auto d : dims) type.mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+  return type;
+}
+
+std::vector<std::int64_t> dims_of(const onnx::TypeProto& type) {
+  std::vector<std::int64_t> dims;
+  for (const auto& dim : type.tensor_type().shape().dim()) dims.push_back(dim.has_dim_value() ? dim.dim_value() : -1);
+  return dims;
+}
+
+}  // namespace
+
+TEST_CASE("a newer model is lowered to opset 17 for the library's inference") {
+  auto model = model_of_opset(23);
+  auto& graph = *model.mutable_graph();
+  add_int_initializer(graph, "axes", {-1});
+  add_node(graph, "ReduceMean", {"x", "axes"}, "mean");
+  add_node(graph, "Gelu", {"mean"}, "gelu");
+  auto lowered = lower_for_library(model, {});
+  CHECK(lowered.model.opset_import(0).version() == 17);
+  CHECK(lowered.model.ir_version() == 8);
+  const auto& reduce = lowered.model.graph().node(0);
+  CHECK(reduce.input_size() == 1);  // axes became the opset-13 attribute
+  REQUIRE(reduce.attribute_size() == 1);
+  CHECK(reduce.attribute(0).name() == "axes");
+  CHECK(reduce.attribute(0).ints(0) == -1);
+  CHECK(lowered.model.graph().node(1).op_type() == "Identity");  // Gelu keeps its input's type
+  CHECK(lowered.complete);
+}
+
+TEST_CASE("Attention's outputs are typed from Q, K, V and the past, 3-D with grouped heads") {
+  auto model = model_of_opset(23);
+  auto* node = add_node(*model.mutable_graph(), "Attention", {"q", "k", "v", "", "past_key", "past_value"}, "y");
+  node->add_output("present_key");
+  node->add_output("present_value");
+  node->add_output("qk");
+  for (auto [name, value] : {std::pair{"q_num_heads", 8}, std::pair{"kv_num_heads", 2}}) {
+    auto* attr = node->add_attribute();
+    attr->set_name(name);
+    attr->set_type(onnx::AttributeProto::INT);
+    attr->set_i(value);
+  }
+  OnnxTypeMap types = {{"q", float_type({3, 5, 64})}, {"k", float_type({3, 5, 16})}, {"v", float_type({3, 5, 24})},
+                       {"past_key", float_type({3, 2, 7, 8})}, {"past_value", float_type({3, 2, 7, 12})}};
+  CHECK_FALSE(lower_for_library(model, {}).complete);  // no types to start from: a later round
+  auto lowered = lower_for_library(model, types);
+  CHECK(lowered.complete);
+  CHECK(lowered.typed == 4);
+  CHECK(lowered.model.graph().node_size() == 0);
+  std::map<std::string, std::vector<std::int64_t>> dims;
+  for (const auto& info : lowered.model.graph().value_info()) dims[info.name()] = dims_of(info.type());
+  CHECK(dims["y"] == std::vector<std::int64_t>{3, 5, 8 * 12});
+  CHECK(dims["present_key"] == std::vector<std::int64_t>{3, 2, 12, 8});
+  CHECK(dims["present_value"] == std::vector<std::int64_t>{3, 2, 12, 12});
+  CHECK(dims["qk"] == std::vector<std::int64_t>{3, 8, 5, 12});
 }

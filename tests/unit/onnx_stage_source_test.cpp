@@ -4,8 +4,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "compiler/onnx_frontend.h"
-#include "compiler/onnx_stage_source.h"
+#include "frontends/onnx/onnx_frontend.h"
+#include "frontends/onnx/onnx_stage_source.h"
 #include "emit/stage_layout.h"
 #include "onnx_builders.h"
 #include "support/error.h"

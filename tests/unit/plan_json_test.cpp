@@ -36,7 +36,7 @@ struct TempDir {
 // The message of the InputError reading `document` as "plan.json" throws, or "" if none.
 std::string error_of(const json& document) {
   try {
-    from_json(document, "plan.json");
+    plan::from_json(document, "plan.json");  // qualified: nlohmann 3.11.3 has a from_json(json, char array) for ADL to find
   } catch (const InputError& e) {
     return e.what();
   }

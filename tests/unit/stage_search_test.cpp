@@ -30,7 +30,7 @@ BlockCosts random_blocks(std::mt19937& rng, int count, const std::vector<int>& s
     blocks.bwd_ms.push_back(bwd);
     blocks.workspace_bytes.push_back(ws);
     blocks.kept_bytes.push_back(2e9 * unit(rng));
-    blocks.weights.push_back({2e8 * unit(rng), 0, {b}});
+    blocks.weights.push_back({2e8 * unit(rng), 0, {b}, {}});
     if (b > 0) blocks.tensors.push_back({2e8 * unit(rng), b - 1, {b}, false});
     if (b > 1 && unit(rng) < 0.3) blocks.tensors.push_back({1e8 * unit(rng), b - 2, {b}, false});
   }
@@ -128,7 +128,7 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
     cluster.host = cluster.device.host;
     cluster.host.mem_bytes = static_cast<std::int64_t>(kHostGb[index % 4] * 1e9);
     SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, c.precision, {}};
-    SearchConfig config{1, c.devices, c.microbatches, c.microbatch_size, c.schedule, c.stages};
+    SearchConfig config{1, c.devices, c.microbatches, c.microbatch_size, c.schedule, c.stages, {}};
     StageOptions options(context, config);
     long pipelines = 0;
     auto expected = brute_force(options, pipelines);
@@ -298,7 +298,7 @@ TEST_CASE("the exact search beats RaNNC's separable dynamic program", "[stage_se
     RangeTable ranges(blocks);
     cost::Cluster cluster = small_cluster(stages, 1e15);
     SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, plan::Precision::kFp32, {}};
-    SearchConfig config{1, stages, microbatches, 1, plan::Schedule::k1F1B, stages};
+    SearchConfig config{1, stages, microbatches, 1, plan::Schedule::k1F1B, stages, {}};
     StageOptions options(context, config);
     auto theirs = separable_dp(options, stages);
     auto ours = search_pipeline(options, std::numeric_limits<double>::infinity());

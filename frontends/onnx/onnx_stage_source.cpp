@@ -1,4 +1,4 @@
-#include "compiler/onnx_stage_source.h"
+#include "frontends/onnx/onnx_stage_source.h"
 
 #include <onnx/onnx_pb.h>
 
@@ -614,6 +614,7 @@ const std::map<std::string, std::string> kElementwise = {
     {"Cos", "torch.cos({0})"},
     {"Not", "torch.logical_not({0})"},
     {"HardSwish", "torch.hardswish({0})"},
+    {"Mish", "torch.mish({0})"},
     {"Add", "torch.add({0}, {1})"},
     {"Sub", "torch.sub({0}, {1})"},
     {"Mul", "torch.mul({0}, {1})"},
@@ -1043,21 +1044,50 @@ void check_spatial(const Node& n, const Window& w) {
   if (w.spatial < 1 || w.spatial > 3) n.unsupported("has " + std::to_string(w.spatial) + " spatial dims");
 }
 
-// Constant-mode Pad with constant pads (what exports of F.pad and pooling give).
+// Pad (opset 11+): pads [begin..., end...] over every dim, or over the axes of input 3 (18+),
+// constants or computed at run time (torchvision's Swin pads to whole windows, F.pad's export
+// reverses its list with shape arithmetic). torch takes them last dim first, as one list
+// written here at run time. ONNX modes edge and wrap are torch's replicate and circular,
+// which (as reflect) pad only the last one to three dims of a tensor with one or two more.
 void map_pad(const Node& n) {
+  static const std::map<std::string, std::string> kModes = {
+      {"constant", "constant"}, {"reflect", "reflect"}, {"edge", "replicate"}, {"wrap", "circular"}};
   if (n.opset() < 11) n.unsupported("takes its pads from attributes (opset < 11)");
-  if (n.attr_string("mode", "constant") != "constant") n.unsupported("pads in a mode other than constant");
-  auto pads = n.known_ints(1);
-  auto rank = n.rank(0);
-  if (!pads || !rank || n.has(3)) n.unsupported("has pads computed at run time or axes");
-  if (pads->size() != 2 * static_cast<std::size_t>(*rank)) n.unsupported("has pads that do not match its input");
-  std::vector<std::int64_t> torch_pads;  // last dim first, begin and end of each
-  for (int d = *rank - 1; d >= 0; --d) {
-    torch_pads.push_back((*pads)[d]);
-    torch_pads.push_back((*pads)[d + *rank]);
+  auto mode = kModes.find(n.attr_string("mode", "constant"));
+  if (mode == kModes.end()) n.unsupported("pads in mode '" + n.attr_string("mode", "") + "'");
+  auto x = n.in(0);
+  std::string pads = n.temp("_p"), axes = n.temp("_a"), order = n.temp("_t"), k = n.temp("_k"), d = n.temp("_d");
+  n.line(pads + ": List[int] = " + n.int_list(1));
+  if (n.has(3)) n.line(axes + ": List[int] = " + n.int_list(3));
+  else n.line(axes + ": List[int] = [" + d + " for " + d + " in range(" + x + ".dim())]");
+  n.line(order + ": List[int] = [0] * (2 * " + x + ".dim())");
+  n.line("for " + k + " in range(len(" + axes + ")):");
+  n.line("    " + d + " = " + axes + "[" + k + "]");
+  n.line("    if " + d + " < 0:");
+  n.line("        " + d + " = " + d + " + " + x + ".dim()");
+  n.line("    " + order + "[2 * (" + x + ".dim() - 1 - " + d + ")] = " + pads + "[" + k + "]");
+  n.line("    " + order + "[2 * (" + x + ".dim() - 1 - " + d + ") + 1] = " + pads + "[" + k + " + len(" + axes + ")]");
+  if (mode->second == "constant") {
+    auto value = n.has(2) ? n.in(2) + ".item()" : "0.0";
+    return n.assign(0, "torch.constant_pad_nd(" + x + ", " + order + ", " + value + ")");
   }
-  auto value = n.has(2) ? n.in(2) + ".item()" : "0.0";
-  n.assign(0, "torch.constant_pad_nd(" + n.in(0) + ", " + int_list_literal(torch_pads) + ", " + value + ")");
+  // torch pads the last 1-3 dims of a tensor of that many dims and two more (N and C): the
+  // list is cut to the dims padded, every dim but two leading ones, and the tensor given
+  // leading dims where it has too few (circular wants them all).
+  std::string t = n.temp("_x"), added = n.temp("_n"), y = n.temp("_y"), i = n.temp("_i");
+  n.line("while len(" + order + ") > 2 and " + order + "[-1] == 0 and " + order + "[-2] == 0:");
+  n.line("    " + order + " = " + order + "[:-2]");
+  n.line("while len(" + order + ") // 2 < " + x + ".dim() - 2:");
+  n.line("    " + order + " = " + order + " + [0, 0]");
+  n.line(t + " = " + x);
+  n.line(added + " = 0");
+  n.line("while " + t + ".dim() < len(" + order + ") // 2 + 2:");
+  n.line("    " + t + " = torch.unsqueeze(" + t + ", 0)");
+  n.line("    " + added + " = " + added + " + 1");
+  n.line(y + " = torch.pad(" + t + ", " + order + ", \"" + mode->second + "\")");
+  n.line("for " + i + " in range(" + added + "):");
+  n.line("    " + y + " = torch.squeeze(" + y + ", 0)");
+  n.assign(0, y);
 }
 
 void map_conv(const Node& n) {
@@ -1419,20 +1449,62 @@ void map_softmax(const Node& n) {
   n.assign(0, fn + "torch.flatten(" + x + ", " + std::to_string(axis) + "), -1).reshape(" + x + ".size())");
 }
 
-// Reductions: axes from the input (ReduceSum 13+, all 18+) or the attribute; none = all dims.
+// Reductions as the aten composition of their ONNX definitions: {0} is the input, {1} the
+// dims, {2} keepdim. ReduceProd, whose aten form takes one dim, is map_reduce_prod.
+const std::map<std::string, std::string> kReductions = {
+    {"ReduceMean", "torch.mean({0}, {1}, {2})"},
+    {"ReduceSum", "torch.sum({0}, {1}, {2})"},
+    {"ReduceMax", "torch.amax({0}, {1}, {2})"},
+    {"ReduceMin", "torch.amin({0}, {1}, {2})"},
+    {"ReduceL1", "torch.sum(torch.abs({0}), {1}, {2})"},
+    {"ReduceL2", "torch.sqrt(torch.sum(torch.mul({0}, {0}), {1}, {2}))"},
+    {"ReduceSumSquare", "torch.sum(torch.mul({0}, {0}), {1}, {2})"},
+    {"ReduceLogSum", "torch.log(torch.sum({0}, {1}, {2}))"},
+    {"ReduceLogSumExp", "torch.logsumexp({0}, {1}, {2})"},
+};
+
+// Every dim of input i: a literal when its rank is known.
+std::string all_dims(const Node& n, int i) {
+  if (auto rank = n.rank(i)) {
+    std::vector<std::int64_t> dims;
+    for (int d = 0; d < *rank; ++d) dims.push_back(d);
+    return int_list_literal(dims);
+  }
+  std::string d = n.temp("_d");
+  return "[" + d + " for " + d + " in range(" + n.in(i) + ".dim())]";
+}
+
+void map_reduce_prod(const Node& n, std::vector<std::int64_t> axes, bool keep);
+
+// Axes from input 1 (ReduceSum 13+, every reduction 18+) or the attribute; no axes reduce every
+// dim, or none with noop_with_empty_axes. Axes computed at run time are read then.
 void map_reduce(const Node& n) {
-  static const std::map<std::string, std::string> kReduce = {{"ReduceMean", "torch.mean"},
-                                                             {"ReduceSum", "torch.sum"},
-                                                             {"ReduceMax", "torch.amax"},
-                                                             {"ReduceMin", "torch.amin"},
-                                                             {"ReduceProd", "torch.prod"}};
   const auto& op = n.proto().op_type();
-  const auto& fn = kReduce.at(op);
   auto x = n.in(0);
-  bool keep = n.attr_int("keepdims", 1) != 0;
-  auto axes = n.axes(1).value_or(std::vector<std::int64_t>{});
-  if (axes.empty() && n.attr_int("noop_with_empty_axes", 0)) return n.assign(0, x);
-  if (axes.empty() && !keep && op != "ReduceMax" && op != "ReduceMin") return n.assign(0, fn + "(" + x + ")");
+  std::string keep = n.attr_int("keepdims", 1) ? "True" : "False";
+  bool noop = n.attr_int("noop_with_empty_axes", 0) != 0;
+  auto known = n.has(1) ? n.known_ints(1) : n.attr_ints("axes").value_or(std::vector<std::int64_t>{});
+  if (op == "ReduceProd") {
+    if (!known) n.unsupported("takes its axes from a tensor computed at run time");
+    if (known->empty() && noop) return n.assign(0, x);
+    return map_reduce_prod(n, *known, keep == "True");
+  }
+  const auto& pattern = kReductions.at(op);
+  if (known) {
+    if (known->empty() && noop) return n.assign(0, x);
+    return n.assign(0, format(pattern, {x, known->empty() ? all_dims(n, 0) : int_list_literal(*known), keep}));
+  }
+  std::string axes = n.temp("_l"), y = n.temp("_y");
+  n.line(axes + ": List[int] = " + n.in(1) + ".tolist()");
+  n.line("if len(" + axes + ") == 0:");
+  n.line("    " + (noop ? y + " = " + x : axes + " = " + all_dims(n, 0)));
+  if (noop) n.line("else:");
+  n.line((noop ? "    " : "") + y + " = " + format(pattern, {x, axes, keep}));
+  n.assign(0, y);
+}
+
+// torch.prod reduces one dim: from the last, so that earlier positions stay put.
+void map_reduce_prod(const Node& n, std::vector<std::int64_t> axes, bool keep) {
   auto rank = n.rank(0);
   if (axes.empty() || std::any_of(axes.begin(), axes.end(), [](auto a) { return a < 0; })) {
     if (!rank) n.unsupported("reduces a tensor of unknown rank");
@@ -1440,11 +1512,9 @@ void map_reduce(const Node& n) {
       for (int d = 0; d < *rank; ++d) axes.push_back(d);
     for (auto& a : axes) a = a < 0 ? a + *rank : a;
   }
-  std::string k = keep ? "True" : "False";
-  if (op != "ReduceProd") return n.assign(0, fn + "(" + x + ", " + int_list_literal(axes) + ", " + k + ")");
-  std::sort(axes.rbegin(), axes.rend());  // torch.prod takes one dim: from the last
-  std::string expr = x;
-  for (auto a : axes) expr = fn + "(" + expr + ", " + std::to_string(a) + ", " + k + ")";
+  std::sort(axes.rbegin(), axes.rend());
+  std::string expr = n.in(0);
+  for (auto a : axes) expr = "torch.prod(" + expr + ", " + std::to_string(a) + ", " + (keep ? "True" : "False") + ")";
   n.assign(0, expr);
 }
 
@@ -1496,6 +1566,378 @@ void map_einsum(const Node& n) {
   n.assign(0, "torch.einsum(\"" + equation + "\", [" + join(operands) + "])");
 }
 
+// ---------------------------------------------------------------------------------------------
+// Ops of opsets 18-23 (onnx_opsets.h)
+// ---------------------------------------------------------------------------------------------
+
+void map_gelu(const Node& n) {
+  auto approximate = n.attr_string("approximate", "none");
+  if (approximate != "none" && approximate != "tanh") n.unsupported("approximates GELU by '" + approximate + "'");
+  n.assign(0, "torch.gelu(" + n.in(0) + (approximate == "tanh" ? ", approximate=\"tanh\")" : ")"));
+}
+
+void map_instance_norm(const Node& n) {
+  n.assign(0, "torch.instance_norm(" + n.in(0) + ", " + n.in(1) + ", " + n.in(2) + ", None, None, True, 0.0, " +
+                  float_literal(n.attr_float("epsilon", 1e-5)) + ", False)");
+}
+
+// GroupNormalization: opset 21 scales and shifts each channel, as torch does; opsets 18-20
+// each group, so their scale and bias are repeated over the channels of a group.
+void map_group_norm(const Node& n) {
+  auto x = n.in(0);
+  auto groups = std::to_string(n.attr_int("num_groups", 1));
+  auto scale = n.in(1), bias = n.in(2);
+  if (n.opset() < 21) {
+    std::string per_group = ", " + x + ".size(1) // " + groups + ", 0)";
+    scale = "torch.repeat_interleave(" + scale + per_group;
+    bias = "torch.repeat_interleave(" + bias + per_group;
+  }
+  n.assign(0, "torch.group_norm(" + x + ", " + groups + ", " + scale + ", " + bias + ", " +
+                  float_literal(n.attr_float("epsilon", 1e-5)) + ", False)");
+}
+
+// RMSNormalization (23): x / sqrt(mean(x^2 over the dims from axis on) + epsilon) * scale.
+void map_rms_norm(const Node& n) {
+  auto x = n.in(0);
+  auto axis = n.attr_int("axis", -1);
+  std::string dims;
+  if (auto rank = n.rank(0)) {
+    std::vector<std::int64_t> list;
+    for (auto d = axis < 0 ? axis + *rank : axis; d < *rank; ++d) list.push_back(d);
+    dims = int_list_literal(list);
+  } else {
+    std::string d = n.temp("_d");
+    dims = "[" + d + " for " + d + " in range(" + n.axis(axis, 0) + ", " + x + ".dim())]";
+  }
+  std::string mean_square = "torch.mean(torch.mul(" + x + ", " + x + "), " + dims + ", True)";
+  n.assign(0, "torch.mul(torch.mul(" + x + ", torch.rsqrt(torch.add(" + mean_square + ", " +
+                  float_literal(n.attr_float("epsilon", 1e-5)) + "))), " + n.in(1) + ")");
+}
+
+// RotaryEmbedding (23): X is [B, heads, S, D] or [B, S, heads * D]; the first
+// rotary_embedding_dim (default D) of each head turn by the angles of cos and sin ([B, S, r/2],
+// or [positions, r/2] looked up by position_ids), as halves or (interleaved) as even/odd pairs.
+void map_rotary_embedding(const Node& n) {
+  auto x = n.in(0);
+  auto rank = n.rank(0);
+  if (rank != 3 && rank != 4) n.unsupported("rotates a tensor that is not 3-D or 4-D");
+  auto heads = n.attr_int("num_heads", 0);
+  if (rank == 3 && heads <= 0) n.unsupported("takes a 3-D input without num_heads");
+  std::string h = n.temp("_x"), rd = n.temp("_r"), rot = n.temp("_o"), pass = n.temp("_q");
+  std::string c = n.temp("_c"), s = n.temp("_s"), x1 = n.temp("_u"), x2 = n.temp("_v"), y = n.temp("_y");
+  n.line(h + " = " + (rank == 4 ? "torch.transpose(" + x + ", 1, 2)"
+                                : x + ".reshape([" + x + ".size(0), " + x + ".size(1), " + std::to_string(heads) + ", -1])"));
+  auto dim = n.attr_int("rotary_embedding_dim", 0);
+  n.line(rd + " = " + (dim > 0 ? std::to_string(dim) : h + ".size(3)"));
+  n.line(rot + " = torch.slice(" + h + ", 3, 0, " + rd + ")");
+  n.line(pass + " = torch.slice(" + h + ", 3, " + rd + ", " + h + ".size(3))");
+  auto angle = [&](int input) {
+    return n.has(3) ? "torch.embedding(" + n.in(input) + ", " + n.in(3) + ".to(" + n.in(input) + ".device))" : n.in(input);
+  };
+  n.line(c + " = torch.unsqueeze(" + angle(1) + ", 2)");
+  n.line(s + " = torch.unsqueeze(" + angle(2) + ", 2)");
+  bool interleaved = n.attr_int("interleaved", 0) != 0;
+  if (interleaved) {
+    n.line(x1 + " = torch.slice(" + rot + ", 3, 0, " + rd + ", 2)");
+    n.line(x2 + " = torch.slice(" + rot + ", 3, 1, " + rd + ", 2)");
+  } else {
+    std::string halves = n.temp("_h");
+    n.line(halves + " = torch.chunk(" + rot + ", 2, 3)");
+    n.line(x1 + " = " + halves + "[0]");
+    n.line(x2 + " = " + halves + "[1]");
+  }
+  std::string real = "torch.sub(torch.mul(" + c + ", " + x1 + "), torch.mul(" + s + ", " + x2 + "))";
+  std::string imag = "torch.add(torch.mul(" + s + ", " + x1 + "), torch.mul(" + c + ", " + x2 + "))";
+  std::string turned = interleaved ? "torch.stack([" + real + ", " + imag + "], -1).reshape(" + rot + ".size())"
+                                   : "torch.cat([" + real + ", " + imag + "], -1)";
+  n.line(y + " = torch.cat([" + turned + ", " + pass + "], -1)");
+  n.assign(0, rank == 4 ? "torch.transpose(" + y + ", 1, 2)" : y + ".reshape(" + x + ".size())");
+}
+
+// Attention (23), composed of matmul and softmax (libtorch 1.13 has no
+// scaled_dot_product_attention), as the ONNX reference computes it (with its errata: grouped
+// K/V heads repeat each head in place, softcap comes before the mask, and the causal mask lets
+// query i see keys up to i + the past's length). Q, K, V are [B, heads, S, E] or [B, S,
+// heads * E] with the head counts as attributes; attn_mask is boolean (True: attend) or added,
+// and a shorter one is padded with masked keys. Outputs: Y; the present key and value (the past
+// followed by K and V); the QK product after the step qk_matmul_output_mode names (0: scaled
+// product, 1: softcap, 2: mask, 3: softmax).
+struct AttentionInputs {
+  std::string q, k, v;  // 4-D
+  std::string past;     // the past's length
+};
+
+AttentionInputs attention_heads(const Node& n) {
+  auto rank = n.rank(0);
+  if (rank != 3 && rank != 4) n.unsupported("attends over tensors that are not 3-D or 4-D");
+  AttentionInputs a{n.temp("_q"), n.temp("_k"), n.temp("_v"), "0"};
+  auto heads = [&](int input, const std::string& attribute) {
+    if (rank == 4) return n.in(input);
+    auto count = n.attr_int(attribute, 0);
+    if (count <= 0) n.unsupported("takes 3-D inputs without " + attribute);
+    auto t = n.in(input);
+    return "torch.transpose(" + t + ".reshape([" + t + ".size(0), " + t + ".size(1), " + std::to_string(count) +
+           ", -1]), 1, 2)";
+  };
+  n.line(a.q + " = " + heads(0, "q_num_heads"));
+  n.line(a.k + " = " + heads(1, "kv_num_heads"));
+  n.line(a.v + " = " + heads(2, "kv_num_heads"));
+  if (n.has(4)) {
+    a.past = n.in(4) + ".size(2)";
+    n.line(a.k + " = torch.cat([" + n.in(4) + ", " + a.k + "], 2)");
+  }
+  if (n.has(5)) n.line(a.v + " = torch.cat([" + n.in(5) + ", " + a.v + "], 2)");
+  if (n.used(1)) n.assign(1, a.k);
+  if (n.used(2)) n.assign(2, a.v);
+  return a;
+}
+
+// The additive bias of attn_mask and is_causal, [.., S, L], or empty when there is none.
+std::string attention_bias(const Node& n, const AttentionInputs& a) {
+  std::string bias;
+  auto options = ", dtype=" + a.q + ".dtype, device=" + a.q + ".device)";
+  if (n.has(3)) {
+    auto mask = n.in(3) + ".to(" + a.q + ".device)";  // a small constant mask is inline, on the CPU
+    bias = n.temp("_m");
+    if (n.dtype(3) == ir::DType::kBool) {
+      n.line(bias + " = torch.masked_fill(torch.zeros(" + mask + ".size()" + options + ", torch.logical_not(" + mask +
+             "), float(\"-inf\"))");
+    } else {
+      n.line(bias + " = " + mask);
+    }
+    n.line("if " + bias + ".size(-1) < " + a.k + ".size(2):");
+    n.line("    " + bias + " = torch.constant_pad_nd(" + bias + ", [0, " + a.k + ".size(2) - " + bias +
+           ".size(-1)], float(\"-inf\"))");
+  }
+  if (n.attr_int("is_causal", 0)) {
+    std::string causal = "torch.triu(torch.full([" + a.q + ".size(2), " + a.k + ".size(2)], float(\"-inf\")" + options +
+                         ", " + a.past + " + 1)";
+    if (bias.empty()) return causal;
+    n.line(bias + " = torch.add(" + bias + ", " + causal + ")");
+  }
+  return bias;
+}
+
+void map_attention(const Node& n) {
+  auto mode = n.attr_int("qk_matmul_output_mode", 0);
+  if (mode < 0 || mode > 3) n.unsupported("has qk_matmul_output_mode " + std::to_string(mode));
+  auto a = attention_heads(n);
+  std::string k = n.temp("_k"), v = n.temp("_v"), scores = n.temp("_w"), probs = n.temp("_p"), y = n.temp("_y");
+  // Grouped-query attention: each K/V head serves the query heads next to each other.
+  n.line(k + " = " + a.k);
+  n.line(v + " = " + a.v);
+  n.line("if " + a.q + ".size(1) != " + a.k + ".size(1):");
+  n.line("    " + k + " = torch.repeat_interleave(" + a.k + ", " + a.q + ".size(1) // " + a.k + ".size(1), 1)");
+  n.line("    " + v + " = torch.repeat_interleave(" + a.v + ", " + a.q + ".size(1) // " + a.v + ".size(1), 1)");
+  std::string scale = n.attr("scale") ? float_literal(n.attr_float("scale", 1.0))
+                                      : "1.0 / (float(" + a.q + ".size(3)) ** 0.5)";
+  n.line(scores + " = torch.mul(torch.matmul(" + a.q + ", torch.transpose(" + k + ", -2, -1)), " + scale + ")");
+  auto stage_output = [&](int step) {
+    if (mode == step && n.used(3)) n.assign(3, step == 3 ? probs : scores);
+  };
+  stage_output(0);
+  if (auto cap = n.attr_float("softcap", 0.0); cap > 0) {
+    n.line(scores + " = torch.mul(torch.tanh(torch.div(" + scores + ", " + float_literal(cap) + ")), " +
+           float_literal(cap) + ")");
+  }
+  stage_output(1);
+  auto bias = attention_bias(n, a);
+  if (!bias.empty()) n.line(scores + " = torch.add(" + scores + ", " + bias + ")");
+  stage_output(2);
+  if (n.attr("softmax_precision")) {
+    int type = scalar_type_of_onnx(n, static_cast<int>(n.attr_int("softmax_precision", 1)));
+    n.line(probs + " = torch.softmax(" + scores + ".to(" + std::to_string(type) + "), -1).to(" + a.q + ".dtype)");
+  } else {
+    n.line(probs + " = torch.softmax(" + scores + ", -1)");
+  }
+  stage_output(3);
+  n.line(y + " = torch.matmul(" + probs + ", " + v + ")");
+  n.assign(0, n.rank(0) == 4 ? y : "torch.transpose(" + y + ", 1, 2).reshape([" + y + ".size(0), " + y + ".size(2), -1])");
+}
+
+// Resize, one axis at a time, as the ONNX reference computes it: output position o maps to the
+// input coordinate x (coordinate_transformation_mode); nearest picks one input, linear and
+// cubic weigh the taps around x with their kernel (stretched by 1 / scale where antialias
+// downscales, then normalised), edge values repeating beyond the ends. The taps are gathered
+// with index_select, so the gradient flows to the input. Coordinates and weights are float64,
+// as the reference's.
+const std::map<std::string, std::string> kResizeCoordinates = {
+    // {o}: output positions, {s}: scale, {n}: input size, {w}: output size (float, scale * n)
+    {"half_pixel", "({o} + 0.5) / {s} - 0.5"},
+    {"asymmetric", "{o} / {s}"},
+    {"pytorch_half_pixel", "({o} + 0.5) / {s} - 0.5 if {w} != 1.0 else torch.full_like({o}, -0.5)"},
+    {"align_corners", "{o} * (float({n}) - 1.0) / ({w} - 1.0) if {w} != 1.0 else torch.zeros_like({o})"},
+    {"half_pixel_symmetric",
+     "float({n}) / 2.0 * (1.0 - float({z}) / {w}) + ({o} + 0.5) / {s} - 0.5"},  // {z}: output size (int)
+};
+const std::map<std::string, std::string> kNearestRounding = {
+    {"round_prefer_floor", "torch.ceil({0} - 0.5)"},
+    {"round_prefer_ceil", "torch.floor({0} + 0.5)"},
+    {"floor", "torch.floor({0})"},
+    {"ceil", "torch.ceil({0})"},
+};
+
+std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+  for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) text.replace(at, from.size(), to);
+  return text;
+}
+
+// The kernel of linear or cubic interpolation at float64 distances d ([taps, out]).
+std::string resize_kernel(const Node& n, bool cubic, const std::string& d) {
+  if (!cubic) return "torch.clamp(1.0 - torch.abs(" + d + "), 0.0, 1.0)";
+  double a = n.attr_float("cubic_coeff_a", -0.75);
+  auto A = [&](double k) { return float_literal(k * a, false); };
+  std::string t = n.temp("_t");
+  n.line("        " + t + " = torch.abs(" + d + ")");
+  return "torch.where(" + t + " <= 1.0, ((" + float_literal(a + 2, false) + " * " + t + " - " + float_literal(a + 3, false) +
+         ") * " + t + " * " + t + " + 1.0), torch.where(" + t + " < 2.0, ((" + A(1) + " * " + t + " - " + A(5) + ") * " + t +
+         " + " + A(8) + ") * " + t + " - " + A(4) + ", torch.zeros_like(" + t + ")))";
+}
+
+// The lines that resample `y` along dim `d` to `size` outputs at `scale`; indented in a loop.
+void resample_axis(const Node& n, const std::string& y, const std::string& d, const std::string& size,
+                   const std::string& scale) {
+  const std::string in = "        ";
+  auto mode = n.attr_string("mode", "nearest");
+  auto coordinates = kResizeCoordinates.find(n.attr_string("coordinate_transformation_mode", "half_pixel"));
+  if (coordinates == kResizeCoordinates.end()) {
+    n.unsupported("maps coordinates by '" + n.attr_string("coordinate_transformation_mode", "") + "'");
+  }
+  std::string count = n.temp("_n"), o = n.temp("_o"), x = n.temp("_x");
+  n.line(in + count + " = " + y + ".size(" + d + ")");
+  n.line(in + o + " = torch.arange(" + size + ", dtype=7, device=" + y + ".device)");
+  std::string w = "(" + scale + " * float(" + count + "))";
+  std::string coordinate = replace_all(replace_all(replace_all(replace_all(coordinates->second, "{o}", o), "{s}", scale),
+                                                   "{n}", count), "{w}", w);
+  n.line(in + x + " = " + replace_all(coordinate, "{z}", size));
+  if (mode == "nearest") {
+    auto rounding = kNearestRounding.find(n.attr_string("nearest_mode", "round_prefer_floor"));
+    if (rounding == kNearestRounding.end()) n.unsupported("rounds by '" + n.attr_string("nearest_mode", "") + "'");
+    n.line(in + y + " = torch.index_select(" + y + ", " + d + ", torch.clamp(" + format(rounding->second, {x}) + ", 0.0, float(" +
+           count + " - 1)).to(4))");
+    return;
+  }
+  if (mode != "linear" && mode != "cubic") n.unsupported("interpolates by '" + mode + "'");
+  bool cubic = mode == "cubic", antialias = n.attr_int("antialias", 0) != 0;
+  bool exclude = n.attr_int("exclude_outside", 0) != 0;
+  // Taps from `first` on, around x's integer below (ratio in (0, 1]), reach (1 or 2) / stretch.
+  std::string stretch = n.temp("_s"), reach = n.temp("_q"), first = n.temp("_f"), base = n.temp("_b");
+  std::string taps = n.temp("_t"), weight = n.temp("_w"), index = n.temp("_j"), shape = n.temp("_l"), acc = n.temp("_y");
+  std::string m = n.temp("_m"), e = n.temp("_e");
+  n.line(in + stretch + " = " + (antialias ? "min(" + scale + ", 1.0)" : "1.0"));
+  n.line(in + reach + " = -" + (cubic ? "2.0" : "1.0") + " / " + stretch);
+  n.line(in + first + " = int(" + reach + ")");
+  n.line(in + "if float(" + first + ") > " + reach + ":");
+  n.line(in + "    " + first + " = " + first + " - 1");
+  n.line(in + first + " = " + first + " + 1");
+  n.line(in + base + " = torch.ceil(" + x + ") - 1.0");
+  n.line(in + taps + " = torch.unsqueeze(torch.arange(" + first + ", 2 - " + first + ", dtype=7, device=" + y + ".device), 1)");
+  n.line(in + weight + " = " + resize_kernel(n, cubic, "(" + taps + " - torch.unsqueeze(" + x + " - " + base + ", 0)) * " + stretch));
+  n.line(in + index + " = " + taps + " + torch.unsqueeze(" + base + ", 0)");
+  if (exclude) {
+    n.line(in + weight + " = torch.where((" + index + " < 0.0) | (" + index + " > float(" + count + " - 1)), torch.zeros_like(" +
+           weight + "), " + weight + ")");
+  }
+  if (antialias || exclude) n.line(in + weight + " = " + weight + " / torch.sum(" + weight + ", 0, True)");
+  n.line(in + index + " = torch.clamp(" + index + ", 0.0, float(" + count + " - 1)).to(4)");
+  n.line(in + weight + " = " + weight + ".to(" + y + ".dtype)");
+  n.line(in + shape + ": List[int] = [1 for " + e + " in range(" + y + ".dim())]");
+  n.line(in + shape + "[" + d + "] = " + size);
+  n.line(in + acc + " = torch.index_select(" + y + ", " + d + ", " + index + "[0]) * " + weight + "[0].reshape(" + shape + ")");
+  n.line(in + "for " + m + " in range(1, " + index + ".size(0)):");
+  n.line(in + "    " + acc + " = " + acc + " + torch.index_select(" + y + ", " + d + ", " + index + "[" + m + "]) * " + weight + "[" +
+         m + "].reshape(" + shape + ")");
+  n.line(in + y + " = " + acc);
+}
+
+// Resize (opsets 11-19): scales (input 2) or sizes (input 3) for every dim or, from opset 18,
+// for the dims of `axes`, the sizes under keep_aspect_ratio_policy. Axes at scale 1 and of the
+// same size are left alone, so N and C cost nothing.
+void map_resize(const Node& n) {
+  if (n.attr_string("mode", "nearest") == "nearest" && n.attr_int("antialias", 0)) n.unsupported("antialiases nearest");
+  auto x = n.in(0);
+  std::string axes = n.temp("_a"), sizes = n.temp("_z"), scales = n.temp("_c"), k = n.temp("_k"), d = n.temp("_d");
+  std::string y = n.temp("_y");
+  if (auto list = n.attr_ints("axes")) n.line(axes + ": List[int] = " + int_list_literal(*list));
+  else n.line(axes + ": List[int] = [" + d + " for " + d + " in range(" + x + ".dim())]");
+  n.line("for " + k + " in range(len(" + axes + ")):");
+  n.line("    if " + axes + "[" + k + "] < 0:");
+  n.line("        " + axes + "[" + k + "] = " + axes + "[" + k + "] + " + x + ".dim()");
+  auto in_size = [&](const std::string& index) { return "float(" + x + ".size(" + axes + "[" + index + "]))"; };
+  if (n.has(3)) {
+    n.line(sizes + ": List[int] = " + n.int_list(3));
+    n.line(scales + ": List[float] = [float(" + sizes + "[" + k + "]) / " + in_size(k) + " for " + k + " in range(len(" +
+           axes + "))]");
+    auto policy = n.attr_string("keep_aspect_ratio_policy", "stretch");
+    if (policy == "not_larger" || policy == "not_smaller") {
+      std::string s = n.temp("_s");
+      n.line(s + " = " + (policy == "not_larger" ? "min(" : "max(") + scales + ")");
+      n.line(scales + " = [" + s + " for " + k + " in range(len(" + axes + "))]");
+      n.line(sizes + " = [int(" + s + " * " + in_size(k) + " + 0.5) for " + k + " in range(len(" + axes + "))]");
+    } else if (policy != "stretch") {
+      n.unsupported("keeps the aspect ratio by '" + policy + "'");
+    }
+  } else {
+    n.line(scales + ": List[float] = " + n.in(2) + ".tolist()");
+    n.line(sizes + ": List[int] = [int(" + in_size(k) + " * " + scales + "[" + k + "]) for " + k + " in range(len(" + axes +
+           "))]");
+  }
+  n.line(y + " = " + x);
+  n.line("for " + k + " in range(len(" + axes + ")):");
+  n.line("    if " + sizes + "[" + k + "] != " + y + ".size(" + axes + "[" + k + "]) or " + scales + "[" + k + "] != 1.0:");
+  resample_axis(n, y, axes + "[" + k + "]", sizes + "[" + k + "]", scales + "[" + k + "]");
+  n.assign(0, y);
+}
+
+// ScatterElements: reductions of opsets 16 and 18 are scatter_reduce's, with the input's own
+// values included; negative indices count from the end.
+void map_scatter_elements(const Node& n) {
+  static const std::map<std::string, std::string> kReduce = {
+      {"add", "sum"}, {"mul", "prod"}, {"max", "amax"}, {"min", "amin"}};
+  auto data = n.in(0), indices = n.in(1);
+  auto axis = n.axis(n.attr_int("axis", 0), 0);
+  std::string index = n.temp("_i");
+  // Small constant indices are written inline, on the CPU: moved to the data's device.
+  n.line(index + " = torch.where(" + indices + " < 0, " + indices + " + " + data + ".size(" + axis + "), " + indices + ").to(" +
+         data + ".device)");
+  auto reduction = n.attr_string("reduction", "none");
+  if (reduction == "none") return n.assign(0, "torch.scatter(" + data + ", " + axis + ", " + index + ", " + n.in(2) + ")");
+  auto reduce = kReduce.find(reduction);
+  if (reduce == kReduce.end()) n.unsupported("reduces by '" + reduction + "'");
+  n.assign(0, "torch.scatter_reduce(" + data + ", " + axis + ", " + index + ", " + n.in(2) + ", \"" + reduce->second +
+                  "\", include_self=True)");
+}
+
+// ScatterND: the last dim of indices addresses the first k dims of data; with them flattened
+// into one (a row-major linear index), it is index_put (add: accumulating) or index_reduce.
+void map_scatter_nd(const Node& n) {
+  static const std::map<std::string, std::string> kReduce = {{"mul", "prod"}, {"max", "amax"}, {"min", "amin"}};
+  auto data = n.in(0), indices = n.in(1);
+  std::string linear = n.temp("_i"), m = n.temp("_m"), c = n.temp("_c"), rest = n.temp("_r"), flat = n.temp("_f");
+  std::string where = n.temp("_w");
+  n.line(linear + " = torch.zeros_like(torch.select(" + indices + ", -1, 0))");
+  n.line("for " + m + " in range(" + indices + ".size(-1)):");
+  n.line("    " + c + " = torch.select(" + indices + ", -1, " + m + ")");
+  n.line("    " + c + " = torch.where(" + c + " < 0, " + c + " + " + data + ".size(" + m + "), " + c + ")");
+  n.line("    " + linear + " = " + linear + " * " + data + ".size(" + m + ") + " + c);
+  n.line(rest + ": List[int] = " + data + ".size()[" + indices + ".size(-1):]");
+  n.line(flat + " = " + data + ".reshape([-1] + " + rest + ")");
+  std::string updates = n.in(2) + ".reshape([-1] + " + rest + ")";
+  n.line(linear + " = " + linear + ".reshape([-1]).to(" + data + ".device)");  // from inline indices, on the CPU
+  n.line(where + ": List[Optional[Tensor]] = [" + linear + "]");
+  auto reduction = n.attr_string("reduction", "none");
+  std::string scattered;
+  if (reduction == "none" || reduction == "add") {
+    scattered = "torch.index_put(" + flat + ", " + where + ", " + updates + (reduction == "add" ? ", True)" : ")");
+  } else if (auto reduce = kReduce.find(reduction); reduce != kReduce.end()) {
+    scattered = "torch.index_reduce(" + flat + ", 0, " + linear + ", " + updates + ", \"" + reduce->second +
+                "\", include_self=True)";
+  } else {
+    n.unsupported("reduces by '" + reduction + "'");
+  }
+  n.assign(0, scattered + ".reshape(" + data + ".size())");
+}
+
 const std::map<std::string, Mapping>& mappings() {
   static const std::map<std::string, Mapping> table = [] {
     std::map<std::string, Mapping> m = {
@@ -1536,12 +1978,17 @@ const std::map<std::string, Mapping>& mappings() {
         {"GlobalMaxPool", map_global_pool},
         {"BatchNormalization", map_batch_norm},
         {"LayerNormalization", map_layer_norm},
+        {"InstanceNormalization", map_instance_norm},
+        {"GroupNormalization", map_group_norm},
+        {"RMSNormalization", map_rms_norm},
+        {"RotaryEmbedding", map_rotary_embedding},
+        {"Attention", map_attention},
+        {"Gelu", map_gelu},
+        {"ScatterElements", map_scatter_elements},
+        {"ScatterND", map_scatter_nd},
+        {"Resize", map_resize},
         {"Softmax", map_softmax},
         {"LogSoftmax", map_softmax},
-        {"ReduceMean", map_reduce},
-        {"ReduceSum", map_reduce},
-        {"ReduceMax", map_reduce},
-        {"ReduceMin", map_reduce},
         {"ReduceProd", map_reduce},
         {"Dropout", map_dropout},
         {"Clip", map_clip},
@@ -1551,6 +1998,7 @@ const std::map<std::string, Mapping>& mappings() {
         {"Einsum", map_einsum},
     };
     for (const auto& [op, pattern] : kElementwise) m[op] = map_elementwise;
+    for (const auto& [op, pattern] : kReductions) m[op] = map_reduce;
     return m;
   }();
   return table;

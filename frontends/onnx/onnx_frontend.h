@@ -8,7 +8,7 @@
 #include <string>
 
 #include "compiler/model.h"
-#include "compiler/onnx_stage_source.h"
+#include "frontends/onnx/onnx_stage_source.h"
 
 namespace onnx {
 class ModelProto;

@@ -1,4 +1,4 @@
-#include "compiler/onnx_frontend.h"
+#include "frontends/onnx/onnx_frontend.h"
 
 #include <google/protobuf/stubs/logging.h>
 #include <onnx/checker.h>
@@ -14,9 +14,11 @@
 #include <set>
 #include <unordered_map>
 
-#include "compiler/onnx_shape_arithmetic.h"
+#include "frontends/onnx/onnx_opsets.h"
+#include "frontends/onnx/onnx_shape_arithmetic.h"
 #include "ir/batch_dims.h"
 #include "support/error.h"
+#include "support/input_file.h"
 
 namespace rannc {
 namespace {
@@ -34,14 +36,20 @@ std::string op_kind(const onnx::NodeProto& node) {
   return (default_domain ? std::string("onnx") : node.domain()) + "::" + node.op_type();
 }
 
+// Names come from the file: quoted short, control characters escaped, so the error stays one line.
+std::string quoted(const std::string& name) { return "'" + text_excerpt(name) + "'"; }
+
 std::string node_label(const onnx::NodeProto& node, int index) {
-  return node.name().empty() ? "#" + std::to_string(index) : "'" + node.name() + "'";
+  return node.name().empty() ? "#" + std::to_string(index) : quoted(node.name());
 }
 
 std::shared_ptr<onnx::ModelProto> parse_model(const std::string& path) {
   auto proto = std::make_shared<onnx::ModelProto>();
   std::ifstream in(path, std::ios::binary);
-  if (!proto->ParseFromIstream(&in)) throw InputError(path + ": not an ONNX model (the protobuf does not parse)");
+  if (!proto->ParseFromIstream(&in)) {
+    throw InputError(path + ": not an ONNX model (the protobuf does not parse), nor a zip archive (TorchScript, "
+                            "torch.export .pt2)");
+  }
   if (!proto->has_graph() || proto->graph().node_size() == 0) throw InputError(path + ": not an ONNX model (no graph)");
   return proto;
 }
@@ -49,6 +57,53 @@ std::shared_ptr<onnx::ModelProto> parse_model(const std::string& path) {
 std::vector<std::int64_t> dims_of(const TensorProto& tensor) { return {tensor.dims().begin(), tensor.dims().end()}; }
 
 std::string canonical_domain(const std::string& domain) { return domain == "ai.onnx" ? "" : domain; }
+
+// The version of the default (ai.onnx) opset the model imports; 0 when it imports none.
+int default_opset(const onnx::ModelProto& proto) {
+  for (const auto& import : proto.opset_import()) {
+    if (canonical_domain(import.domain()).empty()) return static_cast<int>(import.version());
+  }
+  return 0;
+}
+
+// The newest default opset the linked ONNX library knows (17 for ONNX 1.12, 22 for 1.17).
+int library_opset() {
+  const auto& map = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+  auto it = map.find("");
+  return it == map.end() ? onnx_opsets::kLibraryOpset : it->second.second;
+}
+
+// Whether the linked library's checker and shape inference know the model's opset and IR
+// version. A newer model is checked and inferred here instead (onnx_opsets.h).
+bool library_reads(const onnx::ModelProto& proto) {
+  return proto.ir_version() <= onnx::IR_VERSION && default_opset(proto) <= library_opset();
+}
+
+// The op schema the library has for a default-domain op at `opset` (its newest version at or
+// below it), or nullptr.
+const onnx::OpSchema* library_schema(const std::string& op, int opset) {
+  return onnx::OpSchemaRegistry::Schema(op, std::min(opset, library_opset()), "");
+}
+
+// Whether an op type of the default domain exists at `opset`, in the library or in the table of
+// newer forms.
+bool known_op(const std::string& op, int opset) {
+  return library_schema(op, opset) != nullptr || onnx_opsets::op_form(op, opset) != nullptr;
+}
+
+// Opsets and IR versions beyond what this frontend reads are refused whatever the library knows:
+// the stage writer maps ops as opsets up to 23 define them.
+void check_versions(const std::string& path, const onnx::ModelProto& proto) {
+  if (proto.ir_version() > onnx_opsets::kMaxIrVersion) {
+    throw InputError(path + ": ONNX IR version " + std::to_string(proto.ir_version()) +
+                     " is newer than this build reads (up to " + std::to_string(onnx_opsets::kMaxIrVersion) + ")");
+  }
+  int opset = default_opset(proto);
+  if (opset > onnx_opsets::kMaxOpset) {
+    throw InputError(path + ": ONNX opset " + std::to_string(opset) + " is newer than this build reads (up to " +
+                     std::to_string(onnx_opsets::kMaxOpset) + ")");
+  }
+}
 
 // Rejects ops outside the ONNX standard (custom domains, unknown op types) with a message that
 // names them; the checker would reject them too, but less clearly.
@@ -65,8 +120,11 @@ void check_ops_known(const std::string& path, const onnx::ModelProto& proto) {
     std::string domain = canonical_domain(node.domain());
     auto opset = opsets.find(domain);
     if (functions.count({domain, node.op_type()})) continue;
-    if (opset == opsets.end() || !onnx::OpSchemaRegistry::Schema(node.op_type(), opset->second, domain)) {
-      throw InputError(path + ": unsupported op '" + op_kind(node) + "' (node " + node_label(node, i) + ")");
+    bool known = opset != opsets.end() &&
+                 (domain.empty() ? known_op(node.op_type(), opset->second)
+                                 : onnx::OpSchemaRegistry::Schema(node.op_type(), opset->second, domain) != nullptr);
+    if (!known) {
+      throw InputError(path + ": unsupported op " + quoted(op_kind(node)) + " (node " + node_label(node, i) + ")");
     }
   }
 }
@@ -75,19 +133,26 @@ void check_ops_known(const std::string& path, const onnx::ModelProto& proto) {
 // of If/Loop/Scan at any depth. Walked with an explicit stack: the depth of nesting is the
 // file's to choose, never our call stack's.
 template <typename Visit>
-void for_each_node(const onnx::GraphProto& graph, Visit visit) {
+void for_each_graph(const onnx::GraphProto& graph, Visit visit) {
   std::vector<const onnx::GraphProto*> pending = {&graph};
   while (!pending.empty()) {
     const auto* current = pending.back();
     pending.pop_back();
+    visit(*current);
     for (const auto& node : current->node()) {
-      visit(node);
       for (const auto& attr : node.attribute()) {
         if (attr.has_g()) pending.push_back(&attr.g());
         for (const auto& sub : attr.graphs()) pending.push_back(&sub);
       }
     }
   }
+}
+
+template <typename Visit>
+void for_each_node(const onnx::GraphProto& graph, Visit visit) {
+  for_each_graph(graph, [&](const onnx::GraphProto& current) {
+    for (const auto& node : current.node()) visit(node);
+  });
 }
 
 // Model-local functions that call themselves, directly or through others, would send ONNX shape
@@ -180,6 +245,139 @@ void check_structure(const std::string& path, const onnx::ModelProto& skeleton) 
   } catch (const std::exception& e) {
     throw InputError(path + ": invalid ONNX model: " + first_line(e.what()));
   }
+}
+
+// --- What the checker checks, for models newer than the library (onnx_opsets.h) ---
+
+InputError invalid_model(const std::string& path, const std::string& what) {
+  return InputError(path + ": invalid ONNX model: " + what);
+}
+
+std::string node_description(const onnx::NodeProto& node) {
+  return "node " + (node.name().empty() ? std::string("(unnamed)") : quoted(node.name())) + " (" +
+         text_excerpt(node.op_type()) + ")";
+}
+
+// The main graph reads each value after the node or input that defines it, and defines it once;
+// subgraphs (If, Loop, Scan bodies) may also read values of the scopes around them, so their
+// reads are checked against every name of the model.
+void check_names_defined(const std::string& path, const onnx::GraphProto& graph) {
+  std::set<std::string> everywhere;
+  for_each_graph(graph, [&](const onnx::GraphProto& g) {
+    for (const auto& input : g.input()) everywhere.insert(input.name());
+    for (const auto& init : g.initializer()) everywhere.insert(init.name());
+    for (const auto& node : g.node()) everywhere.insert(node.output().begin(), node.output().end());
+  });
+  std::set<std::string> defined;
+  for (const auto& input : graph.input()) defined.insert(input.name());
+  for (const auto& init : graph.initializer()) defined.insert(init.name());
+  for (const auto& node : graph.node()) {
+    for (const auto& name : node.input()) {
+      if (!name.empty() && !defined.count(name)) {
+        throw invalid_model(path, node_description(node) + " reads " + quoted(name) + ", which nothing before it defines");
+      }
+    }
+    for (const auto& name : node.output()) {
+      if (!name.empty() && !defined.insert(name).second) {
+        throw invalid_model(path, quoted(name) + " is defined twice (again by " + node_description(node) + ")");
+      }
+    }
+  }
+  for (const auto& output : graph.output()) {
+    if (!defined.count(output.name())) throw invalid_model(path, "graph output " + quoted(output.name()) + " is never defined");
+  }
+  for_each_node(graph, [&](const onnx::NodeProto& node) {
+    for (const auto& name : node.input()) {
+      if (!name.empty() && !everywhere.count(name)) {
+        throw invalid_model(path, node_description(node) + " reads " + quoted(name) + ", which nothing defines");
+      }
+    }
+  });
+}
+
+std::string attribute_type_name(int type) {
+  return onnx::AttributeProto_AttributeType_IsValid(type)
+             ? onnx::AttributeProto_AttributeType_Name(static_cast<onnx::AttributeProto::AttributeType>(type))
+             : std::to_string(type);
+}
+
+// The input and output counts and the attributes of one default-domain node, against the form
+// of onnx_opsets.h or else the library's schema of the op.
+struct OpSignature {
+  std::string name;  // "ReduceMean-18"
+  int min_inputs = 0, max_inputs = 0, min_outputs = 0, max_outputs = 0;
+  std::map<std::string, onnx_opsets::AttributeSpec> attributes;
+};
+
+std::optional<OpSignature> signature_of(const std::string& op, int opset) {
+  OpSignature sig;
+  if (const auto* form = onnx_opsets::op_form(op, opset)) {
+    sig = {op + "-" + std::to_string(form->since), form->min_inputs, form->max_inputs, form->min_outputs,
+           form->max_outputs, {}};
+    for (const auto& attr : form->attributes) sig.attributes[attr.name] = attr;
+    return sig;
+  }
+  const auto* schema = library_schema(op, opset);
+  if (!schema) return std::nullopt;
+  sig = {op + "-" + std::to_string(schema->SinceVersion()), schema->min_input(), schema->max_input(),
+         schema->min_output(), schema->max_output(), {}};
+  for (const auto& [name, attr] : schema->attributes()) sig.attributes[name] = {"", attr.type, attr.required};
+  return sig;
+}
+
+void check_node_signature(const std::string& path, const onnx::NodeProto& node, const OpSignature& sig) {
+  auto range = [](int low, int high) {
+    return high == low ? std::to_string(low) : std::to_string(low) + " to " + (high == INT_MAX ? "any" : std::to_string(high));
+  };
+  if (node.input_size() < sig.min_inputs || node.input_size() > sig.max_inputs) {
+    throw invalid_model(path, node_description(node) + " has " + std::to_string(node.input_size()) + " inputs; " +
+                                  sig.name + " takes " + range(sig.min_inputs, sig.max_inputs));
+  }
+  if (node.output_size() < sig.min_outputs || node.output_size() > sig.max_outputs) {
+    throw invalid_model(path, node_description(node) + " has " + std::to_string(node.output_size()) + " outputs; " +
+                                  sig.name + " gives " + range(sig.min_outputs, sig.max_outputs));
+  }
+  std::set<std::string> present;
+  for (const auto& attr : node.attribute()) {
+    auto spec = sig.attributes.find(attr.name());
+    if (spec == sig.attributes.end()) {
+      throw invalid_model(path, node_description(node) + " has attribute " + quoted(attr.name()) + ", which " + sig.name +
+                                    " does not define");
+    }
+    if (attr.type() != spec->second.type) {
+      throw invalid_model(path, "attribute '" + attr.name() + "' of " + node_description(node) + " is " +
+                                    attribute_type_name(attr.type()) + "; " + sig.name + " defines it as " +
+                                    attribute_type_name(spec->second.type));
+    }
+    present.insert(attr.name());
+  }
+  for (const auto& [name, spec] : sig.attributes) {
+    if (spec.required && !present.count(name)) {
+      throw invalid_model(path, node_description(node) + " lacks attribute '" + name + "', which " + sig.name + " requires");
+    }
+  }
+}
+
+// For a model the library's checker does not know (opsets 18-23, IR versions 9 and 10): the
+// version bounds, names defined before use and once, and every default-domain node's op,
+// input and output counts and attribute types. Nodes of other domains and calls of the
+// model's own functions are left to check_ops_known.
+void check_newer_structure(const std::string& path, const onnx::ModelProto& proto) {
+  if (proto.ir_version() < 3) {
+    throw invalid_model(path, "IR version " + std::to_string(proto.ir_version()) + " predates opset imports (IR version 3)");
+  }
+  check_names_defined(path, proto.graph());
+  std::set<std::string> functions;
+  for (const auto& function : proto.functions()) {
+    if (canonical_domain(function.domain()).empty()) functions.insert(function.name());
+  }
+  int opset = default_opset(proto);
+  for_each_node(proto.graph(), [&](const onnx::NodeProto& node) {
+    if (!canonical_domain(node.domain()).empty() || functions.count(node.op_type())) return;
+    auto sig = signature_of(node.op_type(), opset);
+    if (!sig) throw InputError(path + ": unsupported op " + quoted(op_kind(node)) + " (" + node_description(node) + ")");
+    check_node_signature(path, node, *sig);
+  });
 }
 
 std::set<std::string> initializer_names(const onnx::GraphProto& graph) {
@@ -327,22 +525,73 @@ onnx::ModelProto with_input_dims(onnx::ModelProto skeleton, const InputDims& inp
 
 using TypeMap = OnnxTypeMap;
 
+// ONNX 1.12's data propagation of Shape dereferences its input's type unchecked, so a Shape that
+// reads a value inference left untyped (after an op it could not infer, or a node of a newer
+// form not typed yet) crashed it. Every value a node makes gets an empty type to start from,
+// which inference fills in where it can.
+void add_empty_types(onnx::GraphProto& graph) {
+  std::set<std::string> typed;
+  for (const auto* list : {&graph.input(), &graph.value_info(), &graph.output()}) {
+    for (const auto& info : *list) typed.insert(info.name());
+  }
+  for (const auto& node : graph.node()) {
+    for (const auto& name : node.output()) {
+      if (name.empty() || !typed.insert(name).second) continue;
+      auto* info = graph.add_value_info();
+      info->set_name(name);
+      info->mutable_type();
+    }
+  }
+}
+
 // Runs ONNX shape inference and returns the type of every named value. Shape arithmetic that
 // inference cannot follow is folded into constants and inference runs again, until nothing
-// more folds.
+// more folds. A model newer than the library is inferred in its opset-17 form, the newer forms'
+// outputs typed by our rules (lower_for_library), until no more of them get a type; inference
+// is strict for it in a last round only, and only when all of them have one (what reads an
+// untyped value cannot be checked).
 TypeMap infer_types(onnx::ModelProto skeleton, bool strict) {
-  onnx::ShapeInferenceOptions options(/*check_type=*/false, /*error_mode=*/strict ? 1 : 0, /*data_prop=*/true);
-  constexpr int kMaxRounds = 256;  // each round can unlock one more Reshape in a chain
-  TypeMap types;
-  for (int round = 0; round < kMaxRounds; ++round) {
-    onnx::ModelProto inferred = skeleton;
-    onnx::shape_inference::InferShapes(inferred, onnx::OpSchemaRegistry::Instance(), options);
-    types.clear();
+  const bool newer = !library_reads(skeleton);
+  auto options = [](bool strict_mode) {
+    return onnx::ShapeInferenceOptions(/*check_type=*/false, /*error_mode=*/strict_mode ? 1 : 0, /*data_prop=*/true);
+  };
+  auto collect = [](const onnx::ModelProto& inferred) {
+    TypeMap types;
     const auto& graph = inferred.graph();
     for (const auto* list : {&graph.input(), &graph.value_info(), &graph.output()}) {
-      for (const auto& info : *list) types[info.name()] = info.type();
+      for (const auto& info : *list) {
+        if (info.type().value_case() != onnx::TypeProto::VALUE_NOT_SET) types[info.name()] = info.type();
+      }
     }
-    if (!fold_shape_arithmetic(*skeleton.mutable_graph(), types)) break;
+    return types;
+  };
+  auto infer = [&](onnx::ModelProto& model, bool strict_mode) {
+    add_empty_types(*model.mutable_graph());
+    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(), options(strict_mode));
+  };
+  // Each round can unlock one more Reshape in a chain, or one more node of a newer form.
+  const int max_rounds = 256 + (newer ? skeleton.graph().node_size() : 0);
+  TypeMap types;
+  std::size_t typed = 0;
+  for (int round = 0; round < max_rounds; ++round) {
+    onnx::ModelProto inferred = skeleton;
+    bool more_typed = false;
+    if (newer) {
+      auto lowered = lower_for_library(skeleton, types);
+      more_typed = lowered.typed > typed;
+      typed = lowered.typed;
+      inferred = std::move(lowered.model);
+    }
+    infer(inferred, strict && !newer);
+    types = collect(inferred);
+    bool folded = fold_shape_arithmetic(*skeleton.mutable_graph(), types);
+    // The first round of a newer model typed nothing of its own: it had no types to start from.
+    bool first_of_newer = newer && round == 0;
+    if (!folded && !more_typed && !first_of_newer) break;
+  }
+  if (newer && strict) {  // the final types, checked as the library checks its own opsets
+    auto lowered = lower_for_library(skeleton, types);
+    if (lowered.complete) infer(lowered.model, true);
   }
   return types;
 }
@@ -683,11 +932,16 @@ void check_fixed_batch(const std::string& path, const onnx::GraphProto& graph, s
 Model load_onnx(const std::string& path, const LoadOptions& options) {
   google::protobuf::SetLogHandler(nullptr);  // parse failures become our one-line error, not log noise
   auto proto = parse_model(path);
+  check_versions(path, *proto);
   check_ops_known(path, *proto);
   check_functions_acyclic(path, *proto);
   check_window_attributes(path, *proto);
   const onnx::ModelProto skeleton = dims_only_copy(*proto);
-  check_structure(path, skeleton);
+  if (library_reads(*proto)) {
+    check_structure(path, skeleton);
+  } else {
+    check_newer_structure(path, *proto);
+  }
   const auto& graph_proto = proto->graph();
   std::vector<std::string> input_names;
   for (const auto* input : batch_inputs(graph_proto)) input_names.push_back(input->name());

@@ -26,4 +26,16 @@ std::optional<std::vector<std::int64_t>> small_int_values(const onnx::TensorProt
 // Returns true when it replaced at least one node.
 bool fold_shape_arithmetic(onnx::GraphProto& graph, const OnnxTypeMap& types);
 
+// Shape inference of a model newer than the linked ONNX library (onnx_opsets.h): the model in
+// opset-17 forms, which every library this builds against infers. A node of a newer form
+// becomes an opset-17 node that infers the same types, or is removed, its outputs typed (as
+// value_info) by rules of our own from `types`, the previous round's, where its inputs' types
+// and constants are known; a later round types what an earlier one could not.
+struct LoweredModel {
+  onnx::ModelProto model;
+  std::size_t typed = 0;  // outputs of removed nodes that have a type
+  bool complete = true;   // whether all of them have one
+};
+LoweredModel lower_for_library(const onnx::ModelProto& model, const OnnxTypeMap& types);
+
 }  // namespace rannc

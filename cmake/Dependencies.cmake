@@ -40,8 +40,13 @@ foreach(_rannc_onnx onnx onnx_proto)
 endforeach()
 find_package(Protobuf REQUIRED)
 find_package(OpenSSL REQUIRED)  # SHA-256 of model files
-find_package(PkgConfig REQUIRED)
-pkg_check_modules(MINIZIP REQUIRED IMPORTED_TARGET minizip)  # .pt2 archives (support/zip_archive.h)
+# .pt2 archives (support/zip_archive.h): Debian's libminizip-dev, found without pkg-config so that
+# .deb files unpacked into a folder on CMAKE_PREFIX_PATH serve as well (docs/gpu.md).
+find_path(MINIZIP_INCLUDE_DIR minizip/unzip.h REQUIRED)
+find_library(MINIZIP_LIBRARY minizip REQUIRED)
+add_library(rannc_minizip INTERFACE IMPORTED)
+target_include_directories(rannc_minizip INTERFACE "${MINIZIP_INCLUDE_DIR}/minizip")
+target_link_libraries(rannc_minizip INTERFACE "${MINIZIP_LIBRARY}")
 find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json 3.11 CONFIG REQUIRED)
 find_package(MPI REQUIRED COMPONENTS CXX)  # rannc-run: rank, rendezvous address, job teardown

@@ -90,19 +90,23 @@ OpCost CostModel::op_cost(ir::OpId id, double batch_fraction) const {
     OpCost loss = loss_cost(batch_fraction);
     cost.fwd_ms += loss.fwd_ms;
     cost.bwd_ms += loss.bwd_ms;
+    cost.fwd_host_ms += loss.fwd_host_ms;
+    cost.bwd_host_ms += loss.bwd_host_ms;
   }
   return cost;
 }
 
 OpCost CostModel::per_op_cost(const PerOp& op, double batch_fraction) const {
   PassTimes roofline = scaled_roofline(op, batch_fraction);
-  if (!op.measured) return {roofline.fwd * 1e3, roofline.bwd * 1e3, CostSource::kRoofline};
-  if (batch_fraction == 1.0) return {op.measured->fwd_ms, op.measured->bwd_ms, CostSource::kMeasured};
-  // Another batch size: the measurement, scaled as the roofline scales.
+  if (!op.measured) return {roofline.fwd * 1e3, roofline.bwd * 1e3, 0, 0, CostSource::kRoofline};
+  const OpMeasurement& m = *op.measured;
+  // The host's time to issue an op does not depend on its sizes.
+  if (batch_fraction == 1.0) return {m.fwd_ms, m.bwd_ms, m.fwd_host_ms, m.bwd_host_ms, CostSource::kMeasured};
+  // Another batch size: the device's time as measured, scaled as the roofline scales.
   PassTimes at_batch = scaled_roofline(op, 1.0);
   auto scale = [](double measured, double now, double then) { return then > 0 ? measured * now / then : measured; };
-  return {scale(op.measured->fwd_ms, roofline.fwd, at_batch.fwd), scale(op.measured->bwd_ms, roofline.bwd, at_batch.bwd),
-          CostSource::kMeasured};
+  return {scale(m.fwd_ms, roofline.fwd, at_batch.fwd), scale(m.bwd_ms, roofline.bwd, at_batch.bwd), m.fwd_host_ms,
+          m.bwd_host_ms, CostSource::kMeasured};
 }
 
 }  // namespace rannc::cost

@@ -24,12 +24,17 @@ constexpr const char* kFormat = "rannc-profile-db";
 constexpr int kVersion = 1;
 
 json to_json(const OpMeasurement& m) {
-  return {{"kind", m.kind},           {"class", m.op_class},
-          {"flops_fwd", m.flops_fwd}, {"bytes_fwd", m.bytes_fwd},
-          {"flops_bwd", m.flops_bwd}, {"bytes_bwd", m.bytes_bwd},
-          {"fwd_ms", m.fwd_ms},       {"bwd_ms", m.bwd_ms},
-          {"fwd_peak_bytes", m.fwd_peak_bytes}, {"retained_bytes", m.retained_bytes},
-          {"bwd_peak_bytes", m.bwd_peak_bytes}, {"reps", m.reps}};
+  json j = {{"kind", m.kind},           {"class", m.op_class},
+            {"flops_fwd", m.flops_fwd}, {"bytes_fwd", m.bytes_fwd},
+            {"flops_bwd", m.flops_bwd}, {"bytes_bwd", m.bytes_bwd},
+            {"fwd_ms", m.fwd_ms},       {"bwd_ms", m.bwd_ms},
+            {"fwd_peak_bytes", m.fwd_peak_bytes}, {"retained_bytes", m.retained_bytes},
+            {"bwd_peak_bytes", m.bwd_peak_bytes}, {"reps", m.reps}};
+  if (m.fwd_host_ms > 0 || m.bwd_host_ms > 0) {  // measured on a GPU
+    j["fwd_host_ms"] = m.fwd_host_ms;
+    j["bwd_host_ms"] = m.bwd_host_ms;
+  }
+  return j;
 }
 
 // A field of the DB with its path ("devices.cpu.ops['aten::linear(...)'].fwd_ms"), so that every
@@ -51,6 +56,7 @@ class Field {
     if (it == value_.end()) throw std::invalid_argument(child(key) + ": missing");
     return Field(*it, child(key));
   }
+  bool has(const char* key) const { return value_.is_object() && value_.contains(key); }
   // The members of an object, each with its key in the path.
   std::vector<std::pair<std::string, Field>> members() const {
     if (!value_.is_object()) fail("expected an object, found " + json_excerpt(value_));
@@ -113,6 +119,8 @@ OpMeasurement measurement_from_json(const Field& f) {
   m.retained_bytes = f["retained_bytes"].count(0, kMaxBytes);
   m.bwd_peak_bytes = f["bwd_peak_bytes"].count(0, kMaxBytes);
   m.reps = static_cast<int>(f["reps"].count(1, kMaxCount));
+  if (f.has("fwd_host_ms")) m.fwd_host_ms = f["fwd_host_ms"].amount(kMaxMs);
+  if (f.has("bwd_host_ms")) m.bwd_host_ms = f["bwd_host_ms"].amount(kMaxMs);
   return m;
 }
 

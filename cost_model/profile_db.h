@@ -6,7 +6,8 @@
 //    "devices": {"cpu": {"description": "...", "peak_fp32_flops": ..., "mem_bandwidth": ...,
 //                        "op_overhead": ..., "ops": {SIGNATURE: {"kind", "class", "flops_fwd",
 //                        "bytes_fwd", "flops_bwd", "bytes_bwd", "fwd_ms", "bwd_ms",
-//                        "fwd_peak_bytes", "retained_bytes", "bwd_peak_bytes", "reps"}}}},
+//                        "fwd_peak_bytes", "retained_bytes", "bwd_peak_bytes", "reps",
+//                        and on a GPU "fwd_host_ms", "bwd_host_ms"}}}},
 //    "models": {KEY: {"path", "device", "signatures": {SIGNATURE: count}, "unprofiled_kinds",
 //                     "unprofiled_signatures", "ops", "fwd_ms", "bwd_ms", "peak_bytes"}}}
 #pragma once
@@ -22,8 +23,13 @@ struct OpMeasurement {
   std::string kind;
   std::string op_class;  // op_class_name() of the analytic model, for calibration
   double flops_fwd = 0, bytes_fwd = 0, flops_bwd = 0, bytes_bwd = 0;  // the analytic work, for calibration
-  double fwd_ms = 0;                 // median forward time
-  double bwd_ms = 0;                 // median backward time; 0 when no input needs a gradient
+  // Median time of a pass on the device: on a GPU its kernels' (CUDA events, the kernels run back
+  // to back), on the CPU the whole pass's.
+  double fwd_ms = 0;                 // forward
+  double bwd_ms = 0;                 // backward; 0 when no input needs a gradient
+  // On a GPU, the host's median time to issue a pass within a step (0 on the CPU, whose fwd_ms
+  // and bwd_ms cover it). The cost model takes a pass over many ops as the longer of the sums.
+  double fwd_host_ms = 0, bwd_host_ms = 0;
   std::int64_t fwd_peak_bytes = 0;   // allocated during forward, above what existed before
   std::int64_t retained_bytes = 0;   // still allocated after forward: outputs plus what autograd saved
   std::int64_t bwd_peak_bytes = 0;   // allocated during backward, above what existed before it

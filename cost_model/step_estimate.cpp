@@ -6,13 +6,15 @@ StepEstimate estimate_step(const ir::Graph& graph, const DeviceSpec& device, pla
                            const ProfileDb* profile_db) {
   CostModel costs(graph, device, precision, profile_db);
   StepEstimate estimate;
+  StepTime step;
   for (const auto& op : graph.ops()) {
     OpCost cost = costs.op_cost(op.id);
-    estimate.fwd_ms += cost.fwd_ms;
-    estimate.bwd_ms += cost.bwd_ms;
+    step.add(cost);
     estimate.ms_by_class[static_cast<std::size_t>(costs.work(op.id).op_class)] += cost.fwd_ms + cost.bwd_ms;
     if (cost.source == CostSource::kMeasured) ++estimate.measured_ops;
   }
+  estimate.fwd_ms = step.fwd.ms();
+  estimate.bwd_ms = step.bwd.ms();
   auto activations = activation_memory(graph, costs.requires_grad(), precision);
   estimate.memory = stage_memory(whole_model_footprint(graph, activations, precision), StagePlacement{}, optimizer, precision);
   estimate.calibration = costs.calibration();

@@ -32,7 +32,7 @@ void cost_ops(const std::vector<std::vector<ir::OpId>>& ops, const cost::CostMod
               const cost::ActivationMemory& activations, BlockCosts& result) {
   std::size_t sizes = result.samples.size();
   for (const auto& block_ops : ops) {
-    std::vector<double> fwd(sizes, 0), bwd(sizes, 0), workspace(sizes, 0);
+    std::vector<double> fwd(sizes, 0), bwd(sizes, 0), fwd_host(sizes, 0), bwd_host(sizes, 0), workspace(sizes, 0);
     double kept = 0;
     for (auto op : block_ops) {
       kept += activations.kept_bytes[op];
@@ -42,11 +42,15 @@ void cost_ops(const std::vector<std::vector<ir::OpId>>& ops, const cost::CostMod
         cost::OpCost cost = costs.op_cost(op, fraction);
         fwd[i] += cost.fwd_ms;
         bwd[i] += cost.bwd_ms;
+        fwd_host[i] += cost.fwd_host_ms;
+        bwd_host[i] += cost.bwd_host_ms;
         workspace[i] = std::max(workspace[i], fixed + fraction * scaled);
       }
     }
     result.fwd_ms.push_back(fwd);
     result.bwd_ms.push_back(bwd);
+    result.fwd_host_ms.push_back(fwd_host);
+    result.bwd_host_ms.push_back(bwd_host);
     result.workspace_bytes.push_back(workspace);
     result.kept_bytes.push_back(kept);
   }
@@ -103,12 +107,9 @@ void collect_tensors(const ir::Graph& graph, const UnitGraph& units, const Block
 std::vector<double> unit_step_ms(const UnitGraph& units, const cost::CostModel& costs) {
   std::vector<double> ms;
   for (const auto& unit : units.units) {
-    double total = 0;
-    for (auto op : unit.ops) {
-      auto cost = costs.op_cost(op);
-      total += cost.fwd_ms + cost.bwd_ms;
-    }
-    ms.push_back(total);
+    cost::StepTime step;
+    for (auto op : unit.ops) step.add(costs.op_cost(op));
+    ms.push_back(step.ms());
   }
   return ms;
 }

@@ -14,8 +14,12 @@ namespace rannc::partition {
 struct BlockCosts {
   double evaluated_batch = 1;     // the batch the byte counts below are at
   std::vector<int> samples;       // per-replica microbatch sizes costed, ascending
-  // [block][index into samples]
+  // [block][index into samples]: the device's time of each pass, and the workspace
   std::vector<std::vector<double>> fwd_ms, bwd_ms, workspace_bytes;
+  // [block][index into samples]: the host's time to issue each pass where the profile measured it
+  // apart (cost::OpCost); a stage's pass takes the longer of the two sums (cost::PassTime). Empty
+  // when no block has one.
+  std::vector<std::vector<double>> fwd_host_ms, bwd_host_ms;
   std::vector<double> kept_bytes;  // [block] activations kept for backward, at evaluated_batch
 
   // A parameter or buffer, with the blocks that read it (a stage holds it once however many of
@@ -40,6 +44,8 @@ struct BlockCosts {
   std::vector<Tensor> tensors;
 
   int count() const { return static_cast<int>(fwd_ms.size()); }
+  double fwd_host(int block, int sample) const { return fwd_host_ms.empty() ? 0 : fwd_host_ms[block][sample]; }
+  double bwd_host(int block, int sample) const { return bwd_host_ms.empty() ? 0 : bwd_host_ms[block][sample]; }
   // Index of a microbatch size in `samples`; throws std::out_of_range for one not costed.
   int sample_index(int microbatch_samples) const;
 };

@@ -47,12 +47,9 @@ std::vector<int> sample_sizes(const std::vector<SearchConfig>& configs) {
 }
 
 double whole_step_ms(const ir::Graph& graph, const cost::CostModel& costs, double fraction) {
-  double ms = 0;
-  for (const auto& op : graph.ops()) {
-    auto cost = costs.op_cost(op.id, fraction);
-    ms += cost.fwd_ms + cost.bwd_ms;
-  }
-  return ms;
+  cost::StepTime step;
+  for (const auto& op : graph.ops()) step.add(costs.op_cost(op.id, fraction));
+  return step.ms();
 }
 
 // FLOPs scale with the batch: the op works are at the evaluated batch, `fraction` scales them.

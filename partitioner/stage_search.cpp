@@ -31,10 +31,12 @@ const cost::Link& pipeline_link(const cost::Cluster& cluster, const SearchConfig
 double balanced_ms(const SearchContext& context, const SearchConfig& config) {
   const BlockCosts& blocks = *context.blocks;
   int whole_microbatch = blocks.sample_index(config.microbatch_size);
-  double work = 0;
-  for (int block = 0; block < blocks.count(); ++block)
-    work += blocks.fwd_ms[block][whole_microbatch] + blocks.bwd_ms[block][whole_microbatch];
-  return work / config.pipeline_devices;
+  cost::PassTime fwd, bwd;
+  for (int block = 0; block < blocks.count(); ++block) {
+    fwd.add(blocks.fwd_ms[block][whole_microbatch], blocks.fwd_host(block, whole_microbatch));
+    bwd.add(blocks.bwd_ms[block][whole_microbatch], blocks.bwd_host(block, whole_microbatch));
+  }
+  return (fwd.ms() + bwd.ms()) / config.pipeline_devices;
 }
 
 StageOptions::StageOptions(const SearchContext& context, const SearchConfig& config)
@@ -75,9 +77,7 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
       for (int end = begin + 1; end <= blocks.count(); ++end) {
         // Weights only grow with the range: once they alone overflow, every longer range does too.
         if (ranges.param_elements(begin, end) * least_state + ranges.buffer_bytes(begin, end) > limit) break;
-        work.fwd += blocks.fwd_ms[end - 1][sample];
-        work.bwd += blocks.bwd_ms[end - 1][sample];
-        work.workspace = std::max(work.workspace, blocks.workspace_bytes[end - 1][sample]);
+        work.add(blocks, end - 1, sample);
         add_variants(begin, end, replicas, work);
       }
     }
@@ -166,8 +166,11 @@ std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replic
   option.sharding = sharding;
   option.offload = offload;
   option.max_in_flight = low;
-  option.fwd_ms = work.fwd;
-  option.bwd_ms = work.bwd + (recompute ? work.fwd : 0);
+  option.fwd_ms = work.fwd.ms();
+  // Recomputation runs the forward again within the backward pass.
+  cost::PassTime bwd = work.bwd;
+  if (recompute) bwd.add(work.fwd.device_ms, work.fwd.host_ms);
+  option.bwd_ms = bwd.ms();
   double fraction = (config_.microbatch_size / replicas) / context_.blocks->evaluated_batch;
   double received = context_.ranges->received_bytes(begin, end) * fraction;
   if (received > 0) option.p2p_ms = 2 * cost::p2p_seconds(received, pipeline_link(*context_.cluster, config_)) * kMs;
@@ -186,11 +189,7 @@ std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replic
 StageOptions::RangeWork StageOptions::range_work(int begin, int end, int replicas) const {
   int sample = context_.blocks->sample_index(config_.microbatch_size / replicas);
   RangeWork work;
-  for (int block = begin; block < end; ++block) {
-    work.fwd += context_.blocks->fwd_ms[block][sample];
-    work.bwd += context_.blocks->bwd_ms[block][sample];
-    work.workspace = std::max(work.workspace, context_.blocks->workspace_bytes[block][sample]);
-  }
+  for (int block = begin; block < end; ++block) work.add(*context_.blocks, block, sample);
   return work;
 }
 

@@ -104,7 +104,13 @@ class StageOptions {
  private:
   // The time of a range's work, and its largest workspace, at one replica count.
   struct RangeWork {
-    double fwd = 0, bwd = 0, workspace = 0;
+    cost::PassTime fwd, bwd;
+    double workspace = 0;
+    void add(const BlockCosts& blocks, int block, int sample) {
+      fwd.add(blocks.fwd_ms[block][sample], blocks.fwd_host(block, sample));
+      bwd.add(blocks.bwd_ms[block][sample], blocks.bwd_host(block, sample));
+      workspace = std::max(workspace, blocks.workspace_bytes[block][sample]);
+    }
   };
   cost::StageFootprint footprint(int begin, int end, int replicas) const;
   std::optional<StageOption> evaluate(int begin, int end, int replicas, bool recompute, plan::StateSharding sharding,

@@ -77,11 +77,10 @@ DensePart dense_part(const ir::Graph& graph, const std::vector<EmbeddingTable>& 
   DensePart dense;
   dense.ops = dense_ops(graph, tables);
   const double fraction = static_cast<double>(batch_per_rank) / static_cast<double>(std::max<std::int64_t>(1, evaluated_batch));
-  for (auto id : dense.ops) {
-    auto cost = costs.op_cost(id, fraction);
-    dense.fwd_ms += cost.fwd_ms;
-    dense.bwd_ms += cost.bwd_ms;
-  }
+  cost::StepTime step;
+  for (auto id : dense.ops) step.add(costs.op_cost(id, fraction));
+  dense.fwd_ms = step.fwd.ms();
+  dense.bwd_ms = step.bwd.ms();
   auto footprint = dense_footprint(graph, dense.ops, tables, costs, evaluated_batch, fraction);
   dense.param_elements = footprint.param_elements;
   std::vector<int> ranks(static_cast<std::size_t>(cluster.gpus()));

@@ -103,16 +103,26 @@ struct Timer::Events {
     interval.first.record(at::accelerator::getCurrentStream(index_of(device)));
   }
   void end(const c10::Device& device) { intervals.back().second.record(at::accelerator::getCurrentStream(index_of(device))); }
-  double take_ms() {
-    double ms = 0;
+  std::vector<double> take_each_ms() {
+    std::vector<double> ms;
     for (auto& [begin, end] : intervals) {
       end.synchronize();
-      ms += begin.elapsedTime(end);
+      ms.push_back(begin.elapsedTime(end));
     }
     intervals.clear();
     return ms;
   }
 };
+
+struct Marker::Event {
+  c10::Event event{c10::DeviceType::CUDA, c10::EventFlag::PYTORCH_DEFAULT};
+};
+
+void Marker::record() {
+  if (event_) event_->event.record(at::accelerator::getCurrentStream(index_of(device_)));
+}
+
+bool Marker::reached() const { return !event_ || event_->event.query(); }
 
 #else  // the CPU-only build
 
@@ -127,10 +137,14 @@ std::int64_t peak_allocated_bytes(const c10::Device&) { cpu_has_no("peak allocat
 void reset_peak_memory(const c10::Device&) { cpu_has_no("peak memory"); }
 
 // Never made: no device is a GPU in this build.
+struct Marker::Event {};
+void Marker::record() {}
+bool Marker::reached() const { return true; }
+
 struct Timer::Events {
   void begin(const c10::Device&) {}
   void end(const c10::Device&) {}
-  double take_ms() { return 0; }
+  std::vector<double> take_each_ms() { return {}; }
 };
 
 #endif
@@ -142,6 +156,13 @@ Timer::Timer(const c10::Device& device) : device_(device) {
 
 Timer::~Timer() = default;
 
+Marker::Marker(const c10::Device& device) : device_(device) {
+  if (device.is_cuda() && !built_with_cuda()) throw std::logic_error("accelerator: a GPU marker in a build without GPU support");
+  if (device.is_cuda()) event_ = std::make_unique<Event>();
+}
+
+Marker::~Marker() = default;
+
 void Timer::start() {
   if (events_) events_->begin(device_);
   else begin_ = std::chrono::steady_clock::now();
@@ -149,13 +170,17 @@ void Timer::start() {
 
 void Timer::stop() {
   if (events_) events_->end(device_);
-  else total_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin_).count();
+  else cpu_intervals_ms_.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin_).count());
+}
+
+std::vector<double> Timer::take_each_ms() {
+  if (events_) return events_->take_each_ms();
+  return std::exchange(cpu_intervals_ms_, {});
 }
 
 double Timer::take_ms() {
-  if (events_) total_ms_ += events_->take_ms();
-  double ms = total_ms_;
-  total_ms_ = 0;
+  double ms = 0;
+  for (double interval : take_each_ms()) ms += interval;
   return ms;
 }
 

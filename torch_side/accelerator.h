@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace rannc::accel {
 
@@ -47,8 +48,10 @@ class Timer {
   Timer& operator=(const Timer&) = delete;
   void start();
   void stop();
-  // The milliseconds of the intervals marked since the last call (on a GPU, once their work is done).
+  // The milliseconds of the intervals marked since the last call (on a GPU, once their work is
+  // done): their sum, or each of them in the order they were marked.
   double take_ms();
+  std::vector<double> take_each_ms();
   // One interval: stop() and take_ms().
   double stop_ms();
 
@@ -57,7 +60,25 @@ class Timer {
   c10::Device device_;
   std::unique_ptr<Events> events_;  // GPU only
   std::chrono::steady_clock::time_point begin_;
-  double total_ms_ = 0;
+  std::vector<double> cpu_intervals_ms_;
+};
+
+// A point in the work queued on a device: record() marks it on the device's current stream,
+// reached() tells whether the device has run everything queued before it (without waiting). On
+// the CPU, where work runs as it is issued, every point is reached.
+class Marker {
+ public:
+  explicit Marker(const c10::Device& device);
+  ~Marker();
+  Marker(const Marker&) = delete;
+  Marker& operator=(const Marker&) = delete;
+  void record();
+  bool reached() const;
+
+ private:
+  struct Event;
+  c10::Device device_;
+  std::unique_ptr<Event> event_;  // GPU only
 };
 
 }  // namespace rannc::accel

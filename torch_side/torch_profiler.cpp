@@ -10,7 +10,9 @@
 // whose data equals their context, or oneDNN convolutions assert (TOOLCHAIN.md, section 5).
 #include <ATen/Parallel.h>
 #include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/mm.h>
 #include <ATen/ops/mse_loss.h>
+#include <ATen/ops/randn.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
@@ -23,6 +25,7 @@
 #include <ATen/Context.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <chrono>
 #include <fstream>
@@ -300,66 +303,176 @@ Differentiable differentiable_outputs(const torch::jit::Stack& outputs) {
 
 constexpr double kSlowOpMs = 200;  // ops slower than this are timed fewer times
 
-// A pass of an op: on a GPU, CUDA events from an idle GPU to the end of its kernels, so the
-// host's dispatch of a small op counts as it does in a step bound by the host. (Queueing the op
-// behind busy work to time its kernels alone made the predictions worse: docs/gpu.md.)
-class GpuTiming {
- public:
-  explicit GpuTiming(const c10::Device& device) : device_(device), events_(device) {}
-  void start() {
-    accel::synchronize(device_);
-    events_.start();
-  }
-  double stop_ms() { return events_.stop_ms(); }
-
- private:
-  c10::Device device_;
-  accel::Timer events_;
+// The medians of repetitions of a forward and a backward pass, timed on the device (CUDA events
+// on a GPU) and by the host's clock, with the memory each pass allocates (the allocators count
+// on the host, so reading them never waits for a GPU).
+struct Passes {
+  double fwd_ms = 0, bwd_ms = 0;            // on the device
+  double fwd_host_ms = 0, bwd_host_ms = 0;  // the host's time to issue each pass
+  double host_ms = 0;                       // the host's time for all the repetitions
+  bool has_backward = false;                // whether an output needs a gradient (in every repetition alike)
+  bool stayed_behind_backlog = true;        // see run_passes' `backlog_end`
+  std::int64_t fwd_peak_bytes = 0, retained_bytes = 0, bwd_peak_bytes = 0;
+  int reps = 0;
 };
 
-// The forward and backward passes of `run` on what `prepare` gives it (untimed), the median of
-// `reps` after a warm-up, with the memory each pass allocates.
+// `reps` repetitions of the passes of `run` on what `prepare` gives it (untimed), back to back
+// without waiting for a GPU, as a step issues its ops; after a warm-up when `warm_up` (which cuts
+// `reps` to 3 for a slow op). With `backlog_end`, whether the device was still busy with work
+// queued before them when the last pass had been issued.
 template <typename Prepare, typename Run>
-cost::OpMeasurement measure_passes(int reps, const c10::Device& device, GpuTiming& timer, Prepare prepare, Run run) {
+Passes run_passes(int reps, bool warm_up, const c10::Device& device, Prepare prepare, Run run,
+                  const accel::Marker* backlog_end = nullptr) {
   MemoryMeter allocator(device);
-  cost::OpMeasurement m;
-  std::vector<double> fwd_times, bwd_times;
-  auto warm_start = Clock::now();
-  for (int rep = -1; rep < reps; ++rep) {  // rep -1 is the warm-up
+  accel::Timer fwd_timer(device), bwd_timer(device);
+  Passes p;
+  std::vector<double> fwd_host, bwd_host;
+  auto warm_start = Clock::now(), start = warm_start;
+  for (int rep = warm_up ? -1 : 0; rep < reps; ++rep) {  // rep -1 is the warm-up
     torch::jit::Stack inputs = prepare();
     std::int64_t base = allocator.current();
     allocator.reset_peak();
-    timer.start();
+    auto host_start = Clock::now();
+    fwd_timer.start();
     torch::jit::Stack outputs = run(std::move(inputs));
-    double fwd = timer.stop_ms();
-    m.fwd_peak_bytes = allocator.peak() - base;
-    m.retained_bytes = allocator.current() - base;
+    fwd_timer.stop();
+    fwd_host.push_back(elapsed_ms(host_start));
+    p.fwd_peak_bytes = allocator.peak() - base;
+    p.retained_bytes = allocator.current() - base;
     Differentiable d = differentiable_outputs(outputs);
+    p.has_backward = !d.outputs.empty();
     std::int64_t before_bwd = allocator.current();
     allocator.reset_peak();
-    double bwd = 0;
-    if (!d.outputs.empty()) {
-      timer.start();
-      torch::autograd::backward(d.outputs, d.grads);
-      bwd = timer.stop_ms();
-    }
-    m.bwd_peak_bytes = allocator.peak() - before_bwd;
+    host_start = Clock::now();
+    bwd_timer.start();
+    if (p.has_backward) torch::autograd::backward(d.outputs, d.grads);
+    bwd_timer.stop();
+    bwd_host.push_back(elapsed_ms(host_start));
+    p.bwd_peak_bytes = allocator.peak() - before_bwd;
     if (rep < 0) {
+      accel::synchronize(device);
       if (elapsed_ms(warm_start) > kSlowOpMs) reps = std::min(reps, 3);
-      continue;
+      fwd_timer.take_ms(), bwd_timer.take_ms(), fwd_host.clear(), bwd_host.clear();
+      start = Clock::now();
     }
-    fwd_times.push_back(fwd);
-    bwd_times.push_back(bwd);
   }
-  m.fwd_ms = median(fwd_times);
-  m.bwd_ms = median(bwd_times);
-  m.reps = reps;
+  p.host_ms = elapsed_ms(start);
+  if (backlog_end) p.stayed_behind_backlog = !backlog_end->reached();
+  p.fwd_ms = median(fwd_timer.take_each_ms());
+  p.bwd_ms = p.has_backward ? median(bwd_timer.take_each_ms()) : 0;
+  p.fwd_host_ms = median(fwd_host);
+  p.bwd_host_ms = p.has_backward ? median(bwd_host) : 0;
+  p.reps = reps;
+  return p;
+}
+
+// Work for a GPU to be busy with for about `ms`: fp32 matrix products queued on its current
+// stream, so that what the host queues next runs back to back however slowly it was issued.
+void queue_backlog(const c10::Device& device, double ms) {
+  struct Operands {
+    at::Tensor a, b, product;
+    double product_ms = 0;
+  };
+  // Made once and never freed: a GPU tensor freed at exit can outlive the CUDA runtime.
+  static Operands* operands = [&] {
+    auto* o = new Operands();
+    auto on = at::TensorOptions().device(device);
+    o->a = at::randn({1024, 1024}, on), o->b = at::randn({1024, 1024}, on), o->product = at::empty({1024, 1024}, on);
+    at::mm_out(o->product, o->a, o->b);
+    accel::Timer timer(device);
+    timer.start();
+    for (int i = 0; i < 20; ++i) at::mm_out(o->product, o->a, o->b);
+    o->product_ms = timer.stop_ms() / 20;
+    return o;
+  }();
+  auto products = static_cast<int>(std::ceil(ms / std::max(operands->product_ms, 1e-3)));
+  for (int i = 0; i < products; ++i) at::mm_out(operands->product, operands->a, operands->b);
+}
+
+// The host's time to issue an op's pass alone that issuing it within a step does not cost: a
+// graph of its own run by an interpreter of its own, a backward call of its own (the autograd
+// engine hands a GPU's backward to a thread of its own and waits for it: about 45 us on an H200
+// host against a few for a node within a step's backward). Measured as chains of 1 and of 17
+// transposes (views: no kernels) on the GPU: what one costs beyond the marginal op.
+struct CallOverhead {
+  double fwd_ms = 0, bwd_ms = 0;
+};
+
+const CallOverhead& call_overhead(const c10::Device& device) {
+  static const CallOverhead overhead = [&] {
+    auto chain_host_ms = [&](int length) {
+      std::string ir = "graph(%x0 : Tensor):\n  %zero : int = prim::Constant[value=0]()\n"
+                       "  %one : int = prim::Constant[value=1]()\n";
+      for (int i = 0; i < length; ++i)
+        ir += "  %x" + std::to_string(i + 1) + " : Tensor = aten::transpose(%x" + std::to_string(i) + ", %zero, %one)\n";
+      ir += "  return (%x" + std::to_string(length) + ")\n";
+      auto graph = std::make_shared<torch::jit::Graph>();
+      torch::jit::parseIR(ir, graph.get());
+      torch::jit::Code code(graph, "call overhead");
+      at::Tensor x = at::randn({4, 8}, at::TensorOptions().device(device)).requires_grad_(true);
+      return run_passes(
+          25, /*warm_up=*/true, device,
+          [&] {
+            x.mutable_grad().reset();
+            return torch::jit::Stack{x};
+          },
+          [&](torch::jit::Stack stack) {
+            torch::jit::InterpreterState(code).run(stack);
+            return stack;
+          });
+    };
+    constexpr int kLong = 17;
+    Passes one = chain_host_ms(1), chain = chain_host_ms(kLong);
+    CallOverhead o;
+    o.fwd_ms = std::max(one.fwd_host_ms - (chain.fwd_host_ms - one.fwd_host_ms) / (kLong - 1), 0.0);
+    o.bwd_ms = std::max(one.bwd_host_ms - (chain.bwd_host_ms - one.bwd_host_ms) / (kLong - 1), 0.0);
+    return o;
+  }();
+  return overhead;
+}
+
+// An op's passes as a training step runs them: the median of `reps` after a warm-up, with the
+// memory each pass allocates.
+//
+// On a GPU a pass has two times, which the cost model combines over a stage (a pass takes the
+// longer of the two sums, cost_model.h): the GPU's time to run its kernels and the host's time to
+// issue it. The kernels are timed by CUDA events behind a backlog of other work, so that they run
+// back to back as the host, ahead, queued them; the host's time is its clock's over passes issued
+// back to back without waiting for the GPU, less what issuing a pass alone costs beyond issuing it
+// within a step (call_overhead). Timing each pass from an idle GPU instead charged every op its
+// dispatch and launch latency in full, which a step largely hides behind large kernels (predicted
+// steps 1.3-2.2x the measured: docs/gpu.md). On the CPU the host runs the kernels: one time.
+template <typename Prepare, typename Run>
+cost::OpMeasurement measure_passes(int reps, const c10::Device& device, Prepare prepare, Run run) {
+  Passes issued = run_passes(reps, /*warm_up=*/true, device, prepare, run);
+  cost::OpMeasurement m;
+  m.fwd_ms = issued.fwd_ms;
+  m.bwd_ms = issued.bwd_ms;
+  m.fwd_peak_bytes = issued.fwd_peak_bytes;
+  m.retained_bytes = issued.retained_bytes;
+  m.bwd_peak_bytes = issued.bwd_peak_bytes;
+  m.reps = issued.reps;
+  if (device.is_cpu()) return m;
+  constexpr int kTries = 3;
+  double backlog_ms = 1.5 * issued.host_ms + 0.5;
+  for (int attempt = 0; attempt < kTries; ++attempt, backlog_ms *= 4) {
+    queue_backlog(device, backlog_ms);
+    accel::Marker backlog_end(device);
+    backlog_end.record();
+    Passes kernels = run_passes(issued.reps, /*warm_up=*/false, device, prepare, run, &backlog_end);
+    m.fwd_ms = kernels.fwd_ms;
+    m.bwd_ms = kernels.bwd_ms;
+    if (kernels.stayed_behind_backlog) break;
+  }
+  const CallOverhead& alone = call_overhead(device);
+  m.fwd_host_ms = std::max(issued.fwd_host_ms - alone.fwd_ms, 0.0);
+  m.bwd_host_ms = issued.has_backward ? std::max(issued.bwd_host_ms - alone.bwd_ms, 0.0) : 0;
   return m;
 }
 
-cost::OpMeasurement measure(const SingleOp& op, int reps, const c10::Device& device, GpuTiming& timer) {
+cost::OpMeasurement measure(const SingleOp& op, int reps, const c10::Device& device) {
   return measure_passes(
-      reps, device, timer,
+      reps, device,
       [&] {
         op.clear_activation_grads();
         return op.fresh_inputs();
@@ -585,10 +698,9 @@ at::Tensor training_loss(const std::vector<at::Tensor>& outputs) {
 cost::OpMeasurement measure_loss(const std::vector<std::int64_t>& shape, int reps) {
   const c10::Device device = profile_device();
   MemoryMeter meter(device);  // installs the counting allocator before the first CPU tensor
-  GpuTiming timer(device);
   at::Tensor output = at::randn(shape, at::TensorOptions().device(device)).requires_grad_(true);
   return measure_passes(
-      reps, device, timer,
+      reps, device,
       [&] {
         output.mutable_grad().reset();  // an activation's: fresh each step
         return torch::jit::Stack{output};
@@ -644,7 +756,6 @@ std::vector<std::optional<cost::OpMeasurement>> profile_torchscript_ops(const Mo
   const auto& source = torchscript_source(model);
   const c10::Device device = profile_device();
   MemoryMeter meter(device);  // installs the counting allocator before the first CPU tensor
-  GpuTiming timer(device);
   auto values = naming_the_model(model.path, "forward fails while profiling",
                                  [&] { return forward_values(model, source); });
   std::vector<std::optional<cost::OpMeasurement>> results;
@@ -657,7 +768,7 @@ std::vector<std::optional<cost::OpMeasurement>> profile_torchscript_ops(const Mo
       SingleOp single(
           node, values, [&](std::size_t input) { return requires_grad[static_cast<std::size_t>(op.inputs.at(input))]; },
           [&](std::size_t input) { return input_value(input).is_weight(); }, device);
-      results.emplace_back(measure(single, reps, device, timer));
+      results.emplace_back(measure(single, reps, device));
     } catch (const std::exception&) {
       results.emplace_back(std::nullopt);  // costed by the roofline instead; the caller reports it
     }

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Trace the models of the GPU benchmark (docs/gpu.md) into --out: the MLP, GPT and BERT samples
 (samples/sample_models.py, at their sizes) and a BERT-style and a GPT-style model of realistic
-width (hidden 1024, 16 heads, 8 layers, sequence 256). Prints one line per model: NAME FILE INPUT,
-INPUT being rannc-partition's --input for it.
+width (hidden 1024, 16 heads, 8 layers, sequence 256), and torchvision's ResNet-50 at batch 32.
+Prints one line per model: NAME FILE INPUT, INPUT being rannc-partition's --input for it.
 
 usage: gpu_models.py --out DIR
 """
@@ -29,6 +29,8 @@ def models():
            wide_tokens, "tokens:8x%d:int64" % WIDE_LEN)
     yield ("bert_wide", sample_models.Bert(vocab=32768, d_model=1024, n_layers=8, n_heads=16, d_ff=4096,
                                            max_len=WIDE_LEN), wide_tokens, "tokens:8x%d:int64" % WIDE_LEN)
+    import torchvision
+    yield "resnet50", torchvision.models.resnet50(), torch.randn(2, 3, 224, 224, generator=g), "x:32x3x224x224"
 
 
 def main():

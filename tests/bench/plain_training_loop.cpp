@@ -1,16 +1,25 @@
 // The baseline of the runtime overhead bench: a plain libtorch training loop of a TorchScript
 // model (forward on the whole batch, cross entropy, backward, SGD step), reading the same .npy
-// data as rannc-run. Prints one line per step: "step N loss L ms T".
+// data as rannc-run. Prints one line per step: "step N loss L ms T". With RANNC_DEVICE=cuda it
+// trains on the first GPU (fp32 without TF32, as rannc-run), each step ending when its loss is
+// read, as rannc-run's does. With RANNC_PLAIN_OPTIMIZE=0 the TorchScript executor does not
+// optimize (specialize, fuse, differentiate) the graph, as rannc-run runs its stages.
 //
 // usage: plain_training_loop MODEL DATA_DIR BATCH STEPS LR INPUT_NAME...
 #include <torch/script.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/optim/sgd.h>
+
+#include <ATen/Context.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <iostream>
 
+#include "torch_side/device_constants.h"
 #include "torch_side/torch_dtype.h"
 #include "runtime/npy_file.h"
 
@@ -34,7 +43,14 @@ int main(int argc, char** argv) {
   std::string data = argv[2];
   std::int64_t batch = std::stoll(argv[3]);
   int steps = std::stoi(argv[4]);
-  auto module = torch::jit::load(argv[1]);
+  const char* device_choice = std::getenv("RANNC_DEVICE");
+  c10::Device device(device_choice && std::strcmp(device_choice, "cuda") == 0 ? "cuda:0" : "cpu");
+  at::globalContext().setAllowTF32CuBLAS(false);
+  at::globalContext().setAllowTF32CuDNN(false);
+  const char* optimize = std::getenv("RANNC_PLAIN_OPTIMIZE");
+  if (optimize && std::strcmp(optimize, "0") == 0) torch::jit::setGraphExecutorOptimize(false);
+  auto module = torch::jit::load(argv[1], device);
+  rannc::retarget_device_constants(module, device);
   std::vector<at::Tensor> params;
   for (const auto& p : module.parameters()) params.push_back(p);
   torch::optim::SGD optimizer(params, torch::optim::SGDOptions(std::stod(argv[5])));
@@ -44,15 +60,16 @@ int main(int argc, char** argv) {
   for (int step = 0; step < steps; ++step) {
     auto start = std::chrono::steady_clock::now();
     std::vector<c10::IValue> args;
-    for (auto& input : inputs) args.emplace_back(read_batch(input, batch, step));
-    auto labels = read_batch(target, batch, step);
+    for (auto& input : inputs) args.emplace_back(read_batch(input, batch, step).to(device));
+    auto labels = read_batch(target, batch, step).to(device);
     optimizer.zero_grad();
     auto output = module.forward(args).toTensor();
     auto loss = at::cross_entropy_loss(output.reshape({-1, output.size(-1)}), labels.reshape({-1}));
     loss.backward();
     optimizer.step();
+    double value = loss.item<double>();
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    std::printf("step %d loss %.6f ms %.3f\n", step, loss.item<double>(), ms);
+    std::printf("step %d loss %.6f ms %.3f\n", step, value, ms);
   }
   return 0;
 }

@@ -14,7 +14,10 @@ Goal: under 10%.
 On a machine with fewer cores than ranks, ranks share cores and measured times grow with the
 oversubscription; the prediction assumes one device per rank. OMP_NUM_THREADS=1 per rank.
 
-usage: runtime_bench.py BUILD_DIR SAMPLES_DIR [--steps N] [--only NAME,...]
+With --gpu PRESET (a machine with a GPU and a CUDA build, docs/gpu.md) it runs part 2 alone, on
+the GPU, over the models of tests/bench/gpu_models.py in SAMPLES_DIR, planned for PRESET.
+
+usage: runtime_bench.py BUILD_DIR SAMPLES_DIR [--steps N] [--only NAME,...] [--gpu PRESET]
 """
 import argparse
 import json
@@ -33,6 +36,11 @@ SAMPLES = {  # name: (example input, global batch)
     "bert": ("tokens:8x32:int64", 16),
     "resnet50": ("x:2x3x224x224", 8),
 }
+GPU_SAMPLES = {  # the models of gpu_models.py: name: (example input, global batch)
+    "mlp": ("x:32x64", 32), "gpt": ("tokens:8x32:int64", 8), "bert": ("tokens:8x32:int64", 8),
+    "gpt_wide": ("tokens:8x256:int64", 8), "bert_wide": ("tokens:8x256:int64", 8),
+    "resnet50": ("x:32x3x224x224", 32),
+}
 ACCURACY_CASES = [  # sample, devices, stages (None: the planner's), optimizer, more partition arguments
     ("mlp", 2, 2, "sgd", []), ("gpt", 2, 2, "sgd", []), ("bert", 2, 2, "sgd", []), ("resnet50", 2, 2, "sgd", []),
     ("mlp", 4, 4, "sgd", []), ("gpt", 4, 4, "sgd", []), ("bert", 4, 4, "sgd", []), ("resnet50", 4, 4, "sgd", []),
@@ -44,10 +52,10 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
            OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1")
 
 
-def partition(build, samples, name, devices, stages, microbatches, out, optimizer="sgd", extra=()):
-    example, batch = SAMPLES[name]
+def partition(build, samples, name, devices, stages, microbatches, out, optimizer="sgd", extra=(), device="cpu"):
+    example, batch = (GPU_SAMPLES if device != "cpu" else SAMPLES)[name]
     command = [os.path.join(build, "bin", "rannc-partition"), os.path.join(samples, name + ".trace.pt"),
-               "--input", example, "--batch", str(batch), "--gpus", str(devices), "--device", "cpu",
+               "--input", example, "--batch", str(batch), "--gpus", str(devices), "--device", device,
                "--optimizer", optimizer, "-o", out, *extra]
     if stages:
         command += ["--stages", str(stages)]
@@ -58,14 +66,14 @@ def partition(build, samples, name, devices, stages, microbatches, out, optimize
         return json.load(f)
 
 
-def run_plan(build, out, plan, steps, optimizer="sgd"):
+def run_plan(build, out, plan, steps, optimizer="sgd", env=ENV):
     data = os.path.join(out, "data")
     training_reference.make_data(plan, steps, "cross_entropy", data, seed=0)
     report = os.path.join(out, "report.json")
     subprocess.run(["mpirun", "-np", str(len(plan["ranks"])), os.path.join(build, "bin", "rannc-run"),
                     os.path.join(out, "plan.json"), "--steps", str(steps), "--data", data, "--loss", "cross_entropy",
                     "--optimizer", optimizer, "--lr", "0.01", "--report", report],
-                   check=True, capture_output=True, text=True, env=ENV)
+                   check=True, capture_output=True, text=True, env=env)
     with open(report) as f:
         return json.load(f), data
 
@@ -104,22 +112,29 @@ def accuracy(build, samples, steps, names):
           f"{'every rank at or below its prediction' if worst <= 1 else 'UNDER-PREDICTED'}")
 
 
-def overhead(build, samples, steps, names):
-    print("\nruntime overhead: 1 stage on 1 rank vs a plain libtorch loop (median step after the first)")
-    print(f"{'model':<9} {'batch':>5} {'plain ms':>9} {'rannc ms':>9} {'overhead':>9}")
+def overhead(build, samples, steps, names, device="cpu"):
+    where = "on the CPU" if device == "cpu" else "on the GPU, planned for " + device
+    print(f"\nruntime overhead {where}: 1 stage on 1 rank vs a plain libtorch loop (median step after the first)")
+    print("(plain: the executor's defaults; as run: with its graph optimizer off, as rannc-run runs stages)")
+    print(f"{'model':<9} {'batch':>5} {'plain ms':>9} {'as run ms':>9} {'rannc ms':>9} {'vs plain':>9} {'vs as run':>9}")
     plain_binary = os.path.join(build, "bin", "plain_training_loop")
-    for name, (example, batch) in SAMPLES.items():
+    env = dict(ENV, RANNC_DEVICE="cpu" if device == "cpu" else "cuda")
+    for name, (example, batch) in (SAMPLES if device == "cpu" else GPU_SAMPLES).items():
         if names and name not in names:
             continue
         with tempfile.TemporaryDirectory() as out:
-            plan = partition(build, samples, name, 1, 1, 1, out)
-            report, data = run_plan(build, out, plan, steps)
+            plan = partition(build, samples, name, 1, 1, 1, out, device=device)
+            report, data = run_plan(build, out, plan, steps, env=env)
             inputs = [i["name"] for i in plan["model"]["inputs"]]
-            result = subprocess.run([plain_binary, plan["model"]["path"], data, str(batch), str(steps), "0.01", *inputs],
-                                    check=True, capture_output=True, text=True, env=ENV)
-        plain = median_step_ms([float(line.split()[-1]) for line in result.stdout.splitlines()])
+            loops = [subprocess.run([plain_binary, plan["model"]["path"], data, str(batch), str(steps), "0.01", *inputs],
+                                    check=True, capture_output=True, text=True, env=dict(env, RANNC_PLAIN_OPTIMIZE=optimize))
+                     for optimize in ("1", "0")]
+        plain, as_run = (median_step_ms([float(line.split()[-1]) for line in loop.stdout.splitlines()]) for loop in loops)
         rannc = median_step_ms([s["ms"] for s in report["steps"]])
-        print(f"{name:<9} {batch:>5} {plain:>9.2f} {rannc:>9.2f} {100 * (rannc / plain - 1):>8.1f}%")
+        losses = [float(line.split()[3]) for line in loops[1].stdout.splitlines()]
+        loss_gap = max(abs(a - s["loss"]) / abs(a) for a, s in zip(losses, report["steps"]))
+        print(f"{name:<9} {batch:>5} {plain:>9.2f} {as_run:>9.2f} {rannc:>9.2f} {100 * (rannc / plain - 1):>8.1f}% "
+              f"{100 * (rannc / as_run - 1):>8.1f}%   (losses within {loss_gap:.1e} of the loop as run)", flush=True)
 
 
 def main():
@@ -128,10 +143,14 @@ def main():
     parser.add_argument("samples")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--only", default="", help="comma-separated samples")
+    parser.add_argument("--gpu", default="", metavar="PRESET", help="part 2 alone, on the GPU, planned for PRESET")
     args = parser.parse_args()
     names = [n for n in args.only.split(",") if n]
     subprocess.run(["ninja", "-C", args.build, "rannc-run", "rannc-partition", "plain_training_loop"], check=True,
                    capture_output=True)
+    if args.gpu:
+        overhead(args.build, args.samples, args.steps, names, device=args.gpu)
+        return
     accuracy(args.build, args.samples, args.steps, names)
     overhead(args.build, args.samples, args.steps, names)
 

@@ -3,12 +3,15 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <string>
 #include <unistd.h>
 
 #include "cost_model/calibration.h"
 #include "cost_model/cost_model.h"
 #include "cost_model/device.h"
 #include "cost_model/op_signature.h"
+#include "cost_model/step_estimate.h"
 #include "graph_builders.h"
 #include "ir/batch_dims.h"
 #include "ir/requires_grad.h"
@@ -118,11 +121,23 @@ TEST_CASE("profile DB: round trip, missing file is empty, corrupt files are erro
   m.retained_bytes = 1024;
   m.reps = 5;
   device.ops["aten::relu(float32[8]*)"] = m;
+  m.fwd_host_ms = 0.125;  // a GPU's op: the host's time to issue each pass too
+  m.bwd_host_ms = 0.25;
+  device.ops["aten::gelu(float32[8]*)"] = m;
   db.save(path);
   auto loaded = cost::ProfileDb::load(path);
   REQUIRE(loaded.device("cpu"));
   CHECK(loaded.device("cpu")->ops.at("aten::relu(float32[8]*)").bwd_ms == 0.75);
   CHECK(loaded.device("cpu")->ops.at("aten::relu(float32[8]*)").retained_bytes == 1024);
+  CHECK(loaded.device("cpu")->ops.at("aten::relu(float32[8]*)").bwd_host_ms == 0);
+  CHECK(loaded.device("cpu")->ops.at("aten::gelu(float32[8]*)").fwd_host_ms == 0.125);
+  CHECK(loaded.device("cpu")->ops.at("aten::gelu(float32[8]*)").bwd_host_ms == 0.25);
+  {
+    std::ifstream saved(path);
+    std::string text((std::istreambuf_iterator<char>(saved)), std::istreambuf_iterator<char>());
+    CHECK(text.find("\"fwd_host_ms\": 0.125") != std::string::npos);
+    CHECK(text.find("\"fwd_host_ms\": 0,") == std::string::npos);  // absent where not measured apart
+  }
   CHECK(cost::ProfileDb::load(temp_path("absent.json")).devices().empty());
 
   auto write = [&](const std::string& text) {
@@ -137,6 +152,12 @@ TEST_CASE("profile DB: round trip, missing file is empty, corrupt files are erro
   write("{\"format\": \"rannc-profile-db\", \"version\": 1, \"devices\": {\"cpu\": {\"description\": \"x\", "
         "\"peak_fp32_flops\": 1, \"mem_bandwidth\": 1, \"op_overhead\": 0, \"ops\": {\"a\": {\"kind\": 3}}}}, \"models\": {}}");
   CHECK_THROWS_AS(cost::ProfileDb::load(path), InputError);
+  write("{\"format\": \"rannc-profile-db\", \"version\": 1, \"devices\": {\"cpu\": {\"description\": \"x\", "
+        "\"peak_fp32_flops\": 1, \"mem_bandwidth\": 1, \"op_overhead\": 0, \"ops\": {\"a\": {\"kind\": \"k\", "
+        "\"class\": \"c\", \"flops_fwd\": 0, \"bytes_fwd\": 0, \"flops_bwd\": 0, \"bytes_bwd\": 0, \"fwd_ms\": 1, "
+        "\"bwd_ms\": 1, \"fwd_peak_bytes\": 0, \"retained_bytes\": 0, \"bwd_peak_bytes\": 0, \"reps\": 1, "
+        "\"fwd_host_ms\": -2, \"bwd_host_ms\": 0}}}}, \"models\": {}}");
+  CHECK_THROWS_WITH(cost::ProfileDb::load(path), Contains("fwd_host_ms: -2: must not be negative"));
   std::remove(path.c_str());
 }
 
@@ -247,4 +268,43 @@ TEST_CASE("rannc-run's training loss is costed after the op that computes the mo
   scalar.add_model_output(s);
   CHECK(cost::loss_input(scalar, values_requiring_grad(scalar)) == kNoId);
   CHECK(cost::CostModel(scalar, device, plan::Precision::kFp32, nullptr).loss_cost().fwd_ms == 0);
+}
+
+TEST_CASE("a GPU's pass takes the longer of its kernels' and its host's sums", "[cost]") {
+  // linear: large kernels issued quickly; relu: a small kernel the host issues slowly.
+  SmallModel m;
+  auto requires_grad = values_requiring_grad(m.g);
+  auto db = db_with(cost::op_signature(m.g, m.g.op(m.linear), requires_grad), "matmul", 3.0, 5.0);
+  auto& ops = db.device_for_update("test").ops;
+  auto& linear = ops.begin()->second;
+  linear.fwd_host_ms = 0.5, linear.bwd_host_ms = 1.0;
+  cost::OpMeasurement relu;
+  relu.op_class = "elementwise";
+  relu.fwd_ms = 0.25, relu.bwd_ms = 0.25, relu.fwd_host_ms = 2.0, relu.bwd_host_ms = 6.0;
+  relu.reps = 1;
+  ops[cost::op_signature(m.g, m.g.op(m.relu), requires_grad)] = relu;
+
+  cost::CostModel costs(m.g, test_device(), plan::Precision::kFp32, &db);
+  auto linear_cost = costs.op_cost(m.linear), relu_cost = costs.op_cost(m.relu);
+  CHECK(linear_cost.fwd_host_ms == 0.5);
+  CHECK(relu_cost.bwd_host_ms == 6.0);
+  // The host's time does not scale with the microbatch; the kernels' does.
+  CHECK(costs.op_cost(m.linear, 0.5).fwd_host_ms == 0.5);
+  CHECK(costs.op_cost(m.linear, 0.5).fwd_ms < 3.0);
+
+  // Forward: kernels 3.25 ms against 2.5 ms issuing; backward: kernels 5.25 against 7 issuing
+  // (rannc-run's loss on y is costed by the roofline, device time only).
+  auto estimate = cost::estimate_step(m.g, test_device(), plan::Precision::kFp32, plan::Optimizer::kSgd, &db);
+  double loss_fwd = costs.loss_cost().fwd_ms, loss_bwd = costs.loss_cost().bwd_ms;
+  CHECK(estimate.fwd_ms == Approx(3.25 + loss_fwd));
+  CHECK(estimate.bwd_ms == Approx(std::max(5.25 + loss_bwd, 7.0)));
+  // Summing each op's longer time would charge 3 + 2 and 5 + 6.
+  CHECK(estimate.fwd_ms + estimate.bwd_ms < 5.0 + 11.0);
+
+  cost::StepTime step;
+  step.add(linear_cost);
+  step.add(relu_cost);
+  CHECK(step.fwd.device_ms == Approx(3.25 + loss_fwd));
+  CHECK(step.fwd.host_ms == 2.5);
+  CHECK(step.ms() == Approx(estimate.fwd_ms + estimate.bwd_ms));
 }

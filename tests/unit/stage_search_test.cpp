@@ -40,6 +40,19 @@ BlockCosts random_blocks(std::mt19937& rng, int count, const std::vector<int>& s
   return blocks;
 }
 
+// Gives the blocks host times to issue their passes (a GPU profile's), independent of the
+// microbatch: some blocks host-bound, others not, so stages differ in which of their sums counts.
+void add_host_times(std::mt19937& rng, BlockCosts& blocks) {
+  std::uniform_real_distribution<double> ms(0, 12);
+  blocks.fwd_host_ms.assign(blocks.fwd_ms.size(), {});
+  blocks.bwd_host_ms.assign(blocks.bwd_ms.size(), {});
+  for (std::size_t b = 0; b < blocks.fwd_ms.size(); ++b) {
+    double fwd = ms(rng), bwd = 2 * ms(rng);
+    blocks.fwd_host_ms[b].assign(blocks.samples.size(), fwd);
+    blocks.bwd_host_ms[b].assign(blocks.samples.size(), bwd);
+  }
+}
+
 cost::Cluster small_cluster(int devices, double mem_bytes) {
   cost::Cluster cluster;
   cluster.device = *cost::find_device_preset("a100-80g");
@@ -121,6 +134,8 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
       if (c.microbatch_size % r == 0) samples.push_back(c.microbatch_size / r);
     std::sort(samples.begin(), samples.end());
     BlockCosts blocks = random_blocks(rng, c.blocks, samples);
+    std::mt19937 host_rng(index);
+    if (index % 3 == 1) add_host_times(host_rng, blocks);
     RangeTable ranges(blocks);
     cost::Cluster cluster = small_cluster(c.devices, c.mem_gb * 1e9);
     // Host memory per node: none (nothing offloads), little, or plenty.
@@ -161,6 +176,34 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
   CHECK(replicated >= 40);
   CHECK(sharded >= 20);
   CHECK(offloaded >= 10);
+}
+
+TEST_CASE("a stage's pass takes the longer of its blocks' device and host sums", "[stage_search]") {
+  std::mt19937 rng(11);
+  BlockCosts blocks = random_blocks(rng, 3, {4});
+  // Block 0 runs long kernels that hide the host; blocks 1 and 2 are issued more slowly than they run.
+  blocks.fwd_ms = {{6}, {1}, {1}}, blocks.bwd_ms = {{12}, {2}, {2}};
+  blocks.fwd_host_ms = {{1}, {3}, {3}}, blocks.bwd_host_ms = {{2}, {5}, {5}};
+  RangeTable ranges(blocks);
+  cost::Cluster cluster = small_cluster(1, 1e13);
+  SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kSgd, plan::Precision::kFp32, {}};
+  SearchConfig config;
+  config.pipeline_devices = 1;
+  config.microbatches = 1;
+  config.microbatch_size = 4;
+  StageOptions options(context, config);
+  auto whole = options.evaluate(0, 3, 1, false);
+  REQUIRE(whole);
+  CHECK(whole->fwd_ms == 8);   // kernels 8 against issuing 7
+  CHECK(whole->bwd_ms == 16);  // 16 against 12
+  auto tail = options.evaluate(1, 3, 1, false);
+  REQUIRE(tail);
+  CHECK(tail->fwd_ms == 6);    // issuing 6 against kernels 2
+  CHECK(tail->bwd_ms == 10);
+  auto recomputed = options.evaluate(1, 3, 1, true);
+  REQUIRE(recomputed);
+  CHECK(recomputed->bwd_ms == 16);  // the forward again: issuing 10 + 6
+  CHECK(balanced_ms(context, config) == 24);
 }
 
 TEST_CASE("a stage that sends a value without a batch dim keeps one replica", "[stage_search]") {

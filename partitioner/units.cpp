@@ -126,6 +126,8 @@ bool read_after_write(const ir::Value& value, ir::OpId writer, const std::vector
 
 // For each unit, the last unit that must run in the same stage as it (itself if none):
 // - a tensor whose batch dim holds another factor (not sliceable) stays with its last consumer;
+// - so does a tensor with a dim shape inference left unknown (an ONNX Expand to a shape computed
+//   at run time): stages exchange tensors of the shapes the plan gives;
 // - a tensor written in place and read after the write stays with its writer: a stage sends a
 //   tensor as its producer's stage has it, which would not hold a write made in a later stage.
 std::vector<int> unit_reach(const ir::Graph& graph, const std::vector<int>& position, const UnitGraph& result) {
@@ -134,7 +136,9 @@ std::vector<int> unit_reach(const ir::Graph& graph, const std::vector<int>& posi
   auto unit_of = [&](ir::OpId op) { return result.unit_of_anchor[static_cast<std::size_t>(op)]; };
   std::int64_t batch = evaluated_batch(graph);
   for (const auto& tensor : result.tensors) {
-    if (tensor.producer < 0 || tensor.consumers.empty() || sliceable(graph.value(tensor.value), batch)) continue;
+    if (tensor.producer < 0 || tensor.consumers.empty()) continue;
+    const auto& value = graph.value(tensor.value);
+    if (sliceable(value, batch) && (!value.is_tensor() || value.type.shape_known())) continue;
     auto& end = reach[static_cast<std::size_t>(tensor.producer)];
     end = std::max(end, tensor.consumers.back());
   }

@@ -66,17 +66,23 @@ int default_opset(const onnx::ModelProto& proto) {
   return 0;
 }
 
-// The newest default opset the linked ONNX library knows (17 for ONNX 1.12, 22 for 1.17).
+// The newest default opset the linked ONNX library is left to check and infer: opset 17 on
+// every build. ONNX 1.17 knows opsets up to 22, but its inference leaves some of their outputs
+// untyped or their dims unknown (GroupNormalization-18 and -21, what PyTorch 2.6 exports of a
+// Llama-style decoder at opsets 18 and 20) and its checker refuses graph outputs without a
+// shape; the rules of onnx_opsets.h read those opsets alike on ONNX 1.12 and 1.17, so a model
+// plans the same whichever library the build links.
 int library_opset() {
   const auto& map = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
   auto it = map.find("");
-  return it == map.end() ? onnx_opsets::kLibraryOpset : it->second.second;
+  return it == map.end() ? onnx_opsets::kLibraryOpset : std::min(it->second.second, onnx_opsets::kLibraryOpset);
 }
 
-// Whether the linked library's checker and shape inference know the model's opset and IR
+// Whether the linked library's checker and shape inference are left the model's opset and IR
 // version. A newer model is checked and inferred here instead (onnx_opsets.h).
 bool library_reads(const onnx::ModelProto& proto) {
-  return proto.ir_version() <= onnx::IR_VERSION && default_opset(proto) <= library_opset();
+  return proto.ir_version() <= std::min<std::int64_t>(onnx::IR_VERSION, onnx_opsets::kLibraryIrVersion) &&
+         default_opset(proto) <= library_opset();
 }
 
 // The op schema the library has for a default-domain op at `opset` (its newest version at or

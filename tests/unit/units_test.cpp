@@ -192,6 +192,21 @@ TEST_CASE("a batch tensor written in place stays in one unit with its writers", 
   CHECK(units.unit_of_anchor[static_cast<std::size_t>(graph.value(h).writers.front())] == 0);
 }
 
+TEST_CASE("a tensor with a dim inference left unknown stays with what reads it", "[units]") {
+  // In chain(3), layer 1's relu output z1 gets an unknown dim: no cut may send it.
+  ir::Graph graph = chain(3);
+  ir::ValueId z1 = ir::kNoId;
+  for (const auto& value : graph.values())
+    if (value.name == "z1") z1 = value.id;
+  REQUIRE(z1 != ir::kNoId);
+  graph.value(z1).type.shape[1] = -1;
+  UnitGraph units = build_units(graph);
+  REQUIRE(units.units.size() == 5);  // layer 1's relu and layer 2's matmul together
+  for (const auto& tensor : units.tensors) CHECK(tensor.value != z1);
+  CHECK(units.unit_of_anchor[static_cast<std::size_t>(graph.value(z1).producer)] ==
+        units.unit_of_anchor[static_cast<std::size_t>(graph.value(z1).consumers.front())]);
+}
+
 TEST_CASE("METIS seeding guards one part and parts of a few units", "[coarsen]") {
   std::vector<UnitEdge> edges{{0, 1, 10}, {1, 2, 10}, {2, 3, 10}};
   std::vector<double> ms{1, 1, 1, 1};

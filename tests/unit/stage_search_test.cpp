@@ -64,6 +64,15 @@ cost::Cluster small_cluster(int devices, double mem_bytes) {
   return cluster;
 }
 
+// One pipeline of `devices` devices running `microbatches` microbatches of `size` samples.
+SearchConfig one_pipeline(int devices, int microbatches, int size) {
+  SearchConfig config;
+  config.pipeline_devices = devices;
+  config.microbatches = microbatches;
+  config.microbatch_size = size;
+  return config;
+}
+
 void enumerate(const StageOptions& options, int begin, int devices_left, std::vector<StageOption>& stages,
                std::optional<PipelineSolution>& best, long& pipelines) {
   if (begin == options.block_count()) {
@@ -187,10 +196,7 @@ TEST_CASE("a stage's pass takes the longer of its blocks' device and host sums",
   RangeTable ranges(blocks);
   cost::Cluster cluster = small_cluster(1, 1e13);
   SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kSgd, plan::Precision::kFp32, {}};
-  SearchConfig config;
-  config.pipeline_devices = 1;
-  config.microbatches = 1;
-  config.microbatch_size = 4;
+  SearchConfig config = one_pipeline(1, 1, 4);
   StageOptions options(context, config);
   auto whole = options.evaluate(0, 3, 1, false);
   REQUIRE(whole);
@@ -219,11 +225,7 @@ TEST_CASE("a stage that sends a value without a batch dim keeps one replica", "[
   CHECK_FALSE(ranges.sends_batch_free(1, 2));
   cost::Cluster cluster = small_cluster(4, 1e12);
   SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kSgd, plan::Precision::kFp32, {}};
-  SearchConfig config;
-  config.pipeline_devices = 4;
-  config.microbatches = 2;
-  config.microbatch_size = 4;
-  StageOptions options(context, config);
+  StageOptions options(context, one_pipeline(4, 2, 4));
   CHECK_FALSE(options.evaluate(0, 1, 2, false));
   CHECK_FALSE(options.evaluate(0, 2, 4, true));
   CHECK(options.evaluate(0, 1, 1, false));

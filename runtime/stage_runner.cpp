@@ -130,21 +130,25 @@ void StageRunner::end_step() {
   device_params_.clear();
 }
 
-std::vector<at::Tensor> StageRunner::forward(int microbatch, std::vector<at::Tensor> inputs, double* loss) {
+std::vector<at::Tensor> StageRunner::forward(int microbatch, std::vector<at::Tensor> inputs, at::Tensor& loss_sum) {
   for (auto& input : inputs) {
     input = input.detach().to(device_);
     if (at::isFloatingType(input.scalar_type())) input.requires_grad_(true);
   }
+  auto add_loss = [&](const at::Tensor& loss) {
+    at::Tensor value = loss.detach().to(at::kDouble);
+    loss_sum = loss_sum.defined() ? loss_sum + value : value;
+  };
   Microbatch state;
   if (stage_.recompute) {
     at::NoGradGuard no_grad;
     state.outputs = run_forward(inputs);
-    if (loss_) *loss = loss_(state.outputs, microbatch).item<double>();
+    if (loss_) add_loss(loss_(state.outputs, microbatch));
   } else {
     state.outputs = run_forward(inputs);
     if (loss_) {
       state.loss = loss_(state.outputs, microbatch);
-      *loss = state.loss.item<double>();
+      add_loss(state.loss);
     }
   }
   auto outputs = state.outputs;

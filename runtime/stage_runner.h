@@ -39,9 +39,11 @@ class StageRunner {
   const c10::Device& device() const { return device_; }
 
   // Runs the forward pass of a microbatch on its inputs and keeps what backward needs (all
-  // activations, or only the inputs when the stage recomputes). Returns the outputs, and the
-  // microbatch's loss in `loss` when the stage has a loss.
-  std::vector<at::Tensor> forward(int microbatch, std::vector<at::Tensor> inputs, double* loss);
+  // activations, or only the inputs when the stage recomputes). Returns the outputs, and adds
+  // the microbatch's loss to `loss_sum` (a detached scalar on the device, made at the first)
+  // when the stage has a loss: read once at the step's end, since reading it here would make
+  // the host wait for the forward's kernels before it issues anything more.
+  std::vector<at::Tensor> forward(int microbatch, std::vector<at::Tensor> inputs, at::Tensor& loss_sum);
   // Runs backward from the gradients of the outputs (undefined: none) plus the loss, adds the
   // parameter gradients up, frees the microbatch and returns the gradients of the inputs
   // (undefined for inputs that have none).

@@ -187,12 +187,11 @@ void Trainer::send_input_grads(int microbatch, const std::vector<at::Tensor>& gr
   }
 }
 
-// One global batch: the stage's passes in schedule order. Returns the loss of this rank's
-// microbatches. Where the backend allows, the next pass's receives start before this pass
-// computes, so its transfers overlap the computation.
-double Trainer::run_passes() {
+// One global batch: the stage's passes in schedule order. Adds the loss of this rank's
+// microbatches to `loss_sum` (StageRunner::forward). Where the backend allows, the next pass's
+// receives start before this pass computes, so its transfers overlap the computation.
+void Trainer::run_passes(at::Tensor& loss_sum) {
   const bool early = communicator_.receives_start_early();
-  double loss = 0;
   std::vector<Incoming> incoming;
   if (!tasks_.empty()) incoming = start_receives(tasks_.front());
   for (std::size_t i = 0; i < tasks_.size(); ++i) {
@@ -206,10 +205,8 @@ double Trainer::run_passes() {
       auto inputs = gather_inputs(task, ready);
       if (early) start_next();
       fwd_timer_.start();
-      double microbatch_loss = 0;
-      auto outputs = runner_.forward(task.microbatch, std::move(inputs), &microbatch_loss);
+      auto outputs = runner_.forward(task.microbatch, std::move(inputs), loss_sum);
       fwd_timer_.stop();
-      loss += microbatch_loss;
       send_outputs(task.microbatch, outputs);
     } else {
       auto grads = gather_output_grads(task, ready);
@@ -222,7 +219,6 @@ double Trainer::run_passes() {
     if (!early) start_next();
   }
   communicator_.wait_for_sends();
-  return loss;
 }
 
 // The gradients of `accumulate_steps_` global batches add up before the one optimizer step.
@@ -230,7 +226,7 @@ StepRecord Trainer::run_step(int step) {
   auto start = Clock::now();
   runner_.zero_gradients();
   runner_.begin_step();
-  double loss = 0;
+  at::Tensor loss_sum;  // this rank's microbatches' losses, on its device
   for (int k = 0; k < accumulate_steps_; ++k) {
     data_.load_step(static_cast<std::int64_t>(step) * accumulate_steps_ + k);
     if (embeddings_) {
@@ -238,13 +234,14 @@ StepRecord Trainer::run_step(int step) {
       for (const auto& name : embeddings_->index_inputs()) index_inputs.push_back(data_.rows(name, 0));
       embeddings_->forward(index_inputs);
     }
-    loss += run_passes();
+    run_passes(loss_sum);
     if (embeddings_) embeddings_->backward();
   }
   runner_.end_step();
   double grad_norm = state_.step(step);
   if (embeddings_) embeddings_->step(state_.lr_at(step));
-  // Ranks without the loss add 0.
+  // Read once the host has issued the whole step. Ranks without the loss add 0.
+  double loss = loss_sum.defined() ? loss_sum.item<double>() : 0;
   if (layout_.world_size() > 1) loss = communicator_.sum_over_world(loss);
   comm_ms_ += communicator_.take_wait_ms();
   ++steps_run_;

@@ -64,7 +64,7 @@ class Trainer {
     Communicator::Receive receive;
   };
 
-  double run_passes();
+  void run_passes(at::Tensor& loss_sum);
   std::vector<Incoming> start_receives(const plan::PassTask& task);
   at::Tensor finish_receive(Incoming& piece, const plan::PassTask& task);
   std::vector<at::Tensor> gather_inputs(const plan::PassTask& task, std::vector<Incoming>& incoming);

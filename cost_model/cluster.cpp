@@ -68,7 +68,7 @@ std::string join(const std::vector<std::string>& items) {
 double unit_bytes(std::string_view unit) {
   std::string upper(unit);
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (upper.empty() || upper == "B") return 1;
+  if (upper == "B") return 1;
   auto power = std::string_view("KMGT").find(upper[0]);
   if (power == std::string_view::npos) return 0;
   std::string rest = upper.substr(1);
@@ -270,6 +270,11 @@ std::int64_t parse_size(std::string_view text, std::string_view what) {
   if (ec == std::errc::result_out_of_range) {  // over 1e308, or under 1e-308 when the integer part is 0
     std::string_view integer_part = text.substr(0, std::min(length, text.find('.')));
     number = integer_part.find_first_not_of('0') != std::string_view::npos ? HUGE_VAL : 0;
+  }
+  // A bare number is refused, not taken as bytes: "--mem 80" means 80 GB far more often than 80 bytes.
+  if (length == text.size()) {
+    std::string number_text(text);
+    fail(prefix + "a size needs a unit (" + number_text + "G for GiB, " + number_text + "B for bytes)");
   }
   double unit = unit_bytes(text.substr(length));
   if (unit == 0) fail(prefix + "unknown unit (use B, K, M, G, T, KiB..TiB or KB..TB)");

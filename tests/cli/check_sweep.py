@@ -15,7 +15,7 @@ import sys
 from plan_runs import fail, run, write_plan
 
 DEVICES = [1, 2, 4, 8]
-REQUEST = ["--batch", "64", "--mem", "40M", "--host-mem", "1"]
+REQUEST = ["--batch", "64", "--mem", "40M", "--host-mem", "1B"]
 
 
 def main():

@@ -100,15 +100,18 @@ TEST_CASE("parse_size: binary and decimal units, fractions", "[cluster]") {
   CHECK(size("1TiB") == kGiB * 1024);
   CHECK(size("1TB") == 1'000'000'000'000);
   CHECK(size("100B") == 100);
-  CHECK(size("12345") == 12345);
-  CHECK(size("1.9") == 1);  // rounded down to whole bytes
+  CHECK(size("12345b") == 12345);
+  CHECK(size("1.9B") == 1);  // rounded down to whole bytes
 }
 
 TEST_CASE("parse_size: each bad kind names the flag", "[cluster]") {
   CHECK_THROWS_WITH(size("-5G"), "--mem -5G: must be positive");
-  CHECK_THROWS_WITH(size("0"), "--mem 0: must be positive");
+  CHECK_THROWS_WITH(size("0B"), "--mem 0B: must be positive");
   CHECK_THROWS_WITH(size("0G"), "--mem 0G: must be positive");
-  CHECK_THROWS_WITH(size("0.1"), "--mem 0.1: must be positive");
+  CHECK_THROWS_WITH(size("0.1B"), "--mem 0.1B: must be positive");
+  // A bare number is no size: 80 bytes is never what "--mem 80" means.
+  CHECK_THROWS_WITH(size("80"), "--mem 80: a size needs a unit (80G for GiB, 80B for bytes)");
+  CHECK_THROWS_WITH(size("1.5"), "--mem 1.5: a size needs a unit (1.5G for GiB, 1.5B for bytes)");
   CHECK_THROWS_WITH(size(""), Contains("--mem: empty size"));
   for (const char* garbage : {"G", "abc", ".", "+5G", " 5G", "inf", "nan", "--5"}) {
     INFO(garbage);
@@ -119,7 +122,7 @@ TEST_CASE("parse_size: each bad kind names the flag", "[cluster]") {
     CHECK_THROWS_WITH(size(bad_unit), Contains("--mem") && Contains("unknown unit"));
   }
   CHECK_THROWS_WITH(size("4194305T"), "--mem 4194305T: too large");  // just over 2^62
-  CHECK_THROWS_WITH(size(std::string(400, '9')), Contains("too large"));
+  CHECK_THROWS_WITH(size(std::string(400, '9') + "B"), Contains("too large"));
   CHECK_THROWS_WITH(size("0." + std::string(400, '0') + "1G"), Contains("must be positive"));
   CHECK(size("4194304T") == std::int64_t{1} << 62);
   CHECK_THROWS_AS(size("x"), InputError);
@@ -261,8 +264,8 @@ TEST_CASE("the host where state is offloaded: the preset's node, --host-mem, or 
   flags.host_mem = "64G";
   CHECK(cluster_from_flags(flags).host.mem_bytes == std::int64_t{64} << 30);
   CHECK(cluster_from_flags(flags).host.link.bandwidth == 25e9);
-  flags.host_mem = "0";
-  CHECK(input_error([&] { cluster_from_flags(flags); }) == "--host-mem 0: must be positive");
+  flags.host_mem = "0G";
+  CHECK(input_error([&] { cluster_from_flags(flags); }) == "--host-mem 0G: must be positive");
 
   auto preset = from_json_text(R"({"nodes": 1, "gpus_per_node": 8, "device": "h100-80g", "host": {"mem": "512G"}})");
   CHECK(preset.host.mem_bytes == std::int64_t{512} << 30);

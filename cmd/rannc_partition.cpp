@@ -25,6 +25,7 @@
 #include "ir/dump.h"
 #include "support/error.h"
 #include "support/executable.h"
+#include "support/nearest_name.h"
 
 namespace rannc {
 namespace {
@@ -290,6 +291,21 @@ int run_help(CLI::App& app, const std::string& tool_help, const std::string& top
   return 0;
 }
 
+// " (did you mean --gpus?)" for the first unknown option near one of the command's, or "".
+std::string suggestion_for_unknown(const CLI::App& app) {
+  const CLI::App* command = &app;
+  while (!command->get_subcommands().empty()) command = command->get_subcommands().front();
+  std::vector<std::string> names;
+  for (const CLI::Option* option : command->get_options())
+    for (const auto& name : option->get_lnames()) names.push_back("--" + name);
+  for (const auto& unknown : app.remaining(/*recurse=*/true)) {
+    if (unknown.rfind("--", 0) != 0) continue;
+    std::string word = unknown.substr(0, unknown.find('='));
+    if (auto near = nearest_name(word, names)) return " (did you mean " + *near + "?)";
+  }
+  return "";
+}
+
 int run(int argc, char** argv) {
   // Nothing to do: the usage, as the one error line (exit 2).
   if (argc < 2) throw InputError(std::string("no model or command given; ") + kUsage + " (see rannc-partition --help)");
@@ -342,6 +358,8 @@ int run(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     std::cout << e.what() << "\n";
     return 0;
+  } catch (const CLI::ExtrasError& e) {
+    throw InputError(first_line(e.what()) + suggestion_for_unknown(app) + " (see rannc-partition --help)");
   } catch (const CLI::ParseError& e) {
     throw InputError(first_line(e.what()) + " (see rannc-partition --help)");
   }

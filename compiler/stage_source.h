@@ -5,10 +5,14 @@
 
 #include <cctype>
 #include <cstdint>
+#include <map>
+#include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "ir/dtype.h"
+#include "ir/graph.h"
 
 namespace rannc {
 
@@ -44,5 +48,52 @@ inline std::string stage_variable_name(const std::string& name) {
   for (char c : name) out += std::isalnum(static_cast<unsigned char>(c)) || c == '_' ? c : '_';
   return out;
 }
+
+// The variables of one stage's generated source: one per value the stage takes in or makes,
+// named after the value and unique, and `self.<stage_name>` for its weights.
+class StageVariables {
+ public:
+  StageVariables(const ir::Graph& graph, int stage_id) : graph_(graph), stage_id_(stage_id) {}
+
+  void add_weight(ir::ValueId id, const std::string& stage_name) { weights_[id] = stage_name; }
+
+  // A fresh variable for a value (the one it has if it has one).
+  std::string bind(ir::ValueId id) {
+    if (auto it = names_.find(id); it != names_.end()) return it->second;
+    const auto& name = graph_.value(id).name;
+    std::string base = name.empty() ? "v__" + std::to_string(id) : stage_variable_name(name), unique = base;
+    for (int n = 1; !taken_.insert(unique).second; ++n) unique = base + "_" + std::to_string(n);
+    return names_[id] = unique;
+  }
+
+  // What reads a value: its variable, or its weight attribute.
+  std::string expr(ir::ValueId id) const {
+    if (auto it = names_.find(id); it != names_.end()) return it->second;
+    if (auto it = weights_.find(id); it != weights_.end()) return "self." + it->second;
+    throw std::logic_error("internal error: stage " + std::to_string(stage_id_) + " reads '" + graph_.value(id).name +
+                           "', which is neither its input, nor made by its ops, nor its weight");
+  }
+
+  // The variable of a value bound so far, or nullptr.
+  const std::string* variable(ir::ValueId id) const {
+    auto it = names_.find(id);
+    return it == names_.end() ? nullptr : &it->second;
+  }
+
+  // "<tensor>.device" of the stage's first input (`first_input`, ir::kNoId when it has none),
+  // else of its first weight; "" when it has neither.
+  std::string device(ir::ValueId first_input) const {
+    if (first_input != ir::kNoId) return names_.at(first_input) + ".device";
+    if (!weights_.empty()) return "self." + weights_.begin()->second + ".device";
+    return "";
+  }
+
+ private:
+  const ir::Graph& graph_;
+  int stage_id_;
+  std::map<ir::ValueId, std::string> names_;  // stage inputs and values made by stage ops
+  std::map<ir::ValueId, std::string> weights_;  // value -> stage_name
+  std::set<std::string> taken_;
+};
 
 }  // namespace rannc

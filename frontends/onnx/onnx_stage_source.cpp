@@ -305,21 +305,8 @@ class StageEmitter {
   void line(const std::string& text) { body_ += "    " + text + "\n"; }
   std::string temp(const std::string& prefix) { return prefix + std::to_string(temps_++); }
 
-  std::string expr(ir::ValueId id) const {
-    if (auto it = names_.find(id); it != names_.end()) return it->second;
-    if (auto it = weights_.find(id); it != weights_.end()) return "self." + it->second;
-    throw std::logic_error("internal error: stage " + std::to_string(stage_.id) + " reads '" +
-                           graph_.value(id).name + "', which is neither its input, nor made by its ops, nor its weight");
-  }
-
-  // A fresh variable for a value, named after it.
-  std::string bind(ir::ValueId id) {
-    if (auto it = names_.find(id); it != names_.end()) return it->second;
-    const auto& name = graph_.value(id).name;
-    std::string base = name.empty() ? "v__" + std::to_string(id) : stage_variable_name(name), unique = base;
-    for (int n = 1; !taken_.insert(unique).second; ++n) unique = base + "_" + std::to_string(n);
-    return names_[id] = unique;
-  }
+  std::string expr(ir::ValueId id) const { return vars_.expr(id); }
+  std::string bind(ir::ValueId id) { return vars_.bind(id); }
 
   const TensorProto* constant(const std::string& name) const {
     auto it = constants_by_name_.find(name);
@@ -350,9 +337,8 @@ class StageEmitter {
   }
 
   std::string device_arg() const {
-    if (!stage_.inputs.empty()) return ", device=" + names_.at(stage_.inputs.front().value) + ".device";
-    if (!weights_.empty()) return ", device=self." + weights_.begin()->second + ".device";
-    return "";
+    std::string device = vars_.device(stage_.inputs.empty() ? ir::kNoId : stage_.inputs.front().value);
+    return device.empty() ? "" : ", device=" + device;
   }
 
  private:
@@ -425,7 +411,7 @@ class StageEmitter {
                                    std::to_string(it->second->data_type()) + ", which TorchScript has no tensor type for");
       source.attributes.push_back(
           {weight.stage_name, trainable, *dtype, dims_of(*it->second), tensor_bytes(*it->second, *dtype, path_)});
-      weights_[weight.value] = weight.stage_name;
+      vars_.add_weight(weight.value, weight.stage_name);
     };
     for (const auto& weight : stage_.params) add(weight, true);
     for (const auto& weight : stage_.buffers) add(weight, false);
@@ -462,11 +448,11 @@ class StageEmitter {
     bool broke = false;
     for (auto id : op.outputs) {
       const auto& value = graph_.value(id);
-      auto name = names_.find(id);
-      if (!value.is_tensor() || name == names_.end() || value.consumers.empty()) continue;
+      const std::string* name = vars_.variable(id);
+      if (!value.is_tensor() || !name || value.consumers.empty()) continue;
       std::string flag = temp("_true");
-      line(flag + " = torch.ones([], dtype=11, device=" + name->second + ".device)");
-      line(name->second + " = torch.where(" + flag + ", " + name->second + ", " + name->second + ")");
+      line(flag + " = torch.ones([], dtype=11, device=" + *name + ".device)");
+      line(*name + " = torch.where(" + flag + ", " + *name + ", " + *name + ")");
       broke = true;
     }
     if (broke) ops_since_break_ = 0;
@@ -483,9 +469,7 @@ class StageEmitter {
   const ir::Graph& graph_;
   const emit::StageLayout& stage_;
   int opset_ = 0;
-  std::map<ir::ValueId, std::string> names_;  // stage inputs and values made by stage ops
-  std::map<ir::ValueId, std::string> weights_;  // value -> stage_name
-  std::set<std::string> taken_;
+  StageVariables vars_{graph_, stage_.id};
   std::map<std::string, const TensorProto*> constants_by_name_;
   std::deque<TensorProto> synthesized_;  // Constant nodes' value_int(s)/value_float(s) as tensors
   std::vector<StageAttribute> constants_;

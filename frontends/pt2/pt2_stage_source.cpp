@@ -106,11 +106,7 @@ class Pt2StageEmitter {
   void line(const std::string& text) { body_ += "    " + text + "\n"; }
   std::string temp() { return "_t" + std::to_string(temps_++); }
   const ir::Graph& graph() const { return graph_; }
-  std::string device() const {
-    if (!stage_.inputs.empty()) return names_.at(stage_.inputs.front().value) + ".device";
-    if (!weights_.empty()) return "self." + weights_.begin()->second + ".device";
-    return "";
-  }
+  std::string device() const { return vars_.device(stage_.inputs.empty() ? ir::kNoId : stage_.inputs.front().value); }
 
   // An argument by schema name; `fallback` when the node does not give it.
   const Argument* find(const pt2::Node& node, const std::string& name) const {
@@ -201,20 +197,8 @@ class Pt2StageEmitter {
     return "[" + join(items) + "]";
   }
 
-  std::string expr(ir::ValueId id) const {
-    if (auto it = names_.find(id); it != names_.end()) return it->second;
-    if (auto it = weights_.find(id); it != weights_.end()) return "self." + it->second;
-    throw std::logic_error("internal error: stage " + std::to_string(stage_.id) + " reads '" + graph_.value(id).name +
-                           "', which is neither its input, nor made by its ops, nor its weight");
-  }
-
-  std::string bind(ir::ValueId id) {
-    if (auto it = names_.find(id); it != names_.end()) return it->second;
-    const auto& name = graph_.value(id).name;
-    std::string base = name.empty() ? "v__" + std::to_string(id) : stage_variable_name(name), unique = base;
-    for (int n = 1; !taken_.insert(unique).second; ++n) unique = base + "_" + std::to_string(n);
-    return names_[id] = unique;
-  }
+  std::string expr(ir::ValueId id) const { return vars_.expr(id); }
+  std::string bind(ir::ValueId id) { return vars_.bind(id); }
 
   void assign(const Argument& out, const std::string& value) {
     if (out.kind == "as_none" || (out.kind == "as_optional_tensor" && out.value.contains("as_none"))) return;
@@ -231,7 +215,7 @@ class Pt2StageEmitter {
     for (const auto& input : stage_.inputs) {
       const auto& writers = graph_.value(input.value).writers;
       if (std::none_of(writers.begin(), writers.end(), [&](ir::OpId op) { return mine.count(op) > 0; })) continue;
-      auto name = names_.at(input.value);
+      auto name = vars_.expr(input.value);
       line(name + " = torch.clone(" + name + ")");
     }
   }
@@ -240,7 +224,7 @@ class Pt2StageEmitter {
     auto add = [&](const emit::StageWeight& weight, bool trainable) {
       const auto& stored = stored_weight(model_, source_, weight.value);
       out.attributes.push_back({weight.stage_name, trainable, stored.dtype, stored.dims, stored.data});
-      weights_[weight.value] = weight.stage_name;
+      vars_.add_weight(weight.value, weight.stage_name);
     };
     for (const auto& weight : stage_.params) add(weight, true);
     for (const auto& weight : stage_.buffers) add(weight, false);
@@ -329,9 +313,7 @@ class Pt2StageEmitter {
   const Pt2ModelSource& source_;
   const emit::StageLayout& stage_;
   const std::set<std::string>& missing_;
-  std::map<ir::ValueId, std::string> names_;
-  std::map<ir::ValueId, std::string> weights_;
-  std::set<std::string> taken_;
+  StageVariables vars_{graph_, stage_.id};
   std::string body_;
   int temps_ = 0;
 };

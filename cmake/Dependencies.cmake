@@ -65,7 +65,7 @@ endif()
 
 # Precompiled torch headers: each translation unit that includes torch spends most of its 20-50 s
 # parsing the same headers; one precompiled set per library that has several such units parses
-# them once (the README gives the build times). Off for a compiler that mishandles them.
+# them once (docs/testing.md gives the build times). Off for a compiler that mishandles them.
 option(RANNC_PRECOMPILE_TORCH "precompile the torch headers of the plugin and the runtime" ON)
 function(rannc_precompile_torch_headers target)
   if(RANNC_PRECOMPILE_TORCH)

@@ -1,4 +1,4 @@
-// The cluster from CLI flags or a JSON file. The JSON schema (also in cluster.h and README):
+// The cluster from CLI flags or a JSON file. The JSON schema (also in cluster.h and docs/user-guide.md):
 //
 //   {"nodes": 4, "gpus_per_node": 8,
 //    "device": "h100-80g",   // a preset name, or {"name": "my-gpu", "peak_fp32_tflops": 60,

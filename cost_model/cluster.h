@@ -3,7 +3,7 @@
 // cluster JSON file (--cluster); every malformed or impossible description is an InputError
 // that names the flag or the JSON field at fault.
 //
-// The cluster JSON file (--cluster), also described in README, "Cluster description":
+// The cluster JSON file (--cluster), also described in docs/user-guide.md, "Cluster description":
 //
 //   {"nodes": 4,                 // required, positive integer
 //    "gpus_per_node": 8,         // required, positive integer

@@ -1,5 +1,5 @@
 """The model in float32, which verify and partition's check compare the stage files with, is itself
-checked against the model in float64 (README, "How verify checks them"):
+checked against the model in float64 (docs/design.md, "How verify checks them"):
 
 - ordinary: a GELU whose output is transposed (wav2vec2's feature extractor; libtorch 1.13's CPU
   gelu_backward gets its gradient wrong unless torch_kernel_fixes.h mends it) agrees with float64:

@@ -445,7 +445,7 @@ MODELS = {
     "wav2vec2_group_norm": ("wav2vec2 group_norm", lambda: _wav2vec2("group_norm", False, False), "pt",
                             {"loss": "cross_entropy", "train": False,
                              "notes": "torch 1.13's gelu_backward on a transposed gradient returns stale memory "
-                                      "(README, Known problems): rannc's tools mend it and verify checks it against "
+                                      "(docs/user-guide.md, Known problems): rannc's tools mend it and verify checks it against "
                                       "float64, but the Python training reference runs unmended torch"}),
     "wav2vec2_layer_norm": ("wav2vec2 layer_norm", lambda: _wav2vec2("layer_norm", True, True), "pt",
                             {"loss": "cross_entropy", "train": True, "tolerance": 1e-4,

@@ -1,4 +1,4 @@
-"""The layering the README's architecture section states, checked on the sources and the build.
+"""The layering docs/design.md's "Layout" section states, checked on the sources and the build.
 
   check_layering.py SOURCE_DIR BUILD_DIR
   check_layering.py --self-test     (each rule catches a planted violation)

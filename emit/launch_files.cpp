@@ -81,18 +81,31 @@ std::string launch_script(const plan::Plan& plan, const std::string& runtime_fol
 }
 
 std::string sbatch_script(const plan::Plan& plan, const std::string& runtime_folder) {
+  const int ranks = launched_ranks(plan);
   std::ostringstream out;
   out << "#!/usr/bin/env bash\n"
       << "#SBATCH --job-name=rannc-" << shell_safe(std::filesystem::path(plan.model.path).stem().string()) << "\n"
       << "#SBATCH --nodes=" << used_nodes(plan) << "\n"
-      << "#SBATCH --ntasks=" << launched_ranks(plan) << "\n"
+      << "#SBATCH --ntasks=" << ranks << "\n"
       << "#SBATCH --ntasks-per-node=" << ranks_per_node(plan) << "\n"
       << "#SBATCH --gpus-per-node=" << ranks_per_node(plan) << "\n"
+      << "# Your cluster's limits: fill these in and remove one '#' (or give them to sbatch:\n"
+      << "# sbatch --time=2:00:00 --partition=gpu --account=proj job.sbatch).\n"
+      << "##SBATCH --time=HH:MM:SS\n"
+      << "##SBATCH --partition=PARTITION\n"
+      << "##SBATCH --account=ACCOUNT\n"
       << "# A SLURM job of the plan in this folder, one task per rank and one GPU per task.\n"
       << job_comment(plan)
       << "# usage: cd OUT && sbatch job.sbatch [rannc-run options]; RANNC_PLAN overrides the plan.\n"
+      << "# The ranks start by srun --mpi=pmix (OpenMPI built with PMIx), or by mpirun with\n"
+      << "# RANNC_LAUNCHER=mpirun (RANNC_LAUNCHER=mpirun sbatch job.sbatch).\n"
       << "# rannc-run is $RANNC_RUN, else the one beside the rannc-partition that wrote the plan, else on PATH.\n"
       << "set -euo pipefail\n"
+      << "launcher=\"${RANNC_LAUNCHER:-srun}\"\n"
+      << "if [[ \"$launcher\" != srun && \"$launcher\" != mpirun ]]; then\n"
+      << "  echo \"job.sbatch: RANNC_LAUNCHER=$launcher: must be srun (the default) or mpirun\" >&2\n"
+      << "  exit 2\n"
+      << "fi\n"
       << "# sbatch runs a copy of this script from its spool folder, so the plan is looked for in\n"
       << "# the folder the job was submitted from.\n"
       << "plan=\"${RANNC_PLAN:-${SLURM_SUBMIT_DIR:-$PWD}/plan.json}\"\n"
@@ -101,7 +114,10 @@ std::string sbatch_script(const plan::Plan& plan, const std::string& runtime_fol
       << "  exit 2\n"
       << "fi\n"
       << find_runtime("job.sbatch", runtime_folder)
-      << "srun --ntasks=" << launched_ranks(plan) << " \"$rannc_run\" \"$plan\" \"$@\"\n";
+      << "if [[ \"$launcher\" == mpirun ]]; then\n"
+      << "  exec mpirun -np " << ranks << " \"$rannc_run\" \"$plan\" \"$@\"\n"
+      << "fi\n"
+      << "exec srun --mpi=pmix --ntasks=" << ranks << " \"$rannc_run\" \"$plan\" \"$@\"\n";
   return out.str();
 }
 

@@ -19,7 +19,9 @@ int launched_ranks(const plan::Plan& plan);
 // `mpirun -np R rannc-run plan.json "$@"`, from any working directory.
 std::string launch_script(const plan::Plan& plan, const std::string& runtime_folder);
 
-// A SLURM job of the plan's nodes, one task per rank, one GPU per task.
+// A SLURM job of the plan's nodes, one task per rank, one GPU per task, with commented-out
+// placeholders for the cluster's --time, --partition and --account. The ranks start by
+// `srun --mpi=pmix`, or by `mpirun` with RANNC_LAUNCHER=mpirun (any other value: one line, exit 2).
 std::string sbatch_script(const plan::Plan& plan, const std::string& runtime_folder);
 
 }  // namespace rannc::emit

@@ -18,8 +18,9 @@ struct DeviceFacts {
   int gpus = 0;              // CUDA GPUs this process can use (0: none, or a build without GPU support)
   bool built_with_cuda = false;
   bool nccl_built = false;
-  int local_rank = 0;        // among the ranks of this node (OMPI_COMM_WORLD_LOCAL_RANK)
-  int local_size = 1;        // ranks of this node
+  int local_rank = 0;        // among the ranks of this node (MpiWorld::local_rank: MPI's shared-memory split,
+                             // not a launcher's environment variable)
+  int local_size = 1;        // ranks of this node (MpiWorld::local_size)
 };
 
 // `flag` is "auto" (a GPU when the plan's device is one and a GPU is here; else the CPU), "cuda"

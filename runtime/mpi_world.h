@@ -17,6 +17,11 @@ class MpiWorld {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // This rank's place among the ranks that share its node, as MPI itself knows it
+  // (MPI_Comm_split_type, MPI_COMM_TYPE_SHARED): right under mpirun, srun or any MPI-3 launcher,
+  // whatever the environment says.
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
   static std::string hostname();
 
   // Rank `root`'s text, on every rank.
@@ -30,6 +35,7 @@ class MpiWorld {
 
  private:
   int rank_ = 0, size_ = 1;
+  int local_rank_ = 0, local_size_ = 1;
 };
 
 }  // namespace rannc::runtime

@@ -44,6 +44,7 @@ struct RankSetup {
   LossPlan loss;
   std::unique_ptr<TrainingData> data;
   DeviceChoice device;
+  DeviceFacts device_facts;               // what chose `device`; the report gives its node place
   std::unique_ptr<StageRunner> runner;
   OptimizerSettings optimizer;
   std::string plan_sha256;                // the manifest of a checkpoint records it
@@ -123,29 +124,19 @@ void check_checkpoint_options(const RunOptions& options, const MpiWorld& world) 
   check_can_write((std::filesystem::path(options.save_dir) / plan::kLatestCheckpointFile).string(), "--save");
 }
 
-int env_int(const char* name, int fallback) {
-  const char* text = std::getenv(name);
-  if (!text || !*text) return fallback;
-  try {
-    return std::stoi(text);
-  } catch (const std::exception&) {
-    return fallback;
-  }
-}
-
-// --device (else $RANNC_DEVICE, else auto) with what this process sees: its GPUs and its place
-// among the ranks of its node (OpenMPI's local rank; without it, the whole job on one node).
-DeviceChoice device_for_rank(const RunOptions& options, const plan::Plan& plan, const MpiWorld& world) {
+// --device (else $RANNC_DEVICE, else auto) with what this process sees, left in `facts`: its GPUs
+// and its place among the ranks of its node, from MPI (mpi_world.h), so that under srun or any
+// other launcher the ranks of a node take its GPUs in turn.
+DeviceChoice device_for_rank(const RunOptions& options, const plan::Plan& plan, const MpiWorld& world, DeviceFacts& facts) {
   std::string flag = options.device;
   if (flag.empty()) flag = std::getenv("RANNC_DEVICE") ? std::getenv("RANNC_DEVICE") : "";
   if (flag.empty()) flag = "auto";
-  DeviceFacts facts;
   facts.plan_on_gpu = plan.cluster.device != "cpu";
   facts.built_with_cuda = accel::built_with_cuda();
   facts.gpus = accel::cuda_device_count();
   facts.nccl_built = nccl_built();
-  facts.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", world.rank());
-  facts.local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", world.size());
+  facts.local_rank = world.local_rank();
+  facts.local_size = world.local_size();
   return choose_device(flag, facts);
 }
 
@@ -191,7 +182,7 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
     throw InputError("--bucket-kib " + std::to_string(options.bucket_kib) + ": must be 1 to 2^30 (1 TiB)");
   check_checkpoint_options(options, world);
   setup->plan_sha256 = sha256_of_file(options.plan_path);
-  setup->device = device_for_rank(options, plan, world);
+  setup->device = device_for_rank(options, plan, world, setup->device_facts);
   use_device(setup->device);
   setup->runner = std::make_unique<StageRunner>(plan, stage, torch_device(setup->device));
   if (!options.init_path.empty())
@@ -366,7 +357,12 @@ int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
       }
     }
   }
-  auto ranks = world.gather(rank_json(trainer.record()).dump());
+  // Each rank's measurements, and where it ran: its host and its place among that host's ranks.
+  json entry = rank_json(trainer.record());
+  entry["host"] = MpiWorld::hostname();
+  entry["local_rank"] = setup.device_facts.local_rank;
+  entry["local_size"] = setup.device_facts.local_size;
+  auto ranks = world.gather(entry.dump());
   // The finite steps are reported even when training stopped, with what stopped it.
   if (world.rank() == 0 && !options.report_path.empty()) write_report(options.report_path, steps, ranks, stopped);
   return status;

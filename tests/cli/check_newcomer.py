@@ -9,10 +9,13 @@ install PREFIX CMAKE BUILD_DIR   cmake --install BUILD_DIR --prefix PREFIX (empt
                                  share/doc/rannc-partition.
 version-help PREFIX              --version of both tools (one line, exit 0); `help` and `help COMMAND`
                                  print the usage (exit 0); `help NOTHING` and no arguments are one
-                                 line and exit 2.
+                                 line and exit 2; so is rannc-run without a plan; rannc-run --help
+                                 groups its options and ends with examples.
 train PREFIX MODEL               partition MODEL (a relative path) from one folder, OUT/launch.sh
                                  from another (2 steps under mpirun, rannc-run found beside the
-                                 installed rannc-partition), verify from a third.
+                                 installed rannc-partition), verify from a third; job.sbatch under
+                                 bash with a stand-in srun (srun --mpi=pmix, run by mpirun), with
+                                 RANNC_LAUNCHER=mpirun (mpirun), and RANNC_LAUNCHER=bogus (one line, exit 2).
 folder PREFIX MODEL BAD_MODEL    a run that fails leaves no new folder (before the plan exists, or
                                  when BAD_MODEL's stage files fail the check); a new plan removes
                                  the stage files of an earlier one and keeps other files.
@@ -108,9 +111,22 @@ def version_help(prefix):
             fail("help partition differs from help")
         one_error_line(run([partition, "help", "nothing"], expect=2, cwd=cwd, env=env), "help nothing: no such command")
         one_error_line(run([partition], expect=2, cwd=cwd, env=env), "usage: rannc-partition MODEL")
+        runner = tool(prefix, "rannc-run")
+        for args in ([], ["--steps", "5"]):
+            one_error_line(run([runner, *args], expect=2, cwd=cwd, env=env),
+                           r"^rannc-run: error: no plan given; usage: rannc-run PLAN \[--steps N .*\(see rannc-run --help\)$")
+        text = run([runner, "--help"], cwd=cwd, env=env).stdout
+        groups = [text.find("\n" + name + ":\n") for name in ("Positionals", "Training", "Data", "Checkpoints", "Output")]
+        if min(groups) < 0 or groups != sorted(groups) or text.find("--save ") < groups[3] or text.find("--data ") < groups[2]:
+            fail(f"rannc-run --help: PLAN, then the option groups Training, Data, Checkpoints, Output: {text!r}")
+        examples = text[text.find("Examples:"):]
+        for example in ("mpirun -np 8 rannc-run rannc-out/plan.json --steps 100", "--resume", "--save",
+                        "rannc-out/launch.sh", "sbatch job.sbatch"):
+            if example not in examples:
+                fail(f"rannc-run --help: no example with {example!r}: {text!r}")
         if os.listdir(cwd):
             fail(f"help or --version wrote files: {os.listdir(cwd)}")
-    print("ok: help, help COMMAND, and no arguments")
+    print("ok: help, help COMMAND, and no arguments; rannc-run without a plan, and its grouped --help")
 
 
 def train(prefix, model):
@@ -140,11 +156,78 @@ def train(prefix, model):
             fail(f"launch.sh ran {len(steps)} steps: {result.stdout[-2000:]}")
         print(f"ok: launch.sh from another folder trained {len(plan['ranks'])} ranks, losses",
               [round(step["loss"], 4) for step in steps])
+        job_sbatch(out, elsewhere, len(plan["ranks"]))
         verify = json.loads(run([tool(prefix, "rannc-partition"), "verify", os.path.relpath(os.path.join(out, "plan.json"), third),
                                  "--json"], cwd=third, env=env).stdout)
         if not verify["passed"]:
             fail(f"verify: {json.dumps(verify)}")
         print("ok: verify from a third folder")
+
+
+def job_sbatch(out, tmp, ranks):
+    """OUT/job.sbatch under bash as SLURM would run it, in the plan's folder: by default through
+    `srun --mpi=pmix` (a stand-in srun that records its arguments and runs the ranks by mpirun),
+    with RANNC_LAUNCHER=mpirun through mpirun (recorded, then the real one); any other launcher is
+    one line and exit 2."""
+    real_mpirun = shutil.which("mpirun")
+    stubs = os.path.join(tmp, "slurm-stubs")
+    os.makedirs(stubs)
+    srun_log, mpirun_log = os.path.join(tmp, "srun.args"), os.path.join(tmp, "mpirun.args")
+    with open(os.path.join(stubs, "srun"), "w") as f:
+        f.write(f"""#!/usr/bin/env bash
+printf '%s\\n' "$@" > {srun_log}
+args=()
+for arg in "$@"; do
+  case "$arg" in --mpi=pmix|--ntasks=*) ;; *) args+=("$arg") ;; esac
+done
+exec {real_mpirun} -np {ranks} "${{args[@]}}"
+""")
+    with open(os.path.join(stubs, "mpirun"), "w") as f:
+        f.write(f"#!/usr/bin/env bash\nprintf '%s\\n' \"$@\" > {mpirun_log}\nexec {real_mpirun} \"$@\"\n")
+    for name in ("srun", "mpirun"):
+        os.chmod(os.path.join(stubs, name), 0o755)
+    env = clean_env(**MPI_ENV)
+    env["PATH"] = stubs + os.pathsep + env["PATH"]
+    job = os.path.join(out, "job.sbatch")
+
+    def recorded(path):
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            args = f.read().splitlines()
+        os.remove(path)
+        return args
+
+    plan_path = os.path.realpath(os.path.join(out, "plan.json"))
+
+    def runs_the_plan(args, report):
+        """rannc-run, the plan and the arguments job.sbatch was given, after the launcher's own."""
+        return len(args) == 8 and os.path.realpath(args[1]) == plan_path and \
+            args[2:] == ["--steps", "2", "--loss", "mse", "--report", report]
+
+    for launcher in ("", "mpirun"):
+        report = os.path.join(tmp, f"job_report_{launcher or 'srun'}.json")
+        run_env = dict(env, RANNC_LAUNCHER=launcher) if launcher else env
+        result = run(["bash", job, "--steps", "2", "--loss", "mse", "--report", report], cwd=out, env=run_env)
+        srun_args, mpirun_args = recorded(srun_log), recorded(mpirun_log)
+        with open(report) as f:
+            steps = json.load(f)["steps"]
+        if len(steps) != 2:
+            fail(f"job.sbatch ({launcher or 'srun'}) ran {len(steps)} steps: {result.stdout[-2000:]}")
+        if not launcher:
+            if mpirun_args is not None or not srun_args or srun_args[:2] != ["--mpi=pmix", f"--ntasks={ranks}"] or \
+                    not runs_the_plan(srun_args[2:], report):
+                fail(f"job.sbatch ran srun {srun_args}, mpirun {mpirun_args}")
+        elif srun_args is not None or not mpirun_args or mpirun_args[:2] != ["-np", str(ranks)] or \
+                not runs_the_plan(mpirun_args[2:], report):
+            fail(f"job.sbatch with RANNC_LAUNCHER=mpirun ran srun {srun_args}, mpirun {mpirun_args}")
+        print(f"ok: job.sbatch by {launcher or 'srun --mpi=pmix'} trained {ranks} ranks, losses",
+              [round(step["loss"], 4) for step in steps])
+    one_error_line(run(["bash", job], expect=2, cwd=out, env=dict(env, RANNC_LAUNCHER="bogus")),
+                   re.escape("job.sbatch: RANNC_LAUNCHER=bogus: must be srun (the default) or mpirun"))
+    if recorded(srun_log) is not None or recorded(mpirun_log) is not None:
+        fail("job.sbatch with RANNC_LAUNCHER=bogus started a launcher")
+    print("ok: RANNC_LAUNCHER=bogus: one line, exit 2")
 
 
 def folder(prefix, model, bad_model):

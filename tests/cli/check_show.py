@@ -2,7 +2,8 @@
 """show, the launch files and the pictures on real plans of the samples: `show` prints every
 stage and the prediction (text) and a summary that agrees with plan.json (--json); launch.sh runs
 `mpirun -np R` on the plan's ranks from any working directory; job.sbatch asks for the nodes the
-ranks use; schedule.svg is XML with one row per rank; stages.dot has one node per stage; and the
+ranks use (all #SBATCH lines above the first command, --time/--partition/--account as commented
+placeholders) and starts them by srun --mpi=pmix or, on request, mpirun; schedule.svg is XML with one row per rank; stages.dot has one node per stage; and the
 same inputs give byte-identical files.
 
 usage: check_show.py BINARY SAMPLES_DIR
@@ -115,7 +116,14 @@ def check_launch(binary, out, plan, tmp):
     check(f"#SBATCH --ntasks={ranks}\n" in job, "job.sbatch tasks")
     check(f"#SBATCH --ntasks-per-node={min(ranks, per_node)}\n" in job, "job.sbatch tasks per node")
     check(f"#SBATCH --gpus-per-node={min(ranks, per_node)}\n" in job, "job.sbatch GPUs per node")
-    check(re.search(rf"^srun --ntasks={ranks} ", job, re.M), "job.sbatch srun line")
+    # sbatch reads #SBATCH lines only above the first command.
+    first_command = next(i for i, line in enumerate(job.splitlines()) if line.strip() and not line.startswith("#"))
+    check(all(i < first_command for i, line in enumerate(job.splitlines()) if line.startswith("#SBATCH")),
+          "job.sbatch has an #SBATCH line below a command, where sbatch ignores it")
+    for placeholder in ("time=HH:MM:SS", "partition=PARTITION", "account=ACCOUNT"):
+        check(f"\n##SBATCH --{placeholder}\n" in job, f"job.sbatch placeholder --{placeholder}, commented out")
+    check(re.search(rf"^exec srun --mpi=pmix --ntasks={ranks} ", job, re.M), "job.sbatch srun line")
+    check(re.search(rf"^  exec mpirun -np {ranks} ", job, re.M), "job.sbatch mpirun line")
 
 
 def check_pictures(out, plan):

@@ -113,7 +113,14 @@ TEST_CASE("job.sbatch asks SLURM for the nodes and GPUs the ranks use", "[launch
   CHECK_THAT(job, Catch::StartsWith("#!/usr/bin/env bash\n#SBATCH --job-name=rannc-tiny\n"));
   CHECK_THAT(job, Catch::Contains("#SBATCH --nodes=2\n#SBATCH --ntasks=3\n#SBATCH --ntasks-per-node=2\n"
                                   "#SBATCH --gpus-per-node=2\n"));
-  CHECK_THAT(job, Catch::Contains("\nsrun --ntasks=3 \"$rannc_run\" \"$plan\" \"$@\"\n"));
+  // The cluster's own limits as placeholders sbatch skips until one '#' goes.
+  CHECK_THAT(job, Catch::Contains("#SBATCH --gpus-per-node=2\n# Your cluster's limits: fill these in and remove one '#'"));
+  CHECK_THAT(job, Catch::Contains("\n##SBATCH --time=HH:MM:SS\n##SBATCH --partition=PARTITION\n##SBATCH --account=ACCOUNT\n"));
+  // srun with PMIx by default, mpirun on request, anything else refused before the plan is looked for.
+  CHECK_THAT(job, Catch::Contains("\nlauncher=\"${RANNC_LAUNCHER:-srun}\"\n"));
+  CHECK(job.find("RANNC_LAUNCHER=$launcher: must be srun (the default) or mpirun") < job.find("plan=\""));
+  CHECK_THAT(job, Catch::Contains("\n  exec mpirun -np 3 \"$rannc_run\" \"$plan\" \"$@\"\n"));
+  CHECK_THAT(job, Catch::EndsWith("\nexec srun --mpi=pmix --ntasks=3 \"$rannc_run\" \"$plan\" \"$@\"\n"));
   // Names from the plan cannot break the script: a new line in a model path stays in its comment.
   auto tricky = test::small_plan();
   tricky["model"]["path"] = "dir/my model\n$(rm -rf x).onnx";

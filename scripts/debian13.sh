@@ -60,7 +60,11 @@ lap() {
 make_root() {
   # debootstrap removes $root/debootstrap/ when it has finished.
   [ -x "$root/usr/bin/apt-get" ] && [ ! -d "$root/debootstrap" ] && return
-  command -v debootstrap >/dev/null || fail "debootstrap is not installed (apt-get install debootstrap)"
+  # A fresh host has none: installed like scripts/install-deps.sh installs the build's packages.
+  if ! command -v debootstrap >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null ||
+      fail "debootstrap is not installed and apt-get could not install it"
+  fi
   check_mirror
   if [ -d "$root/debootstrap" ]; then
     # Half-made by an earlier run: made again, but never removed through a mount (/dev, the clone).

@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "compiler/model.h"
+#include "frontends/foreign_file.h"
 #include "frontends/frontend.h"
 #include "frontends/pt2/pt2_archive.h"
 #include "support/error.h"
@@ -33,10 +34,10 @@ const Frontend& frontend_for(const FileProbe& probe) {
   for (const auto* frontend : frontends())
     if (frontend->recognizes(probe)) return *frontend;
   if (probe.zip && probe.zip->entries().empty()) throw InputError(probe.path + ": an empty zip archive (no model in it)");
-  std::string what = probe.zip ? Pt2Archive::describe_other(*probe.zip) : "";
-  throw InputError(probe.path + ": " + (what.empty() ? "a zip archive that is neither TorchScript (torch.jit.save) nor "
-                                                       "torch.export (.pt2)"
-                                                     : what));
+  auto what = probe.zip ? describe_foreign_zip(*probe.zip) : std::nullopt;
+  if (!what && probe.zip && !Pt2Archive::describe_other(*probe.zip).empty()) what = Pt2Archive::describe_other(*probe.zip);
+  throw InputError(probe.path + ": " + what.value_or(std::string("a zip archive that is neither TorchScript (torch.jit.save) "
+                                                                 "nor torch.export (.pt2): ") + kExportAdvice));
 }
 
 }  // namespace
@@ -48,6 +49,10 @@ Model load_model(const std::string& path, const LoadOptions& options) {
   if (starts_like_zip(path)) {
     probe.zip = ZipArchive::open(path);
     if (!probe.zip) throw InputError(path + ": a damaged zip archive (its directory cannot be read)");
+  } else if (auto what = describe_foreign_file(path)) {
+    // Not a zip: what the frontends would misread as a damaged ONNX protobuf (a safetensors
+    // file, a NumPy array, a plan.json, ...) is named by its magic bytes first.
+    throw InputError(path + ": " + *what);
   }
   Model model = frontend_for(probe).load(path, options);
   model.graph.validate();

@@ -93,7 +93,13 @@ cost::Cluster with_devices(cost::Cluster cluster, int devices) {
   return cluster;
 }
 
-// What would fit: the least devices (doubling) at this memory, the least memory at this count.
+// The most devices what_would_fit tries (docs/contract.md: the least device count that would work).
+constexpr int kMaxSuggestedDevices = 65536;
+
+// What would fit, for a request no plan meets: the fewest devices of this memory and the least
+// memory on this count, each found with the search's own feasibility test on the changed cluster.
+// The count doubles until it fits, then the whole nodes between the last two counts are tried
+// (bisected where there are many), so the count named is one that holds the model.
 std::string what_would_fit(const ir::Graph& graph, const UnitGraph& units, const Blocking& blocking,
                            const cost::CostModel& costs, const cost::ActivationMemory& activations,
                            std::int64_t evaluated_batch, const PlanRequest& request) {
@@ -107,16 +113,44 @@ std::string what_would_fit(const ir::Graph& graph, const UnitGraph& units, const
     SearchContext context{&blocks, &ranges, &trial.cluster, request.optimizer, request.precision, request.state_sharding};
     return any_config_fits(context, configs);
   };
-  std::string advice;
   const cost::Cluster& cluster = request.cluster;
-  // Beyond one device per sample and block, more devices cannot help.
-  double useful = static_cast<double>(request.global_batch) * blocking.count();
-  for (int devices = cluster.gpus() * 2; devices <= cost::kMaxDevices && devices <= useful; devices *= 2) {
+  const std::string memory = human_bytes(static_cast<double>(cluster.mem_bytes));
+  auto devices_of = [](std::int64_t count, const std::string& size) {
+    return std::to_string(count) + (count == 1 ? " device of " : " devices of ") + size;
+  };
+
+  // The fewest devices of this memory. Beyond one device per sample and block, more cannot help.
+  const double useful = static_cast<double>(request.global_batch) * blocking.count();
+  const int limit = std::min(kMaxSuggestedDevices, cost::kMaxDevices);
+  const int per_node = cluster.gpus_per_node;
+  int failed = cluster.gpus(), fitting = 0;
+  for (int devices = failed * 2; devices <= limit && devices <= useful; devices *= 2) {
     if (fits(with_devices(cluster, devices))) {
-      advice = "at least " + std::to_string(devices) + " devices of " + human_bytes(static_cast<double>(cluster.mem_bytes));
+      fitting = devices;
       break;
     }
+    failed = devices;
   }
+  if (fitting) {
+    // Counts of whole nodes between the last that failed and the first that fit.
+    int low = failed / per_node, high = fitting / per_node;
+    constexpr int kScanned = 16;
+    if (high - low - 1 <= kScanned) {
+      for (int nodes = low + 1; nodes < high; ++nodes)
+        if (fits(with_devices(cluster, nodes * per_node))) {
+          high = nodes;
+          break;
+        }
+    } else {
+      while (high - low > 1) {
+        int middle = low + (high - low) / 2;
+        (fits(with_devices(cluster, middle * per_node)) ? high : low) = middle;
+      }
+    }
+    fitting = high * per_node;
+  }
+
+  // The least memory on this count, within 2%.
   double low = static_cast<double>(cluster.mem_bytes), high = low;
   cost::Cluster trial = cluster;
   for (trial.mem_bytes = static_cast<std::int64_t>(high * 2); trial.mem_bytes <= cost::kMaxMemBytes;
@@ -127,15 +161,24 @@ std::string what_would_fit(const ir::Graph& graph, const UnitGraph& units, const
     }
     low = static_cast<double>(trial.mem_bytes);
   }
+  std::string more_memory;
   if (high > low) {
     while (high / low > 1.02) {
       trial.mem_bytes = static_cast<std::int64_t>(std::sqrt(low * high));
       (fits(trial) ? high : low) = static_cast<double>(trial.mem_bytes);
     }
-    if (!advice.empty()) advice += ", or ";
-    advice += human_bytes(high) + " per device on " + std::to_string(cluster.gpus());
+    more_memory = devices_of(cluster.gpus(), human_bytes(high));
   }
-  return advice.empty() ? "no device count or memory size up to the limits fits it" : "it would fit on " + advice;
+
+  const std::string no_count = failed > cluster.gpus()
+                                   ? "no count up to " + devices_of(failed, memory) + " holds it"
+                                   : "more devices of " + memory + " do not help at a batch of " +
+                                         std::to_string(request.global_batch);
+  if (fitting && !more_memory.empty()) return "it would fit on " + devices_of(fitting, memory) + " (or " + more_memory + ")";
+  if (fitting) return "it would fit on " + devices_of(fitting, memory) + " (no memory size up to " +
+                      human_bytes(static_cast<double>(cost::kMaxMemBytes)) + " on " + std::to_string(cluster.gpus()) + ")";
+  if (!more_memory.empty()) return "it would fit on " + more_memory + "; " + no_count;
+  return no_count + ", nor " + devices_of(cluster.gpus(), "up to " + human_bytes(static_cast<double>(cost::kMaxMemBytes)));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "support/error.h"
+#include "support/input_file.h"
 
 // How the generated source is written:
 // - Every ONNX value is a Tensor variable, shape values included (Shape gives a CPU int64
@@ -92,8 +93,9 @@ std::string external_bytes(const TensorProto& tensor, std::size_t bytes, const s
   auto file = std::filesystem::path(model_path).parent_path() / location;
   std::error_code ec;
   if (location.empty() || !std::filesystem::is_regular_file(file, ec)) {
-    throw InputError(model_path + ": the data of weight '" + tensor.name() + "' is in external file '" + location +
-                     "', which is not available; plan with --plan-only");
+    throw InputError(model_path + ": weights in external data file '" + text_excerpt(location) +
+                     "' are not beside the model (weight '" + text_excerpt(tensor.name()) +
+                     "'): put it there, or plan with --plan-only");
   }
   std::string data(bytes, '\0');
   std::ifstream in(file, std::ios::binary);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler/torch_plugin.h"
+#include "frontends/foreign_file.h"
 #include "frontends/pt2/exported_program.h"
 #include "support/error.h"
 #include "support/input_file.h"
@@ -148,13 +149,13 @@ std::optional<Pt2Archive> Pt2Archive::recognize(const ZipArchive& zip) {
 
 std::string Pt2Archive::describe_other(const ZipArchive& zip) {
   auto root = top_folder(zip);
-  static const std::string kExport =
-      "export the model for training with torch.export.save(torch.export.export(model, args), 'model.pt2')";
+  // An AOTInductor package, a torch.save file: named as every foreign file is (frontends/foreign_file.h).
   if (!root.empty() && is_pt2_archive(zip, root) && has_prefix(zip, root + "data/aotinductor/"))
-    return "an AOTInductor package (a model compiled for inference), not an exported program; " + kExport;
-  if (!root.empty() && is_pt2_archive(zip, root)) return "a PT2 archive without a model (no models/*.json); " + kExport;
+    return describe_foreign_zip(zip).value_or("");
+  if (!root.empty() && is_pt2_archive(zip, root))
+    return std::string("a PT2 archive without a model (no models/*.json): ") + kExportAdvice;
   if (!root.empty() && zip.has(root + "data.pkl") && !has_prefix(zip, root + "code/"))
-    return "tensors saved by torch.save (a state_dict?), not a model; " + kExport + ", or torch.jit.trace(model, args).save(...)";
+    return describe_foreign_zip(zip).value_or(std::string("tensors saved with torch.save, not a model: ") + kExportAdvice);
   return "";
 }
 

@@ -658,6 +658,45 @@ std::vector<c10::IValue> record_folding_shapes(TorchScriptSource& source, const 
   return recorded;
 }
 
+// A float example input that an op reads as indices (directly or through views), which torch reports only as
+// "Expected tensor for argument #1 'indices' to have one of the following scalar types": the
+// input named with the --input that gives it as int64. nullopt when no input is such.
+std::optional<std::string> float_index_input(const std::string& path, const torch::jit::Graph& graph,
+                                             const std::vector<InputSpec>& specs) {
+  struct IndexArg {
+    const char* kind;
+    std::size_t offset;
+    const char* as;
+  };
+  static const IndexArg kIndexArgs[] = {{"aten::embedding", 1, "indices"},     {"aten::embedding_bag", 1, "indices"},
+                                        {"aten::embedding_bag", 2, "offsets"},  {"aten::_embedding_bag", 1, "indices"},
+                                        {"aten::_embedding_bag", 2, "offsets"}, {"aten::index_select", 2, "indices"},
+                                        {"aten::gather", 2, "indices"},         {"aten::one_hot", 0, "indices"}};
+  // Ops whose output is the input's elements, viewed or picked (DLRM's sparse[:, i] and the like).
+  static const std::set<std::string> kViews = {"aten::slice",  "aten::select",    "aten::reshape", "aten::view",
+                                               "aten::flatten", "aten::squeeze",  "aten::unsqueeze", "aten::contiguous",
+                                               "aten::permute", "aten::transpose", "aten::narrow",  "aten::t"};
+  constexpr std::size_t kMaxVisited = 4096;
+  for (std::size_t i = 0; i < specs.size() && i < graph.inputs().size(); ++i) {
+    if (!ir::is_floating_point(specs[i].dtype)) continue;
+    std::vector<const Value*> values = {graph.inputs()[i]};
+    for (std::size_t v = 0; v < values.size() && values.size() < kMaxVisited; ++v) {
+      for (const auto& use : values[v]->uses()) {
+        const std::string kind = use.user->kind().toQualString();
+        if (use.offset == 0 && kViews.count(kind) && use.user->outputs().size() == 1) values.push_back(use.user->output());
+        for (const auto& arg : kIndexArgs) {
+          if (kind != arg.kind || use.offset != arg.offset) continue;
+          std::string dims;
+          for (auto d : specs[i].dims) dims += (dims.empty() ? "" : "x") + std::to_string(d);
+          return path + ": input '" + specs[i].name + "' is " + std::string(ir::dtype_name(specs[i].dtype)) + " but " +
+                 kind + " reads it as " + arg.as + ": give it as --input " + specs[i].name + ":" + dims + ":int64";
+        }
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 Model load_lowered(const std::string& path, const LoadOptions& options) {
   auto source = std::make_shared<TorchScriptSource>();
   source->module = load_module(path);
@@ -670,6 +709,7 @@ Model load_lowered(const std::string& path, const LoadOptions& options) {
   try {
     recorded = record_folding_shapes(*source, at_batch(specs, batch, evaluated), path);
   } catch (const std::exception& e) {
+    if (auto wrong = float_index_input(path, *source->graph, specs)) throw InputError(*wrong);
     if (evaluated == batch) throw InputError(path + ": forward fails on the example inputs: " + torch_message(e));
     evaluated = batch;  // a model traced with a hard-coded batch runs only at that batch
     try {

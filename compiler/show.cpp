@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "ir/module_path.h"
 #include "support/format.h"
 #include "support/stable_number.h"
 
@@ -40,6 +41,15 @@ std::string node_ranks_text(const std::vector<int>& ranks, int gpus_per_node) {
 std::string blocks_text(const plan::Stage& stage) {
   if (stage.blocks.size() != 2) return "-";
   return std::to_string(stage.blocks[0]) + "-" + std::to_string(stage.blocks[1] - 1);
+}
+
+// The ops column: the model's blocks the stage computes and its op count ("layers.0-5 (212 ops)")
+// when the plan names them, else its first and last op.
+std::string ops_text(const plan::Stage& stage) {
+  if (stage.modules.empty()) return stage.op_range;
+  auto text = ir::modules_summary(stage.modules);
+  if (!stage.ops.empty()) text += " (" + plural(static_cast<std::int64_t>(stage.ops.size()), "op") + ")";
+  return text;
 }
 
 double memory_fraction(const plan::Plan& plan, double bytes) {
@@ -88,7 +98,7 @@ std::string stage_table(const plan::Plan& plan) {
                human_ms(stage.predicted.fwd_ms), human_ms(stage.predicted.bwd_ms),
                human_bytes(stage.predicted.mem_bytes) + " / " + human_bytes(static_cast<double>(plan.cluster.mem_bytes)) + " (" +
                    percent_of_limit(memory_fraction(plan, stage.predicted.mem_bytes)) + ")",
-               stage.op_range});
+               ops_text(stage)});
   }
   return table.text();
 }
@@ -115,6 +125,7 @@ nlohmann::json stage_json(const plan::Plan& plan, const plan::Stage& stage) {
                           {"mem_bytes", stable_number(stage.predicted.mem_bytes)},
                           {"mem_fraction", stable_number(memory_fraction(plan, stage.predicted.mem_bytes))}};
   if (!stage.op_range.empty()) entry["op_range"] = stage.op_range;
+  if (!stage.modules.empty()) entry["modules"] = stage.modules;
   if (stage.blocks.size() == 2) entry["blocks"] = stage.blocks;
   return entry;
 }

@@ -1,6 +1,7 @@
 #include "emit/plan_builder.h"
 
 #include "emit/index_bound.h"
+#include "ir/module_path.h"
 
 #include <algorithm>
 #include <map>
@@ -44,6 +45,17 @@ std::string op_range(const ir::Graph& graph, const partition::Partitioning& part
   return op_label(graph, units[first_unit].anchor) + " .. " + op_label(graph, units[last_unit].anchor);
 }
 
+// The ops a stage is named by (plan::Stage::modules): the batch ops its blocks hold, in the
+// blocks' order, without the glue each stage recomputes for itself (a mask, a size), which may
+// come from modules far before it.
+std::vector<ir::OpId> naming_ops(const partition::Partitioning& partitioning, const partition::StageOption& option) {
+  const auto& blocking = partitioning.blocking;
+  std::vector<ir::OpId> anchors;
+  for (int i = blocking.begin(option.begin); i < blocking.end(option.end - 1); ++i)
+    anchors.push_back(partitioning.units.units[static_cast<std::size_t>(blocking.order[static_cast<std::size_t>(i)])].anchor);
+  return anchors;
+}
+
 plan::Stage plan_stage(const ir::Graph& graph, const partition::PlanResult& result, const StageLayout& layout) {
   const auto& planned = result.pipeline.stages[layout.id];
   const auto& option = planned.option;
@@ -56,6 +68,7 @@ plan::Stage plan_stage(const ir::Graph& graph, const partition::PlanResult& resu
   stage.blocks = {option.begin, option.end};
   stage.op_range = op_range(graph, result.partitioning, option);
   stage.ops = layout.ops;
+  stage.modules = ir::module_blocks(graph, naming_ops(result.partitioning, option));
   for (const auto& input : layout.inputs) {
     stage.inputs.push_back(plan_tensor(graph.value(input.value), samples));
     auto& tensor = stage.inputs.back();
@@ -173,6 +186,14 @@ plan::Stage dense_stage(const ir::Graph& graph, const StageLayout& layout, const
   stage.replicas_per_pipeline = world;
   stage.ops = layout.ops;
   if (!layout.ops.empty()) stage.op_range = op_label(graph, layout.ops.front()) + " .. " + op_label(graph, layout.ops.back());
+  std::vector<ir::OpId> batch_ops;  // as naming_ops: not the glue recomputed here
+  for (auto id : layout.ops) {
+    const auto& outputs = graph.op(id).outputs;
+    if (std::any_of(outputs.begin(), outputs.end(),
+                    [&](ir::ValueId v) { return graph.value(v).is_tensor() && graph.value(v).data_dependent; }))
+      batch_ops.push_back(id);
+  }
+  stage.modules = ir::module_blocks(graph, batch_ops);
   for (const auto& input : layout.inputs) {
     stage.inputs.push_back(plan_tensor(graph.value(input.value), samples));
     auto& tensor = stage.inputs.back();

@@ -85,7 +85,9 @@ std::string graph_to_text(const Graph& graph) {
     std::vector<std::string> written;
     for (auto id : op.writes) written.push_back("%" + graph.value(id).name);
     if (!written.empty()) out << " writes " << join(written);
-    out << " : " << join(types) << "\n";
+    out << " : " << join(types);
+    if (const auto& module = graph.module_path(op_id); !module.empty()) out << "  # " << module;
+    out << "\n";
   }
   std::vector<std::string> outputs;
   for (auto id : graph.model_outputs()) outputs.push_back("%" + graph.value(id).name);
@@ -119,6 +121,7 @@ nlohmann::json graph_to_json(const Graph& graph) {
     for (const auto& [key, attr] : op.attrs) attrs[key] = literal_to_json(attr);
     ops.push_back({{"id", op.id}, {"kind", op.kind}, {"inputs", op.inputs}, {"outputs", op.outputs}, {"attrs", attrs}});
     if (!op.writes.empty()) ops.back()["writes"] = op.writes;
+    if (const auto& module = graph.module_path(op.id); !module.empty()) ops.back()["module"] = module;
   }
   return {{"values", values}, {"ops", ops}, {"outputs", graph.model_outputs()}};
 }

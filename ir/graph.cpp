@@ -84,6 +84,23 @@ std::vector<ValueId> Graph::values_with_role(ValueRole role) const {
   return ids;
 }
 
+void Graph::set_module_path(OpId op_id, std::string_view path) {
+  auto& op = this->op(op_id);
+  if (path.empty()) {
+    op.module = kNoId;
+    return;
+  }
+  auto [it, added] = module_ids_.emplace(std::string(path), static_cast<std::int32_t>(module_paths_.size()));
+  if (added) module_paths_.push_back(it->first);
+  op.module = it->second;
+}
+
+const std::string& Graph::module_path(OpId op_id) const {
+  static const std::string kNone;
+  auto module = op(op_id).module;
+  return module == kNoId ? kNone : module_paths_.at(static_cast<std::size_t>(module));
+}
+
 std::vector<OpId> Graph::topological_order() const {
   // Kahn's algorithm with a min-heap on op id: among ready ops the earliest inserted goes first,
   // which keeps the frontend's order whenever it already is topological.

@@ -10,6 +10,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -84,6 +86,9 @@ struct Op {
   std::map<std::string, Literal> attrs;
   // Index of the frontend's node this op came from, so emit can rebuild it; -1 if none.
   std::int64_t source_node = -1;
+  // The model's module the op belongs to ("encoder.layers.3.self_attn"), as an index into
+  // Graph::module_paths(); kNoId when the frontend does not know it. Graph::module_path reads it.
+  std::int32_t module = kNoId;
 };
 
 class Graph {
@@ -109,6 +114,12 @@ class Graph {
   // Values of the given role, in id order.
   std::vector<ValueId> values_with_role(ValueRole role) const;
 
+  // Module paths, each stored once however many ops share it. set_module_path("") forgets the
+  // op's module; module_path is "" for an op without one.
+  void set_module_path(OpId op, std::string_view path);
+  const std::string& module_path(OpId op) const;
+  const std::vector<std::string>& module_paths() const { return module_paths_; }
+
   // Ops ordered so that producers come before consumers; ties keep insertion order, so the
   // result is deterministic. Throws InputError on a cycle.
   std::vector<OpId> topological_order() const;
@@ -124,6 +135,8 @@ class Graph {
   std::vector<Value> values_;
   std::vector<Op> ops_;
   std::vector<ValueId> model_outputs_;
+  std::vector<std::string> module_paths_;
+  std::unordered_map<std::string, std::int32_t> module_ids_;
 };
 
 std::string_view value_kind_name(ValueKind kind);

@@ -70,6 +70,9 @@ struct Stage {
   int replicas_per_pipeline = 1;
   std::vector<int> blocks;  // [begin, end) of the block sequence (empty: not recorded)
   std::string op_range;     // "first op .. last op"
+  // The model's blocks its ops come from, in op order (ir::module_blocks: "embed", "layers.0",
+  // ...); empty when the frontend knew no op's module.
+  std::vector<std::string> modules;
   std::vector<int> ops;     // the model's ops the stage computes (ir op ids)
   std::vector<Tensor> inputs, outputs;
   std::vector<Weight> params, buffers;

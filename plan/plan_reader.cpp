@@ -364,6 +364,12 @@ Stage read_stage(const Field& field, int index, const Plan& plan) {
   if (auto ops = field.find("ops"))
     for (const auto& op : ops->items()) stage.ops.push_back(op.small());
   if (auto range = field.find("op_range")) stage.op_range = range->text();
+  if (auto modules = field.find("modules")) {
+    for (const auto& module : modules->items()) {
+      stage.modules.push_back(module.text());
+      if (stage.modules.back().empty()) module.fail("empty");
+    }
+  }
   if (auto blocks = field.find("blocks")) {
     auto pair = blocks->items();
     if (pair.size() != 2) blocks->fail("expected [begin, end]");

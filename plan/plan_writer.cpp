@@ -67,6 +67,7 @@ json stage_json(const Stage& stage) {
   if (!stage.sha256.empty()) entry["sha256"] = stage.sha256;
   if (!stage.blocks.empty()) entry["blocks"] = stage.blocks;  // half-open [begin, end)
   if (!stage.op_range.empty()) entry["op_range"] = stage.op_range;
+  if (!stage.modules.empty()) entry["modules"] = stage.modules;
   return entry;
 }
 

@@ -17,6 +17,7 @@
 #include "frontends/onnx/onnx_opsets.h"
 #include "frontends/onnx/onnx_shape_arithmetic.h"
 #include "ir/batch_dims.h"
+#include "ir/module_path.h"
 #include "support/error.h"
 #include "support/input_file.h"
 
@@ -769,6 +770,7 @@ class GraphBuilder {
     for (const auto& name : node.output()) outputs.push_back(define(intermediate(name, node, index)));
     ir::OpId op = graph_.add_op(op_kind(node), std::move(inputs), outputs, index);
     for (const auto& attr : node.attribute()) graph_.op(op).attrs[attr.name()] = attribute_literal(attr);
+    graph_.set_module_path(op, ir::module_path_from_onnx_name(node.name()));  // "/layers.0/fc1/Gemm"
     if (node.op_type() == "Loop") {
       auto mode = loop_bag_mode(node);
       if (!mode.empty()) graph_.op(op).attrs["bag_mode"] = mode;  // read by sharding/embedding_tables

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <limits>
 
+#include "ir/module_path.h"
 #include "support/error.h"
 #include "support/input_file.h"
 
@@ -126,7 +127,11 @@ Node node(const Reader& r, const json& value, const std::string& field) {
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     node.outputs.push_back(r.argument(outputs[i], field + ".outputs[" + std::to_string(i) + "]"));
   }
-  if (const auto* metadata = r.optional_member(value, "metadata")) node.location = location_of(*metadata);
+  if (const auto* metadata = r.optional_member(value, "metadata")) {
+    node.location = location_of(*metadata);
+    auto stack = metadata->is_object() ? metadata->find("nn_module_stack") : metadata->end();
+    if (stack != metadata->end() && stack->is_string()) node.module = ir::module_path_from_nn_module_stack(stack->get_ref<const std::string&>());
+  }
   return node;
 }
 

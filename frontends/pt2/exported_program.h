@@ -52,6 +52,7 @@ struct Node {
   std::vector<NamedArgument> inputs;
   std::vector<Argument> outputs;
   std::string location;  // "model.py:12", the last frame of the stack trace; may be empty
+  std::string module;    // "layers.0.fc1", the innermost of its nn_module_stack; may be empty
 };
 
 enum class InputKind { kUserInput, kParameter, kBuffer, kTensorConstant, kConstantInput, kOther };

@@ -397,10 +397,13 @@ class Pt2Lowering {
     const auto& node = program_.nodes[static_cast<std::size_t>(index)];
     std::string user = "node " + std::to_string(index) + " (" + node.target + ")";
     std::vector<ir::ValueId> inputs;
+    auto first = static_cast<ir::OpId>(graph_.ops().size());
     for (const auto& input : node.inputs) inputs.push_back(argument(input.arg, user + " argument '" + input.name + "'"));
     auto outputs = outputs_of(node, user);
     auto kind = op_kind(node.target);
     auto op = graph_.add_op(kind, inputs, outputs, index);
+    // Its module, and that of the constants and lists its arguments became.
+    for (auto id = first; id <= op; ++id) graph_.set_module_path(id, node.module);
     record_writes(op, kind);
   }
 

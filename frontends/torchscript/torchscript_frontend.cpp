@@ -25,7 +25,9 @@
 #include <optional>
 #include <regex>
 #include <set>
+#include <string_view>
 #include <tuple>
+#include <unordered_map>
 #include <variant>
 
 #include "frontends/torchscript/in_place_writers.h"
@@ -144,11 +146,68 @@ torch::jit::GraphFunction* called_function(const Node* call) {
   return type ? torch::jit::tryToGraphFunction(*type->function()) : nullptr;
 }
 
+// The module path of each inlined node ("encoder.layers.0.self_attn") rides on its scope: one
+// scope per path, named "rannc_module::PATH", which the passes after inlining keep (clones and
+// the nodes that replace others copy their scope). torch's own InlinedCallStack names only the
+// last attribute of a module ("0", not "layers.0"), so the paths are taken from the GetAttr
+// chains that reach the modules called, while inlining.
+constexpr std::string_view kModuleScope = "rannc_module::";
+
+class ModuleScopes {
+ public:
+  torch::jit::ScopePtr scope(const std::string& path) {
+    auto& scope = scopes_[path];
+    if (!scope) scope = c10::make_intrusive<torch::jit::Scope>()->push(c10::Symbol::fromQualString(std::string(kModuleScope) + path));
+    return scope;
+  }
+
+  // Sets the scope of `node` and of the nodes of its blocks.
+  void set(Node* node, const std::string& path) {
+    auto module = scope(path);
+    std::vector<Node*> todo{node};
+    while (!todo.empty()) {
+      Node* next = todo.back();
+      todo.pop_back();
+      next->setScope(module);
+      for (auto* block : next->blocks())
+        for (Node* inner : block->nodes()) todo.push_back(inner);
+    }
+  }
+
+ private:
+  std::unordered_map<std::string, torch::jit::ScopePtr> scopes_;
+};
+
+// The module path ModuleScopes gave `node`; "" for the model's own nodes and those made since.
+std::string module_path_of(Node* node) {
+  auto scope = node->scope();
+  if (!scope || scope->isBlank() || !scope->parent() || !scope->parent()->isRoot()) return "";
+  std::string_view name = scope->name().toQualString();
+  return name.substr(0, kModuleScope.size()) == kModuleScope ? std::string(name.substr(kModuleScope.size())) : "";
+}
+
+// The qualified name of a module object in forward's graph: the names of the GetAttr chain from
+// `self` ("encoder.layers.0"); nullopt when it does not come from self that way.
+std::optional<std::string> module_object_path(Value* object, const Value* self) {
+  std::vector<std::string> names;
+  for (; object != self; object = object->node()->input()) {
+    if (object->node()->kind() != c10::prim::GetAttr || object->node()->inputs().size() != 1) return std::nullopt;
+    names.push_back(object->node()->s(c10::attr::name));
+  }
+  std::string path;
+  for (auto it = names.rbegin(); it != names.rend(); ++it) path += (path.empty() ? "" : ".") + *it;
+  return path;
+}
+
 // torch::jit::Inline, except that a call of a scripted function with control flow (a
 // data-dependent loop in a traced model) stays one opaque op, as RaNNC keeps it: it is costed
 // and placed in a stage like any op, and its stage file calls the function. Inlines from the
 // callees' own graphs (their optimized graphs already inline every call), one level per round.
+// The inlined nodes get the module path of the object a method is called on, or for a function
+// that of the node calling it (ModuleScopes).
 void inline_calls(std::shared_ptr<torch::jit::Graph>& graph) {
+  ModuleScopes scopes;
+  const Value* self = graph->inputs().at(0);
   for (bool inlined = true; inlined;) {
     inlined = false;
     std::vector<Node*> calls;
@@ -165,7 +224,13 @@ void inline_calls(std::shared_ptr<torch::jit::Graph>& graph) {
         continue;
       }
       if (!callee) continue;
+      std::string module = module_path_of(call);
+      if (call->kind() == c10::prim::CallMethod) module = module_object_path(call->input(0), self).value_or(module);
+      Node* before = call->prev();
+      Node* after = call->next();
       torch::jit::inlineCallTo(call, callee, callee->graph().get());
+      if (!module.empty())
+        for (Node* node = before->next(); node != after; node = node->next()) scopes.set(node, module);
       inlined = true;
     }
   }
@@ -450,8 +515,9 @@ ir::Graph build_graph(TorchScriptSource& source, const std::vector<InputSpec>& s
       set_value_from_ivalue(value, recorded.at(next_recorded++));
       op_outputs.push_back(ids[output] = graph.add_value(std::move(value)));
     }
-    graph.add_op(node->kind().toQualString(), std::move(op_inputs), std::move(op_outputs),
-                 static_cast<std::int64_t>(source.nodes.size()));
+    auto op = graph.add_op(node->kind().toQualString(), std::move(op_inputs), std::move(op_outputs),
+                           static_cast<std::int64_t>(source.nodes.size()));
+    graph.set_module_path(op, module_path_of(node));
     source.nodes.push_back(node);
   }
   return graph;

@@ -1,7 +1,8 @@
 """Checks the IR dumps of `inspect --dump-ir`: the text form lists every op with starred batch
-dims, and the JSON form has the same ops as `inspect --json` counts.
+dims, and the JSON form has the same ops as `inspect --json` counts; both name the same module
+path per op, among them each --module given.
 
-usage: check_dump_ir.py BINARY MODEL [--input SPEC ...]
+usage: check_dump_ir.py BINARY MODEL [--input SPEC ...] [--module PATH ...]
 """
 import json
 import subprocess
@@ -17,6 +18,11 @@ def run(command):
 
 def main():
     binary, model, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
+    expect_modules = []
+    while "--module" in extra:
+        at = extra.index("--module")
+        expect_modules.append(extra[at + 1])
+        del extra[at:at + 2]
     summary = json.loads(run([binary, "inspect", model, "--json"] + extra))
     text = run([binary, "inspect", model, "--dump-ir"] + extra)
     graph = json.loads(run([binary, "inspect", model, "--dump-ir", "--json"] + extra))
@@ -34,6 +40,12 @@ def main():
         problems.append("JSON dump outputs differ from inspect's")
     if not all(o["batch_dim"] == 0 for o in outputs):
         problems.append(f"output batch dims {[o['batch_dim'] for o in outputs]}, expected 0")
+    # An op's module path: "  # layers.0" after its line, "module" in its JSON; both dumps the same.
+    modules = sorted(op["module"] for op in graph["ops"] if "module" in op)
+    if modules != sorted(line.rsplit("  # ", 1)[1] for line in op_lines if "  # " in line):
+        problems.append("the text and JSON dumps name different module paths")
+    if expect_modules and not set(expect_modules) <= set(modules):
+        problems.append(f"module paths {sorted(set(modules))}, expected {expect_modules} among them")
     if problems:
         sys.exit("FAILED:\n" + "\n".join(problems))
     print(f"ok: {summary['nodes']} ops in both dumps")

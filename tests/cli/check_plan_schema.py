@@ -122,7 +122,7 @@ def written_plans(rannc, samples, out):
             plans.append(json.load(f))
         plan_schema.check(plans[-1], os.path.join(folder, "plan.json"))
     optional = ["unused_devices", "precision", "index_bound", "shared_with", "sha256", "intra_node", "memory",
-                "model_output", "op_range", "blocks", "sharding", "embedding", "files", "stage_name", "lookup_args"]
+                "model_output", "op_range", "modules", "blocks", "sharding", "embedding", "files", "stage_name", "lookup_args"]
     text = json.dumps([stage for plan in plans for stage in plan["stages"]]) + json.dumps(plans)
     missing = [key for key in optional if f'"{key}"' not in text]
     if missing:

@@ -26,6 +26,10 @@
 #include "support/error.h"
 #include "support/executable.h"
 #include "support/nearest_name.h"
+#include "support/progress.h"
+#include "cmd/usage_formatter.h"
+#include "cost_model/device.h"
+#include "support/format.h"
 
 namespace rannc {
 namespace {
@@ -43,11 +47,43 @@ struct ModelOptions {
   }
 };
 
+// The groups of --help, in the order people look for them.
+constexpr const char* kModelGroup = "Model";
+constexpr const char* kClusterGroup = "Cluster (sizes take a unit: 512M, 32G, 80GiB, 1T)";
+constexpr const char* kSearchGroup = "Search (the planner chooses what is not given)";
+constexpr const char* kTablesGroup = "Embedding tables (recommendation models)";
+constexpr const char* kOutputGroup = "Output";
+
 void add_model_options(CLI::App& command, ModelOptions& options) {
-  command.add_option("MODEL", options.model_path, "TorchScript (.pt) or ONNX (.onnx) model")->required();
+  command.add_option("MODEL", options.model_path, "the model: TorchScript (.pt), ONNX (.onnx) or torch.export (.pt2), told apart by content")
+      ->required()
+      ->group(kModelGroup);
   command.add_option("--input", options.input_specs,
-                     "example input NAME:DIMS[:DTYPE], batch dim first, e.g. tokens:8x128:int64 (repeat per input)");
-  command.add_option("--batch", options.batch, "batch size for a symbolic batch dim (default: dim 0 of the first --input)");
+                     "example input NAME:DIMS[:DTYPE], batch dim first, DTYPE float32 unless given, e.g. tokens:8x128:int64 "
+                     "(once per input; needed where the model file does not fix its shapes)")
+      ->group(kModelGroup);
+  command.add_option("--batch", options.batch,
+                     "the global batch: samples per training step over all devices (default: dim 0 of the first --input)")
+      ->group(kModelGroup);
+}
+
+// --progress and --quiet of the verbs that plan.
+struct ProgressFlags {
+  bool progress = false;
+  bool quiet = false;
+  Progress to_progress() const { return Progress("rannc-partition", progress_when(progress, quiet)); }
+};
+
+void add_progress_flags(CLI::App& app, ProgressFlags& flags) {
+  app.add_flag("--progress", flags.progress, "print each planning phase on stderr (default: on a terminal, past a second)")
+      ->group(kOutputGroup);
+  app.add_flag("--quiet", flags.quiet, "print no progress")->group(kOutputGroup);
+}
+
+std::string device_presets_text() {
+  std::string names;
+  for (const auto& name : cost::device_preset_names()) names += (names.empty() ? "" : ", ") + name;
+  return names;
 }
 
 void print_json(const nlohmann::json& json, int indent) {
@@ -132,50 +168,73 @@ struct PartitionCommandOptions {
   ModelOptions model;
   PartitionOptions partition;
   bool json = false;
+  ProgressFlags progress;
 };
 
 // What a plan is asked for, beside the device count: shared by partition and sweep.
 void add_request_options(CLI::App& app, PartitionOptions& p) {
   auto& flags = p.cluster;
-  app.add_option("--mem", flags.mem, "memory per device, e.g. 32G, 80GiB, 512M (default: the device's)");
-  app.add_option("--host-mem", flags.host_mem, "host memory per node for offloaded state (default: the device's usual node)");
-  app.add_option("--gpus-per-node", flags.gpus_per_node, "devices per node (default min(8, gpus))");
-  app.add_option("--device", flags.device, "device preset (default a100-80g)");
-  app.add_option("--stages", p.stages, "force the number of pipeline stages");
-  app.add_option("--microbatches", p.microbatches, "force the microbatch count per pipeline");
-  app.add_option("--schedule", p.schedule, "1f1b (default) or gpipe");
+  app.add_option("--mem", flags.mem, "memory per device, e.g. 32G (default: the device preset's)")->group(kClusterGroup);
+  app.add_option("--host-mem", flags.host_mem, "host memory per node for offloaded state (default: the preset's usual node)")
+      ->group(kClusterGroup);
+  app.add_option("--gpus-per-node", flags.gpus_per_node, "devices per node (default min(8, --gpus))")->group(kClusterGroup);
+  app.add_option("--device", flags.device, "device preset, default a100-80g: " + device_presets_text())->group(kClusterGroup);
+  app.add_option("--stages", p.stages, "force the number of pipeline stages")->group(kSearchGroup);
+  app.add_option("--microbatches", p.microbatches, "force the microbatch count per pipeline")->group(kSearchGroup);
+  app.add_option("--schedule", p.schedule, "1f1b (default) or gpipe")->group(kSearchGroup);
   app.add_option("--shard-state", p.shard_state,
-                 "auto (default: chosen per stage), none or optimizer: split the optimizer state among a stage's replicas");
-  app.add_option("--optimizer", p.optimizer, "sgd, momentum or adam (default): optimizer state memory");
-  app.add_option("--precision", p.precision, "fp32 (default), bf16-mixed or fp16-mixed");
-  app.add_option("--profile-db", p.profile_db, "calibrate the costs with this profile DB");
+                 "auto (default: chosen per stage), none or optimizer: split the optimizer state among a stage's replicas")
+      ->group(kSearchGroup);
+  app.add_option("--optimizer", p.optimizer, "sgd, momentum or adam (default): optimizer state memory")->group(kSearchGroup);
+  app.add_option("--precision", p.precision, "fp32 (default), bf16-mixed or fp16-mixed")->group(kSearchGroup);
+  app.add_option("--profile-db", p.profile_db, "calibrate the costs with this profile DB (written by `profile`)")
+      ->group(kSearchGroup);
 }
+
 
 // The default verb's options live on the top-level app: `rannc-partition MODEL --gpus N ...`.
 void add_partition_options(CLI::App& app, PartitionCommandOptions& options) {
   add_model_options(app, options.model);
   app.get_option("MODEL")->required(false);
   auto& p = options.partition;
-  app.add_option("--gpus", p.cluster.gpus, "total devices in the job (default 1)");
+  app.add_option("--gpus", p.cluster.gpus, "total devices in the job (default 1)")->group(kClusterGroup);
+  app.add_option("--cluster", p.cluster.cluster_file,
+                 "cluster description JSON (in place of --gpus, --mem, --host-mem, --gpus-per-node, --device)")
+      ->group(kClusterGroup);
   add_request_options(app, p);
+  app.add_option("--layout", p.layout,
+                 "plan exactly this layout, pp=STAGES,dp=PIPELINES[,m=MICROBATCHES][,tp=1] (pp x dp = --gpus), "
+                 "and compare it with the free plan")
+      ->group(kSearchGroup);
+  app.add_flag("--explain", p.explain, "also print the layouts that lost, by how much, and what ruled out the rest")
+      ->group(kSearchGroup);
   auto& tables = p.sharding;
   app.add_flag("--no-table-sharding", [&tables](std::int64_t) { tables.enabled = false; },
-               "plan pooled embedding tables as ops of the pipeline instead of sharding them");
+               "plan pooled embedding tables as ops of the pipeline instead of sharding them")
+      ->group(kTablesGroup);
   app.add_option("--table-constraints", tables.table_constraints,
-                 "embedding tables: JSON of per-table pooling, allowed sharding types and tier (docs/contract.md)");
-  app.add_option("--comm-dtype", tables.comm_dtype, "fp32 (default), fp16 or bf16: the pooled embeddings' all-to-all");
-  app.add_option("--comm-dtype-bwd", tables.comm_dtype_bwd, "fp32, fp16 or bf16: its gradients' (default: as --comm-dtype)");
+                 "JSON of per-table pooling, allowed sharding types and tier (docs/contract.md)")
+      ->group(kTablesGroup);
+  app.add_option("--comm-dtype", tables.comm_dtype, "fp32 (default), fp16 or bf16: the pooled embeddings' all-to-all")
+      ->group(kTablesGroup);
+  app.add_option("--comm-dtype-bwd", tables.comm_dtype_bwd, "fp32, fp16 or bf16: its gradients' (default: as --comm-dtype)")
+      ->group(kTablesGroup);
   app.add_option("--sparse-optimizer", tables.sparse_optimizer,
-                 "sgd, momentum, adam or rowwise_adagrad (default): the embedding tables' optimizer");
-  app.add_option("--cluster", p.cluster.cluster_file, "cluster description JSON (overrides --gpus, --mem, --host-mem, --gpus-per-node, --device)");
-  app.add_option("-o,--out", p.out_dir, "output folder (default rannc-out)");
-  app.add_flag("--plan-only", p.plan_only, "write plan.json without stage files (a model whose weights are not in the file)");
+                 "sgd, momentum, adam or rowwise_adagrad (default): the embedding tables' optimizer")
+      ->group(kTablesGroup);
+  app.add_option("-o,--out", p.out_dir, "output folder (default rannc-out)")->group(kOutputGroup);
+  app.add_flag("--plan-only", p.plan_only, "write plan.json without stage files (a model whose weights are not in the file)")
+      ->group(kOutputGroup);
   app.add_flag("--no-check", [&p](std::int64_t) { p.check = false; },
-               "write plan.json without first checking the stage files against the model");
+               "write plan.json without first checking the stage files against the model")
+      ->group(kOutputGroup);
   app.add_option_function<std::string>(
-      "--check-limit", [&p](const std::string& size) { p.check_limit_bytes = cost::parse_size(size, "--check-limit"); },
-      "check the stage files only when the weights take at most this much (default 2G)");
-  app.add_flag("--json", options.json, "print the plan summary as JSON");
+         "--check-limit", [&p](const std::string& size) { p.check_limit_bytes = cost::parse_size(size, "--check-limit"); },
+         "check the stage files only when the weights take at most this much (default 2G)")
+      ->group(kOutputGroup);
+  app.add_flag("--json", options.json, "print the plan as JSON (show --json's fields and how it was planned)")
+      ->group(kOutputGroup);
+  add_progress_flags(app, options.progress);
 }
 
 int run_partition_command(PartitionCommandOptions& options) {
@@ -183,6 +242,7 @@ int run_partition_command(PartitionCommandOptions& options) {
   options.partition.model_path = options.model.model_path;
   options.partition.load = options.model.to_load_options();
   options.partition.runtime_folder = executable_folder().string();
+  options.partition.progress = options.progress.to_progress();
   PartitionReport report = run_partition(options.partition);
   if (options.json) print_json(report.summary, 2);
   else std::cout << report.text;
@@ -193,21 +253,27 @@ struct SweepCommandOptions {
   ModelOptions model;
   SweepOptions sweep;
   bool json = false;
+  ProgressFlags progress;
 };
 
 CLI::App* add_sweep_command(CLI::App& app, SweepCommandOptions& options) {
   auto* command = app.add_subcommand("sweep", "plan the model on each of several device counts: a table, JSON or CSV");
   add_model_options(*command, options.model);
-  command->add_option("--gpus", options.sweep.gpus, "the device counts, e.g. 8,16,32,64")->delimiter(',')->required();
+  command->add_option("--gpus", options.sweep.gpus, "the device counts, e.g. 8,16,32,64")
+      ->delimiter(',')
+      ->required()
+      ->group(kClusterGroup);
   add_request_options(*command, options.sweep.partition);
-  command->add_option("--csv", options.sweep.csv_path, "also write the rows as CSV to this file");
-  command->add_flag("--json", options.json, "print the rows as JSON");
+  command->add_option("--csv", options.sweep.csv_path, "also write the rows as CSV to this file")->group(kOutputGroup);
+  command->add_flag("--json", options.json, "print the rows as JSON")->group(kOutputGroup);
+  add_progress_flags(*command, options.progress);
   return command;
 }
 
 int run_sweep_command(SweepCommandOptions& options) {
   options.sweep.partition.model_path = options.model.model_path;
   options.sweep.partition.load = options.model.to_load_options();
+  options.sweep.partition.progress = options.progress.to_progress();
   SweepReport report = run_sweep(options.sweep);
   if (options.json) print_json(report.rows, 2);
   else std::cout << report.text;
@@ -269,7 +335,44 @@ int run_show(const ShowOptions& options) {
 }
 
 constexpr const char* kUsage =
-    "usage: rannc-partition MODEL [--gpus N --mem SIZE ...] | inspect | profile | show | verify | sweep | export | help [COMMAND]";
+    "rannc-partition MODEL --gpus N [--mem SIZE] [options]    (plan: writes rannc-out/)\n"
+    "       rannc-partition inspect | profile | show | verify | sweep | export | help [COMMAND] ...";
+
+// Examples and the next step, at the end of each command's --help.
+constexpr const char* kPartitionFooter =
+    "Examples:\n"
+    "  rannc-partition model.pt --input x:256x3x224x224 --gpus 64 --mem 80G\n"
+    "  rannc-partition gpt.onnx --input tokens:512x2048:int64 --gpus 512 --device h100-80g --precision bf16-mixed --explain\n"
+    "  rannc-partition model.pt2 --gpus 64 --layout pp=8,dp=8,m=32      (Megatron-style, beside the free plan)\n"
+    "  rannc-partition model.pt --input x:32x3x224x224 --gpus 4 --device cpu   (train on this machine's CPUs)\n"
+    "Next: rannc-partition show rannc-out/plan.json; run with rannc-out/launch.sh (mpirun) or\n"
+    "sbatch rannc-out/job.sbatch (Slurm); rannc-run --help. The README has the whole path.";
+constexpr const char* kInspectFooter =
+    "Examples:\n"
+    "  rannc-partition inspect model.pt --input x:8x3x224x224\n"
+    "  rannc-partition inspect gpt.onnx --device h100-80g --precision bf16-mixed   (predict a step on one device)\n"
+    "  rannc-partition inspect model.pt2 --dump-ir";
+constexpr const char* kProfileFooter =
+    "Examples:\n"
+    "  rannc-partition profile model.pt --input x:8x3x224x224 --profile-db cpu.json --check\n"
+    "Next: rannc-partition model.pt ... --profile-db cpu.json";
+constexpr const char* kShowFooter = "Example:\n  rannc-partition show rannc-out/plan.json";
+constexpr const char* kVerifyFooter =
+    "Example:\n  rannc-partition verify rannc-out/plan.json --tolerance 1e-4\n"
+    "Exit status 1 when a difference is beyond the tolerance.";
+constexpr const char* kSweepFooter =
+    "Example:\n  rannc-partition sweep gpt.onnx --gpus 8,16,32,64 --mem 40G --csv sweep.csv";
+constexpr const char* kExportFooter =
+    "Examples:\n"
+    "  rannc-partition export checkpoints -o state_dict.pt\n"
+    "  python3 -c 'import torch; m = MyModel(); m.load_state_dict(torch.load(\"state_dict.pt\"))'";
+
+// The command line as a shell takes it back, for plan.json: the tool's name, not its path.
+plan::Generator generator(int argc, char** argv) {
+  std::vector<std::string> words{"rannc-partition"};
+  for (int i = 1; i < argc; ++i) words.push_back(shell_word(argv[i]));
+  return {"rannc-partition", version_number(), join(words, " ")};
+}
 
 // `help` and `help COMMAND`: the usage of the tool (with the default verb, `partition`) or of one
 // command, on stdout. `tool_help` is taken before parsing: once a command is parsed, the app's
@@ -308,17 +411,27 @@ std::string suggestion_for_unknown(const CLI::App& app) {
 
 int run(int argc, char** argv) {
   // Nothing to do: the usage, as the one error line (exit 2).
-  if (argc < 2) throw InputError(std::string("no model or command given; ") + kUsage + " (see rannc-partition --help)");
-  CLI::App app{"rannc-partition: plans hybrid pipeline/data-parallel training of a model on a cluster\n" +
-               std::string(kUsage)};
+  if (argc < 2) {
+    throw InputError("no model or command given; usage: rannc-partition MODEL --gpus N [--mem SIZE] [options], or a command "
+                     "(see rannc-partition --help)");
+  }
+  CLI::App app{"rannc-partition: plans hybrid pipeline/data-parallel training of a PyTorch model on a cluster"};
   app.name("rannc-partition");
+  auto formatter = std::make_shared<UsageFormatter>();
+  formatter->label("OPTIONS", "OPTIONS");
+  app.formatter(formatter);  // before the commands: each takes its parent's
+  formatter->set_usage(&app, kUsage);
+  app.footer(kPartitionFooter);
   app.require_subcommand(0, 1);
   app.set_version_flag("--version", version_line("rannc-partition"), "print the version and those of libtorch and ONNX");
   PartitionCommandOptions partition;
   add_partition_options(app, partition);
+  partition.partition.generator = generator(argc, argv);
   InspectOptions inspect;
   auto* inspect_command = app.add_subcommand("inspect", "show the ops, parameters, shapes and FLOPs of a model");
   add_model_options(*inspect_command, inspect.model);
+  formatter->set_usage(inspect_command, "rannc-partition inspect MODEL [--input NAME:DIMS[:DTYPE] ...] [--device NAME] [--json]");
+  inspect_command->footer(kInspectFooter);
   inspect_command->add_flag("--json", inspect.json, "print JSON (see docs/contract.md)");
   inspect_command->add_flag("--dump-ir", inspect.dump_ir, "print the lowered IR graph, one op a line (with --json: every value and op as JSON)");
   inspect_command->add_option("--device", inspect.device, "also predict a training step on this device preset");
@@ -330,24 +443,35 @@ int run(int argc, char** argv) {
   ProfileCommandOptions profile;
   auto* profile_command = app.add_subcommand("profile", "time each distinct op of a TorchScript model on this machine");
   add_model_options(*profile_command, profile.model);
+  formatter->set_usage(profile_command, "rannc-partition profile MODEL --input ... [--profile-db FILE] [--check] [--json]");
+  profile_command->footer(kProfileFooter);
   profile_command->add_option("--profile-db", profile.profile.db_path, "read and extend this profile DB (JSON)");
   profile_command->add_option("--reps", profile.profile.reps, "timed repetitions per op (default 5)");
   profile_command->add_flag("--check", profile.profile.check, "also time whole training steps and compare with the prediction");
   profile_command->add_flag("--json", profile.json, "print the report as JSON");
   ShowOptions show;
   auto* show_command = app.add_subcommand("show", "summarise a plan.json: stages, ranks per node, predicted time and memory");
+  formatter->set_usage(show_command, "rannc-partition show PLAN [--json]");
+  show_command->footer(kShowFooter);
   show_command->add_option("PLAN", show.plan_path, "plan.json written by the partition verb")->required();
   show_command->add_flag("--json", show.json, "print a JSON summary");
   VerifyCommandOptions verify;
   CLI::App* verify_command = nullptr;
   add_verify_command(app, verify, verify_command);
+  formatter->set_usage(verify_command, "rannc-partition verify PLAN [--model MODEL] [--tolerance X] [--json]");
+  verify_command->footer(kVerifyFooter);
   ExportOptions export_options;
   CLI::App* export_command = nullptr;
   add_export_command(app, export_options, export_command);
+  formatter->set_usage(export_command, "rannc-partition export CHECKPOINT [-o state_dict.pt] [--module FILE]");
+  export_command->footer(kExportFooter);
   SweepCommandOptions sweep;
   auto* sweep_command = add_sweep_command(app, sweep);
+  formatter->set_usage(sweep_command, "rannc-partition sweep MODEL --gpus N,N,... [partition's cluster and search options]");
+  sweep_command->footer(kSweepFooter);
   std::string help_topic;
   auto* help_command = app.add_subcommand("help", "print this help, or a command's (help inspect)");
+  formatter->set_usage(help_command, "rannc-partition help [COMMAND]");
   help_command->add_option("COMMAND", help_topic, "partition, inspect, profile, show, verify, sweep or export");
   const std::string tool_help = app.help();
   try {

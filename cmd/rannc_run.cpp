@@ -3,6 +3,7 @@
 
 #include <iostream>
 
+#include "cmd/usage_formatter.h"
 #include "cmd/version.h"
 #include "runtime/mpi_world.h"
 #include "runtime/run.h"
@@ -86,6 +87,9 @@ int main(int argc, char** argv) {
   rannc::runtime::MpiWorld world(argc, argv);
   CLI::App app{"rannc-run: trains a model by the plan of rannc-partition, one process per rank under mpirun"};
   app.name("rannc-run");
+  auto formatter = std::make_shared<rannc::UsageFormatter>();
+  formatter->set_usage(&app, "mpirun -np R rannc-run PLAN [--steps N] [--data DIR] [--save DIR] [--resume DIR] [options]");
+  app.formatter(formatter);
   rannc::runtime::RunOptions options;
   add_options(app, options);
   app.set_version_flag("--version", rannc::version_line("rannc-run"), "print the version and those of libtorch and ONNX");

@@ -6,6 +6,9 @@
 
 namespace rannc {
 
+// "0.1.0": this project's version alone (plan.json's generator).
+inline std::string version_number() { return RANNC_VERSION; }
+
 inline std::string version_line(const std::string& tool) {
   return tool + " " RANNC_VERSION " (libtorch " RANNC_TORCH_VERSION ", ONNX " RANNC_ONNX_VERSION ")";
 }

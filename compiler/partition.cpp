@@ -4,8 +4,10 @@
 #include <chrono>
 #include <filesystem>
 #include <limits>
+#include <set>
 
 #include "compiler/cpu_calibration.h"
+#include "compiler/explain.h"
 #include "compiler/sharded_partition.h"
 #include "compiler/show.h"
 #include "compiler/stage_files.h"
@@ -35,7 +37,64 @@ void check_positive(const std::optional<int>& value, const char* flag) {
   if (value && *value < 1) throw InputError(std::string(flag) + " " + std::to_string(*value) + ": must be at least 1");
 }
 
+// The layouts that lost which --explain simulates and lists.
+constexpr int kExplainedRunnersUp = 5;
+
+// One count of --layout: a whole number of at least 1, small enough to mean devices.
+int layout_number(const std::string& item, const std::string& digits) {
+  constexpr int kMax = 9999999;
+  bool number = !digits.empty() && digits.size() <= 7 &&
+                std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!number || std::stoi(digits) < 1)
+    throw InputError("--layout " + text_excerpt(item) + ": must be a whole number from 1 to " + std::to_string(kMax));
+  return std::stoi(digits);
+}
+
+void apply_layout(const PartitionOptions& options, partition::PlanRequest& request) {
+  if (options.layout.empty()) return;
+  if (options.stages || options.microbatches)
+    throw InputError("--layout sets the stage and microbatch counts: give it without --stages and --microbatches");
+  ForcedLayout layout = parse_layout(options.layout, request.cluster.gpus());
+  request.stages = layout.stages;
+  request.pipelines = layout.pipelines;
+  request.microbatches = layout.microbatches;
+  if (layout.microbatches && *layout.microbatches > partition::kMaxMicrobatches)
+    throw InputError("--layout m=" + std::to_string(*layout.microbatches) + ": at most " + std::to_string(partition::kMaxMicrobatches));
+}
+
 }  // namespace
+
+ForcedLayout parse_layout(const std::string& text, int devices) {
+  const std::string form = "expected pp=N,dp=N[,m=N][,tp=1], e.g. pp=8,dp=8";
+  ForcedLayout layout;
+  int tensor = 1;
+  std::set<std::string> seen;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    std::size_t end = std::min(text.find(',', begin), text.size());
+    std::string item = text.substr(begin, end - begin);
+    begin = end + 1;
+    auto equals = item.find('=');
+    std::string key = item.substr(0, equals);
+    if (equals == std::string::npos || (key != "pp" && key != "dp" && key != "m" && key != "tp"))
+      throw InputError("--layout " + text_excerpt(text) + ": " + text_excerpt(item) + " is not a layout item; " + form);
+    if (!seen.insert(key).second) throw InputError("--layout " + text_excerpt(text) + ": " + key + " is given twice");
+    int value = layout_number(item, item.substr(equals + 1));
+    if (key == "pp") layout.stages = value;
+    if (key == "dp") layout.pipelines = value;
+    if (key == "m") layout.microbatches = value;
+    if (key == "tp") tensor = value;
+  }
+  if (!layout.stages || !layout.pipelines) throw InputError("--layout " + text_excerpt(text) + ": " + form);
+  if (tensor != 1)
+    throw InputError("--layout tp=" + std::to_string(tensor) + ": this version plans no tensor parallelism; give tp=1 or leave it out");
+  if (static_cast<std::int64_t>(layout.stages) * layout.pipelines != devices) {
+    throw InputError("--layout " + text_excerpt(text) + ": pp x dp = " +
+                     std::to_string(static_cast<std::int64_t>(layout.stages) * layout.pipelines) + " devices, but the job has " +
+                     std::to_string(devices) + " (--gpus)");
+  }
+  return layout;
+}
 
 partition::PlanRequest plan_request(const PartitionOptions& options) {
   partition::PlanRequest request;
@@ -66,6 +125,7 @@ partition::PlanRequest plan_request(const PartitionOptions& options) {
     throw InputError("--stages " + std::to_string(*options.stages) + ": more stages than the " +
                      std::to_string(request.cluster.gpus()) + " devices");
   }
+  apply_layout(options, request);
   return request;
 }
 
@@ -104,26 +164,15 @@ class OutputFolder {
   std::filesystem::path created_;  // the topmost folder this run created; empty: none
 };
 
-nlohmann::json summary_json(const partition::PlanResult& result, const std::string& path, const partition::PlanRequest& request,
-                            double load_ms, double total_ms) {
-  const auto& p = result.pipeline;
+// How the plan was found, beside show --json's object of the plan in partition --json.
+nlohmann::json planning_json(const partition::PlanResult& result, double load_ms, double total_ms) {
   const auto& t = result.times;
-  // The prediction's fields sit at the top level, beside the layout and the planning times.
-  nlohmann::json summary = plan::prediction_to_json(p.predicted);
-  summary.update({{"plan", path},
-          {"stages", p.stages.size()},
-          {"pipelines", p.config.pipelines},
-          {"microbatches", p.config.microbatches},
-          {"microbatch_size", p.config.microbatch_size},
-          {"mem_limit_bytes", request.cluster.mem_bytes},
-          {"unused_devices", p.unused_ranks.size()},
-          {"units", result.partitioning.units.units.size()},
+  return {{"units", result.partitioning.units.units.size()},
           {"blocks", result.partitioning.blocking.count()},
-          {"configs_searched", result.configs_searched},
-          {"planning_ms",
+          {"configs_searched", result.census.searched},
+          {"ms",
            {{"load", load_ms}, {"units", t.units_ms}, {"coarsen", t.coarsen_ms}, {"costs", t.costs_ms},
-            {"search", t.search_ms}, {"simulate", t.simulate_ms}, {"total", total_ms}}}});
-  return summary;
+            {"search", t.search_ms}, {"simulate", t.simulate_ms}, {"total", total_ms}}}};
 }
 
 // The files beside plan.json for people and schedulers. They are made from the plan as a reader
@@ -255,21 +304,30 @@ PartitionReport write_sharded(const Model& model, ShardedPlan sharded, const Par
                               std::chrono::steady_clock::time_point start) {
   auto& plan = sharded.plan;
   plan.path = (std::filesystem::path(options.out_dir) / "plan.json").string();
+  plan.generator = options.generator;
   write_into_output_folder(options.out_dir, [&] {
     remove_outputs_of_old_plan(plan.path);
     if (!options.plan_only) write_sharded_files(model, sharded, options.out_dir);
     write_file_atomically(plan.path, checked_plan_text(plan), "the plan");
   });
+  options.progress.done("wrote " + plan.path);
   PartitionReport report;
   report.plan_path = plan.path;
-  report.summary = plan::prediction_to_json(plan.predicted);
-  report.summary.update(sharded.summary);
-  report.summary["plan"] = plan.path;
-  report.summary["mem_limit_bytes"] = plan.cluster.mem_bytes;
-  report.summary["planning_ms"]["load"] = load_ms;
-  report.summary["planning_ms"]["total"] = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  report.summary = show_json(plan);
+  auto& planning = report.summary["planning"] = sharded.summary;
+  planning["ms"]["load"] = load_ms;
+  planning["ms"]["total"] = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   report.text = show_text(plan);
   return report;
+}
+
+// The free plan's pipeline, to compare a --layout plan with.
+partition::PlacedPipeline free_pipeline(const Model& model, const cost::CostModel& costs, partition::PlanRequest request) {
+  request.stages.reset();
+  request.pipelines.reset();
+  request.microbatches.reset();
+  request.runners_up = 0;
+  return partition::plan_model(model.graph, model.batch, costs, request).pipeline;
 }
 
 }  // namespace
@@ -282,35 +340,57 @@ PartitionReport run_partition(const PartitionOptions& options) {
   if (!options.profile_db.empty()) db = cost::ProfileDb::load(options.profile_db, /*must_exist=*/true);
 
   Model model = load_model(options.model_path, options.load);
+  options.progress.done("loaded " + options.model_path + ": " + plural(static_cast<std::int64_t>(model.graph.ops().size()), "op"));
   set_model_batch(request, options, model);
   request.cluster.device = with_this_cpu(request.cluster.device, db ? &*db : nullptr);
   double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   auto tables = sharding::find_embedding_tables(model.graph, model.batch);
   if (wants_sharded_plan(tables, options.sharding)) {
+    if (options.explain || !options.layout.empty())
+      throw InputError(std::string(options.explain ? "--explain" : "--layout") +
+                       " is for pipeline plans; this model's embedding tables are sharded (--no-table-sharding plans them in a pipeline)");
     auto sharded = plan_sharded(model, std::move(tables), options.sharding, request, db ? &*db : nullptr, options.model_path);
     return write_sharded(model, std::move(sharded), options, load_ms, start);
   }
   cost::CostModel costs(model.graph, request.cluster.device, request.precision, db ? &*db : nullptr);
-  auto result = partition::plan_model(model.graph, model.batch, costs, request);
+  request.runners_up = options.explain ? kExplainedRunnersUp : 0;
+  auto result = partition::plan_model(model.graph, model.batch, costs, request,
+                                      [&](const std::string& outcome) { options.progress.done(outcome); });
+  std::optional<partition::PlacedPipeline> free;
+  if (!options.layout.empty()) {
+    free = free_pipeline(model, costs, request);
+    options.progress.done("planned the free layout to compare with");
+  }
   auto layouts = emit::stage_layouts(model.graph, result);
   // The model's absolute path, so that the plan finds it from any working directory.
   emit::ModelFacts facts{std::filesystem::canonical(options.model_path).string(), sha256_of_file(options.model_path),
                          std::string(model_format_name(model.format)), model.batch};
   plan::Plan plan = emit::build_plan(model.graph, facts, request, result, layouts);
   plan.path = (std::filesystem::path(options.out_dir) / "plan.json").string();
+  plan.generator = options.generator;
 
   std::string check_line;
   nlohmann::json check;
   write_into_output_folder(options.out_dir, [&] { check = write_outputs({model, plan, layouts, result}, options, check_line); });
+  options.progress.done("wrote " + plan.path + (options.plan_only ? "" : " and " + plural(plan.stage_count(), "stage file")));
   double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 
   PartitionReport report;
   report.plan_path = plan.path;
-  report.summary = summary_json(result, plan.path, request, load_ms, total_ms);
+  report.summary = show_json(plan);
+  report.summary["planning"] = planning_json(result, load_ms, total_ms);
   report.text = show_text(plan);
   if (!options.plan_only) {
     report.summary["check"] = check;
     report.text += "check      " + check_line + "\n";
+  }
+  if (options.explain) {
+    report.summary["explain"] = explain_json(result, request.cluster.mem_bytes);
+    report.text += explain_text(result, request.cluster.mem_bytes);
+  }
+  if (free) {
+    report.summary["layout"] = layout_comparison_json(options.layout, result.pipeline, *free);
+    report.text += layout_comparison_text(options.layout, result.pipeline, *free);
   }
   return report;
 }

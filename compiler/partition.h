@@ -10,6 +10,7 @@
 #include "compiler/sharded_partition.h"
 #include "cost_model/cluster.h"
 #include "partitioner/planner.h"
+#include "support/progress.h"
 
 namespace rannc {
 
@@ -34,11 +35,26 @@ struct PartitionOptions {
   // Where launch.sh and job.sbatch look for rannc-run after $RANNC_RUN and before PATH: the
   // folder of the running rannc-partition, which rannc-run is built and installed beside.
   std::string runtime_folder;
+  // Recorded in plan.json: this tool, its version and the command line.
+  std::optional<plan::Generator> generator;
+  bool explain = false;  // --explain: the layouts that lost and what ruled out the rest
+  std::string layout;    // --layout pp=8,dp=8[,m=16][,tp=1]: plan exactly this layout, beside the free plan
+  Progress progress;     // phase lines on stderr
 };
+
+// --layout, read: pipeline stages, pipeline replicas and (optionally) microbatches.
+struct ForcedLayout {
+  int stages = 0;
+  int pipelines = 0;
+  std::optional<int> microbatches;
+};
+// Throws InputError naming what is wrong: a malformed item, tp other than 1, or a layout whose
+// stages x pipelines is not the job's device count.
+ForcedLayout parse_layout(const std::string& text, int devices);
 
 struct PartitionReport {
   std::string plan_path;
-  nlohmann::json summary;  // what --json prints
+  nlohmann::json summary;  // what --json prints: show --json's object and "planning"
   std::string text;        // the table printed otherwise
 };
 

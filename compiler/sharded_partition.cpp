@@ -136,7 +136,7 @@ ShardedPlan plan_sharded(const Model& model, std::vector<sharding::EmbeddingTabl
                     {"sharding_types", type_counts(solution)},
                     {"imbalance", stable_number(p.efficiency > 0 ? 1 / p.efficiency : 1)},
                     {"batch_per_rank", problem.batch_per_rank},
-                    {"planning_ms", {{"sharding", stable_number(planning_ms)}}}};
+                    {"ms", {{"sharding", stable_number(planning_ms)}}}};
   return result;
 }
 

@@ -206,8 +206,9 @@ nlohmann::json sharding_json(const plan::Sharding& sharding) {
 
 std::string show_text(const plan::Plan& plan) {
   std::ostringstream out;
-  out << "plan       " << plan.path << "\n"
-      << "model      " << plan.model.path << " (" << plan.model.format << ", " << with_commas(plan.model.params)
+  out << "plan       " << plan.path << "\n";
+  if (plan.generator) out << "command    " << plan.generator->command << "\n";
+  out << "model      " << plan.model.path << " (" << plan.model.format << ", " << with_commas(plan.model.params)
       << " params, sha256 " << plan.model.sha256.substr(0, 12) << ")\n"
       << "cluster    " << plan.cluster.gpus << " x " << plan.cluster.device << " in " << plural(plan.cluster.nodes, "node") << " of "
       << plan.cluster.gpus_per_node << ", " << human_bytes(static_cast<double>(plan.cluster.mem_bytes)) << " per device\n"
@@ -268,6 +269,7 @@ nlohmann::json show_json(const plan::Plan& plan) {
           {"unused_devices",
            {{"count", plan.unused.ranks.size()}, {"ranks", plan.unused.ranks}, {"reason", plan.unused.reason}}}};
   if (plan.sharding) summary["sharding"] = sharding_json(*plan.sharding);
+  if (plan.generator) summary["generator"] = plan::generator_to_json(*plan.generator);
   return summary;
 }
 

@@ -112,6 +112,8 @@ SweepReport run_sweep(const SweepOptions& options) {
   std::optional<cost::ProfileDb> db;
   if (!options.partition.profile_db.empty()) db = cost::ProfileDb::load(options.partition.profile_db, /*must_exist=*/true);
   Model model = load_model(options.partition.model_path, options.partition.load);
+  const Progress& progress = options.partition.progress;
+  progress.done("loaded " + options.partition.model_path + ": " + plural(static_cast<std::int64_t>(model.graph.ops().size()), "op"));
   for (auto& request : requests) request.cluster.device = with_this_cpu(request.cluster.device, db ? &*db : nullptr);
   const auto& first = requests.front();
   cost::CostModel costs(model.graph, first.cluster.device, first.precision, db ? &*db : nullptr);
@@ -126,6 +128,7 @@ SweepReport run_sweep(const SweepOptions& options) {
       if (e.status() != ExitStatus::kCannotMeet) throw;
       row.refusal = e.what();
     }
+    progress.done("planned " + plural(row.devices, "device") + (row.pipeline ? "" : ": no plan fits"));
     rows.push_back(std::move(row));
   }
   SweepReport report;

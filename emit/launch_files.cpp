@@ -20,13 +20,6 @@ std::string shell_safe(const std::string& text) {
   return safe.empty() ? "model" : safe;
 }
 
-// Any text as one bash word: single-quoted, with each ' written as '\''.
-std::string shell_quoted(const std::string& text) {
-  std::string quoted = "'";
-  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
 // Sets $rannc_run as the header of launch_files.h says, or exits 2 naming `script`.
 std::string find_runtime(const std::string& script, const std::string& runtime_folder) {
   std::ostringstream out;

@@ -190,6 +190,7 @@ std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int bloc
     if (!tiles_nodes(width, request.cluster)) continue;
     if (request.stages && *request.stages > width) continue;
     int pipelines = devices / width;
+    if (request.pipelines && pipelines != *request.pipelines) continue;
     if (request.global_batch % pipelines != 0) continue;
     std::int64_t per_pipeline = request.global_batch / pipelines;
     for (int microbatches : divisors(per_pipeline)) {
@@ -216,7 +217,7 @@ namespace {
 
 // A small search also tries every other stage count of each config within the slack: the
 // formula ranks stage counts as it ranks configs, and the simulation may order them otherwise.
-void add_stage_counts(const SearchContext& context, double beat, std::vector<ConfigChoice>& near, int* searched) {
+void add_stage_counts(const SearchContext& context, double beat, std::vector<ConfigChoice>& near, SearchCensus& census) {
   const std::size_t free_choices = near.size();
   const int blocks = context.blocks->count();
   for (std::size_t i = 0; i < free_choices; ++i) {
@@ -227,7 +228,7 @@ void add_stage_counts(const SearchContext& context, double beat, std::vector<Con
       if (stages == chosen) continue;
       forced.stages = stages;
       StageOptions options(context, forced);
-      if (searched) ++*searched;
+      ++census.searched;
       if (auto solution = search_pipeline(options, beat)) near.push_back({forced, *solution});
     }
   }
@@ -236,24 +237,42 @@ void add_stage_counts(const SearchContext& context, double beat, std::vector<Con
 }  // namespace
 
 std::vector<ConfigChoice> search_configs(const SearchContext& context, const std::vector<SearchConfig>& configs,
-                                         int* searched) {
+                                         SearchCensus* census_out) {
+  SearchCensus local;
+  SearchCensus& census = census_out ? *census_out : local;
+  census.candidates += static_cast<int>(configs.size());
   std::vector<ConfigChoice> near;
   double best = std::numeric_limits<double>::infinity();
   for (const auto& config : configs) {
     const double beat = best * kRankingSlack;
     // No step of the config is shorter than M times the balanced share of a microbatch's work.
-    if (config.microbatches * balanced_ms(context, config) >= beat) continue;
+    if (config.microbatches * balanced_ms(context, config) >= beat) {
+      ++census.bounded_out;
+      continue;
+    }
     StageOptions options(context, config);
-    if (searched) ++*searched;
+    ++census.searched;
     auto solution = search_pipeline(options, beat);
-    if (!solution) continue;
+    if (!solution) {
+      ++census.failed;
+      if (!census.explain) continue;
+      if (auto slower = search_pipeline(options, std::numeric_limits<double>::infinity()))
+        census.beyond_slack.push_back({config, *slower});
+      else
+        ++census.no_fit;
+      continue;
+    }
     best = std::min(best, solution->objective_ms());
     near.push_back({config, *solution});
   }
   auto beyond_slack = [&](const ConfigChoice& c) { return c.solution.objective_ms() >= best * kRankingSlack; };
   // Those found before a better best came along may lie beyond its slack.
-  near.erase(std::remove_if(near.begin(), near.end(), beyond_slack), near.end());
-  add_stage_counts(context, best * kRankingSlack, near, searched);
+  auto kept = std::stable_partition(near.begin(), near.end(), [&](const ConfigChoice& c) { return !beyond_slack(c); });
+  census.slower += static_cast<int>(near.end() - kept);
+  if (census.explain) census.beyond_slack.insert(census.beyond_slack.end(), kept, near.end());
+  near.erase(kept, near.end());
+  census.near += static_cast<int>(near.size());
+  add_stage_counts(context, best * kRankingSlack, near, census);
   return near;
 }
 
@@ -331,14 +350,45 @@ PlacedPipeline place_and_simulate(const SearchContext& context, const ConfigChoi
   return placed;
 }
 
+namespace {
+
+// "1,234 units" and the like, for progress lines.
+std::string counted(std::size_t n, const char* noun) { return with_commas(static_cast<std::int64_t>(n)) + " " + noun; }
+
+// The plan: of the candidates within the slack, the shortest simulated step (of equal ones, the
+// first in search order). With --explain, the `runners_up` shortest of the others, those beyond
+// the slack included, are kept too.
+void rank_candidates(const SearchContext& context, const std::vector<ConfigChoice>& choices, const PlanRequest& request,
+                     const StepBounds& bounds, PlanResult& result) {
+  auto shorter = [](const PlacedPipeline& a, const PlacedPipeline& b) { return a.simulation.iteration_ms < b.simulation.iteration_ms; };
+  std::vector<PlacedPipeline> placed;
+  for (const auto& choice : choices) placed.push_back(place(context, choice, request.global_batch));
+  std::stable_sort(placed.begin(), placed.end(), shorter);
+  result.pipeline = std::move(placed[0]);
+  predict(context, bounds, result.pipeline);
+  if (request.runners_up <= 0) return;
+  std::vector<PlacedPipeline> lost(std::make_move_iterator(placed.begin() + 1), std::make_move_iterator(placed.end()));
+  for (const auto& choice : result.census.beyond_slack) lost.push_back(place(context, choice, request.global_batch));
+  std::stable_sort(lost.begin(), lost.end(), shorter);
+  lost.resize(std::min(lost.size(), static_cast<std::size_t>(request.runners_up)));
+  for (auto& pipeline : lost) predict(context, bounds, pipeline);
+  result.runners_up = std::move(lost);
+}
+
+}  // namespace
+
 PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, const cost::CostModel& costs,
-                      const PlanRequest& request) {
+                      const PlanRequest& request, const PhaseObserver& observe) {
+  auto tell = [&](const std::string& outcome) {
+    if (observe) observe(outcome);
+  };
   PlanResult result;
   auto start = Clock::now();
   result.partitioning.units = build_units(graph);
   const UnitGraph& units = result.partitioning.units;
   std::vector<double> unit_ms = unit_step_ms(units, costs);
   result.times.units_ms = elapsed_ms(start);
+  tell("grouped " + counted(graph.ops().size(), "ops") + " into " + counted(units.units.size(), "units"));
 
   int units_count = static_cast<int>(units.units.size());
   if (request.stages && *request.stages > units_count) {
@@ -348,12 +398,13 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
   start = Clock::now();
   result.partitioning.blocking = coarsen(graph, units, unit_ms, std::max(request.max_blocks, request.stages.value_or(1)));
   result.times.coarsen_ms = elapsed_ms(start);
+  tell("coarsened them into " + counted(static_cast<std::size_t>(result.partitioning.blocking.count()), "blocks"));
 
   auto configs = candidate_configs(request, result.partitioning.blocking.count());
   if (configs.empty()) {
     throw Error(ExitStatus::kCannotMeet, "no pipeline layout splits a batch of " + std::to_string(request.global_batch) +
                                              " samples evenly over " + std::to_string(request.cluster.gpus()) +
-                                             " devices with the forced stage and microbatch counts");
+                                             " devices with the forced stage, pipeline and microbatch counts");
   }
   start = Clock::now();
   auto activations = cost::activation_memory(graph, costs.requires_grad(), request.precision);
@@ -361,12 +412,16 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
                                            evaluated_batch, sample_sizes(configs));
   RangeTable ranges(result.partitioning.blocks);
   result.times.costs_ms = elapsed_ms(start);
+  tell("costed the blocks");
 
   start = Clock::now();
   SearchContext context{&result.partitioning.blocks, &ranges, &request.cluster, request.optimizer, request.precision,
                         request.state_sharding};
-  auto choices = search_configs(context, configs, &result.configs_searched);
+  result.census.explain = request.runners_up > 0;
+  auto choices = search_configs(context, configs, &result.census);
   result.times.search_ms = elapsed_ms(start);
+  tell("searched " + counted(configs.size(), "candidate layouts") + ": " + plural(static_cast<std::int64_t>(choices.size()), "pipeline") +
+       " within " + std::to_string(static_cast<int>(std::lround((kRankingSlack - 1) * 100))) + "% of the best");
   if (choices.empty()) {
     throw Error(ExitStatus::kCannotMeet,
                 "the model does not fit in " + std::to_string(request.cluster.gpus()) + " devices of " +
@@ -377,14 +432,9 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
   double fraction = static_cast<double>(request.global_batch) / static_cast<double>(evaluated_batch);
   StepBounds bounds{whole_step_ms(graph, costs, fraction) / request.cluster.gpus(),
                     step_model_flops(graph, costs, fraction)};
-  // The shortest simulated step; of equal ones, the first in search order.
-  for (const auto& choice : choices) {
-    auto placed = place(context, choice, request.global_batch);
-    if (result.pipeline.stages.empty() || placed.simulation.iteration_ms < result.pipeline.simulation.iteration_ms)
-      result.pipeline = std::move(placed);
-  }
-  predict(context, bounds, result.pipeline);
+  rank_candidates(context, choices, request, bounds, result);
   result.times.simulate_ms = elapsed_ms(start);
+  tell("simulated them: the best takes " + human_ms(result.pipeline.predicted.iteration_ms) + " a step");
   return result;
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +43,8 @@ struct PlanRequest {
   std::optional<plan::StateSharding> state_sharding;  // --shard-state: forced on replicated stages; nullopt: chosen per stage
   std::optional<int> fixed_microbatch;  // a model that runs only at this batch: microbatch size, one replica per stage
   int max_blocks = 192;             // coarsening target
+  std::optional<int> pipelines;     // --layout dp=: force the count of pipeline replicas
+  int runners_up = 0;               // --explain: also keep this many simulated layouts that lost
 };
 
 struct PlannedStage {
@@ -78,24 +81,44 @@ struct Partitioning {
   BlockCosts blocks;
 };
 
-// Throws Error(kCannotMeet) with what would fit when no config has a plan that fits in memory.
-struct PlanResult {
-  Partitioning partitioning;
-  PlacedPipeline pipeline;
-  PhaseTimes times;
-  int configs_searched = 0;
-};
-PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, const cost::CostModel& costs,
-                      const PlanRequest& request);
-
-// The configs a request allows on a sequence of `blocks` blocks, in search order.
-std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int blocks);
-
 // A config and the best pipeline of it by the search's formula.
 struct ConfigChoice {
   SearchConfig config;
   PipelineSolution solution;
 };
+
+// How the configs fared in the search (--explain): each config the request allows lands in one
+// count but `failed`, which with `explain` is split into no_fit and the rest.
+struct SearchCensus {
+  int candidates = 0;   // configs the request allows
+  int bounded_out = 0;  // not searched: M x the balanced share of a microbatch alone cannot beat the best
+  int searched = 0;     // their stages searched
+  int failed = 0;       // searched: no pipeline both fits in memory and comes within the slack of the best
+  int no_fit = 0;       // of those, with `explain` (a second search each): none fits in memory at all
+  int slower = 0;       // found, then beyond the slack of a better best found later
+  int near = 0;         // within the slack: ranked by their simulated step
+  bool explain = false;
+  // With `explain`: the best pipeline of each config that fits but is beyond the slack, for the
+  // runners-up (never the plan: with or without --explain, the plan is the same).
+  std::vector<ConfigChoice> beyond_slack;
+};
+
+// Told each planning phase's outcome as it ends ("searched 412 layouts"): progress lines.
+using PhaseObserver = std::function<void(const std::string& outcome)>;
+
+// Throws Error(kCannotMeet) with what would fit when no config has a plan that fits in memory.
+struct PlanResult {
+  Partitioning partitioning;
+  PlacedPipeline pipeline;
+  std::vector<PlacedPipeline> runners_up;  // request.runners_up simulated candidates that lost, fastest first
+  SearchCensus census;
+  PhaseTimes times;
+};
+PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, const cost::CostModel& costs,
+                      const PlanRequest& request, const PhaseObserver& observe = nullptr);
+
+// The configs a request allows on a sequence of `blocks` blocks, in search order.
+std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int blocks);
 
 // The formula (a sum of stage times plus the largest stage term) ranks pipelines; the plan is
 // then the one whose simulated step is shortest among every config's best that comes within
@@ -111,7 +134,7 @@ inline constexpr std::int64_t kExhaustiveStageCounts = 1024;
 // search order, then (small searches) the best of each other stage count of those configs
 // within it too; empty when none fits.
 std::vector<ConfigChoice> search_configs(const SearchContext& context, const std::vector<SearchConfig>& configs,
-                                         int* searched = nullptr);
+                                         SearchCensus* census = nullptr);
 
 // Places the chosen pipeline on ranks and simulates it.
 // What no plan of the step can beat, for the report: the cost model's whole step on one device

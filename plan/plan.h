@@ -192,7 +192,16 @@ struct Sharding {
   std::optional<ShardingFiles> files;
 };
 
+// Who wrote the plan and how: the tool, its version and the command line, so that a plan handed
+// on can be made again. Absent from plans written by hand or by older versions.
+struct Generator {
+  std::string tool;
+  std::string version;
+  std::string command;  // as a shell would take it back (plan/command_line.h)
+};
+
 struct Plan {
+  std::optional<Generator> generator;
   Model model;
   Cluster cluster;
   Batch batch;

@@ -27,6 +27,7 @@ nlohmann::json to_json(const Plan& plan);
 nlohmann::json memory_to_json(const MemoryBreakdown& memory);
 // The step prediction as plan.json writes it; show and the partition summary print the same.
 nlohmann::json prediction_to_json(const Prediction& predicted);
+nlohmann::json generator_to_json(const Generator& generator);
 // to_json, dumped as plan.json is written (one space of indent, a final newline).
 std::string to_text(const Plan& plan);
 

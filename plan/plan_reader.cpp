@@ -657,6 +657,8 @@ Plan from_json(const nlohmann::json& document, const std::string& path) {
   plan.optimizer = read_choice(root["optimizer"], parse_optimizer);
   if (auto precision = root.find("precision")) plan.precision = read_choice(*precision, parse_precision);
   read_sharding(root, plan);
+  if (auto generator = root.find("generator"))
+    plan.generator = Generator{(*generator)["tool"].text(), (*generator)["version"].text(), (*generator)["command"].text()};
   auto stages = root["stages"].items();
   if (stages.empty()) root["stages"].fail("no stages");
   for (std::size_t i = 0; i < stages.size(); ++i) plan.stages.push_back(read_stage(stages[i], static_cast<int>(i), plan));

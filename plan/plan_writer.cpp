@@ -186,6 +186,8 @@ json prediction_to_json(const Prediction& p) {
           {"peak_fraction", stable_number(p.peak_fraction)}};
 }
 
+json generator_to_json(const Generator& g) { return {{"tool", g.tool}, {"version", g.version}, {"command", g.command}}; }
+
 json to_json(const Plan& plan) {
   json stages = json::array();
   for (const auto& stage : plan.stages) stages.push_back(stage_json(stage));
@@ -207,6 +209,7 @@ json to_json(const Plan& plan) {
       {"predicted", prediction_to_json(plan.predicted)},
   };
   if (plan.sharding) document["sharding"] = sharding_json(*plan.sharding);
+  if (plan.generator) document["generator"] = generator_to_json(*plan.generator);
   if (!plan.unused.ranks.empty()) {
     document["unused_devices"] = {{"count", plan.unused.ranks.size()}, {"ranks", plan.unused.ranks}, {"reason", plan.unused.reason}};
   }

@@ -1,7 +1,9 @@
 #include "support/format.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <cstring>
 
 namespace rannc {
 namespace {
@@ -59,6 +61,26 @@ std::string ranges_text(std::vector<int> numbers) {
     i = j + 1;
   }
   return text;
+}
+
+std::string shell_word(const std::string& text) {
+  auto safe = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || (c != '\0' && std::strchr("@%+=:,./-_", c) != nullptr);
+  };
+  if (!text.empty() && std::all_of(text.begin(), text.end(), safe)) return text;
+  return shell_quoted(text);
+}
+
+std::string shell_quoted(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+std::string join(const std::vector<std::string>& words, const std::string& separator) {
+  std::string joined;
+  for (const auto& word : words) joined += (joined.empty() ? "" : separator) + word;
+  return joined;
 }
 
 }  // namespace rannc

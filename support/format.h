@@ -19,5 +19,11 @@ std::string human_ms(double ms);
 std::string plural(std::int64_t n, const std::string& noun, const std::string& nouns = "");
 // Ranks and the like as runs: {0, 1, 2, 3, 8} -> "0-3,8" (sorted first).
 std::string ranges_text(std::vector<int> numbers);
+// `text` as one POSIX shell word, single-quoted with each ' written as '\''.
+std::string shell_quoted(const std::string& text);
+// The same, but as it is when every character is safe unquoted (a command line for people).
+std::string shell_word(const std::string& text);
+// Words joined with `separator`: {"a", "b"} -> "a, b".
+std::string join(const std::vector<std::string>& words, const std::string& separator);
 
 }  // namespace rannc

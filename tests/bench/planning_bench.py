@@ -75,11 +75,12 @@ def run_case(binary, folder, reps, name, file, devices, batch, extra):
     if first is None:  # does not fit: the stderr line in place of the plan
         row = [name, devices, batch, runs[0][2].replace("|", "/")] + [""] * 8 + [f"{wall:.2f} s", "", ""]
         return row, "n/a (does not fit)", wall
-    phases = [fmt_ms(statistics.median(s["planning_ms"][p] for s, _, _ in runs)) for p in PHASES]
+    phases = [fmt_ms(statistics.median(s["planning"]["ms"][p] for s, _, _ in runs)) for p in PHASES]
     identical = "yes" if len(runs) < 2 or runs[0][2] == runs[1][2] else "no"
-    memory = f"{first['peak_mem_bytes'] / 2**30:.1f} / {first['mem_limit_bytes'] / 2**30:.1f}"
-    row = [name, devices, batch, f"{first['stages']} x {first['pipelines']}", first["microbatches"], *phases,
-           f"{wall:.2f} s", f"{first['efficiency']:.2f}", memory]
+    predicted = first["predicted"]
+    memory = f"{predicted['peak_mem_bytes'] / 2**30:.1f} / {first['cluster']['mem_bytes'] / 2**30:.1f}"
+    row = [name, devices, batch, f"{len(first['stages'])} x {first['batch']['pipelines']}", first["batch"]["microbatches"],
+           *phases, f"{wall:.2f} s", f"{predicted['efficiency']:.2f}", memory]
     return row, identical, wall
 
 

@@ -51,9 +51,10 @@ def main():
                 print(f"| {name:<44} | {seconds:6.2f} | exit {result.returncode}: {result.stderr.strip()} |")
                 continue
             summary = json.loads(result.stdout)
-            types = ", ".join(f"{k} {v}" for k, v in sorted(summary["sharding_types"].items()))
-            print(f"| {name:<44} | {seconds:6.2f} | {summary['iteration_ms']:8.3f} | {summary['imbalance']:8.3f} | "
-                  f"{summary['peak_mem_bytes'] / 2**30:5.1f} GiB | {types} |")
+            planning, predicted = summary["planning"], summary["predicted"]
+            types = ", ".join(f"{k} {v}" for k, v in sorted(planning["sharding_types"].items()))
+            print(f"| {name:<44} | {seconds:6.2f} | {predicted['iteration_ms']:8.3f} | {planning['imbalance']:8.3f} | "
+                  f"{predicted['peak_mem_bytes'] / 2**30:5.1f} GiB | {types} |")
 
 
 if __name__ == "__main__":

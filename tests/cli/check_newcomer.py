@@ -103,10 +103,20 @@ def version_help(prefix):
         usage = run([partition, "help"], cwd=cwd, env=env).stdout
         if "usage: rannc-partition MODEL" not in usage or "--gpus" not in usage:
             fail(f"help: {usage[:500]!r}")
-        for verb in ("inspect", "profile", "show", "verify"):
+        # One usage line, the options in groups people look for, then examples and the next step.
+        groups = [usage.find("\n" + name) for name in ("Model:", "Cluster (", "Search (", "Embedding tables", "Output:")]
+        if min(groups) < 0 or groups != sorted(groups) or usage.find("--layout") < groups[2] or usage.find("--quiet") < groups[4]:
+            fail(f"help: groups Model, Cluster, Search, Embedding tables, Output in that order: {usage!r}")
+        for text in ("Examples:", "--layout pp=8,dp=8", "launch.sh", "job.sbatch", "h100-80g", "80GiB"):
+            if text not in usage:
+                fail(f"help: no {text!r}: {usage!r}")
+        for verb in ("inspect", "profile", "show", "verify", "sweep", "export"):
             text = run([partition, "help", verb], cwd=cwd, env=env).stdout
-            if f"rannc-partition {verb} [OPTIONS]" not in text:
+            if f"usage: rannc-partition {verb} " not in text or "Example" not in text:
                 fail(f"help {verb}: {text[:500]!r}")
+        for name, text in (("rannc-partition", usage), ("rannc-run", run([tool(prefix, "rannc-run"), "--help"], cwd=cwd, env=env).stdout)):
+            if len(re.findall("(?im)^usage:", text)) != 1:
+                fail(f"{name} --help: not exactly one usage line: {text[:300]!r}")
         if run([partition, "help", "partition"], cwd=cwd, env=env).stdout != usage:
             fail("help partition differs from help")
         one_error_line(run([partition, "help", "nothing"], expect=2, cwd=cwd, env=env), "help nothing: no such command")
@@ -117,7 +127,7 @@ def version_help(prefix):
                            r"^rannc-run: error: no plan given; usage: rannc-run PLAN \[--steps N .*\(see rannc-run --help\)$")
         text = run([runner, "--help"], cwd=cwd, env=env).stdout
         groups = [text.find("\n" + name + ":\n") for name in ("Positionals", "Training", "Data", "Checkpoints", "Output")]
-        if min(groups) < 0 or groups != sorted(groups) or text.find("--save ") < groups[3] or text.find("--data ") < groups[2]:
+        if min(groups) < 0 or groups != sorted(groups) or text.find("\n  --save ") < groups[3] or text.find("\n  --data ") < groups[2]:
             fail(f"rannc-run --help: PLAN, then the option groups Training, Data, Checkpoints, Output: {text!r}")
         examples = text[text.find("Examples:"):]
         for example in ("mpirun -np 8 rannc-run rannc-out/plan.json --steps 100", "--resume", "--save",

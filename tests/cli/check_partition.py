@@ -8,10 +8,12 @@ usage: check_partition.py BINARY SAMPLES_DIR
 """
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
 
+import plan_bytes
 import plan_schema
 
 
@@ -25,7 +27,9 @@ def partition(binary, model, out, *args):
         raw = f.read()
     plan = json.loads(raw)
     plan_schema.check(plan, os.path.join(out, "plan.json"))
-    return summary, plan, raw
+    if plan["generator"]["command"] != shlex.join(["rannc-partition", *command[1:]]):
+        sys.exit(f"FAILED: plan.json's command {plan['generator']['command']!r} is not the command run")
+    return summary, plan, plan_bytes.without_generator(raw)
 
 
 def close(a, b, rel=1e-3):
@@ -105,7 +109,7 @@ def main():
         args = ["--gpus", "8", "--batch", "64", "--mem", "40M"]
         summary, plan, raw = partition(binary, model, a, *args)
         check_plan(plan, params, 8)
-        check(summary["stages"] > 1, "40M per device forces a pipeline")
+        check(len(summary["stages"]) > 1, "40M per device forces a pipeline")
         check_model_flops(binary, model, plan, 8)
         check(any(p.get("shared_with") for s in plan["stages"] for p in s["params"]), "the tied weight is shared")
         _, _, raw_again = partition(binary, model, b, *args)
@@ -124,7 +128,7 @@ def main():
 
         text = subprocess.run([binary, model, "-o", a, *args], capture_output=True, text=True, check=True).stdout
         check("stage" in text and "predicted" in text and "efficiency" in text, "the table")
-    print(f"ok: {summary['stages']} stages x {summary['pipelines']} pipelines, plans consistent and byte-identical")
+    print(f"ok: {len(summary['stages'])} stages x {summary['batch']['pipelines']} pipelines, plans consistent and byte-identical")
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ def plan_of(folder):
     model = plan.get("model", {})
     for key in ("path", "sha256"):
         model.pop(key, None)
+    plan.pop("generator", None)  # its command names the model file too
     stages = {s["file"]: sha256(os.path.join(folder, s["file"])) for s in plan["stages"]}
     return plan, stages
 

@@ -85,9 +85,10 @@ def main():
         summaries = [s for s, _ in runs]
         walls[label] = statistics.median(w for _, w in runs)
         first = summaries[0]
-        phases = [fmt_ms(statistics.median(s["planning_ms"][p] for s in summaries)) for p in PHASES]
+        phases = [fmt_ms(statistics.median(s["planning"]["ms"][p] for s in summaries)) for p in PHASES]
         rows.append([f"GPT-3 175B {label}", args.reps, *phases, f"{walls[label]:.2f} s",
-                     f"{first['stages']} x {first['pipelines']}", first["microbatches"], f"{first['efficiency']:.2f}"])
+                     f"{len(first['stages'])} x {first['batch']['pipelines']}", first["batch"]["microbatches"],
+                     f"{first['predicted']['efficiency']:.2f}"])
     header = ["model", "reps", *(f"{p} (median)" for p in PHASES), "wall (median)", "stages x pipelines",
               "microbatches", "efficiency"]
     print("\n1024 x a100-80g, --batch 1536 --precision bf16-mixed --plan-only")

@@ -162,7 +162,7 @@ def check_every_cut(args, model, entry, out):
     summary = partition(args, model, entry, [*request, "--plan-only", "--json"], 1, os.path.join(out, "count"))
     if summary is None:
         return
-    units = json.loads(summary)["units"]
+    units = json.loads(summary)["planning"]["units"]
     plan_dir = os.path.join(out, "plan")
     if partition(args, model, entry, [*request, "--stages", str(units)], units, plan_dir) is None:
         return

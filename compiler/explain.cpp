@@ -76,10 +76,11 @@ std::vector<std::string> ruled_out(const partition::SearchCensus& c, std::int64_
                       " per device, even with recomputation, sharded state and offload");
   const int slower = c.failed - c.no_fit + c.slower;
   if (slower > 0)
-    reasons.push_back(std::to_string(slower) + " fit, but their best pipeline is over " + slack + " slower by the search's formula");
+    reasons.push_back(std::to_string(slower) + " fit, but the search's formula puts their best pipeline over " + slack +
+                      " behind the best (the table simulates the fastest of them too)");
   if (c.near > 0)
     reasons.push_back(plural(c.near, "layout") + " came within " + slack +
-                      " of the best by the formula: simulated, the shortest step won");
+                      " of the best by the formula: simulated, the shortest step is the plan");
   return reasons;
 }
 

@@ -226,8 +226,9 @@ std::string show_text(const plan::Plan& plan) {
                 human_ms(plan.predicted.lower_bound_ms).c_str(), 100 * plan.predicted.efficiency);
   out << summary;
   if (plan.predicted.flop_bound_ms > 0) {  // plans from before the physical bound lack it
-    std::snprintf(summary, sizeof summary, "flops      %.1f model TFLOP/s per device, %.0f%% of peak; %s at peak\n",
-                  plan.predicted.model_tflops_per_device, 100 * plan.predicted.peak_fraction,
+    // human_flops picks the unit: a CPU's 0.02 TFLOP/s reads as 20.00 GFLOP/s, not 0.0.
+    std::snprintf(summary, sizeof summary, "flops      %s/s of the model per device, %.0f%% of peak; %s at peak\n",
+                  human_flops(plan.predicted.model_tflops_per_device * 1e12).c_str(), 100 * plan.predicted.peak_fraction,
                   human_ms(plan.predicted.flop_bound_ms).c_str());
     out << summary;
   }

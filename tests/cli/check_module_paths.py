@@ -76,7 +76,7 @@ def write_models(out):
              "blocks.script.pt": os.path.join(out, "blocks.script.pt")}
     torch.jit.trace(encoder, (tokens,), check_trace=False).save(paths["encoder.trace.pt"])
     torch.onnx.export(encoder, (tokens,), paths["encoder.onnx"], input_names=["x"], dynamic_axes={"x": {0: "batch"}},
-                      opset_version=13, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+                      opset_version=14, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
     torch.jit.script(Blocks()).save(paths["blocks.script.pt"])
     return paths
 

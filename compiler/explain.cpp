@@ -87,13 +87,25 @@ std::vector<std::string> ruled_out(const partition::SearchCensus& c, std::int64_
 }  // namespace
 
 std::string layout_name(const PlacedPipeline& p) {
-  std::string name = "pp=" + std::to_string(p.stages.size()) + " dp=" + std::to_string(p.config.pipelines) +
-                     " m=" + std::to_string(p.config.microbatches) + " b=" + std::to_string(p.config.microbatch_size);
-  bool replicated = std::any_of(p.stages.begin(), p.stages.end(), [](const auto& s) { return s.option.replicas > 1; });
-  if (!replicated) return name;
-  std::vector<std::string> replicas;
-  for (const auto& stage : p.stages) replicas.push_back(std::to_string(stage.option.replicas));
-  return name + " (replicas " + join(replicas, ",") + ")";
+  const auto& stages = p.stages;
+  const int first = stages.empty() ? 1 : stages.front().option.replicas;
+  const bool uniform = std::all_of(stages.begin(), stages.end(), [&](const auto& s) { return s.option.replicas == first; });
+  std::string name = "pp=" + std::to_string(stages.size()) + " dp=" + std::to_string(p.config.pipelines) +
+                     (uniform && first > 1 ? "x" + std::to_string(first) : "") + " m=" + std::to_string(p.config.microbatches) +
+                     " b=" + std::to_string(p.config.microbatch_size);
+  if (uniform) return name;
+  // Unequal replicas per stage, runs of three or more written once: "(replicas 1*4,4)".
+  std::vector<std::string> runs;
+  for (std::size_t i = 0; i < stages.size();) {
+    std::size_t end = i;
+    while (end < stages.size() && stages[end].option.replicas == stages[i].option.replicas) ++end;
+    const std::string replicas = std::to_string(stages[i].option.replicas);
+    if (end - i >= 3) runs.push_back(replicas + "*" + std::to_string(end - i));
+    else
+      for (std::size_t j = i; j < end; ++j) runs.push_back(replicas);
+    i = end;
+  }
+  return name + " (replicas " + join(runs, ",") + ")";
 }
 
 nlohmann::json explain_json(const partition::PlanResult& result, std::int64_t mem_bytes) {
@@ -117,7 +129,7 @@ std::string explain_text(const partition::PlanResult& result, std::int64_t mem_b
   std::vector<LayoutRow> rows{{"plan", &result.pipeline, ""}};
   for (std::size_t i = 0; i < result.runners_up.size(); ++i)
     rows.push_back({"lost #" + std::to_string(i + 1), &result.runners_up[i], slower_text(result.runners_up[i].predicted.iteration_ms, best)});
-  std::string text = "\nwhy this plan (pp stages, dp pipelines, m microbatches of b samples)\n" + layout_table(rows);
+  std::string text = "\nwhy this plan (pp stages, dp pipelines [x replicas of each stage], m microbatches of b samples)\n" + layout_table(rows);
   if (result.runners_up.empty()) text += "  no other layout fits\n";
   text += "of " + plural(result.census.candidates, "candidate layout") + " (pipelines x microbatches):\n";
   for (const auto& reason : ruled_out(result.census, mem_bytes)) text += "  " + reason + "\n";

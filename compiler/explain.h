@@ -11,8 +11,8 @@
 namespace rannc {
 
 // "pp=8 dp=8 m=16 b=12": stages, pipeline replicas, microbatches and microbatch size, the way
-// Megatron-LM and DeepSpeed users write a layout; stages with several replicas within a pipeline
-// add "(replicas 2,1,1)".
+// Megatron-LM and DeepSpeed users write a layout. Stages with R replicas each within a pipeline
+// read "dp=4x8"; unequal replicas add "(replicas 1*4,4)", runs of three or more written once.
 std::string layout_name(const partition::PlacedPipeline& pipeline);
 
 nlohmann::json explain_json(const partition::PlanResult& result, std::int64_t mem_bytes);

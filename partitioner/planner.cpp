@@ -237,13 +237,19 @@ void add_stage_counts(const SearchContext& context, double beat, std::vector<Con
 }  // namespace
 
 std::vector<ConfigChoice> search_configs(const SearchContext& context, const std::vector<SearchConfig>& configs,
-                                         SearchCensus* census_out) {
+                                         SearchCensus* census_out, const PhaseObserver& observe) {
   SearchCensus local;
   SearchCensus& census = census_out ? *census_out : local;
   census.candidates += static_cast<int>(configs.size());
   std::vector<ConfigChoice> near;
   double best = std::numeric_limits<double>::infinity();
-  for (const auto& config : configs) {
+  auto told = Clock::now();
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    const SearchConfig& config = configs[i];
+    if (observe && elapsed_ms(told) >= 1000) {
+      observe("searching: " + std::to_string(i) + " of " + std::to_string(configs.size()) + " candidate layouts");
+      told = Clock::now();
+    }
     const double beat = best * kRankingSlack;
     // No step of the config is shorter than M times the balanced share of a microbatch's work.
     if (config.microbatches * balanced_ms(context, config) >= beat) {
@@ -418,7 +424,7 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
   SearchContext context{&result.partitioning.blocks, &ranges, &request.cluster, request.optimizer, request.precision,
                         request.state_sharding};
   result.census.explain = request.runners_up > 0;
-  auto choices = search_configs(context, configs, &result.census);
+  auto choices = search_configs(context, configs, &result.census, observe);
   result.times.search_ms = elapsed_ms(start);
   tell("searched " + counted(configs.size(), "candidate layouts") + ": " + plural(static_cast<std::int64_t>(choices.size()), "pipeline") +
        " within " + std::to_string(static_cast<int>(std::lround((kRankingSlack - 1) * 100))) + "% of the best");

@@ -133,8 +133,9 @@ inline constexpr std::int64_t kExhaustiveStageCounts = 1024;
 // Each config's best pipeline whose objective is within kRankingSlack of the best one's, in
 // search order, then (small searches) the best of each other stage count of those configs
 // within it too; empty when none fits.
+// `observe` hears how far the search is, at most once a second.
 std::vector<ConfigChoice> search_configs(const SearchContext& context, const std::vector<SearchConfig>& configs,
-                                         SearchCensus* census = nullptr);
+                                         SearchCensus* census = nullptr, const PhaseObserver& observe = nullptr);
 
 // Places the chosen pipeline on ranks and simulates it.
 // What no plan of the step can beat, for the report: the cost model's whole step on one device

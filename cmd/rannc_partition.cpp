@@ -80,12 +80,6 @@ void add_progress_flags(CLI::App& app, ProgressFlags& flags) {
   app.add_flag("--quiet", flags.quiet, "print no progress")->group(kOutputGroup);
 }
 
-std::string device_presets_text() {
-  std::string names;
-  for (const auto& name : cost::device_preset_names()) names += (names.empty() ? "" : ", ") + name;
-  return names;
-}
-
 void print_json(const nlohmann::json& json, int indent) {
   std::cout << json.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
@@ -178,7 +172,7 @@ void add_request_options(CLI::App& app, PartitionOptions& p) {
   app.add_option("--host-mem", flags.host_mem, "host memory per node for offloaded state (default: the preset's usual node)")
       ->group(kClusterGroup);
   app.add_option("--gpus-per-node", flags.gpus_per_node, "devices per node (default min(8, --gpus))")->group(kClusterGroup);
-  app.add_option("--device", flags.device, "device preset, default a100-80g: " + device_presets_text())->group(kClusterGroup);
+  app.add_option("--device", flags.device, "device preset, default a100-80g: " + join(cost::device_preset_names()))->group(kClusterGroup);
   app.add_option("--stages", p.stages, "force the number of pipeline stages")->group(kSearchGroup);
   app.add_option("--microbatches", p.microbatches, "force the microbatch count per pipeline")->group(kSearchGroup);
   app.add_option("--schedule", p.schedule, "1f1b (default) or gpipe")->group(kSearchGroup);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "support/error.h"
+#include "support/format.h"
 #include "support/input_file.h"
 
 namespace rannc::cost {
@@ -56,12 +57,6 @@ std::string figure(double x) {
   char text[32];
   std::snprintf(text, sizeof text, "%g", x);
   return text;
-}
-
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
-  return out;
 }
 
 // Bytes per unit of a size suffix ("", "B", "K", "KiB", "KB", ... in any case), or 0 if unknown.

@@ -24,6 +24,6 @@ std::string shell_quoted(const std::string& text);
 // The same, but as it is when every character is safe unquoted (a command line for people).
 std::string shell_word(const std::string& text);
 // Words joined with `separator`: {"a", "b"} -> "a, b".
-std::string join(const std::vector<std::string>& words, const std::string& separator);
+std::string join(const std::vector<std::string>& words, const std::string& separator = ", ");
 
 }  // namespace rannc

@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "support/error.h"
+#include "support/format.h"
 #include "support/input_file.h"
 
 // How the generated source is written:
@@ -179,12 +180,6 @@ std::string float_literal(double v, bool single = true) {
   std::string text = buffer;
   if (text.find_first_of(".e") == std::string::npos) text += ".0";  // a float, not an int
   return text;
-}
-
-std::string join(const std::vector<std::string>& items, const char* separator = ", ") {
-  std::string out;
-  for (std::size_t i = 0; i < items.size(); ++i) out += (i ? separator : "") + items[i];
-  return out;
 }
 
 std::string int_list_literal(const std::vector<std::int64_t>& values) {

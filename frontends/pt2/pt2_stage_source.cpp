@@ -14,6 +14,7 @@
 #include "emit/stage_layout.h"
 #include "frontends/pt2/pt2_frontend.h"
 #include "support/error.h"
+#include "support/format.h"
 
 namespace rannc {
 namespace {
@@ -39,12 +40,6 @@ std::string string_literal(const std::string& s) {
     out += c;
   }
   return out + "\"";
-}
-
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
-  return out;
 }
 
 // Infix Python operators of the symbolic-size arithmetic torch.export records.

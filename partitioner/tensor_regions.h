@@ -1,0 +1,72 @@
+// Tensor parallelism found in a graph, the Megatron way, without the user marking anything.
+//
+// A region runs split across the t devices of a tensor-parallel group: it starts at one or more
+// matrix products that read the same input and whose weights split by output features (column
+// ops: an MLP's first linear, the Q, K and V projections, a fused QKV), runs through ops that
+// keep the split (bias adds, activations, a gate's product, the reshape into heads, the
+// per-head attention core: scores, scaling, masking, softmax, dropout, the product with V), and
+// ends at one matrix product whose weight splits by input features (the row op: the MLP's second
+// linear, the attention's output projection). Each device computes 1/t of every op of the
+// region; the row op's output is a partial sum, all-reduced in the forward pass, and the
+// column ops' input gradient is all-reduced in the backward pass.
+//
+// The analysis follows which dim of each value is split from the column ops onward, through
+// elementwise ops (a broadcast operand of size 1 along that dim, or a weight split along it),
+// reshapes that keep it an outer factor (hidden into heads x head_dim and back), transposes and
+// permutes, chunks and splits along it (a fused QKV: each chunk's slice of the weight splits by
+// t), and batched matrix products where both operands split the same batch dim. A candidate
+// whose split reaches anything else (a reduction or normalisation over the split dim, a model
+// output, a value read outside the region) is rejected with the reason, and stays replicated.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace rannc::partition {
+
+// A weight of a region, split into t equal slices along `dim`. With groups > 1 the dim is
+// `groups` equal parts (a fused QKV's q, k and v) and each part splits into t slices: rank i
+// holds slice i of every part.
+struct SplitWeight {
+  ir::ValueId weight = ir::kNoId;
+  int dim = 0;
+  int groups = 1;
+};
+
+struct TensorRegion {
+  std::vector<ir::OpId> column_ops;  // ascending
+  ir::OpId row_op = ir::kNoId;
+  std::vector<ir::OpId> ops;          // every op computing 1/t of its work there, column and row ops included; ascending
+  std::vector<SplitWeight> weights;   // ascending by weight id
+  ir::ValueId input = ir::kNoId;      // what the column ops read: its gradient is all-reduced in backward
+  ir::ValueId output = ir::kNoId;     // the row op's output: all-reduced in forward
+  // Every degree t of the region divides it: the gcd of the split dims' sizes (heads, features).
+  std::int64_t divisor = 1;
+  // The ops of the attention core (softmax, masking, dropout and the products around them):
+  // what selective recomputation recomputes. Empty in an MLP.
+  std::vector<ir::OpId> attention_core;
+
+  bool allows(int degree) const { return degree >= 1 && divisor % degree == 0; }
+};
+
+// A column op whose split could not reach a row op, and why ("the split reaches a layer norm
+// over the split dim at op 512").
+struct RejectedRegion {
+  std::vector<ir::OpId> column_ops;
+  std::string reason;
+};
+
+struct TensorRegions {
+  std::vector<TensorRegion> regions;   // ascending by row op
+  std::vector<RejectedRegion> rejected;
+  // [op]: the region an op belongs to, -1 for a replicated op.
+  std::vector<int> region_of_op;
+};
+
+// Finds the regions of a graph whose shapes are known (values without shapes end a split).
+// Deterministic: the same graph gives the same regions.
+TensorRegions find_tensor_regions(const ir::Graph& graph);
+
+}  // namespace rannc::partition

@@ -1,0 +1,53 @@
+#!/usr/bin/python3
+"""Write the traced TorchScript models of tests/unit/tensor_regions_test.cpp into --out.
+
+gpt.trace.pt: the sample GPT of samples/sample_models.py (fused QKV split three ways, heads
+reshaped out of the hidden dim, a tied LM head), 2 layers, input tokens:2x32:int64.
+encoder_layer.trace.pt: torch's own nn.TransformerEncoderLayer, batch first (its MultiheadAttention
+views the projections as [seq, batch * heads, head_dim]), 4 heads, a 256-wide MLP, input x:4x6x64.
+Run with /usr/bin/python3 (the interpreter that has torch).
+"""
+
+import argparse
+import os
+import sys
+import warnings
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "samples"))
+from sample_models import Gpt  # noqa: E402
+
+
+class EncoderLayer(nn.Module):
+    """nn.TransformerEncoderLayer whose forward argument is named x."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=256, dropout=0.1,
+                                                batch_first=True)
+
+    def forward(self, x):
+        return self.layer(x)
+
+
+def save_traced(model, example, path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer warnings about dropout's randomness
+        torch.jit.trace(model.train(), example, check_trace=False).save(path)
+    print("wrote", path)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    torch.manual_seed(0)
+    save_traced(Gpt(n_layers=2), (torch.zeros(2, 32, dtype=torch.long),), os.path.join(args.out, "gpt.trace.pt"))
+    save_traced(EncoderLayer(), (torch.randn(4, 6, 64),), os.path.join(args.out, "encoder_layer.trace.pt"))
+
+
+if __name__ == "__main__":
+    main()

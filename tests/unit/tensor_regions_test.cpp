@@ -1,0 +1,353 @@
+// Tensor-parallel regions (partitioner/tensor_regions.h) found in models of each frontend: the
+// shape-only GPT-3 ONNX of samples/make_shape_only.py, the committed GPT-3 .pt2 of torch.export,
+// TorchScript traced from the samples' GPT and torch's own nn.TransformerEncoderLayer
+// (tests/models/make_tensor_region_models.py), and small graphs built here.
+#include "partitioner/tensor_regions.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <set>
+#include <sstream>
+
+#include "compiler/input_spec.h"
+#include "compiler/model.h"
+#include "graph_builders.h"
+
+using namespace rannc;
+using namespace rannc::partition;
+using rannc::testing::add_literal;
+using rannc::testing::add_tensor;
+
+namespace {
+
+Model load(const std::string& path, const std::vector<std::string>& inputs = {}) {
+  LoadOptions options;
+  for (const auto& spec : inputs) options.inputs.push_back(parse_input_spec(spec));
+  return load_model(path, options);
+}
+
+ir::ValueId value_named(const ir::Graph& graph, const std::string& name) {
+  for (const auto& value : graph.values())
+    if (value.name == name) return value.id;
+  FAIL("no value named " << name);
+  return ir::kNoId;
+}
+
+// The op reading a weight: its matrix product, or the transpose feeding it.
+ir::OpId reader_of(const ir::Graph& graph, const std::string& weight) {
+  const auto& consumers = graph.value(value_named(graph, weight)).consumers;
+  REQUIRE(consumers.size() == 1);
+  return consumers[0];
+}
+
+// The product reading a weight, through a transpose of it.
+ir::OpId product_of(const ir::Graph& graph, const std::string& weight) {
+  ir::OpId op = reader_of(graph, weight);
+  if (graph.op(op).kind == "aten::t" || graph.op(op).kind == "onnx::Transpose") {
+    REQUIRE(graph.value(graph.op(op).outputs[0]).consumers.size() == 1);
+    op = graph.value(graph.op(op).outputs[0]).consumers[0];
+  }
+  return op;
+}
+
+// "name:dim:groups" of each weight, in the region's order.
+std::vector<std::string> weights_of(const ir::Graph& graph, const TensorRegion& region) {
+  std::vector<std::string> out;
+  for (const auto& w : region.weights)
+    out.push_back(graph.value(w.weight).name + ":" + std::to_string(w.dim) + ":" + std::to_string(w.groups));
+  return out;
+}
+
+std::vector<std::string> kinds_of(const ir::Graph& graph, const std::vector<ir::OpId>& ops) {
+  std::vector<std::string> kinds;
+  for (ir::OpId id : ops) kinds.push_back(graph.op(id).kind);
+  return kinds;
+}
+
+std::set<std::string> as_set(const std::vector<std::string>& items) { return {items.begin(), items.end()}; }
+
+int ops_in_regions(const TensorRegions& found) {
+  return static_cast<int>(
+      std::count_if(found.region_of_op.begin(), found.region_of_op.end(), [](int r) { return r >= 0; }));
+}
+
+// Everything the analysis returns, as text, to compare two runs.
+std::string text_of(const TensorRegions& found) {
+  std::ostringstream out;
+  auto ids = [&](const std::vector<ir::OpId>& ops) {
+    for (auto id : ops) out << id << ",";
+    out << ";";
+  };
+  for (const auto& r : found.regions) {
+    ids(r.column_ops);
+    out << r.row_op << ";";
+    ids(r.ops);
+    for (const auto& w : r.weights) out << w.weight << ":" << w.dim << ":" << w.groups << ",";
+    out << r.input << ";" << r.output << ";" << r.divisor << ";";
+    ids(r.attention_core);
+    out << "\n";
+  }
+  for (const auto& r : found.rejected) {
+    ids(r.column_ops);
+    out << r.reason << "\n";
+  }
+  for (int r : found.region_of_op) out << r << ",";
+  return out.str();
+}
+
+// Both regions of each pre-LN GPT-3 block, attention (fused QKV) then MLP, and what stays whole.
+void check_gpt3_layers(const ir::Graph& graph, const TensorRegions& found, const std::string& qkv,
+                       const std::string& out_proj, const std::string& fc1, const std::string& fc2, int column_dim) {
+  REQUIRE(found.regions.size() == 192);
+  REQUIRE(found.region_of_op.size() == graph.ops().size());
+  const std::string col = ":" + std::to_string(column_dim), row = ":" + std::to_string(1 - column_dim);
+  for (int layer = 0; layer < 96; ++layer) {
+    CAPTURE(layer);
+    auto name = [&](const std::string& pattern) {
+      auto at = pattern.find('#');
+      return pattern.substr(0, at) + std::to_string(layer) + pattern.substr(at + 1);
+    };
+    const auto& attention = found.regions[static_cast<std::size_t>(2 * layer)];
+    const auto& mlp = found.regions[static_cast<std::size_t>(2 * layer + 1)];
+    CHECK(attention.column_ops == std::vector<ir::OpId>{product_of(graph, name(qkv) + ".weight")});
+    CHECK(attention.row_op == product_of(graph, name(out_proj) + ".weight"));
+    CHECK(as_set(weights_of(graph, attention)) == std::set<std::string>{name(qkv) + ".weight" + col + ":3",
+                                                                        name(qkv) + ".bias:0:3",
+                                                                        name(out_proj) + ".weight" + row + ":1"});
+    CHECK(attention.divisor == 96);
+    CHECK(attention.allows(8));
+    CHECK(attention.allows(32));
+    CHECK_FALSE(attention.allows(64));
+    CHECK(attention.input == graph.op(attention.column_ops[0]).inputs[0]);
+    CHECK(attention.output == graph.op(attention.row_op).outputs[0]);
+    CHECK(attention.attention_core.size() == 5);  // scores, scale, mask, softmax, product with V
+    CHECK(mlp.column_ops == std::vector<ir::OpId>{product_of(graph, name(fc1) + ".weight")});
+    CHECK(mlp.row_op == product_of(graph, name(fc2) + ".weight"));
+    CHECK(as_set(weights_of(graph, mlp)) == std::set<std::string>{name(fc1) + ".weight" + col + ":1",
+                                                                  name(fc1) + ".bias:0:1",
+                                                                  name(fc2) + ".weight" + row + ":1"});
+    CHECK(mlp.divisor == 4 * 12288);
+    CHECK(mlp.attention_core.empty());
+  }
+  // Embeddings, layer norms, residual adds and the tied LM head stay replicated.
+  for (const auto& op : graph.ops()) {
+    bool replicated = op.kind.find("ayer") != std::string::npos ||  // LayerNormalization, aten::layer_norm
+                      op.kind.find("mbedding") != std::string::npos || op.kind == "onnx::Gather";
+    if (replicated) CHECK(found.region_of_op[static_cast<std::size_t>(op.id)] == -1);
+  }
+  REQUIRE(found.rejected.size() == 1);
+  CHECK_THAT(found.rejected[0].reason, Catch::StartsWith("the split reaches the model output"));
+  CHECK(found.region_of_op[static_cast<std::size_t>(found.rejected[0].column_ops.at(0))] == -1);
+}
+
+// x -> linear(w1, b1) -> `middle` over the last dim -> linear(w2, b2) -> output.
+ir::Graph two_linears(const std::string& middle) {
+  ir::Graph graph;
+  using ir::ValueRole;
+  auto x = add_tensor(graph, "x", {4, 8, 16}, ValueRole::kModelInput);
+  auto w1 = add_tensor(graph, "w1", {32, 16}, ValueRole::kParam);
+  auto b1 = add_tensor(graph, "b1", {32}, ValueRole::kParam);
+  auto w2 = add_tensor(graph, "w2", {16, 32}, ValueRole::kParam);
+  auto b2 = add_tensor(graph, "b2", {16}, ValueRole::kParam);
+  auto h = add_tensor(graph, "h", {4, 8, 32});
+  graph.add_op("aten::linear", {x, w1, b1}, {h});
+  auto m = add_tensor(graph, "m", {4, 8, 32});
+  if (middle == "aten::layer_norm") {
+    auto dims = add_literal(graph, "dims", std::vector<std::int64_t>{32}, ir::ValueKind::kIntList);
+    auto gamma = add_tensor(graph, "gamma", {32}, ValueRole::kParam);
+    auto beta = add_tensor(graph, "beta", {32}, ValueRole::kParam);
+    graph.add_op(middle, {h, dims, gamma, beta}, {m});
+  } else {
+    graph.add_op(middle, {h}, {m});
+  }
+  auto y = add_tensor(graph, "y", {4, 8, 16});
+  graph.add_op("aten::linear", {m, w2, b2}, {y});
+  graph.add_model_output(y);
+  graph.validate();
+  return graph;
+}
+
+}  // namespace
+
+TEST_CASE("tensor regions: shape-only GPT-3 175B from ONNX, two per layer", "[tensor_regions]") {
+  auto model = load(RANNC_SHAPE_ONLY_DIR "/gpt3-175b.onnx");
+  const auto& graph = model.graph;
+  auto found = find_tensor_regions(graph);
+  // MatMul weights are [in, out]: column ops split dim 1, row ops dim 0.
+  check_gpt3_layers(graph, found, "layers.#.attn.qkv", "layers.#.attn.out", "layers.#.ffn.fc1", "layers.#.ffn.fc2", 1);
+  CHECK(graph.op(found.rejected[0].column_ops[0]).outputs[0] == value_named(graph, "logits"));
+
+  const auto& attention = found.regions[0];
+  CHECK(kinds_of(graph, attention.attention_core) ==
+        std::vector<std::string>{"onnx::MatMul", "onnx::Div", "onnx::Where", "onnx::Softmax", "onnx::MatMul"});
+  // QKV product, bias add, split, 3 x (reshape, transpose), scores, scale, mask, softmax, product
+  // with V, transpose and reshape back, output projection.
+  CHECK(attention.ops.size() == 17);
+  CHECK(found.regions[1].ops.size() == 8);  // fc1, bias add, GELU's 5 ops, fc2
+  CHECK(ops_in_regions(found) == 96 * (17 + 8));
+  // The row ops' biases are added after the all-reduce: their adds stay outside, unsplit.
+  for (const std::string bias : {"layers.0.attn.out.bias", "layers.0.ffn.fc2.bias", "layers.95.ffn.fc2.bias"})
+    CHECK(found.region_of_op[static_cast<std::size_t>(reader_of(graph, bias))] == -1);
+}
+
+TEST_CASE("tensor regions: shape-only GPT-3 175B from torch.export (.pt2)", "[tensor_regions]") {
+  auto model = load(RANNC_PT2_MODELS "/gpt3-175b.pt2");
+  const auto& graph = model.graph;
+  auto found = find_tensor_regions(graph);
+  // aten::linear's weights are [out, in]: column ops split dim 0, row ops dim 1.
+  check_gpt3_layers(graph, found, "layers.#.qkv", "layers.#.out", "layers.#.fc1", "layers.#.fc2", 0);
+  CHECK(kinds_of(graph, found.regions[0].attention_core) ==
+        std::vector<std::string>{"aten::matmul", "aten::div", "aten::masked_fill", "aten::softmax", "aten::matmul"});
+  CHECK(kinds_of(graph, found.regions[1].ops) ==
+        std::vector<std::string>{"aten::linear", "aten::gelu", "aten::linear"});
+  // The head multiplies by the embedding table transposed: a column op whose split reaches the logits.
+  const auto& head = graph.op(found.rejected[0].column_ops.at(0));
+  CHECK(head.kind == "aten::matmul");
+  CHECK(graph.value(head.outputs[0]).model_output);
+}
+
+TEST_CASE("tensor regions: q and a fused kv projection around scaled_dot_product_attention (.pt2)",
+          "[tensor_regions]") {
+  auto model = load(RANNC_PT2_MODELS "/tiny_attention.pt2");
+  const auto& graph = model.graph;
+  auto found = find_tensor_regions(graph);
+  REQUIRE(found.regions.size() == 1);
+  const auto& region = found.regions[0];
+  // Both projections read the same input: one region of two column ops.
+  CHECK(region.column_ops == std::vector<ir::OpId>{reader_of(graph, "q.weight"), reader_of(graph, "kv.weight")});
+  CHECK(region.row_op == reader_of(graph, "out.weight"));
+  CHECK(weights_of(graph, region) ==
+        std::vector<std::string>{"q.weight:0:1", "q.bias:0:1", "kv.weight:0:2", "kv.bias:0:2", "out.weight:1:1"});
+  CHECK(region.divisor == 2);
+  CHECK(kinds_of(graph, region.attention_core) == std::vector<std::string>{"aten::scaled_dot_product_attention"});
+}
+
+TEST_CASE("tensor regions: the samples' GPT traced to TorchScript", "[tensor_regions]") {
+  auto model = load(RANNC_TENSOR_REGION_MODELS "/gpt.trace.pt", {"tokens:2x32:int64"});
+  const auto& graph = model.graph;
+  auto found = find_tensor_regions(graph);
+  REQUIRE(found.regions.size() == 4);
+  for (int block = 0; block < 2; ++block) {
+    CAPTURE(block);
+    std::string prefix = "blocks." + std::to_string(block) + ".";
+    const auto& attention = found.regions[static_cast<std::size_t>(2 * block)];
+    const auto& mlp = found.regions[static_cast<std::size_t>(2 * block + 1)];
+    CHECK(attention.column_ops == std::vector<ir::OpId>{reader_of(graph, prefix + "attn.qkv.weight")});
+    CHECK(attention.row_op == reader_of(graph, prefix + "attn.proj.weight"));
+    CHECK(as_set(weights_of(graph, attention)) == std::set<std::string>{prefix + "attn.qkv.weight:0:3",
+                                                                        prefix + "attn.qkv.bias:0:3",
+                                                                        prefix + "attn.proj.weight:1:1"});
+    CHECK(attention.divisor == 4);  // 4 heads
+    CHECK(kinds_of(graph, attention.attention_core) ==
+          std::vector<std::string>{"aten::matmul", "aten::mul", "aten::masked_fill", "aten::softmax", "aten::matmul"});
+    CHECK(mlp.column_ops == std::vector<ir::OpId>{reader_of(graph, prefix + "mlp.0.weight")});
+    CHECK(kinds_of(graph, mlp.ops) == std::vector<std::string>{"aten::linear", "aten::gelu", "aten::linear"});
+    CHECK(mlp.divisor == 512);
+  }
+  // The LM head is tied to the token embedding and makes the logits: replicated.
+  REQUIRE(found.rejected.size() == 1);
+  CHECK(found.rejected[0].column_ops == std::vector<ir::OpId>{graph.value(graph.model_outputs().at(0)).producer});
+  CHECK_THAT(found.rejected[0].reason, Catch::StartsWith("the split reaches the model output"));
+  // Size queries of the input and constants the regions read are glue, outside every region.
+  for (const auto& op : graph.ops())
+    if (op.kind == "aten::size" || op.kind == "prim::Constant" || op.kind == "prim::ListConstruct")
+      CHECK(found.region_of_op[static_cast<std::size_t>(op.id)] == -1);
+}
+
+TEST_CASE("tensor regions: nn.TransformerEncoderLayer keeps its MLP, not its attention (heads inside batch x heads)",
+          "[tensor_regions]") {
+  auto model = load(RANNC_TENSOR_REGION_MODELS "/encoder_layer.trace.pt", {"x:4x6x64"});
+  const auto& graph = model.graph;
+  auto found = find_tensor_regions(graph);
+  REQUIRE(found.regions.size() == 1);
+  const auto& mlp = found.regions[0];
+  CHECK(mlp.column_ops == std::vector<ir::OpId>{reader_of(graph, "layer.linear1.weight")});
+  CHECK(mlp.row_op == reader_of(graph, "layer.linear2.weight"));
+  CHECK(kinds_of(graph, mlp.ops) ==
+        std::vector<std::string>{"aten::linear", "aten::relu", "aten::dropout", "aten::linear"});
+  CHECK(as_set(weights_of(graph, mlp)) ==
+        std::set<std::string>{"layer.linear1.weight:0:1", "layer.linear1.bias:0:1", "layer.linear2.weight:1:1"});
+  CHECK(mlp.divisor == 256);
+
+  // MultiheadAttention views q, k and v as [seq, batch * heads, head_dim]: a device's heads would
+  // not be one block of that dim.
+  ir::OpId in_proj = reader_of(graph, "layer.self_attn.in_proj_weight");
+  auto rejected = std::find_if(found.rejected.begin(), found.rejected.end(),
+                               [&](const RejectedRegion& r) { return r.column_ops == std::vector<ir::OpId>{in_proj}; });
+  REQUIRE(rejected != found.rejected.end());
+  CHECK_THAT(rejected->reason, Catch::StartsWith("aten::view (op "));
+  CHECK_THAT(rejected->reason, Catch::Contains("inner factor"));
+  CHECK_THAT(rejected->reason, Catch::Contains("heads"));
+  CHECK(found.region_of_op[static_cast<std::size_t>(in_proj)] == -1);
+  CHECK(found.region_of_op[static_cast<std::size_t>(reader_of(graph, "layer.self_attn.out_proj.weight"))] == -1);
+  CHECK(ops_in_regions(found) == 4);
+}
+
+TEST_CASE("tensor regions: a layer norm over the split dim between two linears rejects the pair", "[tensor_regions]") {
+  auto graph = two_linears("aten::layer_norm");
+  auto found = find_tensor_regions(graph);
+  CHECK(found.regions.empty());
+  REQUIRE(found.rejected.size() == 2);
+  CHECK(found.rejected[0].column_ops == std::vector<ir::OpId>{0});
+  CHECK(found.rejected[0].reason == "the split reaches aten::layer_norm (op 1), a normalisation over the split dim");
+  // The second linear, a column op of its own, makes the model output.
+  CHECK(found.rejected[1].column_ops == std::vector<ir::OpId>{2});
+  CHECK(found.rejected[1].reason == "the split reaches the model output %y");
+  CHECK(found.region_of_op == std::vector<int>{-1, -1, -1});
+
+  // The same pair around GELU is one region; the second bias is added after the all-reduce.
+  auto control = two_linears("aten::gelu");
+  auto split = find_tensor_regions(control);
+  REQUIRE(split.regions.size() == 1);
+  CHECK(split.rejected.empty());
+  CHECK(split.regions[0].ops == std::vector<ir::OpId>{0, 1, 2});
+  CHECK(weights_of(control, split.regions[0]) == std::vector<std::string>{"w1:0:1", "b1:0:1", "w2:1:1"});
+  CHECK(split.regions[0].divisor == 32);
+  CHECK(split.regions[0].input == value_named(control, "x"));
+  CHECK(split.regions[0].output == value_named(control, "y"));
+  CHECK(split.region_of_op == std::vector<int>{0, 0, 0});
+}
+
+TEST_CASE("tensor regions: a SwiGLU MLP, its gate and up projections reading the same input", "[tensor_regions]") {
+  ir::Graph graph;
+  using ir::ValueRole;
+  auto x = add_tensor(graph, "x", {2, 8, 16}, ValueRole::kModelInput);
+  auto w_gate = add_tensor(graph, "w_gate", {48, 16}, ValueRole::kParam);
+  auto w_up = add_tensor(graph, "w_up", {48, 16}, ValueRole::kParam);
+  auto w_down = add_tensor(graph, "w_down", {16, 48}, ValueRole::kParam);
+  auto gate = add_tensor(graph, "gate", {2, 8, 48}), act = add_tensor(graph, "act", {2, 8, 48});
+  auto up = add_tensor(graph, "up", {2, 8, 48}), product = add_tensor(graph, "product", {2, 8, 48});
+  auto y = add_tensor(graph, "y", {2, 8, 16}), out = add_tensor(graph, "out", {2, 8, 16});
+  graph.add_op("aten::linear", {x, w_gate}, {gate});
+  graph.add_op("aten::silu", {gate}, {act});
+  graph.add_op("aten::linear", {x, w_up}, {up});
+  graph.add_op("aten::mul", {act, up}, {product});
+  graph.add_op("aten::linear", {product, w_down}, {y});
+  graph.add_op("aten::add", {x, y}, {out});  // the residual, after the all-reduce
+  graph.add_model_output(out);
+  auto found = find_tensor_regions(graph);
+  REQUIRE(found.regions.size() == 1);
+  CHECK(found.rejected.empty());
+  CHECK(found.regions[0].column_ops == std::vector<ir::OpId>{0, 2});
+  CHECK(found.regions[0].row_op == 4);
+  CHECK(weights_of(graph, found.regions[0]) == std::vector<std::string>{"w_gate:0:1", "w_up:0:1", "w_down:1:1"});
+  CHECK(found.regions[0].divisor == 48);
+  CHECK(found.region_of_op == std::vector<int>{0, 0, 0, 0, 0, -1});
+}
+
+TEST_CASE("tensor regions: the same graph gives the same regions", "[tensor_regions]") {
+  auto first = load(RANNC_SHAPE_ONLY_DIR "/gpt3-175b-2layer.onnx");
+  auto second = load(RANNC_SHAPE_ONLY_DIR "/gpt3-175b-2layer.onnx");
+  auto found = find_tensor_regions(first.graph);
+  CHECK(found.regions.size() == 4);
+  CHECK(text_of(found) == text_of(find_tensor_regions(first.graph)));
+  CHECK(text_of(found) == text_of(find_tensor_regions(second.graph)));
+  ir::Graph copy = first.graph;
+  CHECK(text_of(found) == text_of(find_tensor_regions(copy)));
+  // Weights ascending by id, regions by row op, as the header promises.
+  for (std::size_t i = 0; i < found.regions.size(); ++i) {
+    const auto& weights = found.regions[i].weights;
+    for (std::size_t w = 1; w < weights.size(); ++w) CHECK(weights[w - 1].weight < weights[w].weight);
+    if (i > 0) CHECK(found.regions[i - 1].row_op < found.regions[i].row_op);
+  }
+}

@@ -179,6 +179,10 @@ void add_request_options(CLI::App& app, PartitionOptions& p) {
   app.add_option("--shard-state", p.shard_state,
                  "auto (default: chosen per stage), none or optimizer: split the optimizer state among a stage's replicas")
       ->group(kSearchGroup);
+  app.add_option("--tensor-parallel", p.tensor_parallel,
+                 "largest tensor-parallel degree, splitting layers over a node's devices (1: none; default: a node's "
+                 "devices on a GPU, 1 on the cpu device)")
+      ->group(kSearchGroup);
   app.add_option("--optimizer", p.optimizer, "sgd, momentum or adam (default): optimizer state memory")->group(kSearchGroup);
   app.add_option("--precision", p.precision, "fp32 (default), bf16-mixed or fp16-mixed")->group(kSearchGroup);
   app.add_option("--profile-db", p.profile_db, "calibrate the costs with this profile DB (written by `profile`)")
@@ -197,7 +201,7 @@ void add_partition_options(CLI::App& app, PartitionCommandOptions& options) {
       ->group(kClusterGroup);
   add_request_options(app, p);
   app.add_option("--layout", p.layout,
-                 "plan exactly this layout, pp=STAGES,dp=PIPELINES[,m=MICROBATCHES][,tp=1] (pp x dp = --gpus), "
+                 "plan exactly this layout, pp=STAGES,dp=PIPELINES[,m=MICROBATCHES][,tp=DEGREE] (pp x dp x tp = --gpus), "
                  "and compare it with the free plan")
       ->group(kSearchGroup);
   app.add_flag("--explain", p.explain, "also print the layouts that lost, by how much, and what ruled out the rest")

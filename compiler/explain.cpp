@@ -86,26 +86,42 @@ std::vector<std::string> ruled_out(const partition::SearchCensus& c, std::int64_
 
 }  // namespace
 
-std::string layout_name(const PlacedPipeline& p) {
-  const auto& stages = p.stages;
-  const int first = stages.empty() ? 1 : stages.front().option.replicas;
-  const bool uniform = std::all_of(stages.begin(), stages.end(), [&](const auto& s) { return s.option.replicas == first; });
-  std::string name = "pp=" + std::to_string(stages.size()) + " dp=" + std::to_string(p.config.pipelines) +
-                     (uniform && first > 1 ? "x" + std::to_string(first) : "") + " m=" + std::to_string(p.config.microbatches) +
-                     " b=" + std::to_string(p.config.microbatch_size);
-  if (uniform) return name;
-  // Unequal replicas per stage, runs of three or more written once: "(replicas 1*4,4)".
+namespace {
+
+// A value per stage, runs of three or more written once: "1*4,4".
+std::string per_stage_runs(const std::vector<int>& values) {
   std::vector<std::string> runs;
-  for (std::size_t i = 0; i < stages.size();) {
+  for (std::size_t i = 0; i < values.size();) {
     std::size_t end = i;
-    while (end < stages.size() && stages[end].option.replicas == stages[i].option.replicas) ++end;
-    const std::string replicas = std::to_string(stages[i].option.replicas);
-    if (end - i >= 3) runs.push_back(replicas + "*" + std::to_string(end - i));
+    while (end < values.size() && values[end] == values[i]) ++end;
+    if (end - i >= 3) runs.push_back(std::to_string(values[i]) + "*" + std::to_string(end - i));
     else
-      for (std::size_t j = i; j < end; ++j) runs.push_back(replicas);
+      for (std::size_t j = i; j < end; ++j) runs.push_back(std::to_string(values[i]));
     i = end;
   }
-  return name + " (replicas " + join(runs, ",") + ")";
+  return join(runs, ",");
+}
+
+}  // namespace
+
+std::string layout_name(const PlacedPipeline& p) {
+  std::vector<int> replicas, degrees;
+  for (const auto& stage : p.stages) {
+    replicas.push_back(stage.option.replicas);
+    degrees.push_back(stage.option.tensor_degree);
+  }
+  auto uniform = [](const std::vector<int>& values) {
+    return std::all_of(values.begin(), values.end(), [&](int v) { return v == values.front(); });
+  };
+  const int first = replicas.empty() ? 1 : replicas.front();
+  std::string name = "pp=" + std::to_string(p.stages.size()) + " dp=" + std::to_string(p.config.pipelines) +
+                     (uniform(replicas) && first > 1 ? "x" + std::to_string(first) : "");
+  // Tensor parallelism, where a stage has it: "tp=8", or per stage "tp=(8*12,4)".
+  if (!degrees.empty() && !uniform(degrees)) name += " tp=(" + per_stage_runs(degrees) + ")";
+  else if (!degrees.empty() && degrees.front() > 1) name += " tp=" + std::to_string(degrees.front());
+  name += " m=" + std::to_string(p.config.microbatches) + " b=" + std::to_string(p.config.microbatch_size);
+  if (uniform(replicas)) return name;
+  return name + " (replicas " + per_stage_runs(replicas) + ")";
 }
 
 nlohmann::json explain_json(const partition::PlanResult& result, std::int64_t mem_bytes) {

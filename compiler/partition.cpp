@@ -54,20 +54,20 @@ void apply_layout(const PartitionOptions& options, partition::PlanRequest& reque
   if (options.layout.empty()) return;
   if (options.stages || options.microbatches)
     throw InputError("--layout sets the stage and microbatch counts: give it without --stages and --microbatches");
-  ForcedLayout layout = parse_layout(options.layout, request.cluster.gpus());
+  ForcedLayout layout = parse_layout(options.layout, request.cluster.gpus(), request.cluster.gpus_per_node);
   request.stages = layout.stages;
   request.pipelines = layout.pipelines;
   request.microbatches = layout.microbatches;
+  request.tensor_degree = layout.tensor_degree;
   if (layout.microbatches && *layout.microbatches > partition::kMaxMicrobatches)
     throw InputError("--layout m=" + std::to_string(*layout.microbatches) + ": at most " + std::to_string(partition::kMaxMicrobatches));
 }
 
 }  // namespace
 
-ForcedLayout parse_layout(const std::string& text, int devices) {
-  const std::string form = "expected pp=N,dp=N[,m=N][,tp=1], e.g. pp=8,dp=8";
+ForcedLayout parse_layout(const std::string& text, int devices, int devices_per_node) {
+  const std::string form = "expected pp=N,dp=N[,m=N][,tp=N], e.g. pp=8,dp=8 or pp=16,dp=8,tp=8";
   ForcedLayout layout;
-  int tensor = 1;
   std::set<std::string> seen;
   std::size_t begin = 0;
   while (begin <= text.size()) {
@@ -83,15 +83,16 @@ ForcedLayout parse_layout(const std::string& text, int devices) {
     if (key == "pp") layout.stages = value;
     if (key == "dp") layout.pipelines = value;
     if (key == "m") layout.microbatches = value;
-    if (key == "tp") tensor = value;
+    if (key == "tp") layout.tensor_degree = value;
   }
   if (!layout.stages || !layout.pipelines) throw InputError("--layout " + text_excerpt(text) + ": " + form);
-  if (tensor != 1)
-    throw InputError("--layout tp=" + std::to_string(tensor) + ": this version plans no tensor parallelism; give tp=1 or leave it out");
-  if (static_cast<std::int64_t>(layout.stages) * layout.pipelines != devices) {
-    throw InputError("--layout " + text_excerpt(text) + ": pp x dp = " +
-                     std::to_string(static_cast<std::int64_t>(layout.stages) * layout.pipelines) + " devices, but the job has " +
-                     std::to_string(devices) + " (--gpus)");
+  if (devices_per_node % layout.tensor_degree != 0)
+    throw InputError("--layout tp=" + std::to_string(layout.tensor_degree) + ": must divide the " +
+                     std::to_string(devices_per_node) + " devices of a node (a tensor-parallel group stays in one node)");
+  std::int64_t product = static_cast<std::int64_t>(layout.stages) * layout.pipelines * layout.tensor_degree;
+  if (product != devices) {
+    throw InputError("--layout " + text_excerpt(text) + ": pp x dp" + (layout.tensor_degree > 1 ? " x tp" : "") + " = " +
+                     std::to_string(product) + " devices, but the job has " + std::to_string(devices) + " (--gpus)");
   }
   return layout;
 }
@@ -125,7 +126,15 @@ partition::PlanRequest plan_request(const PartitionOptions& options) {
     throw InputError("--stages " + std::to_string(*options.stages) + ": more stages than the " +
                      std::to_string(request.cluster.gpus()) + " devices");
   }
+  request.max_tensor_degree = request.cluster.device.measured_here ? 1 : request.cluster.gpus_per_node;
+  if (options.tensor_parallel) {
+    if (*options.tensor_parallel < 1 || request.cluster.gpus_per_node % *options.tensor_parallel != 0)
+      throw InputError("--tensor-parallel " + std::to_string(*options.tensor_parallel) + ": must divide the " +
+                       std::to_string(request.cluster.gpus_per_node) + " devices of a node (1 plans none)");
+    request.max_tensor_degree = *options.tensor_parallel;
+  }
   apply_layout(options, request);
+  if (request.tensor_degree) request.max_tensor_degree = std::max(request.max_tensor_degree, *request.tensor_degree);
   return request;
 }
 
@@ -326,6 +335,7 @@ partition::PlacedPipeline free_pipeline(const Model& model, const cost::CostMode
   request.stages.reset();
   request.pipelines.reset();
   request.microbatches.reset();
+  request.tensor_degree.reset();
   request.runners_up = 0;
   return partition::plan_model(model.graph, model.batch, costs, request).pipeline;
 }

@@ -25,6 +25,9 @@ struct PartitionOptions {
   std::optional<int> stages;
   std::optional<int> microbatches;
   std::string shard_state = "auto";  // auto, none or optimizer
+  // --tensor-parallel: the largest tensor-parallel degree (1: none); by default a node's devices
+  // on a GPU, 1 on the CPU (plans rannc-run trains there).
+  std::optional<int> tensor_parallel;
   std::string profile_db;
   ShardingOptions sharding;  // models with pooled embedding tables
   bool plan_only = false;  // write plan.json without stage files
@@ -38,7 +41,7 @@ struct PartitionOptions {
   // Recorded in plan.json: this tool, its version and the command line.
   std::optional<plan::Generator> generator;
   bool explain = false;  // --explain: the layouts that lost and what ruled out the rest
-  std::string layout;    // --layout pp=8,dp=8[,m=16][,tp=1]: plan exactly this layout, beside the free plan
+  std::string layout;    // --layout pp=8,dp=8[,m=16][,tp=8]: plan exactly this layout, beside the free plan
   Progress progress;     // phase lines on stderr
 };
 
@@ -47,10 +50,11 @@ struct ForcedLayout {
   int stages = 0;
   int pipelines = 0;
   std::optional<int> microbatches;
+  int tensor_degree = 1;  // tp= (1 when not given): every stage's
 };
-// Throws InputError naming what is wrong: a malformed item, tp other than 1, or a layout whose
-// stages x pipelines is not the job's device count.
-ForcedLayout parse_layout(const std::string& text, int devices);
+// Throws InputError naming what is wrong: a malformed item, a tp that does not divide a node's
+// devices, or a layout whose stages x pipelines x tp is not the job's device count.
+ForcedLayout parse_layout(const std::string& text, int devices, int devices_per_node);
 
 struct PartitionReport {
   std::string plan_path;

@@ -85,13 +85,37 @@ class Table {
   std::string right_;  // per column: 'r' right-aligned, 'l' left
 };
 
+// "2 x 8", or with tensor parallelism "2 x 8 x tp 8": replicas per pipeline, pipelines, group.
+std::string replicas_text(const plan::Plan& plan, const plan::Stage& stage) {
+  std::string text = std::to_string(stage.replicas_per_pipeline) + " x " + std::to_string(plan.batch.pipelines);
+  int degree = stage.tensor_parallel.degree;
+  return degree > 1 ? text + " x tp " + std::to_string(degree) : text;
+}
+
+// What tensor parallelism splits and leaves whole, over all stages: one line each, the reasons
+// counted ("left whole: 24 x the split reaches ...").
+std::string tensor_parallel_text(const plan::Plan& plan) {
+  std::size_t regions = 0, weights = 0;
+  std::map<std::string, int> unsplit;
+  for (const auto& stage : plan.stages) {
+    regions += stage.tensor_parallel.regions.size();
+    weights += stage.tensor_parallel.weights.size();
+    for (const auto& left : stage.tensor_parallel.unsplit) ++unsplit[left.reason];
+  }
+  if (regions == 0 && unsplit.empty()) return "";
+  std::string text = "tensor     " + plural(static_cast<std::int64_t>(regions), "region") + " split, " +
+                     plural(static_cast<std::int64_t>(weights), "weight") + " sliced\n";
+  for (const auto& [reason, count] : unsplit) text += "           left whole: " + std::to_string(count) + " x " + reason + "\n";
+  return text + "\n";
+}
+
 std::string stage_table(const plan::Plan& plan) {
   Table table({"stage", "blocks", "replicas", "ranks", "recompute", "sharded", "offload", "fwd / mb", "bwd / mb",
                "memory / rank vs limit", "ops"},
               "rrlllllrrll");
   for (const auto& stage : plan.stages) {
     table.add({std::to_string(stage.id), blocks_text(stage),
-               std::to_string(stage.replicas_per_pipeline) + " x " + std::to_string(plan.batch.pipelines),
+               replicas_text(plan, stage),
                node_ranks_text(stage.ranks, plan.cluster.gpus_per_node), stage.recompute ? "yes" : "no",
                stage.state_sharding == plan::StateSharding::kNone ? "no" : std::string(plan::state_sharding_name(stage.state_sharding)),
                stage.offload ? "yes" : "no",
@@ -114,7 +138,7 @@ nlohmann::json stage_json(const plan::Plan& plan, const plan::Stage& stage) {
   for (const auto& [node, ranks] : ranks_by_node(stage.ranks, plan.cluster.gpus_per_node))
     nodes.push_back({{"node", node}, {"ranks", ranks}});
   nlohmann::json entry = {{"id", stage.id},
-                          {"replicas", stage.ranks.size()},
+                          {"replicas", stage.ranks.size() / static_cast<std::size_t>(stage.tensor_parallel.degree)},
                           {"replicas_per_pipeline", stage.replicas_per_pipeline},
                           {"nodes", nodes},
                           {"recompute", stage.recompute},
@@ -127,6 +151,11 @@ nlohmann::json stage_json(const plan::Plan& plan, const plan::Stage& stage) {
   if (!stage.op_range.empty()) entry["op_range"] = stage.op_range;
   if (!stage.modules.empty()) entry["modules"] = stage.modules;
   if (stage.blocks.size() == 2) entry["blocks"] = stage.blocks;
+  if (stage.tensor_parallel.degree > 1) {
+    const auto& split = stage.tensor_parallel;
+    entry["tensor_parallel"] = {{"degree", split.degree}, {"regions", split.regions.size()},
+                                {"weights", split.weights.size()}, {"unsplit", split.unsplit.size()}};
+  }
   return entry;
 }
 
@@ -219,6 +248,7 @@ std::string show_text(const plan::Plan& plan) {
       << plural(plan.batch.pipelines, "pipeline") << " on " << plural(static_cast<std::int64_t>(plan.ranks.size()), "rank")
       << "\n\n"
       << stage_table(plan) << "\n";
+  out << tensor_parallel_text(plan);
   if (plan.sharding) out << sharding_text(plan) << "\n";
   char summary[1024];  // room for any double in %.1f
   std::snprintf(summary, sizeof summary, "predicted  step %s, %.1f samples/s, bubble %.0f%%, lower bound %s, efficiency %.0f%%\n",

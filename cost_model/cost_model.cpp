@@ -72,7 +72,7 @@ OpCost CostModel::loss_cost(double batch_fraction) const {
   return loss_producer_ == ir::kNoId ? OpCost{} : per_op_cost(loss_, batch_fraction);
 }
 
-PassTimes CostModel::scaled_roofline(const PerOp& op, double batch_fraction) const {
+PassTimes CostModel::scaled_roofline(const PerOp& op, double batch_fraction, int split) const {
   OpWork work = op.work;
   if (op.batch_dependent) {
     auto scale_bytes = [&](double bytes) { return op.weight_bytes + (bytes - op.weight_bytes) * batch_fraction; };
@@ -81,11 +81,16 @@ PassTimes CostModel::scaled_roofline(const PerOp& op, double batch_fraction) con
     work.bytes_fwd = work.bytes_fwd > 0 ? scale_bytes(work.bytes_fwd) : 0;
     work.bytes_bwd = work.bytes_bwd > 0 ? scale_bytes(work.bytes_bwd) : 0;
   }
+  // A split op is a smaller op of the same kind: the fixed overhead stays, the rest divides.
+  for (double* amount : {&work.flops_fwd, &work.flops_bwd, &work.bytes_fwd, &work.bytes_bwd}) *amount /= split;
   return roofline_times(work, device_, precision_, efficiencies_);
 }
 
-OpCost CostModel::op_cost(ir::OpId id, double batch_fraction) const {
-  OpCost cost = per_op_cost(ops_.at(static_cast<std::size_t>(id)), batch_fraction);
+OpCost CostModel::op_cost(ir::OpId id, double batch_fraction) const { return split_op_cost(id, batch_fraction, 1); }
+
+OpCost CostModel::split_op_cost(ir::OpId id, double batch_fraction, int split) const {
+  OpCost cost = per_op_cost(ops_.at(static_cast<std::size_t>(id)), batch_fraction, split);
+  // rannc-run's loss reads the whole output of the op it follows, which is never split.
   if (id == loss_producer_) {
     OpCost loss = loss_cost(batch_fraction);
     cost.fwd_ms += loss.fwd_ms;
@@ -96,12 +101,12 @@ OpCost CostModel::op_cost(ir::OpId id, double batch_fraction) const {
   return cost;
 }
 
-OpCost CostModel::per_op_cost(const PerOp& op, double batch_fraction) const {
-  PassTimes roofline = scaled_roofline(op, batch_fraction);
+OpCost CostModel::per_op_cost(const PerOp& op, double batch_fraction, int split) const {
+  PassTimes roofline = scaled_roofline(op, batch_fraction, split);
   if (!op.measured) return {roofline.fwd * 1e3, roofline.bwd * 1e3, 0, 0, CostSource::kRoofline};
   const OpMeasurement& m = *op.measured;
   // The host's time to issue an op does not depend on its sizes.
-  if (batch_fraction == 1.0) return {m.fwd_ms, m.bwd_ms, m.fwd_host_ms, m.bwd_host_ms, CostSource::kMeasured};
+  if (batch_fraction == 1.0 && split == 1) return {m.fwd_ms, m.bwd_ms, m.fwd_host_ms, m.bwd_host_ms, CostSource::kMeasured};
   // Another batch size: the device's time as measured, scaled as the roofline scales.
   PassTimes at_batch = scaled_roofline(op, 1.0);
   auto scale = [](double measured, double now, double then) { return then > 0 ? measured * now / then : measured; };

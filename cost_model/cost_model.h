@@ -62,6 +62,9 @@ class CostModel {
   // reads do not. The op that computes the output rannc-run takes its loss of carries the
   // loss's times too (loss_cost).
   OpCost op_cost(ir::OpId op, double batch_fraction = 1.0) const;
+  // The same op split `split` ways by tensor parallelism (partitioner/tensor_regions.h): each
+  // device does 1/split of the work and reads 1/split of the weights, at the batch fraction.
+  OpCost split_op_cost(ir::OpId op, double batch_fraction, int split) const;
   // rannc-run's training loss (op_work.h's loss_input) is no op of the graph: op_cost adds its
   // times to the op that computes the output it is taken of (ir::kNoId: no such loss). Measured
   // when the profile DB holds its signature, like an op.
@@ -84,8 +87,8 @@ class CostModel {
     const OpMeasurement* measured = nullptr;
   };
 
-  PassTimes scaled_roofline(const PerOp& op, double batch_fraction) const;
-  OpCost per_op_cost(const PerOp& op, double batch_fraction) const;
+  PassTimes scaled_roofline(const PerOp& op, double batch_fraction, int split = 1) const;
+  OpCost per_op_cost(const PerOp& op, double batch_fraction, int split = 1) const;
   void cost_loss(const ir::Graph& graph, const DeviceProfile* same_device);
 
   DeviceSpec device_;

@@ -45,6 +45,47 @@ std::string op_range(const ir::Graph& graph, const partition::Partitioning& part
   return op_label(graph, units[first_unit].anchor) + " .. " + op_label(graph, units[last_unit].anchor);
 }
 
+// The module all of a region's matrix products belong to: their paths' longest common prefix of
+// whole names ("layers.3.mlp" of layers.3.mlp.fc1 and layers.3.mlp.fc2).
+std::string region_module(const ir::Graph& graph, const partition::TensorRegion& region) {
+  std::vector<ir::OpId> anchors = region.column_ops;
+  anchors.push_back(region.row_op);
+  std::string common = graph.module_path(anchors.front());
+  for (auto op : anchors) {
+    const std::string& path = graph.module_path(op);
+    std::size_t same = 0;
+    while (same < common.size() && same < path.size() && common[same] == path[same]) ++same;
+    if (same < common.size() && !(same == path.size() && common[same] == '.')) same = common.rfind('.', same);
+    common = common.substr(0, same == std::string::npos ? 0 : same);
+  }
+  return common;
+}
+
+// What a stage of tensor-parallel degree > 1 splits: the regions whose row op it computes and
+// that allow the degree, their weights, and the candidates it leaves whole with why.
+plan::TensorParallel plan_tensor_parallel(const ir::Graph& graph, const partition::TensorRegions& found,
+                                          const std::vector<ir::OpId>& stage_ops /* ascending */, int degree) {
+  plan::TensorParallel split;
+  split.degree = degree;
+  auto in_stage = [&](ir::OpId op) { return std::binary_search(stage_ops.begin(), stage_ops.end(), op); };
+  for (const auto& region : found.regions) {
+    if (!in_stage(region.row_op)) continue;
+    std::vector<int> columns(region.column_ops.begin(), region.column_ops.end());
+    if (!region.allows(degree)) {
+      split.unsplit.push_back({columns, "its split dims (heads, features) have " + std::to_string(region.divisor) +
+                                            " as greatest common divisor, which " + std::to_string(degree) + " does not divide"});
+      continue;
+    }
+    split.regions.push_back({region_module(graph, region), columns, {region.ops.begin(), region.ops.end()}, region.row_op});
+    for (const auto& weight : region.weights)
+      split.weights.push_back({graph.value(weight.weight).name, weight.dim, weight.groups});
+  }
+  for (const auto& rejected : found.rejected)
+    if (!rejected.column_ops.empty() && in_stage(rejected.column_ops.front()))
+      split.unsplit.push_back({{rejected.column_ops.begin(), rejected.column_ops.end()}, rejected.reason});
+  return split;
+}
+
 // The ops a stage is named by (plan::Stage::modules): the batch ops its blocks hold, in the
 // blocks' order, without the glue each stage recomputes for itself (a mask, a size), which may
 // come from modules far before it.
@@ -85,6 +126,8 @@ plan::Stage plan_stage(const ir::Graph& graph, const partition::PlanResult& resu
   stage.recompute = option.recompute;
   stage.state_sharding = option.sharding;
   stage.offload = option.offload;
+  if (option.tensor_degree > 1)
+    stage.tensor_parallel = plan_tensor_parallel(graph, result.partitioning.regions, layout.ops, option.tensor_degree);
   stage.predicted = {option.fwd_ms,      option.bwd_ms,           option.p2p_ms,  planned.allreduce_ms, option.offload_ms,
                      planned.in_flight, planned.memory.total(), planned.memory, planned.host_mem_bytes};
   return stage;

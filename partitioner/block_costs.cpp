@@ -28,35 +28,82 @@ void add_block(std::vector<int>& blocks, int block) {
   if (blocks.empty() || blocks.back() != block) blocks.push_back(block);
 }
 
-void cost_ops(const std::vector<std::vector<ir::OpId>>& ops, const cost::CostModel& costs,
-              const cost::ActivationMemory& activations, BlockCosts& result) {
+// Whether an op runs split at a degree: it belongs to a region that allows it.
+bool splits_at(const TensorRegions& regions, ir::OpId op, int degree) {
+  if (degree <= 1 || regions.region_of_op.empty()) return false;
+  int region = regions.region_of_op[static_cast<std::size_t>(op)];
+  return region >= 0 && regions.regions[static_cast<std::size_t>(region)].allows(degree);
+}
+
+// Each block's times, workspace and kept activations at one tensor-parallel degree (1: none).
+struct BlockTables {
+  std::vector<std::vector<double>> fwd, bwd, fwd_host, bwd_host, workspace;  // [block][sample]
+  std::vector<double> kept;                                                  // [block]
+};
+
+BlockTables cost_blocks(const std::vector<std::vector<ir::OpId>>& ops, const cost::CostModel& costs,
+                        const cost::ActivationMemory& activations, const TensorRegions& regions, int degree,
+                        const BlockCosts& result) {
   std::size_t sizes = result.samples.size();
+  BlockTables tables;
   for (const auto& block_ops : ops) {
     std::vector<double> fwd(sizes, 0), bwd(sizes, 0), fwd_host(sizes, 0), bwd_host(sizes, 0), workspace(sizes, 0);
     double kept = 0;
     for (auto op : block_ops) {
-      kept += activations.kept_bytes[op];
+      int ways = splits_at(regions, op, degree) ? degree : 1;
+      kept += activations.kept_bytes[op] / ways;
       double fixed = activations.weight_grad_bytes[op], scaled = activations.workspace_bytes[op] - fixed;
       for (std::size_t i = 0; i < sizes; ++i) {
         double fraction = result.samples[i] / result.evaluated_batch;
-        cost::OpCost cost = costs.op_cost(op, fraction);
+        cost::OpCost cost = costs.split_op_cost(op, fraction, ways);
         fwd[i] += cost.fwd_ms;
         bwd[i] += cost.bwd_ms;
         fwd_host[i] += cost.fwd_host_ms;
         bwd_host[i] += cost.bwd_host_ms;
-        workspace[i] = std::max(workspace[i], fixed + fraction * scaled);
+        workspace[i] = std::max(workspace[i], (fixed + fraction * scaled) / ways);
       }
     }
-    result.fwd_ms.push_back(fwd);
-    result.bwd_ms.push_back(bwd);
-    result.fwd_host_ms.push_back(fwd_host);
-    result.bwd_host_ms.push_back(bwd_host);
-    result.workspace_bytes.push_back(workspace);
-    result.kept_bytes.push_back(kept);
+    tables.fwd.push_back(fwd);
+    tables.bwd.push_back(bwd);
+    tables.fwd_host.push_back(fwd_host);
+    tables.bwd_host.push_back(bwd_host);
+    tables.workspace.push_back(workspace);
+    tables.kept.push_back(kept);
+  }
+  return tables;
+}
+
+// Each region's two all-reduces, in the blocks of the ops that need them.
+void add_collectives(const ir::Graph& graph, const std::vector<int>& block_of_op, const TensorRegions& regions,
+                     plan::Precision precision, BlockCosts::Split& split) {
+  std::size_t blocks = split.fwd_ms.size();
+  split.fwd_reduced_bytes.assign(blocks, 0);
+  split.bwd_reduced_bytes.assign(blocks, 0);
+  split.fwd_collectives.assign(blocks, 0);
+  split.bwd_collectives.assign(blocks, 0);
+  split.cuts_region_before.assign(blocks + 1, false);
+  for (const auto& region : regions.regions) {
+    if (!region.allows(split.degree)) continue;
+    int low = blocks, high = 0;
+    for (auto op : region.ops) {
+      low = std::min(low, block_of_op[static_cast<std::size_t>(op)]);
+      high = std::max(high, block_of_op[static_cast<std::size_t>(op)]);
+    }
+    for (int block = low + 1; block <= high; ++block) split.cuts_region_before[block] = true;
+    int row_block = block_of_op[static_cast<std::size_t>(region.row_op)];
+    split.fwd_reduced_bytes[row_block] += cost::stored_bytes(graph.value(region.output), precision);
+    split.fwd_collectives[row_block] += 1;
+    int column_block = block_of_op[static_cast<std::size_t>(region.column_ops.front())];
+    split.bwd_reduced_bytes[column_block] += cost::stored_bytes(graph.value(region.input), precision);
+    split.bwd_collectives[column_block] += 1;
   }
 }
 
-void collect_weights(const ir::Graph& graph, const std::vector<std::vector<ir::OpId>>& ops, BlockCosts& result) {
+void collect_weights(const ir::Graph& graph, const std::vector<std::vector<ir::OpId>>& ops, const TensorRegions& regions,
+                     BlockCosts& result) {
+  std::map<ir::ValueId, std::int64_t> split_divisors;
+  for (const auto& region : regions.regions)
+    for (const auto& weight : region.weights) split_divisors[weight.weight] = region.divisor;
   std::map<ir::ValueId, BlockCosts::Weight> weights;
   for (int block = 0; block < static_cast<int>(ops.size()); ++block) {
     for (auto op : ops[block]) {
@@ -67,6 +114,8 @@ void collect_weights(const ir::Graph& graph, const std::vector<std::vector<ir::O
         const auto& value = graph.value(input);
         if (!value.is_tensor() || !value.is_weight()) continue;
         auto& weight = weights[input];
+        auto divisor = split_divisors.find(input);
+        if (divisor != split_divisors.end()) weight.split_divisor = divisor->second;
         if (value.role == ir::ValueRole::kParam) {
           weight.param_elements = static_cast<double>(value.type.numel());
           weight.reads.push_back(block);
@@ -121,17 +170,45 @@ int BlockCosts::sample_index(int microbatch_samples) const {
   return static_cast<int>(it - samples.begin());
 }
 
+const BlockCosts::Split* BlockCosts::split(int degree) const {
+  for (const auto& split : splits)
+    if (split.degree == degree) return &split;
+  return nullptr;
+}
+
 BlockCosts block_costs(const ir::Graph& graph, const UnitGraph& units, const Blocking& blocking,
                        const cost::CostModel& costs, const cost::ActivationMemory& activations, std::int64_t evaluated_batch,
-                       std::vector<int> samples) {
+                       std::vector<int> samples, const TensorRegions& regions, const std::vector<int>& degrees) {
   std::sort(samples.begin(), samples.end());
   samples.erase(std::unique(samples.begin(), samples.end()), samples.end());
   BlockCosts result;
   result.evaluated_batch = static_cast<double>(evaluated_batch);
   result.samples = samples;
   auto ops = ops_by_block(graph, units, blocking);
-  cost_ops(ops, costs, activations, result);
-  collect_weights(graph, ops, result);
+  BlockTables whole = cost_blocks(ops, costs, activations, regions, 1, result);
+  result.fwd_ms = std::move(whole.fwd);
+  result.bwd_ms = std::move(whole.bwd);
+  result.fwd_host_ms = std::move(whole.fwd_host);
+  result.bwd_host_ms = std::move(whole.bwd_host);
+  result.workspace_bytes = std::move(whole.workspace);
+  result.kept_bytes = std::move(whole.kept);
+  std::vector<int> block_of_op(graph.ops().size(), 0);
+  for (int block = 0; block < static_cast<int>(ops.size()); ++block)
+    for (auto op : ops[block]) block_of_op[static_cast<std::size_t>(op)] = block;
+  for (int degree : degrees) {
+    bool allowed = std::any_of(regions.regions.begin(), regions.regions.end(), [&](const auto& r) { return r.allows(degree); });
+    if (degree <= 1 || !allowed) continue;
+    BlockTables tables = cost_blocks(ops, costs, activations, regions, degree, result);
+    BlockCosts::Split split;
+    split.degree = degree;
+    split.fwd_ms = std::move(tables.fwd);
+    split.bwd_ms = std::move(tables.bwd);
+    split.workspace_bytes = std::move(tables.workspace);
+    split.kept_bytes = std::move(tables.kept);
+    add_collectives(graph, block_of_op, regions, costs.precision(), split);
+    result.splits.push_back(std::move(split));
+  }
+  collect_weights(graph, ops, regions, result);
   collect_tensors(graph, units, blocking, activations, costs.precision(), result);
   return result;
 }
@@ -144,13 +221,24 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
   // Each table first gets the amount added at the first block it applies to, then a running sum over end.
   auto cell = [&](std::vector<double>& table, int begin, int end) -> double& { return table[begin * (count_ + 1) + end]; };
   // A range [begin, end) holds a weight when the first block at or after begin that reads it is before end.
-  for (const auto& weight : blocks.weights) {
+  auto add_weight = [&](const BlockCosts::Weight& weight, std::vector<double>& params, std::vector<double>* buffers) {
     for (int begin = 0; begin < count_; ++begin) {
       auto first = std::lower_bound(weight.blocks.begin(), weight.blocks.end(), begin);
       if (first == weight.blocks.end()) break;
-      cell(param_elements_, begin, *first + 1) += weight.param_elements;
-      cell(buffer_bytes_, begin, *first + 1) += weight.buffer_bytes;
+      cell(params, begin, *first + 1) += weight.param_elements;
+      if (buffers) cell(*buffers, begin, *first + 1) += weight.buffer_bytes;
     }
+  };
+  for (const auto& weight : blocks.weights) add_weight(weight, param_elements_, &buffer_bytes_);
+  for (const auto& split : blocks.splits) {
+    split_degrees_.push_back(split.degree);
+    auto& table = split_param_elements_.emplace_back(cells, 0.0);
+    for (const auto& weight : blocks.weights)
+      if (weight.split_divisor > 0 && weight.split_divisor % split.degree == 0) add_weight(weight, table, nullptr);
+    for (int begin = 0; begin < count_; ++begin)
+      for (int end = begin + 1; end <= count_; ++end) cell(table, begin, end) += cell(table, begin, end - 1);
+    auto& kept = split_kept_prefix_.emplace_back(static_cast<std::size_t>(count_) + 1, 0.0);
+    for (int block = 0; block < count_; ++block) kept[block + 1] = kept[block] + split.kept_bytes[block];
   }
   // Tensors produced before begin (or model inputs) and read in the range.
   for (const auto& tensor : blocks.tensors) {
@@ -213,6 +301,20 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
   }
   kept_prefix_.assign(static_cast<std::size_t>(count_) + 1, 0);
   for (int block = 0; block < count_; ++block) kept_prefix_[block + 1] = kept_prefix_[block] + blocks.kept_bytes[block];
+}
+
+double RangeTable::param_elements(int begin, int end, int degree) const {
+  if (degree == 1) return param_elements(begin, end);
+  auto at = static_cast<std::size_t>(std::find(split_degrees_.begin(), split_degrees_.end(), degree) - split_degrees_.begin());
+  double split = split_param_elements_.at(at)[begin * (count_ + 1) + end];
+  return param_elements(begin, end) - split + split / degree;
+}
+
+double RangeTable::kept_bytes(int begin, int end, int degree) const {
+  if (degree == 1) return kept_bytes(begin, end);
+  auto at = static_cast<std::size_t>(std::find(split_degrees_.begin(), split_degrees_.end(), degree) - split_degrees_.begin());
+  const auto& prefix = split_kept_prefix_.at(at);
+  return prefix[end] - prefix[begin];
 }
 
 }  // namespace rannc::partition

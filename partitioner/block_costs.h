@@ -8,6 +8,7 @@
 #include "cost_model/cost_model.h"
 #include "cost_model/memory.h"
 #include "partitioner/coarsen.h"
+#include "partitioner/tensor_regions.h"
 
 namespace rannc::partition {
 
@@ -22,6 +23,24 @@ struct BlockCosts {
   std::vector<std::vector<double>> fwd_host_ms, bwd_host_ms;
   std::vector<double> kept_bytes;  // [block] activations kept for backward, at evaluated_batch
 
+  // The blocks under tensor parallelism of one degree t > 1 (partitioner/tensor_regions.h): the
+  // ops of each region that allows t do 1/t of their work and keep 1/t of their activations;
+  // the others run whole on every device of the group.
+  struct Split {
+    int degree = 2;
+    std::vector<std::vector<double>> fwd_ms, bwd_ms, workspace_bytes;  // [block][sample], as above
+    std::vector<double> kept_bytes;                                    // [block]
+    // [block]: what the group all-reduces per pass at evaluated_batch, and in how many
+    // collectives: each region's output in forward (where its row op is), its input's gradient
+    // in backward (where its column ops are).
+    std::vector<double> fwd_reduced_bytes, bwd_reduced_bytes;
+    std::vector<int> fwd_collectives, bwd_collectives;
+    // [block]: whether a region split at this degree has ops both before the block and in it.
+    // No stage of this degree starts or ends there: a region runs whole inside one stage.
+    std::vector<bool> cuts_region_before;
+  };
+  std::vector<Split> splits;  // ascending degree; empty without split regions
+
   // A parameter or buffer, with the blocks that read it (a stage holds it once however many of
   // its blocks read it; tied weights appear in every stage that reads them).
   struct Weight {
@@ -29,6 +48,8 @@ struct BlockCosts {
     double buffer_bytes = 0;    // bytes of a non-trainable tensor
     std::vector<int> blocks;    // ascending, without repeats
     std::vector<int> reads;     // the block of each op that reads a trainable weight, ascending
+    // Tensor parallelism splits it t ways where t divides this (0: never split).
+    std::int64_t split_divisor = 0;
   };
   std::vector<Weight> weights;
 
@@ -48,15 +69,18 @@ struct BlockCosts {
   double bwd_host(int block, int sample) const { return bwd_host_ms.empty() ? 0 : bwd_host_ms[block][sample]; }
   // Index of a microbatch size in `samples`; throws std::out_of_range for one not costed.
   int sample_index(int microbatch_samples) const;
+  // The split of a degree > 1, or nullptr when it was not costed.
+  const Split* split(int degree) const;
 };
 
 // Forward + backward time of each unit at the evaluated batch (the coarsening's vertex weights).
 std::vector<double> unit_step_ms(const UnitGraph& units, const cost::CostModel& costs);
 
-// Costs every block of `blocking` at each size in `samples` (sorted and deduplicated here).
+// Costs every block of `blocking` at each size in `samples` (sorted and deduplicated here), and
+// at each tensor-parallel degree > 1 in `degrees` that some region of `regions` allows.
 BlockCosts block_costs(const ir::Graph& graph, const UnitGraph& units, const Blocking& blocking,
                        const cost::CostModel& costs, const cost::ActivationMemory& activations, std::int64_t evaluated_batch,
-                       std::vector<int> samples);
+                       std::vector<int> samples, const TensorRegions& regions = {}, const std::vector<int>& degrees = {});
 
 // Per-stage sums over a contiguous range of blocks [begin, end), for all ranges at once.
 class RangeTable {
@@ -80,6 +104,9 @@ class RangeTable {
   // The others that some op keeps for backward (counted in kept_bytes already).
   double saved_sent_bytes(int begin, int end) const { return at(saved_sent_bytes_, begin, end); }
   double kept_bytes(int begin, int end) const { return kept_prefix_[end] - kept_prefix_[begin]; }
+  // The same under tensor parallelism of a costed degree > 1: per device of its group.
+  double param_elements(int begin, int end, int degree) const;
+  double kept_bytes(int begin, int end, int degree) const;
   // Whether the range sends a tensor without a batch dim to a later block: each replica would
   // hold a different partial value, so such a range runs on one replica per pipeline.
   bool sends_batch_free(int begin, int end) const { return at(batch_free_sent_, begin, end) > 0; }
@@ -87,6 +114,10 @@ class RangeTable {
  private:
   double at(const std::vector<double>& table, int begin, int end) const { return table[begin * (count_ + 1) + end]; }
   int count_;
+  std::vector<int> split_degrees_;
+  // [split]: elements that split at its degree, in full (a table like param_elements_); kept
+  // bytes per device, as prefix sums.
+  std::vector<std::vector<double>> split_param_elements_, split_kept_prefix_;
   std::vector<double> largest_param_elements_, largest_tied_grad_bytes_;  // running maxima over end, not sums
   std::vector<double> param_elements_, buffer_bytes_, received_bytes_, model_input_bytes_, sent_bytes_,
       final_output_bytes_, saved_sent_bytes_, batch_free_sent_, kept_prefix_;

@@ -1,10 +1,12 @@
 #include "partitioner/planner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <set>
+#include <thread>
 
 #include "cost_model/comm.h"
 #include "support/error.h"
@@ -35,6 +37,28 @@ std::vector<int> divisors(std::int64_t n) {
 bool tiles_nodes(int pipeline_devices, const cost::Cluster& cluster) {
   int per_node = cluster.gpus_per_node;
   return pipeline_devices <= per_node ? per_node % pipeline_devices == 0 : pipeline_devices % per_node == 0;
+}
+
+// The tensor-parallel degrees to cost: each of kTensorDegrees that divides a node's devices, or
+// the forced one.
+std::vector<int> tensor_degrees(const PlanRequest& request) {
+  if (request.tensor_degree) return {*request.tensor_degree};
+  std::vector<int> degrees;
+  for (int degree : kTensorDegrees)
+    if (request.cluster.gpus_per_node % degree == 0 && degree <= request.max_tensor_degree) degrees.push_back(degree);
+  return degrees;
+}
+
+// The degrees a config may run its stages at: the forced one, or 1 and each costed degree that a
+// region of the model allows.
+std::vector<int> config_tensor_degrees(const PlanRequest& request, const TensorRegions& regions) {
+  if (request.tensor_degree) return {*request.tensor_degree};
+  std::vector<int> degrees{1};
+  for (int degree : tensor_degrees(request)) {
+    bool allowed = std::any_of(regions.regions.begin(), regions.regions.end(), [&](const auto& r) { return r.allows(degree); });
+    if (allowed) degrees.push_back(degree);
+  }
+  return degrees;
 }
 
 // Every per-replica microbatch size some config may run.
@@ -101,14 +125,16 @@ constexpr int kMaxSuggestedDevices = 65536;
 // The count doubles until it fits, then the whole nodes between the last two counts are tried
 // (bisected where there are many), so the count named is one that holds the model.
 std::string what_would_fit(const ir::Graph& graph, const UnitGraph& units, const Blocking& blocking,
-                           const cost::CostModel& costs, const cost::ActivationMemory& activations,
-                           std::int64_t evaluated_batch, const PlanRequest& request) {
+                           const TensorRegions& regions, const cost::CostModel& costs,
+                           const cost::ActivationMemory& activations, std::int64_t evaluated_batch,
+                           const PlanRequest& request) {
   auto fits = [&](const cost::Cluster& cluster) {
     PlanRequest trial = request;
     trial.cluster = cluster;
-    auto configs = candidate_configs(trial, blocking.count());
+    auto configs = candidate_configs(trial, blocking.count(), config_tensor_degrees(trial, regions));
     if (configs.empty()) return false;
-    BlockCosts blocks = block_costs(graph, units, blocking, costs, activations, evaluated_batch, sample_sizes(configs));
+    BlockCosts blocks = block_costs(graph, units, blocking, costs, activations, evaluated_batch, sample_sizes(configs),
+                                    regions, tensor_degrees(trial));
     RangeTable ranges(blocks);
     SearchContext context{&blocks, &ranges, &trial.cluster, request.optimizer, request.precision, request.state_sharding};
     return any_config_fits(context, configs);
@@ -183,7 +209,7 @@ std::string what_would_fit(const ir::Graph& graph, const UnitGraph& units, const
 
 }  // namespace
 
-std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int blocks) {
+std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int blocks, const std::vector<int>& tensor_degrees) {
   std::vector<SearchConfig> configs;
   const int devices = request.cluster.gpus();
   for (int width : divisors(devices)) {
@@ -196,18 +222,23 @@ std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int bloc
     for (int microbatches : divisors(per_pipeline)) {
       if (microbatches > kMaxMicrobatches) break;
       if (request.microbatches && microbatches != *request.microbatches) continue;
-      SearchConfig config;
-      config.pipelines = pipelines;
-      config.pipeline_devices = width;
-      config.microbatches = microbatches;
-      config.microbatch_size = static_cast<int>(per_pipeline / microbatches);
-      if (request.fixed_microbatch && config.microbatch_size != *request.fixed_microbatch) continue;
-      config.replica_samples = request.fixed_microbatch;
-      // A pipeline has at most one stage per block and a stage at most one replica per sample.
-      if (static_cast<std::int64_t>(width) > static_cast<std::int64_t>(blocks) * config.microbatch_size) continue;
-      config.schedule = request.schedule;
-      config.stages = request.stages;
-      configs.push_back(config);
+      for (int degree : tensor_degrees) {
+        if (width % degree != 0) continue;
+        SearchConfig config;
+        config.pipelines = pipelines;
+        config.pipeline_devices = width;
+        config.microbatches = microbatches;
+        config.microbatch_size = static_cast<int>(per_pipeline / microbatches);
+        if (request.fixed_microbatch && config.microbatch_size != *request.fixed_microbatch) continue;
+        config.replica_samples = request.fixed_microbatch;
+        // A pipeline has at most one stage per block and a stage at most one replica per sample
+        // (of a tensor-parallel group each).
+        if (static_cast<std::int64_t>(width) > static_cast<std::int64_t>(blocks) * config.microbatch_size * degree) continue;
+        config.schedule = request.schedule;
+        config.stages = request.stages;
+        config.tensor_degree = degree;
+        configs.push_back(config);
+      }
     }
   }
   return configs;
@@ -236,6 +267,30 @@ void add_stage_counts(const SearchContext& context, double beat, std::vector<Con
 
 }  // namespace
 
+namespace {
+
+// One config searched against the best objective known when its round began.
+struct ConfigOutcome {
+  bool bounded_out = false;
+  std::optional<PipelineSolution> solution;  // below the slack of that best
+  std::optional<PipelineSolution> slower;    // with `explain`, when none is: its best at all
+};
+
+ConfigOutcome search_config(const SearchContext& context, const SearchConfig& config, double beat, bool explain) {
+  ConfigOutcome outcome;
+  // No step of the config is shorter than M times the balanced share of a microbatch's work.
+  if (config.microbatches * balanced_ms(context, config) >= beat) {
+    outcome.bounded_out = true;
+    return outcome;
+  }
+  StageOptions options(context, config);
+  outcome.solution = search_pipeline(options, beat);
+  if (!outcome.solution && explain) outcome.slower = search_pipeline(options, std::numeric_limits<double>::infinity());
+  return outcome;
+}
+
+}  // namespace
+
 std::vector<ConfigChoice> search_configs(const SearchContext& context, const std::vector<SearchConfig>& configs,
                                          SearchCensus* census_out, const PhaseObserver& observe) {
   SearchCensus local;
@@ -244,32 +299,44 @@ std::vector<ConfigChoice> search_configs(const SearchContext& context, const std
   std::vector<ConfigChoice> near;
   double best = std::numeric_limits<double>::infinity();
   auto told = Clock::now();
-  for (std::size_t i = 0; i < configs.size(); ++i) {
-    const SearchConfig& config = configs[i];
+  // Rounds of kSearchRound configs, shared by kSearchThreads cores, each config searched against
+  // the best of the rounds before: the outcome depends on the rounds, never on which thread takes
+  // which config, so the census is the same on every run, and the plan the same as one config at a
+  // time would give (every config within the slack of the final best is found whatever bound it
+  // was searched with).
+  std::vector<ConfigOutcome> round(kSearchRound);
+  for (std::size_t first = 0; first < configs.size(); first += kSearchRound) {
     if (observe && elapsed_ms(told) >= 1000) {
-      observe("searching: " + std::to_string(i) + " of " + std::to_string(configs.size()) + " candidate layouts");
+      observe("searching: " + std::to_string(first) + " of " + std::to_string(configs.size()) + " candidate layouts");
       told = Clock::now();
     }
     const double beat = best * kRankingSlack;
-    // No step of the config is shorter than M times the balanced share of a microbatch's work.
-    if (config.microbatches * balanced_ms(context, config) >= beat) {
-      ++census.bounded_out;
-      continue;
+    const std::size_t count = std::min(kSearchRound, configs.size() - first);
+    std::atomic<std::size_t> next{0};
+    auto work = [&] {
+      for (std::size_t k = next++; k < count; k = next++)
+        round[k] = search_config(context, configs[first + k], beat, census.explain);
+    };
+    std::vector<std::thread> helpers;
+    for (std::size_t t = 1; t < kSearchThreads; ++t) helpers.emplace_back(work);
+    work();
+    for (auto& helper : helpers) helper.join();
+    for (std::size_t k = 0; k < count; ++k) {
+      const ConfigOutcome& outcome = round[k];
+      if (outcome.bounded_out) {
+        ++census.bounded_out;
+        continue;
+      }
+      ++census.searched;
+      if (!outcome.solution) {
+        ++census.failed;
+        if (outcome.slower) census.beyond_slack.push_back({configs[first + k], *outcome.slower});
+        else if (census.explain) ++census.no_fit;
+        continue;
+      }
+      best = std::min(best, outcome.solution->objective_ms());
+      near.push_back({configs[first + k], *outcome.solution});
     }
-    StageOptions options(context, config);
-    ++census.searched;
-    auto solution = search_pipeline(options, beat);
-    if (!solution) {
-      ++census.failed;
-      if (!census.explain) continue;
-      if (auto slower = search_pipeline(options, std::numeric_limits<double>::infinity()))
-        census.beyond_slack.push_back({config, *slower});
-      else
-        ++census.no_fit;
-      continue;
-    }
-    best = std::min(best, solution->objective_ms());
-    near.push_back({config, *solution});
   }
   auto beyond_slack = [&](const ConfigChoice& c) { return c.solution.objective_ms() >= best * kRankingSlack; };
   // Those found before a better best came along may lie beyond its slack.
@@ -284,6 +351,24 @@ std::vector<ConfigChoice> search_configs(const SearchContext& context, const std
 
 namespace {
 
+// Where each stage's devices start in its pipeline, and (last) the devices a pipeline takes.
+// Without tensor parallelism the stages follow each other. With it, the stages of the largest
+// degree come first, then the next, ...: every group then starts at a multiple of its degree,
+// so none spans two nodes (degrees are powers of two dividing a node's devices), and the
+// pipelines take a multiple of the largest degree each, so the next one starts aligned too.
+std::vector<int> stage_offsets(const std::vector<StageOption>& stages) {
+  std::vector<std::size_t> order(stages.size());
+  for (std::size_t s = 0; s < order.size(); ++s) order[s] = s;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return stages[a].tensor_degree > stages[b].tensor_degree; });
+  std::vector<int> offsets(stages.size() + 1, 0);
+  int next = 0;
+  for (auto s : order) offsets[s] = next, next += stages[s].devices();
+  int largest = stages.empty() ? 1 : stages[order.front()].tensor_degree;
+  offsets.back() = (next + largest - 1) / largest * largest;
+  return offsets;
+}
+
 // The pipeline on its ranks, simulated: what ranking the candidates needs, without their memory.
 PlacedPipeline place(const SearchContext& context, const ConfigChoice& choice, std::int64_t global_batch) {
   const SearchConfig& config = choice.config;
@@ -296,23 +381,26 @@ PlacedPipeline place(const SearchContext& context, const ConfigChoice& choice, s
   std::vector<int> replicas;
   // Pipelines take consecutive ranks, so the ranks in use are 0..R-1 (what `mpirun -np R`
   // starts) and devices a pipeline leaves unused come last.
-  int used = 0;
-  for (const auto& option : choice.solution.stages) used += option.replicas;
-  int offset = 0;
-  for (const auto& option : choice.solution.stages) {
+  auto offsets = stage_offsets(choice.solution.stages);
+  int used = offsets.back();
+  for (std::size_t s = 0; s < choice.solution.stages.size(); ++s) {
+    const StageOption& option = choice.solution.stages[s];
     PlannedStage stage;
     stage.option = option;
     for (int p = 0; p < config.pipelines; ++p)
-      for (int i = 0; i < option.replicas; ++i) stage.ranks.push_back(p * used + offset + i);
-    double elements = context.ranges->param_elements(option.begin, option.end);
+      for (int i = 0; i < option.devices(); ++i) stage.ranks.push_back(p * used + offsets[s] + i);
+    // Each device synchronises its slice of the weights with the devices of the same tensor rank.
+    double elements = context.ranges->param_elements(option.begin, option.end, option.tensor_degree);
+    std::vector<int> sync_ranks;
+    for (std::size_t i = 0; i < stage.ranks.size(); i += static_cast<std::size_t>(option.tensor_degree))
+      sync_ranks.push_back(stage.ranks[i]);
     if (elements > 0)
-      stage.allreduce_ms = cost::gradient_sync_seconds(cluster, stage.ranks, elements, option.sharding, context.precision) * 1e3;
+      stage.allreduce_ms = cost::gradient_sync_seconds(cluster, sync_ranks, elements, option.sharding, context.precision) * 1e3;
     stage.host_mem_bytes = cost::host_memory_bytes(
         elements, context.optimizer, {config.pipelines * option.replicas, option.sharding, option.offload});
     // The host's part of an offloaded stage follows its last backward, as the allreduce does.
     simulated.push_back({option.fwd_ms, option.bwd_ms, option.p2p_ms / 2, stage.allreduce_ms + option.offload_ms});
     replicas.push_back(option.replicas);
-    offset += option.replicas;
     placed.stages.push_back(std::move(stage));
   }
   placed.simulation = simulate(simulated, replicas, config.microbatches, config.schedule);
@@ -332,7 +420,8 @@ void predict(const SearchContext& context, const StepBounds& bounds, PlacedPipel
     placed.predicted.peak_mem_bytes = std::max(placed.predicted.peak_mem_bytes, stage.memory.total());
     for (int i = 0; i < static_cast<int>(stage.ranks.size()); ++i) {
       int rank = stage.ranks[i];
-      placed.ranks.push_back({rank, cluster.node_of(rank), rank % cluster.gpus_per_node, static_cast<int>(s), i});
+      int degree = stage.option.tensor_degree;
+      placed.ranks.push_back({rank, cluster.node_of(rank), rank % cluster.gpus_per_node, static_cast<int>(s), i, i % degree});
     }
   }
   std::sort(placed.ranks.begin(), placed.ranks.end(), [](const plan::RankPlacement& a, const plan::RankPlacement& b) { return a.rank < b.rank; });
@@ -406,7 +495,16 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
   result.times.coarsen_ms = elapsed_ms(start);
   tell("coarsened them into " + counted(static_cast<std::size_t>(result.partitioning.blocking.count()), "blocks"));
 
-  auto configs = candidate_configs(request, result.partitioning.blocking.count());
+  result.partitioning.regions = find_tensor_regions(graph);
+  auto degrees = config_tensor_degrees(request, result.partitioning.regions);
+  bool allowed = std::any_of(result.partitioning.regions.regions.begin(), result.partitioning.regions.regions.end(),
+                             [&](const auto& r) { return r.allows(degrees.front()); });
+  if (request.tensor_degree && *request.tensor_degree > 1 && !allowed) {
+    throw Error(ExitStatus::kCannotMeet, "tensor parallelism of " + std::to_string(*request.tensor_degree) +
+                                             ": no region of the model splits that many ways (" +
+                                             counted(result.partitioning.regions.regions.size(), "split regions") + " found)");
+  }
+  auto configs = candidate_configs(request, result.partitioning.blocking.count(), degrees);
   if (configs.empty()) {
     throw Error(ExitStatus::kCannotMeet, "no pipeline layout splits a batch of " + std::to_string(request.global_batch) +
                                              " samples evenly over " + std::to_string(request.cluster.gpus()) +
@@ -415,7 +513,8 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
   start = Clock::now();
   auto activations = cost::activation_memory(graph, costs.requires_grad(), request.precision);
   result.partitioning.blocks = block_costs(graph, units, result.partitioning.blocking, costs, activations,
-                                           evaluated_batch, sample_sizes(configs));
+                                           evaluated_batch, sample_sizes(configs), result.partitioning.regions,
+                                           tensor_degrees(request));
   RangeTable ranges(result.partitioning.blocks);
   result.times.costs_ms = elapsed_ms(start);
   tell("costed the blocks");
@@ -432,7 +531,8 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
     throw Error(ExitStatus::kCannotMeet,
                 "the model does not fit in " + std::to_string(request.cluster.gpus()) + " devices of " +
                     human_bytes(static_cast<double>(request.cluster.mem_bytes)) + ": " +
-                    what_would_fit(graph, units, result.partitioning.blocking, costs, activations, evaluated_batch, request));
+                    what_would_fit(graph, units, result.partitioning.blocking, result.partitioning.regions, costs,
+                                   activations, evaluated_batch, request));
   }
   start = Clock::now();
   double fraction = static_cast<double>(request.global_batch) / static_cast<double>(evaluated_batch);

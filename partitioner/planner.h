@@ -31,6 +31,8 @@ namespace rannc::partition {
 // More microbatches per step than this only add per-microbatch overhead (and make the
 // simulation of a step as long as the batch): the search considers no more.
 inline constexpr int kMaxMicrobatches = 4096;
+// The tensor-parallel degrees the search considers (within a node, as Megatron-LM uses them).
+inline constexpr std::array<int, 3> kTensorDegrees{2, 4, 8};
 
 struct PlanRequest {
   cost::Cluster cluster;
@@ -44,6 +46,8 @@ struct PlanRequest {
   std::optional<int> fixed_microbatch;  // a model that runs only at this batch: microbatch size, one replica per stage
   int max_blocks = 192;             // coarsening target
   std::optional<int> pipelines;     // --layout dp=: force the count of pipeline replicas
+  std::optional<int> tensor_degree; // --layout tp=: force every stage's tensor-parallel degree
+  int max_tensor_degree = 1;        // --tensor-parallel: the largest degree the search considers
   int runners_up = 0;               // --explain: also keep this many simulated layouts that lost
 };
 
@@ -78,6 +82,7 @@ struct PhaseTimes {
 struct Partitioning {
   UnitGraph units;
   Blocking blocking;
+  TensorRegions regions;
   BlockCosts blocks;
 };
 
@@ -118,7 +123,13 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
                       const PlanRequest& request, const PhaseObserver& observe = nullptr);
 
 // The configs a request allows on a sequence of `blocks` blocks, in search order.
-std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int blocks);
+// With `tensor_degrees`, each layout once per degree that divides its pipeline's devices: every
+// stage of the config runs at that degree (SearchConfig::tensor_degree). The stage search can
+// give each stage its own degree, but that multiplies its options by the degrees and makes a
+// 175B model's search on 1024 devices 10x slower; one degree per layout is how Megatron-LM
+// runs, and the layouts of every degree are searched.
+std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int blocks,
+                                            const std::vector<int>& tensor_degrees = {1});
 
 // The formula (a sum of stage times plus the largest stage term) ranks pipelines; the plan is
 // then the one whose simulated step is shortest among every config's best that comes within
@@ -126,6 +137,10 @@ std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int bloc
 // (GPT-3 on 4096 devices: fewer microbatches than stages overlap more than it counts), and
 // undercounts the tail a first stage adds after the pipeline drains; 1.1 covers both.
 inline constexpr double kRankingSlack = 1.1;
+// The configs are searched in rounds of kSearchRound on kSearchThreads cores: the rounds, not the
+// cores, decide the outcome, so plans and --explain's counts are the same on any machine.
+inline constexpr std::size_t kSearchRound = 8;
+inline constexpr std::size_t kSearchThreads = 2;
 // Searches of at most this many blocks x devices per pipeline (the samples, not GPT-3) also rank
 // every stage count of each such config by its simulated step.
 inline constexpr std::int64_t kExhaustiveStageCounts = 1024;

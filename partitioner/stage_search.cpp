@@ -26,6 +26,36 @@ const cost::Link& pipeline_link(const cost::Cluster& cluster, const SearchConfig
   return config.pipeline_devices <= cluster.gpus_per_node ? cluster.intra_node : cluster.inter_node;
 }
 
+// A range's options on as many devices compete: only those no other beats in time, end-of-step
+// work and microbatches in flight stay (ties keep the first listed). The variants of one replica
+// count (recomputed, sharded, offloaded) compete so, and with tensor parallelism so do the ways
+// of using a device count (8 replicas, or 4 of 2 devices each, ...).
+void keep_undominated(std::vector<StageOption>& options) {
+  auto place = [&](std::size_t i) { return std::make_pair(options[i].end, options[i].devices()); };
+  std::vector<std::size_t> order(options.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return place(a) < place(b); });
+  auto at_least_as_good = [](const StageOption& a, const StageOption& b) {
+    return a.t_ms <= b.t_ms && a.term_ms <= b.term_ms && a.max_in_flight >= b.max_in_flight;
+  };
+  std::vector<bool> beaten(options.size(), false);
+  for (std::size_t first = 0; first < order.size();) {
+    std::size_t last = first;
+    while (last < order.size() && place(order[last]) == place(order[first])) ++last;
+    for (std::size_t x = first; x < last; ++x) {
+      const std::size_t i = order[x];
+      for (std::size_t y = first; y < last && !beaten[i]; ++y) {
+        const std::size_t j = order[y];
+        beaten[i] = j != i && at_least_as_good(options[j], options[i]) && (j < i || !at_least_as_good(options[i], options[j]));
+      }
+    }
+    first = last;
+  }
+  std::vector<StageOption> kept;
+  for (std::size_t i = 0; i < options.size(); ++i)
+    if (!beaten[i]) kept.push_back(options[i]);
+  options = std::move(kept);
+}
 }  // namespace
 
 double balanced_ms(const SearchContext& context, const SearchConfig& config) {
@@ -42,7 +72,6 @@ double balanced_ms(const SearchContext& context, const SearchConfig& config) {
 StageOptions::StageOptions(const SearchContext& context, const SearchConfig& config)
     : context_(context), config_(config) {
   const BlockCosts& blocks = *context.blocks;
-  const RangeTable& ranges = *context.ranges;
   for (int r = 1; r <= config.pipeline_devices; ++r) {
     if (config.microbatch_size % r != 0) continue;
     if (config.replica_samples && config.microbatch_size / r != *config.replica_samples) continue;
@@ -58,29 +87,48 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
     sync_fixed_ms_.push_back(fixed);
     sync_ms_per_element_.push_back(slope);
   }
+  if (config.tensor_degree) {
+    tensor_degrees_ = {*config.tensor_degree};
+  } else {
+    tensor_degrees_ = {1};
+    for (const auto& split : blocks.splits)
+      if (context.cluster->gpus_per_node % split.degree == 0 && config.pipeline_devices % split.degree == 0)
+        tensor_degrees_.push_back(split.degree);
+  }
   balanced_ms_ = partition::balanced_ms(context, config);
-  double limit = static_cast<double>(context.cluster->mem_bytes);
   by_begin_.resize(static_cast<std::size_t>(blocks.count()));
   for (int begin = 0; begin < blocks.count(); ++begin) {
-    for (int replicas : replica_choices_) {
-      // The least state a weight element can take at this replica count.
-      double least_state = std::numeric_limits<double>::infinity();
-      for (auto sharding : kShardings)
-        if (allows(sharding, replicas))
-          least_state = std::min(least_state, cost::param_state_bytes(context.optimizer, context.precision,
-                                                                      state_layout(replicas, sharding, false)).total());
-      if (can_offload())
-        least_state = std::min(least_state, cost::param_state_bytes(context.optimizer, context.precision,
-                                                                    state_layout(replicas, plan::StateSharding::kNone, true)).total());
-      int sample = blocks.sample_index(config.microbatch_size / replicas);
-      RangeWork work;
-      for (int end = begin + 1; end <= blocks.count(); ++end) {
-        // Weights only grow with the range: once they alone overflow, every longer range does too.
-        if (ranges.param_elements(begin, end) * least_state + ranges.buffer_bytes(begin, end) > limit) break;
-        work.add(blocks, end - 1, sample);
-        add_variants(begin, end, replicas, work);
-      }
-    }
+    for (int degree : tensor_degrees_)
+      for (int replicas : replica_choices_)
+        if (replicas * degree <= config.pipeline_devices) add_ranges_from(begin, replicas, degree);
+    if (tensor_degrees_.size() > 1) keep_undominated(by_begin_[begin]);
+  }
+}
+
+
+void StageOptions::add_ranges_from(int begin, int replicas, int degree) {
+  const BlockCosts& blocks = *context_.blocks;
+  const RangeTable& ranges = *context_.ranges;
+  double limit = static_cast<double>(context_.cluster->mem_bytes);
+  // The least state a weight element can take at this replica count.
+  double least_state = std::numeric_limits<double>::infinity();
+  for (auto sharding : kShardings)
+    if (allows(sharding, replicas))
+      least_state = std::min(least_state, cost::param_state_bytes(context_.optimizer, context_.precision,
+                                                                  state_layout(replicas, sharding, false)).total());
+  if (can_offload())
+    least_state = std::min(least_state, cost::param_state_bytes(context_.optimizer, context_.precision,
+                                                                state_layout(replicas, plan::StateSharding::kNone, true)).total());
+  int sample = blocks.sample_index(config_.microbatch_size / replicas);
+  const BlockCosts::Split* split = degree > 1 ? blocks.split(degree) : nullptr;
+  if (split && split->cuts_region_before[begin]) return;
+  RangeWork work;
+  for (int end = begin + 1; end <= blocks.count(); ++end) {
+    // Weights only grow with the range: once they alone overflow, every longer range does too.
+    if (ranges.param_elements(begin, end, degree) * least_state + ranges.buffer_bytes(begin, end) > limit) break;
+    work.add(blocks, split, end - 1, sample);
+    if (split && split->cuts_region_before[end]) continue;
+    add_variants(begin, end, replicas, degree, work);
   }
 }
 
@@ -100,32 +148,26 @@ bool StageOptions::can_offload() const { return context_.cluster->host.mem_bytes
 // weights gather in 16 bits), offloading costs host transfers and a slow optimizer step: a
 // variant is worth an option unless another one is at least as good in time, end-of-step work
 // and microbatches in flight (ties keep the first listed).
-void StageOptions::add_variants(int begin, int end, int replicas, const RangeWork& work) {
+void StageOptions::add_variants(int begin, int end, int replicas, int tensor_degree, const RangeWork& work) {
   std::vector<StageOption> variants;
   for (bool offload : {false, true})
     for (bool recompute : {false, true})
       for (auto sharding : kShardings)
-        if (auto variant = evaluate(begin, end, replicas, recompute, sharding, offload, work)) variants.push_back(*variant);
-  auto at_least_as_good = [](const StageOption& a, const StageOption& b) {
-    return a.t_ms <= b.t_ms && a.term_ms <= b.term_ms && a.max_in_flight >= b.max_in_flight;
-  };
-  for (std::size_t i = 0; i < variants.size(); ++i) {
-    bool beaten = false;
-    for (std::size_t j = 0; j < variants.size() && !beaten; ++j)
-      beaten = j != i && at_least_as_good(variants[j], variants[i]) && (j < i || !at_least_as_good(variants[i], variants[j]));
-    if (!beaten) by_begin_[begin].push_back(variants[i]);
-  }
+        if (auto variant = evaluate(begin, end, replicas, tensor_degree, recompute, sharding, offload, work))
+          variants.push_back(*variant);
+  keep_undominated(variants);
+  by_begin_[begin].insert(by_begin_[begin].end(), variants.begin(), variants.end());
 }
 
-cost::StageFootprint StageOptions::footprint(int begin, int end, int replicas) const {
+cost::StageFootprint StageOptions::footprint(int begin, int end, int replicas, int tensor_degree) const {
   const RangeTable& ranges = *context_.ranges;
   double fraction = (config_.microbatch_size / replicas) / context_.blocks->evaluated_batch;
   cost::StageFootprint footprint;
-  footprint.param_elements = ranges.param_elements(begin, end);
+  footprint.param_elements = ranges.param_elements(begin, end, tensor_degree);
   footprint.largest_param_elements = ranges.largest_param_elements(begin, end);
   footprint.tied_grad_bytes = ranges.largest_tied_grad_bytes(begin, end);
   footprint.buffer_bytes = ranges.buffer_bytes(begin, end);
-  footprint.kept_bytes = ranges.kept_bytes(begin, end) * fraction;
+  footprint.kept_bytes = ranges.kept_bytes(begin, end, tensor_degree) * fraction;
   footprint.input_bytes = (ranges.received_bytes(begin, end) + ranges.model_input_bytes(begin, end)) * fraction;
   footprint.output_bytes = ranges.sent_bytes(begin, end) * fraction;
   const double sent_to_stages = ranges.sent_bytes(begin, end) - ranges.final_output_bytes(begin, end);
@@ -134,12 +176,22 @@ cost::StageFootprint StageOptions::footprint(int begin, int end, int replicas) c
   return footprint;
 }
 
-std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replicas, bool recompute,
+double StageOptions::tensor_allreduce_ms(double bytes_at_evaluated_batch, int collectives, int replicas,
+                                         int tensor_degree) const {
+  if (collectives == 0) return 0;
+  const cost::Link& link = context_.cluster->intra_node;  // a group never spans nodes
+  double fraction = (config_.microbatch_size / replicas) / context_.blocks->evaluated_batch;
+  double latency = cost::ring_allreduce_seconds(0, tensor_degree, link);
+  double all = cost::ring_allreduce_seconds(bytes_at_evaluated_batch * fraction, tensor_degree, link);
+  return (all + (collectives - 1) * latency) * kMs;
+}
+
+std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replicas, int tensor_degree, bool recompute,
                                                   plan::StateSharding sharding, bool offload, const RangeWork& work) const {
   if (!allows(sharding, replicas)) return std::nullopt;
   if (offload && (!can_offload() || sharding != plan::StateSharding::kNone)) return std::nullopt;
   if (replicas > 1 && context_.ranges->sends_batch_free(begin, end)) return std::nullopt;
-  cost::StageFootprint stage = footprint(begin, end, replicas);
+  cost::StageFootprint stage = footprint(begin, end, replicas, tensor_degree);
   stage.workspace_bytes = work.workspace;
   const cost::Cluster& cluster = *context_.cluster;
   cost::StateLayout state = state_layout(replicas, sharding, offload);
@@ -162,14 +214,18 @@ std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replic
   option.begin = begin;
   option.end = end;
   option.replicas = replicas;
+  option.tensor_degree = tensor_degree;
   option.recompute = recompute;
   option.sharding = sharding;
   option.offload = offload;
   option.max_in_flight = low;
-  option.fwd_ms = work.fwd.ms();
+  // A tensor-parallel group waits for its all-reduces between the ops that need them.
+  cost::PassTime fwd = work.fwd, bwd = work.bwd;
+  fwd.add(tensor_allreduce_ms(work.fwd_reduced_bytes, work.fwd_collectives, replicas, tensor_degree), 0);
+  bwd.add(tensor_allreduce_ms(work.bwd_reduced_bytes, work.bwd_collectives, replicas, tensor_degree), 0);
+  option.fwd_ms = fwd.ms();
   // Recomputation runs the forward again within the backward pass.
-  cost::PassTime bwd = work.bwd;
-  if (recompute) bwd.add(work.fwd.device_ms, work.fwd.host_ms);
+  if (recompute) bwd.add(fwd.device_ms, fwd.host_ms);
   option.bwd_ms = bwd.ms();
   double fraction = (config_.microbatch_size / replicas) / context_.blocks->evaluated_batch;
   double received = context_.ranges->received_bytes(begin, end) * fraction;
@@ -186,22 +242,28 @@ std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replic
   return option;
 }
 
-StageOptions::RangeWork StageOptions::range_work(int begin, int end, int replicas) const {
+StageOptions::RangeWork StageOptions::range_work(int begin, int end, int replicas, int tensor_degree) const {
   int sample = context_.blocks->sample_index(config_.microbatch_size / replicas);
+  const BlockCosts::Split* split = tensor_degree > 1 ? context_.blocks->split(tensor_degree) : nullptr;
   RangeWork work;
-  for (int block = begin; block < end; ++block) work.add(*context_.blocks, block, sample);
+  for (int block = begin; block < end; ++block) work.add(*context_.blocks, split, block, sample);
   return work;
 }
 
 std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replicas, bool recompute,
-                                                  plan::StateSharding sharding, bool offload) const {
+                                                  plan::StateSharding sharding, bool offload, int tensor_degree) const {
   if (std::find(replica_choices_.begin(), replica_choices_.end(), replicas) == replica_choices_.end()) return std::nullopt;
-  return evaluate(begin, end, replicas, recompute, sharding, offload, range_work(begin, end, replicas));
+  if (std::find(tensor_degrees_.begin(), tensor_degrees_.end(), tensor_degree) == tensor_degrees_.end()) return std::nullopt;
+  if (replicas * tensor_degree > config_.pipeline_devices) return std::nullopt;
+  const BlockCosts::Split* split = tensor_degree > 1 ? context_.blocks->split(tensor_degree) : nullptr;
+  if (split && (split->cuts_region_before[begin] || split->cuts_region_before[end])) return std::nullopt;
+  return evaluate(begin, end, replicas, tensor_degree, recompute, sharding, offload,
+                  range_work(begin, end, replicas, tensor_degree));
 }
 
 plan::MemoryBreakdown StageOptions::memory(const StageOption& option, int in_flight) const {
-  cost::StageFootprint stage = footprint(option.begin, option.end, option.replicas);
-  stage.workspace_bytes = range_work(option.begin, option.end, option.replicas).workspace;
+  cost::StageFootprint stage = footprint(option.begin, option.end, option.replicas, option.tensor_degree);
+  stage.workspace_bytes = range_work(option.begin, option.end, option.replicas, option.tensor_degree).workspace;
   return cost::stage_memory(stage, in_flight, option.recompute, state_layout(option.replicas, option.sharding, option.offload),
                             context_.optimizer, context_.precision);
 }
@@ -216,7 +278,7 @@ std::optional<PipelineSolution> evaluate_pipeline(const StageOptions& options, s
     const StageOption& stage = stages[s];
     int kept = plan::microbatches_in_flight(config.schedule, stage_count - 1 - s, config.microbatches);
     if (kept > stage.max_in_flight) return std::nullopt;
-    devices += stage.replicas;
+    devices += stage.devices();
     solution.sum_ms += stage.t_ms;
     solution.largest_term_ms = std::max(solution.largest_term_ms, stage.term_ms);
   }
@@ -316,7 +378,7 @@ void BoundedProgram::relax(int option_index, const StageOption& option) {
   const Entry* after_entries = entries_[option.end].data();
   // Ascending devices, so once one is too many every later one is.
   for (const Cell& cell : cells_[option.end]) {
-    int devices = cell.devices + option.replicas;
+    int devices = cell.devices + option.devices();
     if (devices > config_.pipeline_devices) break;
     auto& entries = work_[devices];
     bool was_empty = entries.empty();

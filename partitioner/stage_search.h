@@ -48,6 +48,9 @@ struct SearchConfig {
   plan::Schedule schedule = plan::Schedule::k1F1B;
   std::optional<int> stages;  // force the stage count
   std::optional<int> replica_samples;  // every replica runs exactly this many samples (a fixed-batch model)
+  // Every stage's tensor-parallel degree (the planner's configs, --layout tp=); nullopt: each
+  // stage chooses among the costed degrees (StageOptions::tensor_degrees).
+  std::optional<int> tensor_degree;
 };
 
 // The model and the cluster the configs are searched on.
@@ -63,6 +66,9 @@ struct SearchContext {
 struct StageOption {
   int begin = 0, end = 0;  // blocks [begin, end)
   int replicas = 1;        // per pipeline
+  // Tensor parallelism: each replica is a group of this many devices in one node, splitting the
+  // regions that allow it (BlockCosts::Split); 1 runs every op whole on one device.
+  int tensor_degree = 1;
   bool recompute = false;
   plan::StateSharding sharding = plan::StateSharding::kNone;
   bool offload = false;           // state in host memory (cost_model/memory.h, StateLayout)
@@ -73,6 +79,7 @@ struct StageOption {
   double t_ms = 0;                // fwd + bwd + p2p
   double term_ms = 0;             // (M - 1) t + allreduce + offload
   int max_in_flight = 0;          // microbatches in flight that fit in memory
+  int devices() const { return replicas * tensor_degree; }  // per pipeline
 };
 
 // Every stage option of a config that fits in memory with one microbatch in flight, by first block.
@@ -90,8 +97,11 @@ class StageOptions {
   // memory, too little of it, or sharded state).
   std::optional<StageOption> evaluate(int begin, int end, int replicas, bool recompute,
                                       plan::StateSharding sharding = plan::StateSharding::kNone,
-                                      bool offload = false) const;
+                                      bool offload = false, int tensor_degree = 1) const;
   const std::vector<int>& replica_choices() const { return replica_choices_; }
+  // The tensor-parallel degrees a stage may take: 1, and each costed degree that divides both a
+  // node's devices and the pipeline's (so that a group never spans nodes), or the forced one.
+  const std::vector<int>& tensor_degrees() const { return tensor_degrees_; }
   plan::MemoryBreakdown memory(const StageOption& option, int in_flight) const;
   int block_count() const { return static_cast<int>(by_begin_.size()); }
   // The work of one microbatch spread evenly over the pipeline's devices: the longest stage time
@@ -102,27 +112,44 @@ class StageOptions {
   const SearchConfig& config() const { return config_; }
 
  private:
-  // The time of a range's work, and its largest workspace, at one replica count.
+  // The time of a range's work, and its largest workspace, at one replica count and
+  // tensor-parallel degree (`split`, nullptr for 1), with what its group all-reduces.
   struct RangeWork {
     cost::PassTime fwd, bwd;
     double workspace = 0;
-    void add(const BlockCosts& blocks, int block, int sample) {
-      fwd.add(blocks.fwd_ms[block][sample], blocks.fwd_host(block, sample));
-      bwd.add(blocks.bwd_ms[block][sample], blocks.bwd_host(block, sample));
-      workspace = std::max(workspace, blocks.workspace_bytes[block][sample]);
+    double fwd_reduced_bytes = 0, bwd_reduced_bytes = 0;  // at the evaluated batch
+    int fwd_collectives = 0, bwd_collectives = 0;
+    void add(const BlockCosts& blocks, const BlockCosts::Split* split, int block, int sample) {
+      if (!split) {
+        fwd.add(blocks.fwd_ms[block][sample], blocks.fwd_host(block, sample));
+        bwd.add(blocks.bwd_ms[block][sample], blocks.bwd_host(block, sample));
+        workspace = std::max(workspace, blocks.workspace_bytes[block][sample]);
+        return;
+      }
+      fwd.add(split->fwd_ms[block][sample], blocks.fwd_host(block, sample));
+      bwd.add(split->bwd_ms[block][sample], blocks.bwd_host(block, sample));
+      workspace = std::max(workspace, split->workspace_bytes[block][sample]);
+      fwd_reduced_bytes += split->fwd_reduced_bytes[block];
+      bwd_reduced_bytes += split->bwd_reduced_bytes[block];
+      fwd_collectives += split->fwd_collectives[block];
+      bwd_collectives += split->bwd_collectives[block];
     }
   };
-  cost::StageFootprint footprint(int begin, int end, int replicas) const;
-  std::optional<StageOption> evaluate(int begin, int end, int replicas, bool recompute, plan::StateSharding sharding,
-                                      bool offload, const RangeWork& work) const;
-  void add_variants(int begin, int end, int replicas, const RangeWork& work);
+  cost::StageFootprint footprint(int begin, int end, int replicas, int tensor_degree) const;
+  std::optional<StageOption> evaluate(int begin, int end, int replicas, int tensor_degree, bool recompute,
+                                      plan::StateSharding sharding, bool offload, const RangeWork& work) const;
+  void add_ranges_from(int begin, int replicas, int tensor_degree);
+  void add_variants(int begin, int end, int replicas, int tensor_degree, const RangeWork& work);
+  // The all-reduces of a pass within a tensor-parallel group, per microbatch.
+  double tensor_allreduce_ms(double bytes_at_evaluated_batch, int collectives, int replicas, int tensor_degree) const;
   bool allows(plan::StateSharding sharding, int replicas) const;
   bool can_offload() const;
   cost::StateLayout state_layout(int replicas, plan::StateSharding sharding, bool offload) const;
-  RangeWork range_work(int begin, int end, int replicas) const;
+  RangeWork range_work(int begin, int end, int replicas, int tensor_degree) const;
   SearchContext context_;
   SearchConfig config_;
   std::vector<int> replica_choices_;
+  std::vector<int> tensor_degrees_;
   // The gradient synchronisation is affine in the parameters: [replica choice][sharding].
   std::vector<std::array<double, 2>> sync_fixed_ms_, sync_ms_per_element_;
   std::vector<std::vector<StageOption>> by_begin_;

@@ -62,6 +62,34 @@ struct StagePrediction {
   double host_mem_bytes = 0;         // per rank, in host memory: the offloaded state
 };
 
+// Tensor parallelism of a stage: each data-parallel replica is a group of `degree` devices in
+// one node (consecutive ranks, tensor ranks 0..degree-1) that split the regions listed.
+struct TensorParallel {
+  int degree = 1;
+  // A region split across the group (partitioner/tensor_regions.h): its ops, in op order; its
+  // column ops split their weights by output features, its row op by input features, and the
+  // row op's output is all-reduced.
+  struct Region {
+    std::string module;  // the model's module of its ops ("" when the frontend knows none)
+    std::vector<int> column_ops, ops;
+    int row_op = 0;
+  };
+  // A weight of the stage, split into `degree` slices along `dim` (each of `groups` equal parts
+  // of that dim split so: a fused QKV's q, k and v).
+  struct SplitWeight {
+    std::string name;
+    int dim = 0, groups = 1;
+  };
+  // A candidate left whole on every device of the group, and why.
+  struct Unsplit {
+    std::vector<int> column_ops;
+    std::string reason;
+  };
+  std::vector<Region> regions;
+  std::vector<SplitWeight> weights;
+  std::vector<Unsplit> unsplit;
+};
+
 struct Stage {
   int id = 0;
   std::string file;    // the stage file, relative to the plan's folder
@@ -78,11 +106,13 @@ struct Stage {
   std::vector<Weight> params, buffers;
   bool recompute = false, offload = false;
   StateSharding state_sharding = StateSharding::kNone;  // among all of the stage's ranks
+  TensorParallel tensor_parallel;  // written only when degree > 1
   StagePrediction predicted;
 };
 
 struct RankPlacement {
   int rank = 0, node = 0, local_rank = 0, stage = 0, replica = 0;
+  int tensor_rank = 0;  // its place in the replica's tensor-parallel group (Stage::tensor_parallel)
 };
 
 struct Model {

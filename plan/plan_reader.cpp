@@ -291,6 +291,44 @@ void read_source(const Field& input, Tensor& tensor, int stage_id, const Plan& p
   }
 }
 
+// The largest tensor-parallel group a plan may hold: a node of 8 devices is the usual; 64
+// bounds what a hostile plan may ask for.
+constexpr int kMaxTensorDegree = 64;
+
+std::vector<int> read_op_ids(const Field& list) {
+  std::vector<int> ops;
+  for (const auto& op : list.items()) ops.push_back(op.small());
+  return ops;
+}
+
+TensorParallel read_tensor_parallel(const Field& field, const Plan& plan, const std::vector<Weight>& params) {
+  TensorParallel split;
+  split.degree = field["degree"].small(1, kMaxTensorDegree);
+  if (plan.cluster.gpus_per_node % split.degree != 0)
+    field["degree"].fail(std::to_string(split.degree) + " does not divide the " + std::to_string(plan.cluster.gpus_per_node) +
+                         " devices of a node (a group never spans nodes)");
+  for (const auto& region : field["regions"].items()) {
+    TensorParallel::Region entry;
+    entry.column_ops = read_op_ids(region["column_ops"]);
+    entry.row_op = region["row_op"].small();
+    entry.ops = read_op_ids(region["ops"]);
+    if (auto module = region.find("module")) entry.module = module->text();
+    split.regions.push_back(std::move(entry));
+  }
+  for (const auto& weight : field["weights"].items()) {
+    TensorParallel::SplitWeight entry;
+    entry.name = weight["name"].text();
+    bool held = std::any_of(params.begin(), params.end(), [&](const Weight& w) { return w.name == entry.name; });
+    if (!held) weight["name"].fail("'" + text_excerpt(entry.name) + "' is not a parameter of the stage");
+    entry.dim = weight["dim"].small(0, 7);
+    if (auto groups = weight.find("groups")) entry.groups = groups->small(1, 64);
+    split.weights.push_back(std::move(entry));
+  }
+  for (const auto& left : field["unsplit"].items())
+    split.unsplit.push_back({read_op_ids(left["column_ops"]), left["reason"].text()});
+  return split;
+}
+
 void read_stage_ranks(const Field& field, Stage& stage, const Plan& plan) {
   for (const auto& rank : field["ranks"].items()) stage.ranks.push_back(rank.small(0));
   stage.replicas_per_pipeline = field["replicas_per_pipeline"].small(1);
@@ -299,9 +337,10 @@ void read_stage_ranks(const Field& field, Stage& stage, const Plan& plan) {
                                         std::to_string(plan.batch.microbatch_size));
   }
   std::size_t expected = static_cast<std::size_t>(stage.replicas_per_pipeline) * plan.batch.pipelines;
-  if (stage.ranks.size() != expected) {
-    field["ranks"].fail(std::to_string(stage.ranks.size()) + " rank(s), expected replicas_per_pipeline x pipelines = " +
-                        std::to_string(expected));
+  const auto degree = static_cast<std::size_t>(stage.tensor_parallel.degree);
+  if (stage.ranks.size() != expected * degree) {
+    field["ranks"].fail(std::to_string(stage.ranks.size()) + " rank(s), expected replicas_per_pipeline x pipelines" +
+                        (degree > 1 ? " x tensor_parallel.degree = " : " = ") + std::to_string(expected * degree));
   }
   if (auto replicas = field.find("replicas"); replicas && replicas->integer() != static_cast<std::int64_t>(expected))
     replicas->fail(json_excerpt(replicas->raw()) + " differs from the " + std::to_string(expected) + " ranks of the stage");
@@ -345,6 +384,8 @@ Stage read_stage(const Field& field, int index, const Plan& plan) {
                stage.sha256.find_first_not_of("0123456789abcdef") == std::string::npos;
     if (!hex) sha256->fail("'" + text_excerpt(stage.sha256) + "' is not a SHA-256 (64 lowercase hex digits)");
   }
+  stage.params = read_weights(field["params"]);
+  if (auto split = field.find("tensor_parallel")) stage.tensor_parallel = read_tensor_parallel(*split, plan, stage.params);
   read_stage_ranks(field, stage, plan);
   stage.outputs = read_tensors(field["outputs"]);
   auto outputs = field["outputs"].items();
@@ -355,7 +396,6 @@ Stage read_stage(const Field& field, int index, const Plan& plan) {
     stage.inputs.push_back(read_tensor(input));
     read_source(input, stage.inputs.back(), index, plan);
   }
-  stage.params = read_weights(field["params"]);
   stage.buffers = read_weights(field["buffers"]);
   stage.recompute = field["recompute"].flag();
   stage.offload = field["offload"].flag();
@@ -399,6 +439,7 @@ void read_ranks(const Field& list, Plan& plan) {
     rank.local_rank = field["local_rank"].small(0);
     rank.stage = field["stage"].small(0);
     rank.replica = field["replica"].small(0);
+    if (auto tensor_rank = field.find("tensor_rank")) rank.tensor_rank = tensor_rank->small(0, kMaxTensorDegree - 1);
     if (rank.stage >= static_cast<int>(plan.stages.size()))
       field["stage"].fail(std::to_string(rank.stage) + " is not a stage");
     const auto& ranks = plan.stages[rank.stage].ranks;
@@ -406,6 +447,11 @@ void read_ranks(const Field& list, Plan& plan) {
       field.fail("rank " + std::to_string(rank.rank) + " as replica " + std::to_string(rank.replica) + " of stage " +
                  std::to_string(rank.stage) + " disagrees with stages[" + std::to_string(rank.stage) + "].ranks");
     }
+    int degree = plan.stages[rank.stage].tensor_parallel.degree;
+    if (rank.tensor_rank != rank.replica % degree)
+      field.fail("rank " + std::to_string(rank.rank) + " has tensor rank " + std::to_string(rank.tensor_rank) +
+                 ", but its place " + std::to_string(rank.replica) + " in a stage of groups of " + std::to_string(degree) +
+                 " makes it " + std::to_string(rank.replica % degree));
     if (rank.node != rank.rank / per_node || rank.local_rank != rank.rank % per_node) {
       field.fail("rank " + std::to_string(rank.rank) + " is local rank " + std::to_string(rank.rank % per_node) +
                  " of node " + std::to_string(rank.rank / per_node) + " with " + std::to_string(per_node) +

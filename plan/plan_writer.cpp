@@ -37,13 +37,29 @@ json weights_json(const std::vector<Weight>& weights) {
   return list;
 }
 
+json tensor_parallel_json(const TensorParallel& split) {
+  json regions = json::array(), weights = json::array(), unsplit = json::array();
+  for (const auto& region : split.regions) {
+    json entry = {{"column_ops", region.column_ops}, {"row_op", region.row_op}, {"ops", region.ops}};
+    if (!region.module.empty()) entry["module"] = region.module;
+    regions.push_back(entry);
+  }
+  for (const auto& weight : split.weights) {
+    json entry = {{"name", weight.name}, {"dim", weight.dim}};
+    if (weight.groups > 1) entry["groups"] = weight.groups;
+    weights.push_back(entry);
+  }
+  for (const auto& left : split.unsplit) unsplit.push_back({{"column_ops", left.column_ops}, {"reason", left.reason}});
+  return {{"degree", split.degree}, {"regions", regions}, {"weights", weights}, {"unsplit", unsplit}};
+}
+
 json stage_json(const Stage& stage) {
   const auto& p = stage.predicted;
   json entry = {
       {"id", stage.id},
       {"file", stage.file},
       {"ranks", stage.ranks},
-      {"replicas", stage.ranks.size()},
+      {"replicas", stage.ranks.size() / static_cast<std::size_t>(stage.tensor_parallel.degree)},
       {"replicas_per_pipeline", stage.replicas_per_pipeline},
       {"ops", stage.ops},
       {"inputs", tensors_json(stage.inputs)},
@@ -68,6 +84,7 @@ json stage_json(const Stage& stage) {
   if (!stage.blocks.empty()) entry["blocks"] = stage.blocks;  // half-open [begin, end)
   if (!stage.op_range.empty()) entry["op_range"] = stage.op_range;
   if (!stage.modules.empty()) entry["modules"] = stage.modules;
+  if (stage.tensor_parallel.degree > 1) entry["tensor_parallel"] = tensor_parallel_json(stage.tensor_parallel);
   return entry;
 }
 
@@ -99,8 +116,11 @@ json cluster_json(const Cluster& cluster) {
 
 json ranks_json(const std::vector<RankPlacement>& ranks) {
   json list = json::array();
-  for (const auto& r : ranks)
-    list.push_back({{"rank", r.rank}, {"node", r.node}, {"local_rank", r.local_rank}, {"stage", r.stage}, {"replica", r.replica}});
+  for (const auto& r : ranks) {
+    json entry = {{"rank", r.rank}, {"node", r.node}, {"local_rank", r.local_rank}, {"stage", r.stage}, {"replica", r.replica}};
+    if (r.tensor_rank > 0) entry["tensor_rank"] = r.tensor_rank;
+    list.push_back(entry);
+  }
   return list;
 }
 

@@ -158,6 +158,12 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   setup->plan = plan::read_plan_file(options.plan_path);
   const auto& plan = setup->plan;
   if (plan.sharding) check_sharded_options(options);
+  for (const auto& stage : plan.stages) {
+    if (stage.tensor_parallel.degree > 1)
+      throw InputError(plan.path + ": stage " + std::to_string(stage.id) + " splits its layers over " +
+                       std::to_string(stage.tensor_parallel.degree) +
+                       " devices (tensor parallelism), which this rannc-run does not train yet: plan with --tensor-parallel 1");
+  }
   if (static_cast<int>(plan.ranks.size()) != world.size()) {
     throw InputError(plan.path + ": the plan has " + std::to_string(plan.ranks.size()) + " ranks, but " +
                      std::to_string(world.size()) + " were started (run mpirun -np " + std::to_string(plan.ranks.size()) +

@@ -51,6 +51,21 @@ PRESETS = {
     "gpt3-175b-2layer": Preset("gpt", layers=2, hidden=12288, heads=96, seq=2048, vocab=50257),
 }
 
+# The weak-scaling GPTs of Megatron-LM (Narayanan et al., SC'21, Table 1: sequence 2048, vocabulary
+# 51200), built on request only (tests/bench/megatron_calibration.py), not by default.
+SCALING_PRESETS = {
+    "megatron-1.7b": Preset("gpt", layers=24, hidden=2304, heads=24, seq=2048, vocab=51200),
+    "megatron-3.6b": Preset("gpt", layers=30, hidden=3072, heads=32, seq=2048, vocab=51200),
+    "megatron-7.5b": Preset("gpt", layers=36, hidden=4096, heads=32, seq=2048, vocab=51200),
+    "megatron-18.4b": Preset("gpt", layers=40, hidden=6144, heads=48, seq=2048, vocab=51200),
+    "megatron-39.1b": Preset("gpt", layers=48, hidden=8192, heads=64, seq=2048, vocab=51200),
+    "megatron-76.1b": Preset("gpt", layers=60, hidden=10240, heads=80, seq=2048, vocab=51200),
+    "megatron-145.6b": Preset("gpt", layers=80, hidden=12288, heads=96, seq=2048, vocab=51200),
+    "megatron-310.1b": Preset("gpt", layers=96, hidden=16384, heads=128, seq=2048, vocab=51200),
+    "megatron-529.6b": Preset("gpt", layers=105, hidden=20480, heads=128, seq=2048, vocab=51200),
+    "megatron-1008b": Preset("gpt", layers=128, hidden=25600, heads=160, seq=2048, vocab=51200),
+}
+
 @dataclass(frozen=True)
 class DlrmPreset:
     """A recommendation model: a bottom MLP on the dense features, one pooled embedding per table
@@ -383,7 +398,7 @@ def update_manifest(out_dir, entries):
 def make_preset(name, out_dir):
     start = time.time()
     dlrm = name in DLRM_PRESETS
-    p = DLRM_PRESETS[name] if dlrm else PRESETS[name]
+    p = DLRM_PRESETS[name] if dlrm else PRESETS.get(name) or SCALING_PRESETS[name]
     model, params = build_dlrm(name, p) if dlrm else build_model(name, p)
     check_structure(model)
     check_shapes(model)
@@ -403,10 +418,11 @@ def parse_args(argv):
     parser.add_argument("--out", required=True, help="output folder")
     names = list(PRESETS) + list(DLRM_PRESETS)
     parser.add_argument("--preset", default=",".join(names),
-                        help="comma-separated presets (default: all of %s)" % ",".join(names))
+                        help="comma-separated presets (default: all of %s; on request: %s)"
+                        % (",".join(names), ",".join(SCALING_PRESETS)))
     args = parser.parse_args(argv)
     args.preset = [n.strip() for n in args.preset.split(",") if n.strip()]
-    unknown = [n for n in args.preset if n not in PRESETS and n not in DLRM_PRESETS]
+    unknown = [n for n in args.preset if n not in PRESETS and n not in DLRM_PRESETS and n not in SCALING_PRESETS]
     if unknown:
         parser.error("unknown preset(s): %s" % ",".join(unknown))
     return args

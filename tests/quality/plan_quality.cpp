@@ -156,7 +156,7 @@ int compare_splits(const std::string& path) {
     cluster.gpus_per_node = stages;
     cluster.nodes = 1;
     SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, plan::Precision::kFp32, {}};
-    SearchConfig config{1, stages, kMicrobatches, kBatch / kMicrobatches, plan::Schedule::k1F1B, stages, {}};
+    SearchConfig config{1, stages, kMicrobatches, kBatch / kMicrobatches, plan::Schedule::k1F1B, stages, {}, {}};
     StageOptions options(context, config);
     auto ours = search_pipeline(options, 1e300);
     std::map<std::string, std::optional<PipelineSolution>> splits{
@@ -264,7 +264,7 @@ std::string layout_text(const Layout& l) {
 // The simulated step of a hand-written layout, or nullopt when it does not fit in memory.
 std::optional<double> layout_step(const SearchContext& context, const Layout& layout, int layers, std::int64_t batch) {
   SearchConfig config{layout.pipelines, layout.stages, layout.microbatches, layout.microbatch, plan::Schedule::k1F1B,
-                      layout.stages, std::nullopt};
+                      layout.stages, std::nullopt, std::nullopt};
   StageOptions options(context, config);
   std::vector<StageOption> stages;
   for (int k = 0; k < layout.stages; ++k) {

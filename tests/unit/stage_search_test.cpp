@@ -53,6 +53,42 @@ void add_host_times(std::mt19937& rng, BlockCosts& blocks) {
   }
 }
 
+// Tensor parallelism of degrees 2 and 4 over the blocks: a random share of each block's work,
+// activations and weights splits (1/t each, plus a fixed overhead per split op), and the group
+// all-reduces a block's output in each pass.
+void add_splits(std::mt19937& rng, BlockCosts& blocks) {
+  std::uniform_real_distribution<double> unit(0, 1);
+  std::vector<double> share(blocks.fwd_ms.size());
+  for (auto& x : share) x = unit(rng) < 0.3 ? 0 : 0.5 + 0.5 * unit(rng);
+  // Some boundaries between blocks cut a region: no split stage starts or ends there.
+  std::vector<bool> cuts(share.size() + 1, false);
+  for (std::size_t b = 1; b < share.size(); ++b) cuts[b] = unit(rng) < 0.2;
+  for (int degree : {2, 4}) {
+    BlockCosts::Split split;
+    split.degree = degree;
+    split.cuts_region_before = cuts;
+    for (std::size_t b = 0; b < share.size(); ++b) {
+      auto scale = [&](const std::vector<double>& whole) {
+        std::vector<double> out;
+        for (double x : whole) out.push_back(x * (1 - share[b] + share[b] / degree) + (share[b] > 0 ? 0.05 : 0));
+        return out;
+      };
+      split.fwd_ms.push_back(scale(blocks.fwd_ms[b]));
+      split.bwd_ms.push_back(scale(blocks.bwd_ms[b]));
+      split.workspace_bytes.push_back(scale(blocks.workspace_bytes[b]));
+      split.kept_bytes.push_back(blocks.kept_bytes[b] * (1 - share[b] + share[b] / degree));
+      bool reduces = share[b] > 0;
+      split.fwd_reduced_bytes.push_back(reduces ? 1e8 * unit(rng) : 0);
+      split.bwd_reduced_bytes.push_back(reduces ? 1e8 * unit(rng) : 0);
+      split.fwd_collectives.push_back(reduces ? 1 : 0);
+      split.bwd_collectives.push_back(reduces ? 1 : 0);
+    }
+    blocks.splits.push_back(split);
+  }
+  for (auto& weight : blocks.weights)
+    if (share[weight.blocks.front()] > 0 && unit(rng) < 0.8) weight.split_divisor = 4;
+}
+
 cost::Cluster small_cluster(int devices, double mem_bytes) {
   cost::Cluster cluster;
   cluster.device = *cost::find_device_preset("a100-80g");
@@ -82,16 +118,18 @@ void enumerate(const StageOptions& options, int begin, int devices_left, std::ve
     return;
   }
   for (int end = begin + 1; end <= options.block_count(); ++end) {
-    for (int replicas : options.replica_choices()) {
-      if (replicas > devices_left) continue;
-      for (bool recompute : {false, true}) {
-        for (auto sharding : {plan::StateSharding::kNone, plan::StateSharding::kOptimizer}) {
-          for (bool offload : {false, true}) {
-            auto option = options.evaluate(begin, end, replicas, recompute, sharding, offload);
-            if (!option) continue;
-            stages.push_back(*option);
-            enumerate(options, end, devices_left - replicas, stages, best, pipelines);
-            stages.pop_back();
+    for (int degree : options.tensor_degrees()) {
+      for (int replicas : options.replica_choices()) {
+        if (replicas * degree > devices_left) continue;
+        for (bool recompute : {false, true}) {
+          for (auto sharding : {plan::StateSharding::kNone, plan::StateSharding::kOptimizer}) {
+            for (bool offload : {false, true}) {
+              auto option = options.evaluate(begin, end, replicas, recompute, sharding, offload, degree);
+              if (!option) continue;
+              stages.push_back(*option);
+              enumerate(options, end, devices_left - option->devices(), stages, best, pipelines);
+              stages.pop_back();
+            }
           }
         }
       }
@@ -135,7 +173,7 @@ RandomCase random_case(std::mt19937& rng, int index) {
 
 TEST_CASE("the stage search finds the brute-force optimum on random small instances", "[stage_search]") {
   std::mt19937 rng(20261121);
-  int feasible = 0, with_recompute = 0, multi_stage = 0, replicated = 0, sharded = 0, offloaded = 0;
+  int feasible = 0, with_recompute = 0, multi_stage = 0, replicated = 0, sharded = 0, offloaded = 0, tensor_split = 0;
   for (int index = 0; index < 320; ++index) {
     RandomCase c = random_case(rng, index);
     std::vector<int> samples;
@@ -145,6 +183,7 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
     BlockCosts blocks = random_blocks(rng, c.blocks, samples);
     std::mt19937 host_rng(index);
     if (index % 3 == 1) add_host_times(host_rng, blocks);
+    if ((index / 8) % 2 == 0) add_splits(host_rng, blocks);
     RangeTable ranges(blocks);
     cost::Cluster cluster = small_cluster(c.devices, c.mem_gb * 1e9);
     // Host memory per node: none (nothing offloads), little, or plenty.
@@ -152,7 +191,7 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
     cluster.host = cluster.device.host;
     cluster.host.mem_bytes = static_cast<std::int64_t>(kHostGb[index % 4] * 1e9);
     SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, c.precision, {}};
-    SearchConfig config{1, c.devices, c.microbatches, c.microbatch_size, c.schedule, c.stages, {}};
+    SearchConfig config{1, c.devices, c.microbatches, c.microbatch_size, c.schedule, c.stages, {}, {}};
     StageOptions options(context, config);
     long pipelines = 0;
     auto expected = brute_force(options, pipelines);
@@ -176,6 +215,7 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
       replicated += stage.replicas > 1;
       sharded += stage.sharding != plan::StateSharding::kNone;
       offloaded += stage.offload;
+      tensor_split += stage.tensor_degree > 1;
     }
   }
   // The instances exercise what the search decides: not only trivial answers.
@@ -185,6 +225,7 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
   CHECK(replicated >= 40);
   CHECK(sharded >= 20);
   CHECK(offloaded >= 10);
+  CHECK(tensor_split >= 20);
 }
 
 TEST_CASE("a stage's pass takes the longer of its blocks' device and host sums", "[stage_search]") {
@@ -343,7 +384,7 @@ TEST_CASE("the exact search beats RaNNC's separable dynamic program", "[stage_se
     RangeTable ranges(blocks);
     cost::Cluster cluster = small_cluster(stages, 1e15);
     SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, plan::Precision::kFp32, {}};
-    SearchConfig config{1, stages, microbatches, 1, plan::Schedule::k1F1B, stages, {}};
+    SearchConfig config{1, stages, microbatches, 1, plan::Schedule::k1F1B, stages, {}, {}};
     StageOptions options(context, config);
     auto theirs = separable_dp(options, stages);
     auto ours = search_pipeline(options, std::numeric_limits<double>::infinity());

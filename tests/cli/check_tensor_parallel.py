@@ -1,0 +1,120 @@
+"""Tensor parallelism in plans: found in the graph, placed in one node, written, read back, refused by
+the runtime, and never faster when forced than when chosen.
+
+usage: check_tensor_parallel.py RANNC RANNC_RUN SHAPE_ONLY_DIR SAMPLES_DIR
+
+1. GPT 39B (shape-only, 48 layers, 64 heads) on 64 A100-80G, batch 512, bf16-mixed: the free plan
+   splits layers (the model does not fit 64 devices' pipelines otherwise at speed); every stage
+   with tensor_parallel has groups of `degree` consecutive ranks starting at a multiple of the
+   degree inside one node, tensor_rank = place mod degree, two regions per layer it holds with
+   their weights (QKV in 3 groups), and `show` names the groups.
+2. --tensor-parallel 1 plans no split; the forced layouts tp=1, 2, 4 and 8 (pp x dp x tp = 64) are
+   each no faster than the free plan, and tp=8 has every stage at degree 8.
+3. A model without a splittable region (ResNet-50) plans byte for byte the same stages with
+   --tensor-parallel 8 and 1.
+4. rannc-run refuses the tensor-parallel plan with one line naming the stage.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+LAYERS = 48  # GPT 39B
+
+
+def run(command, **kwargs):
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, **kwargs)
+
+
+def plan(rannc, model, out, *extra):
+    result = run([rannc, model, *extra, "--plan-only", "-o", out])
+    if result.returncode != 0:
+        sys.exit(f"FAIL: {' '.join(extra)}: exit {result.returncode}\n{result.stderr}")
+    with open(os.path.join(out, "plan.json")) as f:
+        return json.load(f)
+
+
+def check_groups(plan_json):
+    per_node = plan_json["cluster"]["gpus_per_node"]
+    places = {r["rank"]: r for r in plan_json["ranks"]}
+    split_stages = 0
+    row_ops = set()
+    for stage in plan_json["stages"]:
+        split = stage.get("tensor_parallel")
+        if not split:
+            continue
+        split_stages += 1
+        degree, ranks = split["degree"], stage["ranks"]
+        assert degree in (2, 4, 8), split
+        assert len(ranks) == stage["replicas"] * degree, (len(ranks), stage["replicas"], degree)
+        for start in range(0, len(ranks), degree):
+            group = ranks[start:start + degree]
+            assert group == list(range(group[0], group[0] + degree)), f"stage {stage['id']}: group {group} not consecutive"
+            assert group[0] % degree == 0, f"stage {stage['id']}: group {group} not aligned"
+            assert group[0] // per_node == group[-1] // per_node, f"stage {stage['id']}: group {group} spans nodes"
+            for i, rank in enumerate(group):
+                assert places[rank].get("tensor_rank", 0) == i, places[rank]
+        assert split["regions"], f"stage {stage['id']} splits no region"
+        names = {p["name"] for p in stage["params"]}
+        for weight in split["weights"]:
+            assert weight["name"] in names, weight
+        grouped = [w for w in split["weights"] if w.get("groups") == 3]
+        layers = {r["module"] for r in split["regions"] if r.get("module")}
+        # A fused QKV weight and bias in three groups for each attention region (every other one).
+        assert abs(len(grouped) - len(split["regions"])) <= 2, (len(grouped), len(split["regions"]))
+        for region in split["regions"]:
+            assert region["row_op"] not in row_ops, f"region of op {region['row_op']} in two stages"
+            assert set(region["column_ops"]) <= set(stage["ops"]) and region["row_op"] in stage["ops"]
+            row_ops.add(region["row_op"])
+        assert not layers or len(layers) == len(split["regions"]), layers
+    # Two regions a layer (attention and MLP), each in one stage, when every stage splits.
+    if split_stages == len(plan_json["stages"]):
+        assert len(row_ops) == 2 * LAYERS, len(row_ops)
+    return split_stages
+
+
+def main():
+    rannc, rannc_run, shape_only, samples = sys.argv[1:5]
+    gpt = os.path.join(shape_only, "gpt-39b.onnx")
+    common = ["--gpus", "64", "--batch", "512", "--precision", "bf16-mixed"]
+    with tempfile.TemporaryDirectory() as out:
+        free = plan(rannc, gpt, out, *common)
+        split_stages = check_groups(free)
+        assert split_stages > 0, "the free plan of GPT 39B on 64 devices splits no layer"
+        free_ms = free["predicted"]["iteration_ms"]
+        shown = run([rannc, "show", os.path.join(out, "plan.json")]).stdout
+        assert "x tp " in shown and "regions split" in shown, shown
+        print(f"free: {split_stages} of {len(free['stages'])} stages split, step {free_ms:.1f} ms")
+
+        refused = run([rannc_run, os.path.join(out, "plan.json")])
+        lines = refused.stderr.strip().splitlines()
+        assert refused.returncode != 0 and any("tensor parallelism" in line for line in lines), refused.stderr
+        print("rannc-run: " + [line for line in lines if "tensor parallelism" in line][0])
+
+        none = plan(rannc, gpt, out, *common, "--tensor-parallel", "1")
+        assert not any("tensor_parallel" in s for s in none["stages"])
+        assert none["predicted"]["iteration_ms"] >= free_ms * (1 - 1e-9), (none["predicted"]["iteration_ms"], free_ms)
+        print(f"--tensor-parallel 1: step {none['predicted']['iteration_ms']:.1f} ms")
+
+        for tp, pp, dp in ((1, 8, 8), (2, 8, 4), (4, 8, 2), (8, 8, 1), (8, 4, 2)):
+            forced = plan(rannc, gpt, out, *common, "--layout", f"pp={pp},dp={dp},tp={tp}")
+            degrees = {s.get("tensor_parallel", {}).get("degree", 1) for s in forced["stages"]}
+            assert degrees == {tp}, (tp, degrees)
+            assert len(forced["stages"]) == pp and forced["batch"]["pipelines"] == dp
+            check_groups(forced)
+            step = forced["predicted"]["iteration_ms"]
+            assert step >= free_ms * (1 - 1e-9), f"forced pp={pp},dp={dp},tp={tp} simulates {step} < free {free_ms}"
+            print(f"pp={pp} dp={dp} tp={tp}: step {step:.1f} ms ({step / free_ms:.2f}x the free plan)")
+
+        cnn = os.path.join(samples, "resnet50.onnx")
+        one = plan(rannc, cnn, out, "--gpus", "8", "--tensor-parallel", "1")
+        eight = plan(rannc, cnn, out, "--gpus", "8", "--tensor-parallel", "8")
+        assert json.dumps(one["stages"]) == json.dumps(eight["stages"]), "a model without regions planned differently"
+        assert json.dumps(one["predicted"]) == json.dumps(eight["predicted"])
+        print("resnet50: the same plan with --tensor-parallel 8 and 1")
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()

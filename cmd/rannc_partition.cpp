@@ -179,6 +179,9 @@ void add_request_options(CLI::App& app, PartitionOptions& p) {
   app.add_option("--shard-state", p.shard_state,
                  "auto (default: chosen per stage), none or optimizer: split the optimizer state among a stage's replicas")
       ->group(kSearchGroup);
+  app.add_option("--recompute", p.recompute,
+                 "auto (default: chosen per stage), none or full: run each stage's forward again in backward")
+      ->group(kSearchGroup);
   app.add_option("--tensor-parallel", p.tensor_parallel,
                  "largest tensor-parallel degree, splitting layers over a node's devices (1: none; default: a node's "
                  "devices on a GPU, 1 on the cpu device)")

@@ -80,6 +80,8 @@ plan::TensorParallel plan_tensor_parallel(const ir::Graph& graph, const partitio
     for (const auto& weight : region.weights)
       split.weights.push_back({graph.value(weight.weight).name, weight.dim, weight.groups});
   }
+  for (auto op : found.sequence_ops)
+    if (in_stage(op)) split.sequence_ops.push_back(op);
   for (const auto& rejected : found.rejected)
     if (!rejected.column_ops.empty() && in_stage(rejected.column_ops.front()))
       split.unsplit.push_back({{rejected.column_ops.begin(), rejected.column_ops.end()}, rejected.reason});

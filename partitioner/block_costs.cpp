@@ -28,11 +28,20 @@ void add_block(std::vector<int>& blocks, int block) {
   if (blocks.empty() || blocks.back() != block) blocks.push_back(block);
 }
 
-// Whether an op runs split at a degree: it belongs to a region that allows it.
-bool splits_at(const TensorRegions& regions, ir::OpId op, int degree) {
-  if (degree <= 1 || regions.region_of_op.empty()) return false;
-  int region = regions.region_of_op[static_cast<std::size_t>(op)];
-  return region >= 0 && regions.regions[static_cast<std::size_t>(region)].allows(degree);
+// [op]: whether it runs split at a degree: it belongs to a region that allows it, or it works
+// per position of the sequence and some region does (sequence parallelism).
+std::vector<bool> split_ops(std::size_t op_count, const TensorRegions& regions, int degree) {
+  std::vector<bool> split(op_count, false);
+  if (degree <= 1) return split;
+  bool any = false;
+  for (const auto& region : regions.regions) {
+    if (!region.allows(degree)) continue;
+    any = true;
+    for (auto op : region.ops) split[static_cast<std::size_t>(op)] = true;
+  }
+  if (any)
+    for (auto op : regions.sequence_ops) split[static_cast<std::size_t>(op)] = true;
+  return split;
 }
 
 // Each block's times, workspace and kept activations at one tensor-parallel degree (1: none).
@@ -45,12 +54,16 @@ BlockTables cost_blocks(const std::vector<std::vector<ir::OpId>>& ops, const cos
                         const cost::ActivationMemory& activations, const TensorRegions& regions, int degree,
                         const BlockCosts& result) {
   std::size_t sizes = result.samples.size();
+  std::size_t op_count = 0;
+  for (const auto& block_ops : ops)
+    for (auto op : block_ops) op_count = std::max(op_count, static_cast<std::size_t>(op) + 1);
+  const std::vector<bool> split = split_ops(op_count, regions, degree);
   BlockTables tables;
   for (const auto& block_ops : ops) {
     std::vector<double> fwd(sizes, 0), bwd(sizes, 0), fwd_host(sizes, 0), bwd_host(sizes, 0), workspace(sizes, 0);
     double kept = 0;
     for (auto op : block_ops) {
-      int ways = splits_at(regions, op, degree) ? degree : 1;
+      int ways = split[static_cast<std::size_t>(op)] ? degree : 1;
       kept += activations.kept_bytes[op] / ways;
       double fixed = activations.weight_grad_bytes[op], scaled = activations.workspace_bytes[op] - fixed;
       for (std::size_t i = 0; i < sizes; ++i) {

@@ -136,7 +136,8 @@ std::string what_would_fit(const ir::Graph& graph, const UnitGraph& units, const
     BlockCosts blocks = block_costs(graph, units, blocking, costs, activations, evaluated_batch, sample_sizes(configs),
                                     regions, tensor_degrees(trial));
     RangeTable ranges(blocks);
-    SearchContext context{&blocks, &ranges, &trial.cluster, request.optimizer, request.precision, request.state_sharding};
+    SearchContext context{&blocks,           &ranges,           &trial.cluster,         request.optimizer,
+                          request.precision, request.state_sharding, request.recompute};
     return any_config_fits(context, configs);
   };
   const cost::Cluster& cluster = request.cluster;
@@ -521,7 +522,7 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
 
   start = Clock::now();
   SearchContext context{&result.partitioning.blocks, &ranges, &request.cluster, request.optimizer, request.precision,
-                        request.state_sharding};
+                        request.state_sharding, request.recompute};
   result.census.explain = request.runners_up > 0;
   auto choices = search_configs(context, configs, &result.census, observe);
   result.times.search_ms = elapsed_ms(start);

@@ -151,10 +151,12 @@ bool StageOptions::can_offload() const { return context_.cluster->host.mem_bytes
 void StageOptions::add_variants(int begin, int end, int replicas, int tensor_degree, const RangeWork& work) {
   std::vector<StageOption> variants;
   for (bool offload : {false, true})
-    for (bool recompute : {false, true})
+    for (bool recompute : {false, true}) {
+      if (context_.recompute && recompute != *context_.recompute) continue;
       for (auto sharding : kShardings)
         if (auto variant = evaluate(begin, end, replicas, tensor_degree, recompute, sharding, offload, work))
           variants.push_back(*variant);
+    }
   keep_undominated(variants);
   by_begin_[begin].insert(by_begin_[begin].end(), variants.begin(), variants.end());
 }

@@ -61,6 +61,7 @@ struct SearchContext {
   plan::Optimizer optimizer = plan::Optimizer::kAdam;
   plan::Precision precision = plan::Precision::kFp32;
   std::optional<plan::StateSharding> state_sharding;  // forced on every replicated stage; nullopt: each stage's choice
+  std::optional<bool> recompute;  // forced on every stage (--recompute); nullopt: each stage's choice
 };
 
 struct StageOption {

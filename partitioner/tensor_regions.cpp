@@ -681,7 +681,34 @@ Failure overlap(const Graph& graph, const std::set<OpId>& ops, const std::vector
   return std::nullopt;
 }
 
+// Whether an op computes each position of a sequence from that position alone: a norm over the
+// last dims or an elementwise op, every batch tensor it reads and writes [batch, sequence, ...]
+// of one shape (a broadcast operand, a bias or a scalar, is whole on every device).
+bool works_per_position(const Graph& graph, const Op& op) {
+  auto op_class = ir::op_class_of(op.kind);
+  bool per_position = op_class == ir::OpClass::kElementwise ||
+                      (op_class == ir::OpClass::kNorm && ir::has_op_trait(op.kind, ir::op_trait::kNormalisesLastDims));
+  if (!per_position || op.outputs.empty()) return false;
+  const auto& out = graph.value(op.outputs.front()).type;
+  if (out.shape.size() < 3 || out.batch_dim != 0 || !out.shape_known()) return false;
+  for (ValueId id : op.inputs) {
+    const Value& value = graph.value(id);
+    if (value.is_tensor() && value.batch_dependent && value.type.shape != out.shape) return false;
+  }
+  for (ValueId id : op.outputs)
+    if (graph.value(id).model_output) return false;
+  return true;
+}
+
+std::vector<OpId> sequence_ops(const Graph& graph, const std::vector<int>& region_of_op) {
+  std::vector<OpId> ops;
+  for (const auto& op : graph.ops())
+    if (region_of_op[static_cast<std::size_t>(op.id)] < 0 && works_per_position(graph, op)) ops.push_back(op.id);
+  return ops;
+}
+
 }  // namespace
+
 
 TensorRegions find_tensor_regions(const ir::Graph& graph) {
   auto order = graph.topological_order();
@@ -719,6 +746,7 @@ TensorRegions find_tensor_regions(const ir::Graph& graph) {
     sorted.push_back(std::move(result.regions[i]));
   }
   result.regions = std::move(sorted);
+  if (!result.regions.empty()) result.sequence_ops = sequence_ops(graph, result.region_of_op);
   return result;
 }
 

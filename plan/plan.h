@@ -86,6 +86,9 @@ struct TensorParallel {
     std::string reason;
   };
   std::vector<Region> regions;
+  // The ops outside the regions that run on 1/degree of the sequence (sequence parallelism:
+  // norms, residual adds, dropout), ascending.
+  std::vector<int> sequence_ops;
   std::vector<SplitWeight> weights;
   std::vector<Unsplit> unsplit;
 };

@@ -315,6 +315,7 @@ TensorParallel read_tensor_parallel(const Field& field, const Plan& plan, const 
     if (auto module = region.find("module")) entry.module = module->text();
     split.regions.push_back(std::move(entry));
   }
+  if (auto ops = field.find("sequence_ops")) split.sequence_ops = read_op_ids(*ops);
   for (const auto& weight : field["weights"].items()) {
     TensorParallel::SplitWeight entry;
     entry.name = weight["name"].text();

@@ -50,7 +50,11 @@ json tensor_parallel_json(const TensorParallel& split) {
     weights.push_back(entry);
   }
   for (const auto& left : split.unsplit) unsplit.push_back({{"column_ops", left.column_ops}, {"reason", left.reason}});
-  return {{"degree", split.degree}, {"regions", regions}, {"weights", weights}, {"unsplit", unsplit}};
+  return {{"degree", split.degree},
+          {"regions", regions},
+          {"sequence_ops", split.sequence_ops},
+          {"weights", weights},
+          {"unsplit", unsplit}};
 }
 
 json stage_json(const Stage& stage) {

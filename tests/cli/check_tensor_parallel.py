@@ -7,7 +7,7 @@ usage: check_tensor_parallel.py RANNC RANNC_RUN SHAPE_ONLY_DIR SAMPLES_DIR
    splits layers (the model does not fit 64 devices' pipelines otherwise at speed); every stage
    with tensor_parallel has groups of `degree` consecutive ranks starting at a multiple of the
    degree inside one node, tensor_rank = place mod degree, two regions per layer it holds with
-   their weights (QKV in 3 groups), and `show` names the groups.
+   their weights (QKV in 3 groups), sequence-parallel ops outside them, and `show` names the groups.
 2. --tensor-parallel 1 plans no split; the forced layouts tp=1, 2, 4 and 8 (pp x dp x tp = 64) are
    each no faster than the free plan, and tp=8 has every stage at degree 8.
 3. A model without a splittable region (ResNet-50) plans byte for byte the same stages with
@@ -63,6 +63,11 @@ def check_groups(plan_json):
         layers = {r["module"] for r in split["regions"] if r.get("module")}
         # A fused QKV weight and bias in three groups for each attention region (every other one).
         assert abs(len(grouped) - len(split["regions"])) <= 2, (len(grouped), len(split["regions"]))
+        # Sequence parallelism: the norms, residual adds and biases between the regions.
+        in_regions = {op for region in split["regions"] for op in region["ops"]}
+        assert split["sequence_ops"], f"stage {stage['id']}: no sequence-parallel op"
+        assert not in_regions & set(split["sequence_ops"]), "an op both in a region and sequence-parallel"
+        assert set(split["sequence_ops"]) <= set(stage["ops"])
         for region in split["regions"]:
             assert region["row_op"] not in row_ops, f"region of op {region['row_op']} in two stages"
             assert set(region["column_ops"]) <= set(stage["ops"]) and region["row_op"] in stage["ops"]

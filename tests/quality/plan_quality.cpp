@@ -155,7 +155,7 @@ int compare_splits(const std::string& path) {
   for (int stages : {2, 3, 4}) {
     cluster.gpus_per_node = stages;
     cluster.nodes = 1;
-    SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, plan::Precision::kFp32, {}};
+    SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, plan::Precision::kFp32, {}, {}};
     SearchConfig config{1, stages, kMicrobatches, kBatch / kMicrobatches, plan::Schedule::k1F1B, stages, {}, {}};
     StageOptions options(context, config);
     auto ours = search_pipeline(options, 1e300);
@@ -303,7 +303,7 @@ int compare_layouts(const std::string& path, int gpus, std::int64_t batch, const
   auto activations = cost::activation_memory(model.graph, costs.requires_grad(), request.precision);
   BlockCosts blocks = block_costs(model.graph, units, blocking, costs, activations, model.batch, sizes);
   RangeTable ranges(blocks);
-  SearchContext context{&blocks, &ranges, &request.cluster, request.optimizer, request.precision, {}};
+  SearchContext context{&blocks, &ranges, &request.cluster, request.optimizer, request.precision, {}, {}};
 
   std::printf("%s on %d x %s, batch %lld, %s: %d layers\n", path.c_str(), gpus, device.c_str(),
               static_cast<long long>(batch), precision_name.c_str(), blocking.count());

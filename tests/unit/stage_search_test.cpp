@@ -190,7 +190,7 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
     static const double kHostGb[] = {0, 24, 96, 1024};
     cluster.host = cluster.device.host;
     cluster.host.mem_bytes = static_cast<std::int64_t>(kHostGb[index % 4] * 1e9);
-    SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, c.precision, {}};
+    SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, c.precision, {}, {}};
     SearchConfig config{1, c.devices, c.microbatches, c.microbatch_size, c.schedule, c.stages, {}, {}};
     StageOptions options(context, config);
     long pipelines = 0;
@@ -236,7 +236,7 @@ TEST_CASE("a stage's pass takes the longer of its blocks' device and host sums",
   blocks.fwd_host_ms = {{1}, {3}, {3}}, blocks.bwd_host_ms = {{2}, {5}, {5}};
   RangeTable ranges(blocks);
   cost::Cluster cluster = small_cluster(1, 1e13);
-  SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kSgd, plan::Precision::kFp32, {}};
+  SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kSgd, plan::Precision::kFp32, {}, {}};
   SearchConfig config = one_pipeline(1, 1, 4);
   StageOptions options(context, config);
   auto whole = options.evaluate(0, 3, 1, false);
@@ -265,7 +265,7 @@ TEST_CASE("a stage that sends a value without a batch dim keeps one replica", "[
   CHECK_FALSE(ranges.sends_batch_free(0, 3));  // the consumer is inside: nothing sent
   CHECK_FALSE(ranges.sends_batch_free(1, 2));
   cost::Cluster cluster = small_cluster(4, 1e12);
-  SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kSgd, plan::Precision::kFp32, {}};
+  SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kSgd, plan::Precision::kFp32, {}, {}};
   StageOptions options(context, one_pipeline(4, 2, 4));
   CHECK_FALSE(options.evaluate(0, 1, 2, false));
   CHECK_FALSE(options.evaluate(0, 2, 4, true));
@@ -308,7 +308,7 @@ TEST_CASE("ranges tell what they receive and send from the model outputs the los
   // larger of the inputs from earlier stages and the gradients of what goes to later ones,
   // never of the outputs the loss takes in place.
   cost::Cluster cluster = small_cluster(4, 1e12);
-  SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kSgd, plan::Precision::kFp32, {}};
+  SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kSgd, plan::Precision::kFp32, {}, {}};
   SearchConfig config;
   config.pipeline_devices = 4;
   config.microbatches = 2;
@@ -383,7 +383,7 @@ TEST_CASE("the exact search beats RaNNC's separable dynamic program", "[stage_se
     for (int b = 0; b < blocks_count; ++b) std::swap(blocks.fwd_ms[b][0], b % 3 == 0 ? blocks.bwd_ms[b][0] : blocks.fwd_ms[b][0]);
     RangeTable ranges(blocks);
     cost::Cluster cluster = small_cluster(stages, 1e15);
-    SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, plan::Precision::kFp32, {}};
+    SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, plan::Precision::kFp32, {}, {}};
     SearchConfig config{1, stages, microbatches, 1, plan::Schedule::k1F1B, stages, {}, {}};
     StageOptions options(context, config);
     auto theirs = separable_dp(options, stages);

@@ -188,6 +188,20 @@ TEST_CASE("tensor regions: shape-only GPT-3 175B from ONNX, two per layer", "[te
   // The row ops' biases are added after the all-reduce: their adds stay outside, unsplit.
   for (const std::string bias : {"layers.0.attn.out.bias", "layers.0.ffn.fc2.bias", "layers.95.ffn.fc2.bias"})
     CHECK(found.region_of_op[static_cast<std::size_t>(reader_of(graph, bias))] == -1);
+
+  // Sequence parallelism: the embeddings' sum, then per layer two layer norms, the row ops' two
+  // bias adds and the two residual adds, and the final layer norm; none inside a region, and
+  // neither the lookups nor the LM head.
+  CHECK(found.sequence_ops.size() == 1 + 96 * 6 + 1);
+  std::vector<std::string> kinds = kinds_of(graph, found.sequence_ops);
+  CHECK(std::count(kinds.begin(), kinds.end(), "onnx::LayerNormalization") == 96 * 2 + 1);
+  CHECK(std::count(kinds.begin(), kinds.end(), "onnx::Add") == 1 + 96 * 4);
+  for (auto op : found.sequence_ops) CHECK(found.region_of_op[static_cast<std::size_t>(op)] == -1);
+  CHECK(std::is_sorted(found.sequence_ops.begin(), found.sequence_ops.end()));
+  for (const std::string bias : {"layers.0.attn.out.bias", "layers.95.ffn.fc2.bias"}) {
+    auto op = reader_of(graph, bias);
+    CHECK(std::binary_search(found.sequence_ops.begin(), found.sequence_ops.end(), op));
+  }
 }
 
 TEST_CASE("tensor regions: shape-only GPT-3 175B from torch.export (.pt2)", "[tensor_regions]") {
@@ -294,6 +308,8 @@ TEST_CASE("tensor regions: a layer norm over the split dim between two linears r
   CHECK(found.rejected[1].column_ops == std::vector<ir::OpId>{2});
   CHECK(found.rejected[1].reason == "the split reaches the model output %y");
   CHECK(found.region_of_op == std::vector<int>{-1, -1, -1});
+  // Without a region there is no tensor parallelism, so no sequence parallelism either.
+  CHECK(found.sequence_ops.empty());
 
   // The same pair around GELU is one region; the second bias is added after the all-reduce.
   auto control = two_linears("aten::gelu");

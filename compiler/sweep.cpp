@@ -33,6 +33,19 @@ std::string replica_text(const partition::PlacedPipeline& p, bool fold) {
   return fold && same && p.stages.size() > 1 ? std::to_string(p.stages.front().option.replicas) + " each" : text;
 }
 
+// "8", "8/8/4" per stage, or "" when no stage splits its layers.
+std::string tensor_text(const partition::PlacedPipeline& p) {
+  std::string text;
+  bool split = false, same = true;
+  for (const auto& stage : p.stages) {
+    split = split || stage.option.tensor_degree > 1;
+    same = same && stage.option.tensor_degree == p.stages.front().option.tensor_degree;
+    text += (text.empty() ? "" : "/") + std::to_string(stage.option.tensor_degree);
+  }
+  if (!split) return "";
+  return same ? std::to_string(p.stages.front().option.tensor_degree) : text;
+}
+
 nlohmann::json row_json(const SweepRow& row) {
   nlohmann::json entry = {{"devices", row.devices}};
   if (!row.pipeline) {
@@ -48,6 +61,7 @@ nlohmann::json row_json(const SweepRow& row) {
                 {"replicas_per_pipeline", replica_text(p, /*fold=*/false)},
                 {"microbatches", p.config.microbatches},
                 {"unused_devices", p.unused_ranks.size()}});
+  if (auto tensor = tensor_text(p); !tensor.empty()) entry["tensor_parallel"] = tensor;
   return entry;
 }
 
@@ -64,8 +78,9 @@ std::string table_text(const std::vector<SweepRow>& rows, std::int64_t mem_limit
       continue;
     }
     const auto& p = *row.pipeline;
+    std::string tensor = tensor_text(p);
     std::string layout = std::to_string(p.stages.size()) + " x " + std::to_string(p.config.pipelines) + " (" +
-                         replica_text(p, /*fold=*/true) + ")";
+                         replica_text(p, /*fold=*/true) + (tensor.empty() ? "" : ", tp " + tensor) + ")";
     if (layout.size() > 26) layout = layout.substr(0, 23) + "...";
     std::string memory = human_bytes(p.predicted.peak_mem_bytes) + " of " + human_bytes(static_cast<double>(mem_limit));
     std::snprintf(line, sizeof line, "%8d  %-26s %6d %12.1f %12.1f %6.0f%%  %s\n", row.devices, layout.c_str(),
@@ -79,7 +94,7 @@ std::string table_text(const std::vector<SweepRow>& rows, std::int64_t mem_limit
 std::string csv_text(const nlohmann::json& rows) {
   const char* columns[] = {"devices", "fits", "stages", "pipelines", "replicas_per_pipeline", "microbatches",
                            "unused_devices", "iteration_ms", "samples_per_s", "model_tflops_per_device",
-                           "peak_fraction", "peak_mem_bytes"};
+                           "peak_fraction", "peak_mem_bytes", "tensor_parallel"};
   std::string text;
   for (const char* column : columns) text += std::string(text.empty() ? "" : ",") + column;
   text += "\n";

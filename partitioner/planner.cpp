@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <set>
 #include <thread>
@@ -314,14 +315,24 @@ std::vector<ConfigChoice> search_configs(const SearchContext& context, const std
     const double beat = best * kRankingSlack;
     const std::size_t count = std::min(kSearchRound, configs.size() - first);
     std::atomic<std::size_t> next{0};
+    // A config that throws (out of memory) fails the search as it would on one thread: the
+    // first config's exception in the round's order is rethrown once every thread has stopped.
+    std::vector<std::exception_ptr> thrown(count);
     auto work = [&] {
-      for (std::size_t k = next++; k < count; k = next++)
-        round[k] = search_config(context, configs[first + k], beat, census.explain);
+      for (std::size_t k = next++; k < count; k = next++) {
+        try {
+          round[k] = search_config(context, configs[first + k], beat, census.explain);
+        } catch (...) {
+          thrown[k] = std::current_exception();
+        }
+      }
     };
     std::vector<std::thread> helpers;
     for (std::size_t t = 1; t < kSearchThreads; ++t) helpers.emplace_back(work);
     work();
     for (auto& helper : helpers) helper.join();
+    for (const auto& exception : thrown)
+      if (exception) std::rethrow_exception(exception);
     for (std::size_t k = 0; k < count; ++k) {
       const ConfigOutcome& outcome = round[k];
       if (outcome.bounded_out) {

@@ -50,14 +50,11 @@ struct BlockTables {
   std::vector<double> kept;                                                  // [block]
 };
 
-BlockTables cost_blocks(const std::vector<std::vector<ir::OpId>>& ops, const cost::CostModel& costs,
-                        const cost::ActivationMemory& activations, const TensorRegions& regions, int degree,
-                        const BlockCosts& result) {
+BlockTables cost_blocks(const ir::Graph& graph, const std::vector<std::vector<ir::OpId>>& ops,
+                        const cost::CostModel& costs, const cost::ActivationMemory& activations,
+                        const TensorRegions& regions, int degree, const BlockCosts& result) {
   std::size_t sizes = result.samples.size();
-  std::size_t op_count = 0;
-  for (const auto& block_ops : ops)
-    for (auto op : block_ops) op_count = std::max(op_count, static_cast<std::size_t>(op) + 1);
-  const std::vector<bool> split = split_ops(op_count, regions, degree);
+  const std::vector<bool> split = split_ops(graph.ops().size(), regions, degree);
   BlockTables tables;
   for (const auto& block_ops : ops) {
     std::vector<double> fwd(sizes, 0), bwd(sizes, 0), fwd_host(sizes, 0), bwd_host(sizes, 0), workspace(sizes, 0);
@@ -198,7 +195,7 @@ BlockCosts block_costs(const ir::Graph& graph, const UnitGraph& units, const Blo
   result.evaluated_batch = static_cast<double>(evaluated_batch);
   result.samples = samples;
   auto ops = ops_by_block(graph, units, blocking);
-  BlockTables whole = cost_blocks(ops, costs, activations, regions, 1, result);
+  BlockTables whole = cost_blocks(graph, ops, costs, activations, regions, 1, result);
   result.fwd_ms = std::move(whole.fwd);
   result.bwd_ms = std::move(whole.bwd);
   result.fwd_host_ms = std::move(whole.fwd_host);
@@ -211,7 +208,7 @@ BlockCosts block_costs(const ir::Graph& graph, const UnitGraph& units, const Blo
   for (int degree : degrees) {
     bool allowed = std::any_of(regions.regions.begin(), regions.regions.end(), [&](const auto& r) { return r.allows(degree); });
     if (degree <= 1 || !allowed) continue;
-    BlockTables tables = cost_blocks(ops, costs, activations, regions, degree, result);
+    BlockTables tables = cost_blocks(graph, ops, costs, activations, regions, degree, result);
     BlockCosts::Split split;
     split.degree = degree;
     split.fwd_ms = std::move(tables.fwd);
@@ -316,17 +313,19 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
   for (int block = 0; block < count_; ++block) kept_prefix_[block + 1] = kept_prefix_[block] + blocks.kept_bytes[block];
 }
 
+std::size_t RangeTable::split_index(int degree) const {
+  return static_cast<std::size_t>(std::find(split_degrees_.begin(), split_degrees_.end(), degree) - split_degrees_.begin());
+}
+
 double RangeTable::param_elements(int begin, int end, int degree) const {
   if (degree == 1) return param_elements(begin, end);
-  auto at = static_cast<std::size_t>(std::find(split_degrees_.begin(), split_degrees_.end(), degree) - split_degrees_.begin());
-  double split = split_param_elements_.at(at)[begin * (count_ + 1) + end];
+  double split = at(split_param_elements_.at(split_index(degree)), begin, end);
   return param_elements(begin, end) - split + split / degree;
 }
 
 double RangeTable::kept_bytes(int begin, int end, int degree) const {
   if (degree == 1) return kept_bytes(begin, end);
-  auto at = static_cast<std::size_t>(std::find(split_degrees_.begin(), split_degrees_.end(), degree) - split_degrees_.begin());
-  const auto& prefix = split_kept_prefix_.at(at);
+  const auto& prefix = split_kept_prefix_.at(split_index(degree));
   return prefix[end] - prefix[begin];
 }
 

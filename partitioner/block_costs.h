@@ -113,6 +113,7 @@ class RangeTable {
 
  private:
   double at(const std::vector<double>& table, int begin, int end) const { return table[begin * (count_ + 1) + end]; }
+  std::size_t split_index(int degree) const;  // into split_degrees_
   int count_;
   std::vector<int> split_degrees_;
   // [split]: elements that split at its degree, in full (a table like param_elements_); kept

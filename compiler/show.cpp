@@ -138,7 +138,7 @@ nlohmann::json stage_json(const plan::Plan& plan, const plan::Stage& stage) {
   for (const auto& [node, ranks] : ranks_by_node(stage.ranks, plan.cluster.gpus_per_node))
     nodes.push_back({{"node", node}, {"ranks", ranks}});
   nlohmann::json entry = {{"id", stage.id},
-                          {"replicas", stage.ranks.size() / static_cast<std::size_t>(stage.tensor_parallel.degree)},
+                          {"replicas", stage.replicas()},
                           {"replicas_per_pipeline", stage.replicas_per_pipeline},
                           {"nodes", nodes},
                           {"recompute", stage.recompute},

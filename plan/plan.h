@@ -111,6 +111,8 @@ struct Stage {
   StateSharding state_sharding = StateSharding::kNone;  // among all of the stage's ranks
   TensorParallel tensor_parallel;  // written only when degree > 1
   StagePrediction predicted;
+  // Data-parallel copies of the stage: its ranks, one per device of each tensor-parallel group.
+  std::size_t replicas() const { return ranks.size() / static_cast<std::size_t>(tensor_parallel.degree); }
 };
 
 struct RankPlacement {

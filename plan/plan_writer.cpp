@@ -63,7 +63,7 @@ json stage_json(const Stage& stage) {
       {"id", stage.id},
       {"file", stage.file},
       {"ranks", stage.ranks},
-      {"replicas", stage.ranks.size() / static_cast<std::size_t>(stage.tensor_parallel.degree)},
+      {"replicas", stage.replicas()},
       {"replicas_per_pipeline", stage.replicas_per_pipeline},
       {"ops", stage.ops},
       {"inputs", tensors_json(stage.inputs)},

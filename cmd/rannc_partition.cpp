@@ -180,7 +180,8 @@ void add_request_options(CLI::App& app, PartitionOptions& p) {
                  "auto (default: chosen per stage), none or optimizer: split the optimizer state among a stage's replicas")
       ->group(kSearchGroup);
   app.add_option("--recompute", p.recompute,
-                 "auto (default: chosen per stage), none or full: run each stage's forward again in backward")
+                 "auto (default: chosen per stage), none, selective (the attention cores) or full (the whole forward): what each "
+                 "stage runs again in backward instead of keeping")
       ->group(kSearchGroup);
   app.add_option("--tensor-parallel", p.tensor_parallel,
                  "largest tensor-parallel degree, splitting layers over a node's devices (1: none; default: a node's "

@@ -126,9 +126,12 @@ partition::PlanRequest plan_request(const PartitionOptions& options) {
     throw InputError("--stages " + std::to_string(*options.stages) + ": more stages than the " +
                      std::to_string(request.cluster.gpus()) + " devices");
   }
-  if (options.recompute == "full" || options.recompute == "none") request.recompute = options.recompute == "full";
-  else if (options.recompute != "auto")
-    throw InputError("--recompute " + text_excerpt(options.recompute) + ": unknown (known: auto, none, full)");
+  if (options.recompute != "auto") {
+    for (auto choice : {plan::Recompute::kNone, plan::Recompute::kSelective, plan::Recompute::kFull})
+      if (options.recompute == plan::recompute_name(choice)) request.recompute = choice;
+    if (!request.recompute)
+      throw InputError("--recompute " + text_excerpt(options.recompute) + ": unknown (known: auto, none, selective, full)");
+  }
   request.max_tensor_degree = request.cluster.device.measured_here ? 1 : request.cluster.gpus_per_node;
   if (options.tensor_parallel) {
     if (*options.tensor_parallel < 1 || request.cluster.gpus_per_node % *options.tensor_parallel != 0)

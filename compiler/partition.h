@@ -25,7 +25,7 @@ struct PartitionOptions {
   std::optional<int> stages;
   std::optional<int> microbatches;
   std::string shard_state = "auto";  // auto, none or optimizer
-  std::string recompute = "auto";    // auto, none or full
+  std::string recompute = "auto";    // auto, none, selective or full
   // --tensor-parallel: the largest tensor-parallel degree (1: none); by default a node's devices
   // on a GPU, 1 on the CPU (plans rannc-run trains there).
   std::optional<int> tensor_parallel;

@@ -116,7 +116,7 @@ std::string stage_table(const plan::Plan& plan) {
   for (const auto& stage : plan.stages) {
     table.add({std::to_string(stage.id), blocks_text(stage),
                replicas_text(plan, stage),
-               node_ranks_text(stage.ranks, plan.cluster.gpus_per_node), stage.recompute ? "yes" : "no",
+               node_ranks_text(stage.ranks, plan.cluster.gpus_per_node), stage.recompute == plan::Recompute::kNone ? "no" : std::string(plan::recompute_name(stage.recompute)),
                stage.state_sharding == plan::StateSharding::kNone ? "no" : std::string(plan::state_sharding_name(stage.state_sharding)),
                stage.offload ? "yes" : "no",
                human_ms(stage.predicted.fwd_ms), human_ms(stage.predicted.bwd_ms),

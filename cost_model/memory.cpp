@@ -38,13 +38,27 @@ bool needs_backward(const ir::Op& op, const std::vector<bool>& requires_grad) {
                      [&](ir::ValueId id) { return requires_grad[static_cast<std::size_t>(id)]; });
 }
 
+// The inputs autograd keeps for a product or quotient's backward (op_trait::kSavesForOtherOperand):
+// x for the gradient of y in x * y, and y for that of x (and of y itself in x / y). A constant
+// such as ONNX's scores / sqrt(d) then keeps nothing batch-sized, as torch 1.13's
+// saved_tensors_hooks show.
+std::vector<ir::ValueId> saved_operands(const ir::Op& op, const std::vector<bool>& requires_grad) {
+  auto needs_grad = [&](std::size_t i) { return requires_grad[static_cast<std::size_t>(op.inputs[i])]; };
+  std::vector<ir::ValueId> saved;
+  if (needs_grad(1)) saved.push_back(op.inputs[0]);
+  if (needs_grad(0) || needs_grad(1)) saved.push_back(op.inputs[1]);
+  return saved;
+}
+
 // Values autograd keeps for the backward of `op`: batch-dependent tensors, as weights are
 // counted with the model state.
-std::vector<ir::ValueId> saved_values(const ir::Graph& graph, const ir::Op& op) {
+std::vector<ir::ValueId> saved_values(const ir::Graph& graph, const ir::Op& op, const std::vector<bool>& requires_grad) {
   std::vector<ir::ValueId> saved;
   auto saved_kind = saved_for_backward(graph, op);
-  const auto& candidates = saved_kind == SavedForBackward::kInputs ? op.inputs : op.outputs;
   if (saved_kind == SavedForBackward::kNothing) return saved;
+  std::vector<ir::ValueId> candidates = saved_kind == SavedForBackward::kInputs ? op.inputs : op.outputs;
+  if (saved_kind == SavedForBackward::kInputs && op.inputs.size() == 2 && ir::has_op_trait(op.kind, ir::op_trait::kSavesForOtherOperand))
+    candidates = saved_operands(op, requires_grad);
   for (auto candidate : candidates) {
     for (auto id : tensors_behind(graph, candidate)) {
       const auto& value = graph.value(id);
@@ -147,7 +161,7 @@ ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<boo
     memory.weight_grad_bytes[static_cast<std::size_t>(op.id)] = workspace.weight_grads;
     if (!needs_backward(op, requires_grad)) continue;
     memory.kept_bytes[static_cast<std::size_t>(op.id)] += extra_saved_bytes(graph, op);
-    for (auto id : saved_values(graph, op)) kept[static_cast<std::size_t>(id)] = true;
+    for (auto id : saved_values(graph, op, requires_grad)) kept[static_cast<std::size_t>(id)] = true;
   }
   for (const auto& value : graph.values()) {
     // Model inputs are kept by the stage that receives them (StageFootprint::input_bytes).
@@ -208,16 +222,26 @@ plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, const StageP
                       precision);
 }
 
-plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_flight, bool recompute, const StateLayout& state,
+plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_flight, plan::Recompute recompute, const StateLayout& state,
                              plan::Optimizer optimizer, plan::Precision precision) {
   ParamStateBytes bytes = param_state_bytes(optimizer, precision, state);
   plan::MemoryBreakdown memory;
   memory.weights = footprint.param_elements * bytes.weights + footprint.buffer_bytes;
   memory.grads = footprint.param_elements * bytes.grads;
   memory.optimizer = footprint.param_elements * bytes.optimizer;
-  double kept_microbatches = recompute ? 1.0 : in_flight;
-  memory.activations = in_flight * footprint.input_bytes + kept_microbatches * footprint.kept_bytes +
-                       (recompute ? 0.0 : in_flight * footprint.held_output_bytes);
+  memory.activations = in_flight * footprint.input_bytes;
+  switch (recompute) {
+    case plan::Recompute::kNone:
+      memory.activations += in_flight * (footprint.kept_bytes + footprint.held_output_bytes);
+      break;
+    case plan::Recompute::kSelective:
+      memory.activations += in_flight * (footprint.kept_bytes - footprint.core_kept_bytes + footprint.held_output_bytes) +
+                            footprint.largest_core_bytes;
+      break;
+    case plan::Recompute::kFull:
+      memory.activations += footprint.kept_bytes;
+      break;
+  }
   memory.workspace =
       std::max(footprint.workspace_bytes + footprint.tied_grad_bytes, optimizer_step_bytes(footprint, state, optimizer));
   // Double-buffered sends and receives of one microbatch, and the next pass's receive, which

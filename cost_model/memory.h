@@ -71,6 +71,9 @@ struct StageFootprint {
   double largest_param_elements = 0;  // of one weight: the optimizer steps weight by weight
   double buffer_bytes = 0;     // non-trainable tensors (BatchNorm statistics), kept as they are
   double kept_bytes = 0;       // sum of ActivationMemory::kept_bytes over the stage's ops
+  // Of kept_bytes, what the attention cores keep that selective recomputation does not, and
+  // the most of one core (alive while it is recomputed).
+  double core_kept_bytes = 0, largest_core_bytes = 0;
   double input_bytes = 0;      // tensors the stage receives (model inputs or earlier stages' outputs)
   double output_bytes = 0;     // tensors the stage sends on
   // Outputs sent to later stages that no op keeps for backward: rannc-run holds each
@@ -99,14 +102,15 @@ struct StagePlacement {
   int stage_index = 0;
   int microbatches = 1;
   StateLayout state;
-  bool recompute = false;
+  plan::Recompute recompute = plan::Recompute::kNone;
 };
 
 // The schedule's bound (plan/schedule.h) for this stage.
 int microbatches_in_flight(const StagePlacement& placement);
 
-// Recomputation keeps only the stage inputs of each microbatch in flight, and the activations
-// of the one microbatch being recomputed. The workspace also covers the optimizer step's
+// Full recomputation keeps only the stage inputs of each microbatch in flight, and the
+// activations of the one microbatch being recomputed; selective recomputation keeps everything
+// but the attention cores, and one core while it is recomputed. The workspace also covers the optimizer step's
 // temporaries (Adam: two of the largest tensor it steps). Communication: double-buffered sends
 // and receives of one microbatch, plus the next pass's receive (started early to overlap); when
 // replicated, the flat copy of the gradients the allreduce sums, or with sharded state the
@@ -114,7 +118,7 @@ int microbatches_in_flight(const StagePlacement& placement);
 plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, const StagePlacement& placement, plan::Optimizer optimizer,
                              plan::Precision precision);
 // The same with the microbatches in flight given directly (the partitioner's form).
-plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_flight, bool recompute, const StateLayout& state,
+plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_flight, plan::Recompute recompute, const StateLayout& state,
                              plan::Optimizer optimizer, plan::Precision precision);
 
 }  // namespace rannc::cost

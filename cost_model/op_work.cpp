@@ -310,7 +310,7 @@ SavedForBackward saved_for_backward(const ir::Graph& graph, const ir::Op& op) {
   if (has_op_trait(op.kind, kSavesOutput)) return SavedForBackward::kOutput;
   // x * 2 and x / 8 keep only the scalar.
   bool scalar_operand = op.inputs.size() >= 2 && !graph.value(op.inputs[1]).is_tensor();
-  if (has_op_trait(op.kind, kScalarSavesNothing) && scalar_operand) return SavedForBackward::kNothing;
+  if (has_op_trait(op.kind, kSavesForOtherOperand) && scalar_operand) return SavedForBackward::kNothing;
   if (classify(graph, op) == OpClass::kGlue) return SavedForBackward::kNothing;
   return SavedForBackward::kInputs;
 }

@@ -300,7 +300,7 @@ std::string stage_node(const plan::Plan& plan, const plan::Stage& stage) {
   std::vector<std::string> lines{"stage " + std::to_string(stage.id)};
   if (!stage.op_range.empty()) lines.push_back(stage.op_range);
   lines.push_back(std::to_string(stage.replicas_per_pipeline) + " x " + std::to_string(plan.batch.pipelines) + " replicas, ranks " +
-                  ranges_text(stage.ranks) + (stage.recompute ? ", recompute" : ""));
+                  ranges_text(stage.ranks) + (stage.recompute == plan::Recompute::kNone ? "" : ", recompute " + std::string(plan::recompute_name(stage.recompute))));
   lines.push_back("fwd " + human_ms(stage.predicted.fwd_ms) + ", bwd " + human_ms(stage.predicted.bwd_ms) + " / microbatch");
   lines.push_back(human_bytes(stage.predicted.mem_bytes) + " of " + human_bytes(static_cast<double>(plan.cluster.mem_bytes)) +
                   " per device");

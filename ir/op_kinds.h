@@ -43,7 +43,9 @@ inline constexpr OpTraits kView = 1u << 0;                // outputs alias the f
 inline constexpr OpTraits kSlicingView = 1u << 1;         // a view whose backward fills an input-sized gradient
 inline constexpr OpTraits kSavesOutput = 1u << 2;         // backward needs only the output (relu, sigmoid, softmax)
 inline constexpr OpTraits kSavesNothing = 1u << 3;        // backward needs nothing batch-sized (add, cat, sum, casts)
-inline constexpr OpTraits kScalarSavesNothing = 1u << 4;  // saves nothing when input 1 is a scalar (x * 2, x / 8)
+// A product or quotient: keeps each operand only for the other's gradient, so x * 2 and x / c
+// (c a scalar or a tensor without gradient) keep nothing batch-sized.
+inline constexpr OpTraits kSavesForOtherOperand = 1u << 4;
 inline constexpr OpTraits kSavesCondition = 1u << 5;      // keeps its bool condition for backward (where, masked_fill)
 inline constexpr OpTraits kDropout = 1u << 6;             // dropout: random in training unless p = 0, keeps its mask
 inline constexpr OpTraits kSavesPoolIndices = 1u << 7;    // max pooling: keeps int64 indices for backward
@@ -66,7 +68,7 @@ inline constexpr OpTraits kBatchStatistics = 1u << 21;    // mixes the samples o
 
 // The traits an in-place form (aten::relu_) takes from its functional kind (aten::relu).
 inline constexpr OpTraits kOfFunctionalKind = kView | kSlicingView | kSavesOutput | kSavesNothing |
-                                              kScalarSavesNothing | kSavesCondition | kDropout | kSavesPoolIndices |
+                                              kSavesForOtherOperand | kSavesCondition | kDropout | kSavesPoolIndices |
                                               kNormalisesLastDims;
 }  // namespace op_trait
 

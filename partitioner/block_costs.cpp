@@ -44,24 +44,54 @@ std::vector<bool> split_ops(std::size_t op_count, const TensorRegions& regions, 
   return split;
 }
 
+// [op]: the region of the attention core it belongs to when selective recomputation runs it
+// again: every consumer of its outputs is in the same core (not the product with V, whose output
+// the output projection keeps), else -1.
+std::vector<int> recomputed_core_of_op(const ir::Graph& graph, const TensorRegions& regions) {
+  std::vector<int> core(graph.ops().size(), -1);
+  for (std::size_t r = 0; r < regions.regions.size(); ++r)
+    for (auto op : regions.regions[r].attention_core) core[static_cast<std::size_t>(op)] = static_cast<int>(r);
+  const auto& model_outputs = graph.model_outputs();
+  std::vector<int> recomputed(graph.ops().size(), -1);
+  for (std::size_t op = 0; op < core.size(); ++op) {
+    if (core[op] < 0) continue;
+    bool inside = true;
+    for (auto out : graph.op(static_cast<ir::OpId>(op)).outputs) {
+      if (std::find(model_outputs.begin(), model_outputs.end(), out) != model_outputs.end()) inside = false;
+      for (auto consumer : graph.value(out).consumers) inside = inside && core[static_cast<std::size_t>(consumer)] == core[op];
+    }
+    if (inside) recomputed[op] = core[op];
+  }
+  return recomputed;
+}
+
 // Each block's times, workspace and kept activations at one tensor-parallel degree (1: none).
 struct BlockTables {
   std::vector<std::vector<double>> fwd, bwd, fwd_host, bwd_host, workspace;  // [block][sample]
   std::vector<double> kept;                                                  // [block]
+  BlockCosts::Cores cores;
 };
 
 BlockTables cost_blocks(const ir::Graph& graph, const std::vector<std::vector<ir::OpId>>& ops,
                         const cost::CostModel& costs, const cost::ActivationMemory& activations,
-                        const TensorRegions& regions, int degree, const BlockCosts& result) {
+                        const TensorRegions& regions, const std::vector<int>& recomputed_core, int degree,
+                        const BlockCosts& result) {
   std::size_t sizes = result.samples.size();
   const std::vector<bool> split = split_ops(graph.ops().size(), regions, degree);
   BlockTables tables;
   for (const auto& block_ops : ops) {
     std::vector<double> fwd(sizes, 0), bwd(sizes, 0), fwd_host(sizes, 0), bwd_host(sizes, 0), workspace(sizes, 0);
-    double kept = 0;
+    std::vector<double> core_fwd(sizes, 0);
+    double kept = 0, core_kept = 0;
+    std::map<int, double> kept_by_core;
     for (auto op : block_ops) {
       int ways = split[static_cast<std::size_t>(op)] ? degree : 1;
+      int core = recomputed_core[static_cast<std::size_t>(op)];
       kept += activations.kept_bytes[op] / ways;
+      if (core >= 0) {
+        core_kept += activations.kept_bytes[op] / ways;
+        kept_by_core[core] += activations.kept_bytes[op] / ways;
+      }
       double fixed = activations.weight_grad_bytes[op], scaled = activations.workspace_bytes[op] - fixed;
       for (std::size_t i = 0; i < sizes; ++i) {
         double fraction = result.samples[i] / result.evaluated_batch;
@@ -70,6 +100,7 @@ BlockTables cost_blocks(const ir::Graph& graph, const std::vector<std::vector<ir
         bwd[i] += cost.bwd_ms;
         fwd_host[i] += cost.fwd_host_ms;
         bwd_host[i] += cost.bwd_host_ms;
+        if (core >= 0) core_fwd[i] += cost.fwd_ms;
         workspace[i] = std::max(workspace[i], (fixed + fraction * scaled) / ways);
       }
     }
@@ -79,6 +110,11 @@ BlockTables cost_blocks(const ir::Graph& graph, const std::vector<std::vector<ir
     tables.bwd_host.push_back(bwd_host);
     tables.workspace.push_back(workspace);
     tables.kept.push_back(kept);
+    tables.cores.fwd_ms.push_back(core_fwd);
+    tables.cores.kept_bytes.push_back(core_kept);
+    double largest = 0;
+    for (const auto& [_, bytes] : kept_by_core) largest = std::max(largest, bytes);
+    tables.cores.largest_bytes.push_back(largest);
   }
   return tables;
 }
@@ -161,6 +197,27 @@ void collect_tensors(const ir::Graph& graph, const UnitGraph& units, const Block
   }
 }
 
+// Prefix sums of a per-block amount (empty: zero everywhere).
+std::vector<double> prefix_sums(const std::vector<double>& per_block, int count) {
+  std::vector<double> prefix(static_cast<std::size_t>(count) + 1, 0.0);
+  for (int block = 0; block < count && !per_block.empty(); ++block) prefix[block + 1] = prefix[block] + per_block[block];
+  return prefix;
+}
+
+// A RangeTable-shaped table of the largest per-block amount in each range (empty: zero).
+std::vector<double> running_maxima(const std::vector<double>& per_block, int count) {
+  std::vector<double> table(static_cast<std::size_t>(count) * static_cast<std::size_t>(count + 1), 0.0);
+  if (per_block.empty()) return table;
+  for (int begin = 0; begin < count; ++begin) {
+    double largest = 0;
+    for (int end = begin + 1; end <= count; ++end) {
+      largest = std::max(largest, per_block[end - 1]);
+      table[begin * (count + 1) + end] = largest;
+    }
+  }
+  return table;
+}
+
 }  // namespace
 
 std::vector<double> unit_step_ms(const UnitGraph& units, const cost::CostModel& costs) {
@@ -195,26 +252,29 @@ BlockCosts block_costs(const ir::Graph& graph, const UnitGraph& units, const Blo
   result.evaluated_batch = static_cast<double>(evaluated_batch);
   result.samples = samples;
   auto ops = ops_by_block(graph, units, blocking);
-  BlockTables whole = cost_blocks(graph, ops, costs, activations, regions, 1, result);
+  const std::vector<int> recomputed_core = recomputed_core_of_op(graph, regions);
+  BlockTables whole = cost_blocks(graph, ops, costs, activations, regions, recomputed_core, 1, result);
   result.fwd_ms = std::move(whole.fwd);
   result.bwd_ms = std::move(whole.bwd);
   result.fwd_host_ms = std::move(whole.fwd_host);
   result.bwd_host_ms = std::move(whole.bwd_host);
   result.workspace_bytes = std::move(whole.workspace);
   result.kept_bytes = std::move(whole.kept);
+  result.cores = std::move(whole.cores);
   std::vector<int> block_of_op(graph.ops().size(), 0);
   for (int block = 0; block < static_cast<int>(ops.size()); ++block)
     for (auto op : ops[block]) block_of_op[static_cast<std::size_t>(op)] = block;
   for (int degree : degrees) {
     bool allowed = std::any_of(regions.regions.begin(), regions.regions.end(), [&](const auto& r) { return r.allows(degree); });
     if (degree <= 1 || !allowed) continue;
-    BlockTables tables = cost_blocks(graph, ops, costs, activations, regions, degree, result);
+    BlockTables tables = cost_blocks(graph, ops, costs, activations, regions, recomputed_core, degree, result);
     BlockCosts::Split split;
     split.degree = degree;
     split.fwd_ms = std::move(tables.fwd);
     split.bwd_ms = std::move(tables.bwd);
     split.workspace_bytes = std::move(tables.workspace);
     split.kept_bytes = std::move(tables.kept);
+    split.cores = std::move(tables.cores);
     add_collectives(graph, block_of_op, regions, costs.precision(), split);
     result.splits.push_back(std::move(split));
   }
@@ -247,8 +307,7 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
       if (weight.split_divisor > 0 && weight.split_divisor % split.degree == 0) add_weight(weight, table, nullptr);
     for (int begin = 0; begin < count_; ++begin)
       for (int end = begin + 1; end <= count_; ++end) cell(table, begin, end) += cell(table, begin, end - 1);
-    auto& kept = split_kept_prefix_.emplace_back(static_cast<std::size_t>(count_) + 1, 0.0);
-    for (int block = 0; block < count_; ++block) kept[block + 1] = kept[block] + split.kept_bytes[block];
+    split_kept_prefix_.push_back(prefix_sums(split.kept_bytes, count_));
   }
   // Tensors produced before begin (or model inputs) and read in the range.
   for (const auto& tensor : blocks.tensors) {
@@ -285,11 +344,13 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
   std::vector<double> largest_in_block(static_cast<std::size_t>(count_), 0);
   for (const auto& weight : blocks.weights)
     for (int block : weight.blocks) largest_in_block[block] = std::max(largest_in_block[block], weight.param_elements);
-  largest_param_elements_.assign(cells, 0);
-  for (int begin = 0; begin < count_; ++begin)
-    for (int end = begin + 1; end <= count_; ++end)
-      cell(largest_param_elements_, begin, end) = std::max(end - 1 > begin ? cell(largest_param_elements_, begin, end - 1) : 0.0,
-                                                           largest_in_block[end - 1]);
+  largest_param_elements_ = running_maxima(largest_in_block, count_);
+  core_kept_prefix_.push_back(prefix_sums(blocks.cores.kept_bytes, count_));
+  largest_core_.push_back(running_maxima(blocks.cores.largest_bytes, count_));
+  for (const auto& split : blocks.splits) {
+    core_kept_prefix_.push_back(prefix_sums(split.cores.kept_bytes, count_));
+    largest_core_.push_back(running_maxima(split.cores.largest_bytes, count_));
+  }
   // A weight is tied in [begin, end) from the end just past its second read at or after begin.
   largest_tied_grad_bytes_.assign(cells, 0);
   for (const auto& weight : blocks.weights) {
@@ -309,8 +370,7 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
     for (int begin = 0; begin < count_; ++begin)
       for (int end = begin + 1; end <= count_; ++end) cell(*table, begin, end) += cell(*table, begin, end - 1);
   }
-  kept_prefix_.assign(static_cast<std::size_t>(count_) + 1, 0);
-  for (int block = 0; block < count_; ++block) kept_prefix_[block + 1] = kept_prefix_[block] + blocks.kept_bytes[block];
+  kept_prefix_ = prefix_sums(blocks.kept_bytes, count_);
 }
 
 std::size_t RangeTable::split_index(int degree) const {
@@ -327,6 +387,15 @@ double RangeTable::kept_bytes(int begin, int end, int degree) const {
   if (degree == 1) return kept_bytes(begin, end);
   const auto& prefix = split_kept_prefix_.at(split_index(degree));
   return prefix[end] - prefix[begin];
+}
+
+double RangeTable::core_kept_bytes(int begin, int end, int degree) const {
+  const auto& prefix = core_kept_prefix_.at(degree == 1 ? 0 : split_index(degree) + 1);
+  return prefix[end] - prefix[begin];
+}
+
+double RangeTable::largest_core_bytes(int begin, int end, int degree) const {
+  return at(largest_core_.at(degree == 1 ? 0 : split_index(degree) + 1), begin, end);
 }
 
 }  // namespace rannc::partition

@@ -23,6 +23,18 @@ struct BlockCosts {
   std::vector<std::vector<double>> fwd_host_ms, bwd_host_ms;
   std::vector<double> kept_bytes;  // [block] activations kept for backward, at evaluated_batch
 
+  // What selective recomputation (plan::Recompute::kSelective) does in each block: the attention
+  // cores' ops whose outputs stay inside their core (TensorRegion::attention_core, less the
+  // product with V, whose output the output projection keeps) run again in backward, and their
+  // activations are not kept. Tests that fill BlockCosts may leave the tables empty: no cores.
+  struct Cores {
+    std::vector<std::vector<double>> fwd_ms;  // [block][sample]: their forward, run again
+    std::vector<double> kept_bytes;           // [block]: their kept activations, at evaluated_batch
+    // [block]: the most one core keeps: alive while that core is recomputed in backward.
+    std::vector<double> largest_bytes;
+  };
+  Cores cores;
+
   // The blocks under tensor parallelism of one degree t > 1 (partitioner/tensor_regions.h): the
   // ops of each region that allows t do 1/t of their work and keep 1/t of their activations;
   // the others run whole on every device of the group.
@@ -30,6 +42,7 @@ struct BlockCosts {
     int degree = 2;
     std::vector<std::vector<double>> fwd_ms, bwd_ms, workspace_bytes;  // [block][sample], as above
     std::vector<double> kept_bytes;                                    // [block]
+    Cores cores;                                                       // per device of the group
     // [block]: what the group all-reduces per pass at evaluated_batch, and in how many
     // collectives: each region's output in forward (where its row op is), its input's gradient
     // in backward (where its column ops are).
@@ -107,6 +120,10 @@ class RangeTable {
   // The same under tensor parallelism of a costed degree > 1: per device of its group.
   double param_elements(int begin, int end, int degree) const;
   double kept_bytes(int begin, int end, int degree) const;
+  // Selective recomputation (BlockCosts::Cores) per device at a degree (1 or a costed one): the
+  // activations the range's cores keep, and the most of one core.
+  double core_kept_bytes(int begin, int end, int degree) const;
+  double largest_core_bytes(int begin, int end, int degree) const;
   // Whether the range sends a tensor without a batch dim to a later block: each replica would
   // hold a different partial value, so such a range runs on one replica per pipeline.
   bool sends_batch_free(int begin, int end) const { return at(batch_free_sent_, begin, end) > 0; }
@@ -119,6 +136,8 @@ class RangeTable {
   // [split]: elements that split at its degree, in full (a table like param_elements_); kept
   // bytes per device, as prefix sums.
   std::vector<std::vector<double>> split_param_elements_, split_kept_prefix_;
+  // [0: degree 1, 1 + split index]: BlockCosts::Cores as prefix sums and running maxima tables.
+  std::vector<std::vector<double>> core_kept_prefix_, largest_core_;
   std::vector<double> largest_param_elements_, largest_tied_grad_bytes_;  // running maxima over end, not sums
   std::vector<double> param_elements_, buffer_bytes_, received_bytes_, model_input_bytes_, sent_bytes_,
       final_output_bytes_, saved_sent_bytes_, batch_free_sent_, kept_prefix_;

@@ -541,7 +541,7 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
        " within " + std::to_string(static_cast<int>(std::lround((kRankingSlack - 1) * 100))) + "% of the best");
   if (choices.empty()) {
     throw Error(ExitStatus::kCannotMeet,
-                "the model does not fit in " + std::to_string(request.cluster.gpus()) + " devices of " +
+                "the model does not fit in " + plural(request.cluster.gpus(), "device") + " of " +
                     human_bytes(static_cast<double>(request.cluster.mem_bytes)) + ": " +
                     what_would_fit(graph, units, result.partitioning.blocking, result.partitioning.regions, costs,
                                    activations, evaluated_batch, request));

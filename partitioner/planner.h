@@ -43,7 +43,7 @@ struct PlanRequest {
   std::optional<int> stages;        // --stages
   std::optional<int> microbatches;  // --microbatches
   std::optional<plan::StateSharding> state_sharding;  // --shard-state: forced on replicated stages; nullopt: chosen per stage
-  std::optional<bool> recompute;    // --recompute full|none: forced on every stage; nullopt: chosen per stage
+  std::optional<plan::Recompute> recompute;  // --recompute none|selective|full: forced on every stage; nullopt: chosen per stage
   std::optional<int> fixed_microbatch;  // a model that runs only at this batch: microbatch size, one replica per stage
   int max_blocks = 192;             // coarsening target
   std::optional<int> pipelines;     // --layout dp=: force the count of pipeline replicas

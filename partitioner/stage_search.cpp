@@ -149,13 +149,14 @@ bool StageOptions::can_offload() const { return context_.cluster->host.mem_bytes
 // variant is worth an option unless another one is at least as good in time, end-of-step work
 // and microbatches in flight (ties keep the first listed).
 void StageOptions::add_variants(int begin, int end, int replicas, int tensor_degree, const RangeWork& work) {
+  if (replicas > 1 && context_.ranges->sends_batch_free(begin, end)) return;
+  const RangeStage stage = range_stage(begin, end, replicas, tensor_degree, work);
   std::vector<StageOption> variants;
   for (bool offload : {false, true})
-    for (bool recompute : {false, true}) {
+    for (auto recompute : {plan::Recompute::kNone, plan::Recompute::kSelective, plan::Recompute::kFull}) {
       if (context_.recompute && recompute != *context_.recompute) continue;
       for (auto sharding : kShardings)
-        if (auto variant = evaluate(begin, end, replicas, tensor_degree, recompute, sharding, offload, work))
-          variants.push_back(*variant);
+        if (auto variant = evaluate(stage, recompute, sharding, offload)) variants.push_back(*variant);
     }
   keep_undominated(variants);
   by_begin_[begin].insert(by_begin_[begin].end(), variants.begin(), variants.end());
@@ -170,6 +171,8 @@ cost::StageFootprint StageOptions::footprint(int begin, int end, int replicas, i
   footprint.tied_grad_bytes = ranges.largest_tied_grad_bytes(begin, end);
   footprint.buffer_bytes = ranges.buffer_bytes(begin, end);
   footprint.kept_bytes = ranges.kept_bytes(begin, end, tensor_degree) * fraction;
+  footprint.core_kept_bytes = ranges.core_kept_bytes(begin, end, tensor_degree) * fraction;
+  footprint.largest_core_bytes = ranges.largest_core_bytes(begin, end, tensor_degree) * fraction;
   footprint.input_bytes = (ranges.received_bytes(begin, end) + ranges.model_input_bytes(begin, end)) * fraction;
   footprint.output_bytes = ranges.sent_bytes(begin, end) * fraction;
   const double sent_to_stages = ranges.sent_bytes(begin, end) - ranges.final_output_bytes(begin, end);
@@ -188,60 +191,96 @@ double StageOptions::tensor_allreduce_ms(double bytes_at_evaluated_batch, int co
   return (all + (collectives - 1) * latency) * kMs;
 }
 
-std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replicas, int tensor_degree, bool recompute,
-                                                  plan::StateSharding sharding, bool offload, const RangeWork& work) const {
-  if (!allows(sharding, replicas)) return std::nullopt;
+StageOptions::RangeStage StageOptions::range_stage(int begin, int end, int replicas, int tensor_degree,
+                                                  const RangeWork& work) const {
+  RangeStage stage;
+  stage.begin = begin;
+  stage.end = end;
+  stage.replicas = replicas;
+  stage.tensor_degree = tensor_degree;
+  stage.footprint = footprint(begin, end, replicas, tensor_degree);
+  stage.footprint.workspace_bytes = work.workspace;
+  // A tensor-parallel group waits for its all-reduces between the ops that need them.
+  stage.fwd = work.fwd;
+  stage.bwd = work.bwd;
+  stage.fwd.add(tensor_allreduce_ms(work.fwd_reduced_bytes, work.fwd_collectives, replicas, tensor_degree), 0);
+  stage.bwd.add(tensor_allreduce_ms(work.bwd_reduced_bytes, work.bwd_collectives, replicas, tensor_degree), 0);
+  stage.core_fwd_ms = work.core_fwd_ms;
+  double fraction = (config_.microbatch_size / replicas) / context_.blocks->evaluated_batch;
+  double received = context_.ranges->received_bytes(begin, end) * fraction;
+  if (received > 0) stage.p2p_ms = 2 * cost::p2p_seconds(received, pipeline_link(*context_.cluster, config_)) * kMs;
+  stage.replica_choice = static_cast<std::size_t>(
+      std::find(replica_choices_.begin(), replica_choices_.end(), replicas) - replica_choices_.begin());
+  stage.most_in_flight = most_in_flight(end, replicas * tensor_degree);
+  return stage;
+}
+
+// Memory grows linearly with the microbatches in flight (cost::stage_memory): the largest count
+// that fits, up to `most`, from the line through 1 and 2, checked against the model itself so
+// that rounding never makes it differ from the largest n with fits(n). 0: not even one fits.
+template <typename Fits, typename Total>
+int most_that_fit(int most, double limit, Fits fits, Total total) {
+  if (!fits(1)) return 0;
+  if (most <= 1) return 1;
+  double one = total(1), per_microbatch = total(2) - one;
+  int n = most;
+  if (per_microbatch > 0) n = static_cast<int>(std::clamp(1 + std::floor((limit - one) / per_microbatch), 1.0, double(most)));
+  while (n < most && fits(n + 1)) ++n;
+  while (n > 1 && !fits(n)) --n;
+  return n;
+}
+
+std::optional<StageOption> StageOptions::evaluate(const RangeStage& range, plan::Recompute recompute,
+                                                  plan::StateSharding sharding, bool offload) const {
+  if (!allows(sharding, range.replicas)) return std::nullopt;
   if (offload && (!can_offload() || sharding != plan::StateSharding::kNone)) return std::nullopt;
-  if (replicas > 1 && context_.ranges->sends_batch_free(begin, end)) return std::nullopt;
-  cost::StageFootprint stage = footprint(begin, end, replicas, tensor_degree);
-  stage.workspace_bytes = work.workspace;
+  const cost::StageFootprint& stage = range.footprint;
   const cost::Cluster& cluster = *context_.cluster;
-  cost::StateLayout state = state_layout(replicas, sharding, offload);
+  cost::StateLayout state = state_layout(range.replicas, sharding, offload);
   // The node's devices share its host memory.
   double host_share = static_cast<double>(cluster.host.mem_bytes) / cluster.gpus_per_node;
   if (cost::host_memory_bytes(stage.param_elements, context_.optimizer, state) > host_share) return std::nullopt;
   double limit = static_cast<double>(context_.cluster->mem_bytes);
-  auto fits = [&](int n) {
-    return cost::stage_memory(stage, n, recompute, state, context_.optimizer, context_.precision).total() <= limit;
+  auto total = [&](int n) {
+    return cost::stage_memory(stage, n, recompute, state, context_.optimizer, context_.precision).total();
   };
-  if (!fits(1)) return std::nullopt;
-  // Memory grows with the microbatches in flight: the largest count that fits, by bisection.
-  int low = 1, high = config_.microbatches;
-  while (low < high) {
-    int mid = (low + high + 1) / 2;
-    if (fits(mid)) low = mid;
-    else high = mid - 1;
-  }
+  // Up to the most the stage can ever keep: counting beyond would only keep variants (less
+  // recomputed, more kept) that no pipeline can tell apart.
+  int in_flight = most_that_fit(range.most_in_flight, limit, [&](int n) { return total(n) <= limit; }, total);
+  if (in_flight == 0) return std::nullopt;
   StageOption option;
-  option.begin = begin;
-  option.end = end;
-  option.replicas = replicas;
-  option.tensor_degree = tensor_degree;
+  option.begin = range.begin;
+  option.end = range.end;
+  option.replicas = range.replicas;
+  option.tensor_degree = range.tensor_degree;
   option.recompute = recompute;
   option.sharding = sharding;
   option.offload = offload;
-  option.max_in_flight = low;
-  // A tensor-parallel group waits for its all-reduces between the ops that need them.
-  cost::PassTime fwd = work.fwd, bwd = work.bwd;
-  fwd.add(tensor_allreduce_ms(work.fwd_reduced_bytes, work.fwd_collectives, replicas, tensor_degree), 0);
-  bwd.add(tensor_allreduce_ms(work.bwd_reduced_bytes, work.bwd_collectives, replicas, tensor_degree), 0);
-  option.fwd_ms = fwd.ms();
-  // Recomputation runs the forward again within the backward pass.
-  if (recompute) bwd.add(fwd.device_ms, fwd.host_ms);
+  option.max_in_flight = in_flight;
+  cost::PassTime bwd = range.bwd;
+  option.fwd_ms = range.fwd.ms();
+  // Recomputation runs the forward, or the attention cores' forward, again within the backward pass.
+  if (recompute == plan::Recompute::kFull) bwd.add(range.fwd.device_ms, range.fwd.host_ms);
+  if (recompute == plan::Recompute::kSelective) bwd.add(range.core_fwd_ms, 0);
   option.bwd_ms = bwd.ms();
-  double fraction = (config_.microbatch_size / replicas) / context_.blocks->evaluated_batch;
-  double received = context_.ranges->received_bytes(begin, end) * fraction;
-  if (received > 0) option.p2p_ms = 2 * cost::p2p_seconds(received, pipeline_link(*context_.cluster, config_)) * kMs;
-  std::size_t choice = static_cast<std::size_t>(
-      std::find(replica_choices_.begin(), replica_choices_.end(), replicas) - replica_choices_.begin());
+  option.p2p_ms = range.p2p_ms;
   auto at = static_cast<std::size_t>(sharding);
   if (stage.param_elements > 0)
-    option.allreduce_ms = sync_fixed_ms_[choice][at] + sync_ms_per_element_[choice][at] * stage.param_elements;
+    option.allreduce_ms = sync_fixed_ms_[range.replica_choice][at] + sync_ms_per_element_[range.replica_choice][at] * stage.param_elements;
   if (offload)
     option.offload_ms = cost::offload_seconds(cluster, stage.param_elements, context_.optimizer, context_.precision) * kMs;
   option.t_ms = option.fwd_ms + option.bwd_ms + option.p2p_ms;
   option.term_ms = (config_.microbatches - 1) * option.t_ms + option.allreduce_ms + option.offload_ms;
   return option;
+}
+
+int StageOptions::most_in_flight(int end, int devices) const {
+  // The most stages after this one: one block and one device (one group of a forced degree)
+  // each, or the forced count.
+  int stage_devices = config_.tensor_degree.value_or(1);
+  int stages_after = std::min(block_count() - end, (config_.pipeline_devices - devices) / stage_devices);
+  if (config_.stages) stages_after = std::min(stages_after, *config_.stages - 1);
+  return plan::microbatches_in_flight(config_.schedule, std::max(stages_after, 0), config_.microbatches);
 }
 
 StageOptions::RangeWork StageOptions::range_work(int begin, int end, int replicas, int tensor_degree) const {
@@ -252,22 +291,24 @@ StageOptions::RangeWork StageOptions::range_work(int begin, int end, int replica
   return work;
 }
 
-std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replicas, bool recompute,
+std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replicas, plan::Recompute recompute,
                                                   plan::StateSharding sharding, bool offload, int tensor_degree) const {
   if (std::find(replica_choices_.begin(), replica_choices_.end(), replicas) == replica_choices_.end()) return std::nullopt;
   if (std::find(tensor_degrees_.begin(), tensor_degrees_.end(), tensor_degree) == tensor_degrees_.end()) return std::nullopt;
   if (replicas * tensor_degree > config_.pipeline_devices) return std::nullopt;
   const BlockCosts::Split* split = tensor_degree > 1 ? context_.blocks->split(tensor_degree) : nullptr;
   if (split && (split->cuts_region_before[begin] || split->cuts_region_before[end])) return std::nullopt;
-  return evaluate(begin, end, replicas, tensor_degree, recompute, sharding, offload,
-                  range_work(begin, end, replicas, tensor_degree));
+  if (replicas > 1 && context_.ranges->sends_batch_free(begin, end)) return std::nullopt;
+  return evaluate(range_stage(begin, end, replicas, tensor_degree, range_work(begin, end, replicas, tensor_degree)), recompute,
+                  sharding, offload);
 }
 
 plan::MemoryBreakdown StageOptions::memory(const StageOption& option, int in_flight) const {
-  cost::StageFootprint stage = footprint(option.begin, option.end, option.replicas, option.tensor_degree);
-  stage.workspace_bytes = range_work(option.begin, option.end, option.replicas, option.tensor_degree).workspace;
-  return cost::stage_memory(stage, in_flight, option.recompute, state_layout(option.replicas, option.sharding, option.offload),
-                            context_.optimizer, context_.precision);
+  RangeWork work = range_work(option.begin, option.end, option.replicas, option.tensor_degree);
+  const RangeStage range = range_stage(option.begin, option.end, option.replicas, option.tensor_degree, work);
+  return cost::stage_memory(range.footprint, in_flight, option.recompute,
+                            state_layout(option.replicas, option.sharding, option.offload), context_.optimizer,
+                            context_.precision);
 }
 
 std::optional<PipelineSolution> evaluate_pipeline(const StageOptions& options, std::vector<StageOption> stages) {

@@ -1,12 +1,13 @@
 // Stage search: cuts the block sequence into pipeline stages (contiguous block ranges), gives
-// each stage a replica count and a recomputation flag, under the memory limit of a device.
+// each stage a replica count and a recomputation choice, under the memory limit of a device.
 //
 // One search covers one SearchConfig: P identical pipelines of D devices each (the pipelines
 // are data-parallel copies of each other across node groups), M microbatches of b samples per
 // pipeline and step. A stage over blocks [begin, end) with r replicas runs b / r samples per
 // replica and microbatch; per microbatch it takes
 //
-//   t = fwd + bwd (+ fwd again when recomputing) + 2 x p2p(inputs received from earlier stages)
+//   t = fwd + bwd (+ fwd again when recomputing, or the attention cores' forward when
+//       recomputing selectively) + 2 x p2p(inputs received from earlier stages)
 //
 // and after its last backward it synchronises its gradients among its P x r replicas (AR: an
 // allreduce, or with sharded optimizer state a reduce-scatter plus an all-gather; costed as
@@ -61,7 +62,7 @@ struct SearchContext {
   plan::Optimizer optimizer = plan::Optimizer::kAdam;
   plan::Precision precision = plan::Precision::kFp32;
   std::optional<plan::StateSharding> state_sharding;  // forced on every replicated stage; nullopt: each stage's choice
-  std::optional<bool> recompute;  // forced on every stage (--recompute); nullopt: each stage's choice
+  std::optional<plan::Recompute> recompute;  // forced on every stage (--recompute); nullopt: each stage's choice
 };
 
 struct StageOption {
@@ -70,16 +71,16 @@ struct StageOption {
   // Tensor parallelism: each replica is a group of this many devices in one node, splitting the
   // regions that allow it (BlockCosts::Split); 1 runs every op whole on one device.
   int tensor_degree = 1;
-  bool recompute = false;
+  plan::Recompute recompute = plan::Recompute::kNone;
   plan::StateSharding sharding = plan::StateSharding::kNone;
   bool offload = false;           // state in host memory (cost_model/memory.h, StateLayout)
-  double fwd_ms = 0, bwd_ms = 0;  // per microbatch and replica; bwd includes the recomputed forward
+  double fwd_ms = 0, bwd_ms = 0;  // per microbatch and replica; bwd includes what is recomputed
   double p2p_ms = 0;              // receiving inputs and sending their gradients back
   double allreduce_ms = 0;        // the gradient synchronisation
   double offload_ms = 0;          // host transfers and the host's optimizer step, once per step
   double t_ms = 0;                // fwd + bwd + p2p
   double term_ms = 0;             // (M - 1) t + allreduce + offload
-  int max_in_flight = 0;          // microbatches in flight that fit in memory
+  int max_in_flight = 0;          // microbatches in flight that fit in memory (up to the most it may keep)
   int devices() const { return replicas * tensor_degree; }  // per pipeline
 };
 
@@ -96,7 +97,7 @@ class StageOptions {
   // flight, its replica count does not divide the microbatch, the sharding is not allowed
   // (forced otherwise, or a stage of one replica in all), or it offloads where it cannot (no host
   // memory, too little of it, or sharded state).
-  std::optional<StageOption> evaluate(int begin, int end, int replicas, bool recompute,
+  std::optional<StageOption> evaluate(int begin, int end, int replicas, plan::Recompute recompute,
                                       plan::StateSharding sharding = plan::StateSharding::kNone,
                                       bool offload = false, int tensor_degree = 1) const;
   const std::vector<int>& replica_choices() const { return replica_choices_; }
@@ -117,10 +118,13 @@ class StageOptions {
   // tensor-parallel degree (`split`, nullptr for 1), with what its group all-reduces.
   struct RangeWork {
     cost::PassTime fwd, bwd;
+    double core_fwd_ms = 0;  // the attention cores' forward (BlockCosts::Cores)
     double workspace = 0;
     double fwd_reduced_bytes = 0, bwd_reduced_bytes = 0;  // at the evaluated batch
     int fwd_collectives = 0, bwd_collectives = 0;
     void add(const BlockCosts& blocks, const BlockCosts::Split* split, int block, int sample) {
+      const BlockCosts::Cores& cores = split ? split->cores : blocks.cores;
+      if (!cores.fwd_ms.empty()) core_fwd_ms += cores.fwd_ms[block][sample];
       if (!split) {
         fwd.add(blocks.fwd_ms[block][sample], blocks.fwd_host(block, sample));
         bwd.add(blocks.bwd_ms[block][sample], blocks.bwd_host(block, sample));
@@ -136,9 +140,23 @@ class StageOptions {
       bwd_collectives += split->bwd_collectives[block];
     }
   };
+  // What every variant of a range shares: its footprint (the workspace included), its passes
+  // with the group's all-reduces, the attention cores' forward and the point-to-point transfers.
+  struct RangeStage {
+    int begin = 0, end = 0, replicas = 1, tensor_degree = 1;
+    cost::StageFootprint footprint;
+    cost::PassTime fwd, bwd;
+    double core_fwd_ms = 0, p2p_ms = 0;
+    std::size_t replica_choice = 0;  // index into replica_choices_
+    int most_in_flight = 1;
+  };
+  RangeStage range_stage(int begin, int end, int replicas, int tensor_degree, const RangeWork& work) const;
   cost::StageFootprint footprint(int begin, int end, int replicas, int tensor_degree) const;
-  std::optional<StageOption> evaluate(int begin, int end, int replicas, int tensor_degree, bool recompute,
-                                      plan::StateSharding sharding, bool offload, const RangeWork& work) const;
+  // The most microbatches a stage ending before block `end` on `devices` can keep in flight: its
+  // schedule's bound with as many stages after it as could follow.
+  int most_in_flight(int end, int devices) const;
+  std::optional<StageOption> evaluate(const RangeStage& range, plan::Recompute recompute,
+                                      plan::StateSharding sharding, bool offload) const;
   void add_ranges_from(int begin, int replicas, int tensor_degree);
   void add_variants(int begin, int end, int replicas, int tensor_degree, const RangeWork& work);
   // The all-reduces of a pass within a tensor-parallel group, per microbatch.

@@ -45,4 +45,18 @@ StateSharding parse_state_sharding(std::string_view name, std::string_view what)
                             state_sharding_name);
 }
 
+std::string_view recompute_name(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "none";
+}
+
+Recompute parse_recompute(std::string_view name, std::string_view what) {
+  return parse_named_choice(name, what, "recompute", {Recompute::kNone, Recompute::kSelective, Recompute::kFull},
+                            recompute_name);
+}
+
 }  // namespace rannc::plan

@@ -30,4 +30,12 @@ inline constexpr std::int64_t kGradientBucketBytes = std::int64_t{25} << 20;
 std::string_view state_sharding_name(StateSharding sharding);
 StateSharding parse_state_sharding(std::string_view name, std::string_view what);
 
+// What a stage runs again in backward instead of keeping from forward. kSelective recomputes
+// only the attention cores (scores, masking, softmax, dropout: Korthikanti et al., 2022), whose
+// activations grow with the square of the sequence, and keeps the rest; kFull runs the stage's
+// whole forward again and keeps only its inputs. Names: "none", "selective", "full".
+enum class Recompute : std::uint8_t { kNone, kSelective, kFull };
+std::string_view recompute_name(Recompute recompute);
+Recompute parse_recompute(std::string_view name, std::string_view what);
+
 }  // namespace rannc::plan

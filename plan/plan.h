@@ -107,7 +107,8 @@ struct Stage {
   std::vector<int> ops;     // the model's ops the stage computes (ir op ids)
   std::vector<Tensor> inputs, outputs;
   std::vector<Weight> params, buffers;
-  bool recompute = false, offload = false;
+  Recompute recompute = Recompute::kNone;
+  bool offload = false;
   StateSharding state_sharding = StateSharding::kNone;  // among all of the stage's ranks
   TensorParallel tensor_parallel;  // written only when degree > 1
   StagePrediction predicted;

@@ -19,6 +19,12 @@ inline void to_json(nlohmann::json& json, Schedule schedule) { json = std::strin
 inline void to_json(nlohmann::json& json, Optimizer optimizer) { json = std::string(optimizer_name(optimizer)); }
 inline void to_json(nlohmann::json& json, Precision precision) { json = std::string(precision_name(precision)); }
 inline void to_json(nlohmann::json& json, StateSharding sharding) { json = std::string(state_sharding_name(sharding)); }
+// A stage's recompute: false (none) and true (full), as plans were before selective
+// recomputation, or "selective".
+inline void to_json(nlohmann::json& json, Recompute recompute) {
+  if (recompute == Recompute::kSelective) json = std::string(recompute_name(recompute));
+  else json = recompute == Recompute::kFull;
+}
 
 // Throws InputError naming the field when a number is NaN or infinite (JSON cannot hold it).
 nlohmann::json to_json(const Plan& plan);

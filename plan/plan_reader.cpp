@@ -245,6 +245,12 @@ Choice read_choice(const Field& field, Choice (*parse)(std::string_view, std::st
   return parse(text_excerpt(field.text()), field.label() + ":");
 }
 
+// false (none), true (full) or a name (plan_json.h writes "selective" so).
+Recompute read_recompute(const Field& field) {
+  if (field.raw().is_boolean()) return field.flag() ? Recompute::kFull : Recompute::kNone;
+  return read_choice(field, parse_recompute);
+}
+
 // Where a stage input comes from: a model input, or an output of an earlier stage whose name
 // and dtype it carries.
 void read_source(const Field& input, Tensor& tensor, int stage_id, const Plan& plan) {
@@ -398,7 +404,7 @@ Stage read_stage(const Field& field, int index, const Plan& plan) {
     read_source(input, stage.inputs.back(), index, plan);
   }
   stage.buffers = read_weights(field["buffers"]);
-  stage.recompute = field["recompute"].flag();
+  stage.recompute = read_recompute(field["recompute"]);
   stage.offload = field["offload"].flag();
   if (auto sharding = field.find("state_sharding")) stage.state_sharding = read_choice(*sharding, parse_state_sharding);
   stage.predicted = read_predicted(field["predicted"]);

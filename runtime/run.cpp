@@ -163,6 +163,10 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
       throw InputError(plan.path + ": stage " + std::to_string(stage.id) + " splits its layers over " +
                        std::to_string(stage.tensor_parallel.degree) +
                        " devices (tensor parallelism), which this rannc-run does not train yet: plan with --tensor-parallel 1");
+    // The same losses either way; the stage keeps less than predicted and takes longer.
+    if (stage.recompute == plan::Recompute::kSelective && world.rank() == 0)
+      std::cerr << "rannc-run: stage " << stage.id
+                << " plans selective recomputation; this rannc-run recomputes the stage's whole forward instead\n";
   }
   if (static_cast<int>(plan.ranks.size()) != world.size()) {
     throw InputError(plan.path + ": the plan has " + std::to_string(plan.ranks.size()) + " ranks, but " +

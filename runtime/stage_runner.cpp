@@ -140,7 +140,7 @@ std::vector<at::Tensor> StageRunner::forward(int microbatch, std::vector<at::Ten
     loss_sum = loss_sum.defined() ? loss_sum + value : value;
   };
   Microbatch state;
-  if (stage_.recompute) {
+  if (recomputes()) {
     at::NoGradGuard no_grad;
     state.outputs = run_forward(inputs);
     if (loss_) add_loss(loss_(state.outputs, microbatch));
@@ -152,7 +152,7 @@ std::vector<at::Tensor> StageRunner::forward(int microbatch, std::vector<at::Ten
     }
   }
   auto outputs = state.outputs;
-  if (stage_.recompute) state.outputs.clear();  // only the inputs stay in flight
+  if (recomputes()) state.outputs.clear();  // only the inputs stay in flight
   state.inputs = std::move(inputs);
   in_flight_[microbatch] = std::move(state);
   return outputs;
@@ -162,7 +162,7 @@ std::vector<at::Tensor> StageRunner::backward(int microbatch, const std::vector<
   auto node = in_flight_.extract(microbatch);
   if (node.empty()) throw std::logic_error("backward of microbatch " + std::to_string(microbatch) + " before its forward");
   auto& state = node.mapped();
-  if (stage_.recompute) {
+  if (recomputes()) {
     state.outputs = run_forward(state.inputs);
     if (loss_) state.loss = loss_(state.outputs, microbatch);
   }

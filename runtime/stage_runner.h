@@ -77,6 +77,9 @@ class StageRunner {
   };
 
   std::vector<at::Tensor> run_forward(const std::vector<at::Tensor>& inputs);
+  // Whether backward runs the forward again: for selective recomputation too, whose attention
+  // cores this runner does not recompute apart yet.
+  bool recomputes() const { return stage_.recompute != plan::Recompute::kNone; }
 
   const plan::Stage& stage_;
   c10::Device device_;

@@ -64,6 +64,9 @@ SCALING_PRESETS = {
     "megatron-310.1b": Preset("gpt", layers=96, hidden=16384, heads=128, seq=2048, vocab=51200),
     "megatron-529.6b": Preset("gpt", layers=105, hidden=20480, heads=128, seq=2048, vocab=51200),
     "megatron-1008b": Preset("gpt", layers=128, hidden=25600, heads=160, seq=2048, vocab=51200),
+    # The 22B GPT of Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
+    # Models" (2022), Table 3; their 175B, 530B and 1T are gpt3-175b, megatron-529.6b and -1008b.
+    "korthikanti-22b": Preset("gpt", layers=48, hidden=6144, heads=64, seq=2048, vocab=51200),
 }
 
 @dataclass(frozen=True)

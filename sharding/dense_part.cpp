@@ -88,7 +88,7 @@ DensePart dense_part(const ir::Graph& graph, const std::vector<EmbeddingTable>& 
   cost::StateLayout state{cluster.gpus(), plan::StateSharding::kNone, false};
   if (cluster.gpus() > 1)
     dense.allreduce_ms = cost::gradient_sync_seconds(cluster, ranks, footprint.param_elements, state.sharding, costs.precision()) * 1e3;
-  dense.memory = cost::stage_memory(footprint, 1, false, state, optimizer, costs.precision());
+  dense.memory = cost::stage_memory(footprint, 1, plan::Recompute::kNone, state, optimizer, costs.precision());
   // The one dense stage sends and receives nothing between stages (its inputs, which its
   // activations count, come from the data and the embedding exchange): no transfer buffers.
   dense.memory.comm_buffers -= 2 * (footprint.input_bytes + footprint.output_bytes);

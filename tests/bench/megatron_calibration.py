@@ -16,11 +16,15 @@ Sources and how FLOPs are counted:
   has 3); model FLOPs are 3/4 of its figure, the column `published` here.
 - Our `model TFLOP/s` counts forward and backward of the model's own ops once (plan.json's
   predicted.model_tflops_per_device); MFU is that over the A100's 312 TFLOP/s bf16 peak.
-Not modelled yet: the interleaved schedule some published runs used, sequence parallelism and
-selective recomputation (Korthikanti et al. 2022), Llama-3 70B.
+- Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (2022),
+  Tables 3 and 5: 22B, 175B, 530B and 1T with t=8, sequence parallelism and selective
+  recomputation, one data-parallel replica, micro-batch 1 (4 for 22B), and their model FLOPs
+  utilisation (MFU, model FLOPs without recomputation over the A100's 312 TFLOP/s). Forced here as
+  `--layout pp=P,dp=1,tp=8 --recompute selective`; sequence parallelism comes with tp > 1.
+Not modelled yet: the interleaved schedule some published runs used, Llama-3 70B.
 
 usage: megatron_calibration.py BUILD_DIR [--quick]
-  --quick: the three smallest rows and GPT-3 only
+  --quick: the three smallest rows and GPT-3 only, and of Korthikanti's the 22B and GPT-3
 """
 import json
 import os
@@ -46,6 +50,14 @@ RUNS = [
     ("gpt3-175b", 1024, 1536, 8, 16, 140),
 ]
 QUICK = {"megatron-1.7b", "megatron-3.6b", "megatron-7.5b", "gpt3-175b"}
+# Korthikanti et al. 2022: preset, GPUs, global batch, pipeline degree (t = 8), published MFU.
+SELECTIVE_RUNS = [
+    ("korthikanti-22b", 8, 4, 1, 41.5),
+    ("gpt3-175b", 64, 64, 8, 51.4),
+    ("megatron-529.6b", 280, 280, 35, 56.0),
+    ("megatron-1008b", 512, 512, 64, 56.3),
+]
+QUICK_SELECTIVE = {"korthikanti-22b", "gpt3-175b"}
 
 
 def plan(rannc, model, gpus, batch, out, extra):
@@ -67,6 +79,39 @@ def layout_of(plan_json):
                                        plan_json["batch"]["microbatches"])
 
 
+def model_path(models, build, preset):
+    model = os.path.join(models, preset + ".onnx")
+    return model if os.path.exists(model) else os.path.join(build, "samples", "shape_only", preset + ".onnx")
+
+
+def selective_table(rannc, models, build, out, runs):
+    """Korthikanti et al.'s runs: their layout forced with selective recomputation, and the free plan."""
+    header = ("%-16s %5s %5s | %-16s %9s %9s %6s | %-26s %5s %6s %7s"
+              % ("model", "GPUs", "batch", "their layout", "predicted", "published", "ratio", "free plan", "MFU",
+                 "x them", "plan s"))
+    print("\nSequence parallelism and selective recomputation (Korthikanti et al. 2022), MFU:")
+    print(header)
+    print("-" * len(header))
+    failed = False
+    for preset, gpus, batch, pp, published in runs:
+        model = model_path(models, build, preset)
+        layout = "pp=%d,dp=1,tp=8" % pp
+        forced, _, why = plan(rannc, model, gpus, batch, out, ["--layout", layout, "--recompute", "selective"])
+        free, seconds, why_free = plan(rannc, model, gpus, batch, out, [])
+        if not free:
+            print("%-16s %5d %5d | free plan failed: %s" % (preset, gpus, batch, why_free))
+            failed = True
+            continue
+        forced_mfu = 100 * forced["predicted"]["model_tflops_per_device"] / PEAK_TFLOPS if forced else float("nan")
+        free_mfu = 100 * free["predicted"]["model_tflops_per_device"] / PEAK_TFLOPS
+        print("%-16s %5d %5d | %-16s %8.1f%% %8.1f%% %6.2f | %-26s %4.0f%% %6.2f %7.1f"
+              % (preset, gpus, batch, layout.replace(",", " "), forced_mfu, published, forced_mfu / published,
+                 layout_of(free), free_mfu, free_mfu / forced_mfu if forced else float("nan"), seconds))
+        if not forced:
+            print("    their layout: %s" % why)
+    return failed
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -74,21 +119,20 @@ def main():
     quick = "--quick" in sys.argv[2:]
     rannc = os.path.join(build, "bin", "rannc-partition")
     runs = [r for r in RUNS if not quick or r[0] in QUICK]
+    selective_runs = [r for r in SELECTIVE_RUNS if not quick or r[0] in QUICK_SELECTIVE]
     failed = False
     header = ("%-16s %5s %5s | %-16s %9s %9s %6s | %-26s %9s %5s %6s %7s"
               % ("model", "GPUs", "batch", "Megatron layout", "predicted", "published", "ratio", "free plan", "TFLOP/s",
                  "MFU", "x Meg.", "plan s"))
     with tempfile.TemporaryDirectory() as models, tempfile.TemporaryDirectory() as out:
-        presets = sorted({r[0] for r in runs if r[0].startswith("megatron-")})
+        presets = sorted({r[0] for r in runs + selective_runs if r[0].startswith(("megatron-", "korthikanti-"))})
         subprocess.run(["/usr/bin/python3", os.path.join(os.path.dirname(__file__), "..", "..", "samples",
                                                          "make_shape_only.py"), "--out", models, "--preset",
                         ",".join(presets)], check=True, capture_output=True)
         print(header)
         print("-" * len(header))
         for preset, gpus, batch, tp, pp, published in runs:
-            model = os.path.join(models, preset + ".onnx")
-            if not os.path.exists(model):
-                model = os.path.join(build, "samples", "shape_only", preset + ".onnx")
+            model = model_path(models, build, preset)
             dp = gpus // (tp * pp)
             layout = "pp=%d,dp=%d,tp=%d" % (pp, dp, tp)
             # The published runs recompute every layer's forward (SC'21, section 5).
@@ -108,8 +152,12 @@ def main():
                 failed = True
             if not forced:
                 print("    Megatron's layout: %s" % why)
-    print("\npredicted, published: model TFLOP/s per GPU (published = the paper's x 3/4); ratio = predicted / published;")
-    print("x Meg. = the free plan's TFLOP/s over Megatron's layout's under the same cost model; plan s = free planning time")
+        print("\npredicted, published: model TFLOP/s per GPU (published = the paper's x 3/4); ratio = predicted / "
+              "published;")
+        print("x Meg. = the free plan's TFLOP/s over Megatron's layout's under the same cost model; plan s = free "
+              "planning time")
+        failed = selective_table(rannc, models, build, out, selective_runs) or failed
+    print("x them = the free plan's MFU over their layout's under the same cost model")
     sys.exit(1 if failed else 0)
 
 

@@ -77,13 +77,14 @@ def check_show(binary, out, plan):
               "memory fraction")
         for flag in ("recompute", "offload", "state_sharding"):
             check(shown[flag] == stage.get(flag, "none"), f"stage {stage['id']} {flag}: show --json {shown[flag]!r}")
-    # The text table's columns for them (left-aligned under their headers): yes or no, and for
-    # sharded state no or the kind.
+    # The text table's columns for them (left-aligned under their headers): no or what is
+    # recomputed (full, selective), yes or no, and for sharded state no or the kind.
     header = next(line for line in text.splitlines() if line.lstrip().startswith("stage "))
     for row, stage in zip(rows, plan["stages"]):
         def cell(name):
             return row[header.index(" " + name + " ") + 1:].split()[0]
-        check(cell("recompute") == ("yes" if stage["recompute"] else "no"), f"recompute cell in {row}")
+        recompute = {False: "no", True: "full"}.get(stage["recompute"], stage["recompute"])
+        check(cell("recompute") == recompute, f"recompute cell in {row}")
         check(cell("offload") == ("yes" if stage["offload"] else "no"), f"offload cell in {row}")
         sharding = stage.get("state_sharding", "none")
         check(cell("sharded") == ("no" if sharding == "none" else sharding), f"sharded cell in {row}")

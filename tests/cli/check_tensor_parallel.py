@@ -9,7 +9,8 @@ usage: check_tensor_parallel.py RANNC RANNC_RUN SHAPE_ONLY_DIR SAMPLES_DIR
    degree inside one node, tensor_rank = place mod degree, two regions per layer it holds with
    their weights (QKV in 3 groups), sequence-parallel ops outside them, and `show` names the groups.
 2. --tensor-parallel 1 plans no split; the forced layouts tp=1, 2, 4 and 8 (pp x dp x tp = 64) and
-   --recompute full and none are each no faster than the free plan, and force what they say.
+   --recompute full, none and selective are each no faster than the free plan, and force what
+   they say.
 3. A model without a splittable region (ResNet-50) plans byte for byte the same stages with
    --tensor-parallel 8 and 1.
 4. rannc-run refuses the tensor-parallel plan with one line naming the stage.
@@ -112,9 +113,10 @@ def main():
             assert step >= free_ms * (1 - 1e-9), f"forced pp={pp},dp={dp},tp={tp} simulates {step} < free {free_ms}"
             print(f"pp={pp} dp={dp} tp={tp}: step {step:.1f} ms ({step / free_ms:.2f}x the free plan)")
 
-        for recompute in ("full", "none"):
+        written = {"full": True, "none": False, "selective": "selective"}
+        for recompute in ("full", "none", "selective"):
             forced = plan(rannc, gpt, out, *common, "--recompute", recompute)
-            assert all(s["recompute"] == (recompute == "full") for s in forced["stages"]), recompute
+            assert all(s["recompute"] == written[recompute] for s in forced["stages"]), recompute
             step = forced["predicted"]["iteration_ms"]
             assert step >= free_ms * (1 - 1e-9), f"--recompute {recompute} simulates {step} < free {free_ms}"
             print(f"--recompute {recompute}: step {step:.1f} ms ({step / free_ms:.2f}x the free plan)")

@@ -121,7 +121,7 @@ std::vector<int> balanced_param_cuts(const ir::Graph& graph, const UnitGraph& un
 std::optional<PipelineSolution> pipeline_from_cuts(const StageOptions& options, const std::vector<int>& cuts) {
   std::vector<StageOption> stages;
   for (std::size_t s = 0; s + 1 < cuts.size(); ++s) {
-    auto option = options.evaluate(cuts[s], cuts[s + 1], 1, false);
+    auto option = options.evaluate(cuts[s], cuts[s + 1], 1, plan::Recompute::kNone);
     if (!option) return std::nullopt;
     stages.push_back(*option);
   }
@@ -248,15 +248,16 @@ Blocking layer_blocking(const std::vector<int>& layers) {
 
 struct Layout {
   int stages = 0, pipelines = 0, microbatch = 0, microbatches = 0;
-  bool recompute = false;
+  plan::Recompute recompute = plan::Recompute::kNone;
   plan::StateSharding sharding = plan::StateSharding::kNone;
   double step_ms = 0;
 };
 
 std::string layout_text(const Layout& l) {
   char text[160];
+  std::string recompute = l.recompute == plan::Recompute::kNone ? "" : ", recompute " + std::string(plan::recompute_name(l.recompute));
   std::snprintf(text, sizeof text, "%d stages x %d pipelines, %d x %d samples%s%s", l.stages, l.pipelines,
-                l.microbatches, l.microbatch, l.recompute ? ", recompute" : "",
+                l.microbatches, l.microbatch, recompute.c_str(),
                 l.sharding != plan::StateSharding::kNone ? ", sharded state" : "");
   return text;
 }
@@ -315,7 +316,7 @@ int compare_layouts(const std::string& path, int gpus, std::int64_t batch, const
     int pipelines = gpus / stages;
     for (int microbatch = 1; microbatch <= batch / pipelines; microbatch *= 2) {
       if ((batch / pipelines) % microbatch != 0) continue;
-      for (bool recompute : {false, true}) {
+      for (auto recompute : {plan::Recompute::kNone, plan::Recompute::kSelective, plan::Recompute::kFull}) {
         for (auto sharding : {plan::StateSharding::kNone, plan::StateSharding::kOptimizer}) {
           if (sharding != plan::StateSharding::kNone && pipelines == 1) continue;
           Layout layout{stages, pipelines, microbatch, static_cast<int>(batch / pipelines / microbatch), recompute, sharding};

@@ -3,7 +3,7 @@ folder, and compare the loss of every step with single-process torch SGD (or Ada
 
 usage: check_training.py --partition BIN --run BIN --model PATH --out DIR [--np 4] [--steps 5]
            [--loss cross_entropy|mse] [--lr 0.05] [--seed 1] [--accumulate] [--tolerance 1e-4]
-           [--expect-stages K] [--expect-replicas] [--expect-schedule NAME] [--expect-sharded] [--expect-offload]
+           [--expect-stages K] [--expect-replicas] [--expect-schedule NAME] [--expect-sharded] [--expect-offload] [--expect-selective]
            [--recompute] [--offload] [--optimizer sgd|momentum|adam] [--bucket-kib N] [--weight-decay X]
            [--clip-grad-norm X] [--lr-schedule constant|linear|cosine] [--warmup-steps N] [--shuffle]
            [--data-steps X] [--accumulate-steps K] -- EXTRA_PARTITION_ARGS...
@@ -243,6 +243,8 @@ def main():
     parser.add_argument("--expect-schedule")
     parser.add_argument("--expect-sharded", action="store_true", help="some stage has sharded optimizer state")
     parser.add_argument("--expect-offload", action="store_true", help="the planner offloads some stage")
+    parser.add_argument("--expect-selective", action="store_true",
+                        help="every stage recomputes selectively, and rannc-run says it recomputes the whole forward")
     parser.add_argument("--optimizer", default="sgd", choices=training_reference.OPTIMIZERS)
     parser.add_argument("--bucket-kib", type=int, help="rannc-run's gradient bucket of sharded state")
     parser.add_argument("--weight-decay", type=float, default=0.0)
@@ -272,6 +274,8 @@ def main():
         fail("expected a stage with sharded optimizer state, the plan has none")
     if args.expect_offload and not any(s["offload"] for s in plan["stages"]):
         fail("expected the planner to offload a stage, the plan offloads none")
+    if args.expect_selective and any(s["recompute"] != "selective" for s in plan["stages"]):
+        fail(f"expected selective recomputation on every stage: {[s['recompute'] for s in plan['stages']]}")
 
     args.accumulate = cut_like_the_plan(plan, args.accumulate)
     if args.recompute or args.offload:
@@ -296,6 +300,11 @@ def main():
     if status != 0:
         fail(f"rannc-run: {'timed out after 600 s' if status is None else f'exit {status}'}\n{output}")
     print(f"rannc-run: {seconds:.1f} s")
+    if args.expect_selective:
+        notes = [line for line in output.splitlines() if "plans selective recomputation" in line]
+        if len(notes) != len(plan["stages"]):
+            fail(f"expected one line per stage saying selective recomputation runs as full:\n{output}")
+        print(notes[0])
     printed = [STEP_LINE.match(line.strip()) for line in output.splitlines() if line.startswith("step ")]
     if any(m is None for m in printed) or [int(m.group(1)) for m in printed] != list(range(args.steps)):
         fail(f"rank 0 must print 'step N loss X ms Y lr R samples/s S eta E s' for steps 0..{args.steps - 1}; "

@@ -57,6 +57,26 @@ TEST_CASE("activations: saved inputs and outputs, views keep their base, data-on
   CHECK(memory.workspace_bytes[static_cast<std::size_t>(linear2)] == (8 * 10 + 8 * 128 + 10 * 128) * 4);
 }
 
+TEST_CASE("activations: a product or quotient by a constant tensor keeps nothing batch-sized", "[memory]") {
+  // ONNX's scores / sqrt(d) divides by a literal tensor: autograd keeps the divisor only (x saved
+  // only to give the divisor a gradient, measured with saved_tensors_hooks on torch 1.13).
+  for (auto role : {ValueRole::kIntermediate, ValueRole::kBuffer, ValueRole::kParam}) {
+    Graph g;
+    auto x = add_tensor(g, "x", {8, 64}, ValueRole::kModelInput);
+    auto w = add_tensor(g, "w", {64, 64}, ValueRole::kParam);
+    auto divisor = add_tensor(g, "divisor", {}, role);  // no producer: a literal when intermediate
+    auto a = add_tensor(g, "a", {8, 64});
+    auto y = add_tensor(g, "y", {8, 64});
+    auto product = g.add_op("onnx::MatMul", {x, w}, {a});
+    g.add_op("onnx::Div", {a, divisor}, {y});
+    g.add_model_output(y);
+    assign_batch_dims(g, 8, {});
+    auto memory = cost::activation_memory(g, values_requiring_grad(g), plan::Precision::kFp32);
+    INFO("divisor role " << static_cast<int>(role));
+    CHECK(memory.kept_bytes[static_cast<std::size_t>(product)] == (role == ValueRole::kParam ? 8 * 64 * 4 : 0));
+  }
+}
+
 TEST_CASE("microbatches in flight: 1F1B keeps stages - s, GPipe keeps all", "[memory]") {
   cost::StagePlacement p;
   p.stages = 4;
@@ -94,9 +114,17 @@ TEST_CASE("stage memory: state, in-flight activations, recomputation, buffers", 
   CHECK(m.activations == 3 * (200 + 5000 + 250));  // inputs, saved tensors and outputs held for backward
   CHECK(m.workspace == 700);
   CHECK(m.comm_buffers == 2 * (200 + 300) + 250);  // and the next pass's receive, started early
-  p.recompute = true;
+  p.recompute = plan::Recompute::kFull;
   auto recomputed = cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32);
   CHECK(recomputed.activations == 3 * 200 + 5000);  // outputs are not held: backward recomputes them
+  // Selective: the attention cores (1200 of the 5000 kept, 400 the largest) are not kept; one
+  // core is alive again while it is recomputed.
+  f.core_kept_bytes = 1200;
+  f.largest_core_bytes = 400;
+  p.recompute = plan::Recompute::kSelective;
+  auto selective = cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32);
+  CHECK(selective.activations == 3 * (200 + 5000 - 1200 + 250) + 400);
+  p.recompute = plan::Recompute::kFull;
   p.state.replicas = 2;
   auto replicated = cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32);
   CHECK(replicated.comm_buffers == 2 * (200 + 300) + 250 + 4000);  // the flat copy the allreduce sums

@@ -93,9 +93,9 @@ TEST_CASE("op kinds: the traits of the cost model's sets", "[op_kinds]") {
     CHECK(has(kind, kSavesNothing));
   for (const char* kind : {"aten::mul", "onnx::Mul", "aten::max_pool2d", "onnx::MaxPool", "aten::view"})
     CHECK_FALSE(has(kind, kSavesNothing));
-  CHECK(has("aten::mul", kScalarSavesNothing));
-  CHECK(has("aten::div_", kScalarSavesNothing));
-  CHECK_FALSE(has("onnx::Div", kScalarSavesNothing));
+  CHECK(has("aten::mul", kSavesForOtherOperand));
+  CHECK(has("aten::div_", kSavesForOtherOperand));
+  CHECK(has("onnx::Div", kSavesForOtherOperand));
   // Extra saved bytes: masks, conditions, pooling indices, normalised groups.
   for (const char* kind : {"aten::dropout", "aten::feature_alpha_dropout", "onnx::Dropout"}) CHECK(has(kind, kDropout));
   for (const char* kind : {"aten::where", "aten::masked_fill_", "onnx::Where"}) CHECK(has(kind, kSavesCondition));

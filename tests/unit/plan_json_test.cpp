@@ -91,7 +91,8 @@ TEST_CASE("a valid plan reads back with every field", "[plan_json]") {
   CHECK(second.params[0].stage_name == "p0");
   CHECK(second.params[0].shared_with == std::vector<int>{0});
   CHECK(second.buffers[0].stage_name == "b0");
-  CHECK(second.recompute);
+  CHECK(second.recompute == Recompute::kFull);
+  CHECK(plan.stages[0].recompute == Recompute::kNone);
   CHECK(second.predicted.mem_bytes == 268435456);
   CHECK(plan.stages[0].op_range == "aten::linear h .. aten::relu a");
   CHECK(plan.stages[0].blocks == std::vector<int>{0, 3});
@@ -147,6 +148,19 @@ TEST_CASE("missing and mistyped fields are named by their JSON path", "[plan_jso
         "plan.json: stages[0].outputs[0].batch_dim: 2 is not a dim of a 2-dim tensor");
   CHECK(error_of(changed([](json& p) { p["schedule"] = "zigzag"; })) ==
         "plan.json: schedule: zigzag: unknown schedule (known: 1f1b, gpipe)");
+}
+
+TEST_CASE("a stage's recompute is false, true or a name, and selective writes back as its name", "[plan_json]") {
+  Plan selective = plan::from_json(changed([](json& p) { p["stages"][0]["recompute"] = "selective"; }), "plan.json");
+  CHECK(selective.stages[0].recompute == Recompute::kSelective);
+  CHECK(to_json(selective)["stages"][0]["recompute"] == "selective");
+  CHECK(to_json(selective)["stages"][1]["recompute"] == true);  // none and full stay booleans, as older plans have them
+  Plan full = plan::from_json(changed([](json& p) { p["stages"][0]["recompute"] = "full"; }), "plan.json");
+  CHECK(full.stages[0].recompute == Recompute::kFull);
+  CHECK(error_of(changed([](json& p) { p["stages"][0]["recompute"] = "partial"; })) ==
+        "plan.json: stages[0].recompute: partial: unknown recompute (known: none, selective, full)");
+  CHECK(error_of(changed([](json& p) { p["stages"][0]["recompute"] = 1; })) ==
+        "plan.json: stages[0].recompute: expected a string, found an integer 1");
 }
 
 TEST_CASE("stages are in order and take inputs from earlier stages' outputs", "[plan_json]") {

@@ -222,7 +222,7 @@ TEST_CASE("stages.dot has a node per stage and edges labelled with tensors and b
   CHECK_THAT(dot, Catch::EndsWith("}\n"));
   CHECK(count_of(dot, "\n  stage0 [label=") == 1);
   CHECK(count_of(dot, "\n  stage1 [label=") == 1);
-  CHECK_THAT(dot, Catch::Contains("stage 1\\naten::linear y .. aten::linear y\\n2 x 1 replicas, ranks 1-2, recompute\\n"
+  CHECK_THAT(dot, Catch::Contains("stage 1\\naten::linear y .. aten::linear y\\n2 x 1 replicas, ranks 1-2, recompute full\\n"
                                   "fwd 1.000 ms, bwd 2.000 ms / microbatch\\n256.00 MiB of 1.00 GiB per device"));
   // "a" is [2, 16] float32 on each of the two replicas: 256 bytes per microbatch.
   CHECK_THAT(dot, Catch::Contains("  stage0 -> stage1 [label=\"a (256 B) / microbatch\"];\n"));

@@ -53,6 +53,20 @@ void add_host_times(std::mt19937& rng, BlockCosts& blocks) {
   }
 }
 
+// Attention cores in some blocks (selective recomputation): a share of the block's forward and
+// of its kept activations, the largest core a part of that.
+void add_cores(std::mt19937& rng, BlockCosts& blocks) {
+  std::uniform_real_distribution<double> unit(0, 1);
+  for (std::size_t b = 0; b < blocks.fwd_ms.size(); ++b) {
+    double share = unit(rng) < 0.4 ? 0 : 0.1 + 0.3 * unit(rng), kept_share = share > 0 ? 0.3 + 0.6 * unit(rng) : 0;
+    std::vector<double> fwd;
+    for (double ms : blocks.fwd_ms[b]) fwd.push_back(share * ms);
+    blocks.cores.fwd_ms.push_back(fwd);
+    blocks.cores.kept_bytes.push_back(kept_share * blocks.kept_bytes[b]);
+    blocks.cores.largest_bytes.push_back(blocks.cores.kept_bytes.back() * (unit(rng) < 0.5 ? 1 : 0.5));
+  }
+}
+
 // Tensor parallelism of degrees 2 and 4 over the blocks: a random share of each block's work,
 // activations and weights splits (1/t each, plus a fixed overhead per split op), and the group
 // all-reduces a block's output in each pass.
@@ -77,6 +91,14 @@ void add_splits(std::mt19937& rng, BlockCosts& blocks) {
       split.bwd_ms.push_back(scale(blocks.bwd_ms[b]));
       split.workspace_bytes.push_back(scale(blocks.workspace_bytes[b]));
       split.kept_bytes.push_back(blocks.kept_bytes[b] * (1 - share[b] + share[b] / degree));
+      if (!blocks.cores.fwd_ms.empty()) {  // the cores are in the split part of the block
+        auto split_share = [&](double x) { return x * (share[b] > 0 ? 1.0 / degree : 1.0); };
+        std::vector<double> fwd;
+        for (double ms : blocks.cores.fwd_ms[b]) fwd.push_back(split_share(ms));
+        split.cores.fwd_ms.push_back(fwd);
+        split.cores.kept_bytes.push_back(split_share(blocks.cores.kept_bytes[b]));
+        split.cores.largest_bytes.push_back(split_share(blocks.cores.largest_bytes[b]));
+      }
       bool reduces = share[b] > 0;
       split.fwd_reduced_bytes.push_back(reduces ? 1e8 * unit(rng) : 0);
       split.bwd_reduced_bytes.push_back(reduces ? 1e8 * unit(rng) : 0);
@@ -121,7 +143,7 @@ void enumerate(const StageOptions& options, int begin, int devices_left, std::ve
     for (int degree : options.tensor_degrees()) {
       for (int replicas : options.replica_choices()) {
         if (replicas * degree > devices_left) continue;
-        for (bool recompute : {false, true}) {
+        for (auto recompute : {plan::Recompute::kNone, plan::Recompute::kSelective, plan::Recompute::kFull}) {
           for (auto sharding : {plan::StateSharding::kNone, plan::StateSharding::kOptimizer}) {
             for (bool offload : {false, true}) {
               auto option = options.evaluate(begin, end, replicas, recompute, sharding, offload, degree);
@@ -173,7 +195,7 @@ RandomCase random_case(std::mt19937& rng, int index) {
 
 TEST_CASE("the stage search finds the brute-force optimum on random small instances", "[stage_search]") {
   std::mt19937 rng(20261121);
-  int feasible = 0, with_recompute = 0, multi_stage = 0, replicated = 0, sharded = 0, offloaded = 0, tensor_split = 0;
+  int feasible = 0, with_recompute = 0, selective = 0, multi_stage = 0, replicated = 0, sharded = 0, offloaded = 0, tensor_split = 0;
   for (int index = 0; index < 320; ++index) {
     RandomCase c = random_case(rng, index);
     std::vector<int> samples;
@@ -183,6 +205,7 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
     BlockCosts blocks = random_blocks(rng, c.blocks, samples);
     std::mt19937 host_rng(index);
     if (index % 3 == 1) add_host_times(host_rng, blocks);
+    if (index % 4 != 3) add_cores(host_rng, blocks);
     if ((index / 8) % 2 == 0) add_splits(host_rng, blocks);
     RangeTable ranges(blocks);
     cost::Cluster cluster = small_cluster(c.devices, c.mem_gb * 1e9);
@@ -211,7 +234,8 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
     CHECK(again->objective_ms() == Approx(found->objective_ms()).epsilon(1e-12));
     multi_stage += found->stages.size() > 1;
     for (const auto& stage : found->stages) {
-      with_recompute += stage.recompute;
+      with_recompute += stage.recompute == plan::Recompute::kFull;
+      selective += stage.recompute == plan::Recompute::kSelective;
       replicated += stage.replicas > 1;
       sharded += stage.sharding != plan::StateSharding::kNone;
       offloaded += stage.offload;
@@ -222,6 +246,7 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
   CHECK(feasible >= 160);
   CHECK(multi_stage >= 40);
   CHECK(with_recompute >= 10);
+  CHECK(selective >= 10);
   CHECK(replicated >= 40);
   CHECK(sharded >= 20);
   CHECK(offloaded >= 10);
@@ -239,15 +264,15 @@ TEST_CASE("a stage's pass takes the longer of its blocks' device and host sums",
   SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kSgd, plan::Precision::kFp32, {}, {}};
   SearchConfig config = one_pipeline(1, 1, 4);
   StageOptions options(context, config);
-  auto whole = options.evaluate(0, 3, 1, false);
+  auto whole = options.evaluate(0, 3, 1, plan::Recompute::kNone);
   REQUIRE(whole);
   CHECK(whole->fwd_ms == 8);   // kernels 8 against issuing 7
   CHECK(whole->bwd_ms == 16);  // 16 against 12
-  auto tail = options.evaluate(1, 3, 1, false);
+  auto tail = options.evaluate(1, 3, 1, plan::Recompute::kNone);
   REQUIRE(tail);
   CHECK(tail->fwd_ms == 6);    // issuing 6 against kernels 2
   CHECK(tail->bwd_ms == 10);
-  auto recomputed = options.evaluate(1, 3, 1, true);
+  auto recomputed = options.evaluate(1, 3, 1, plan::Recompute::kFull);
   REQUIRE(recomputed);
   CHECK(recomputed->bwd_ms == 16);  // the forward again: issuing 10 + 6
   CHECK(balanced_ms(context, config) == 24);
@@ -267,10 +292,10 @@ TEST_CASE("a stage that sends a value without a batch dim keeps one replica", "[
   cost::Cluster cluster = small_cluster(4, 1e12);
   SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kSgd, plan::Precision::kFp32, {}, {}};
   StageOptions options(context, one_pipeline(4, 2, 4));
-  CHECK_FALSE(options.evaluate(0, 1, 2, false));
-  CHECK_FALSE(options.evaluate(0, 2, 4, true));
-  CHECK(options.evaluate(0, 1, 1, false));
-  CHECK(options.evaluate(0, 3, 2, false));
+  CHECK_FALSE(options.evaluate(0, 1, 2, plan::Recompute::kNone));
+  CHECK_FALSE(options.evaluate(0, 2, 4, plan::Recompute::kFull));
+  CHECK(options.evaluate(0, 1, 1, plan::Recompute::kNone));
+  CHECK(options.evaluate(0, 3, 2, plan::Recompute::kNone));
   for (int begin = 0; begin < 2; ++begin)
     for (const auto& option : options.from(begin))
       if (option.end <= 2 && begin == 0) CHECK(option.replicas == 1);
@@ -314,7 +339,7 @@ TEST_CASE("ranges tell what they receive and send from the model outputs the los
   config.microbatches = 2;
   config.microbatch_size = 8;  // the evaluated batch: bytes as stored
   StageOptions options(context, config);
-  auto comm_buffers = [&](int begin, int end) { return options.memory(*options.evaluate(begin, end, 1, false), 1).comm_buffers; };
+  auto comm_buffers = [&](int begin, int end) { return options.memory(*options.evaluate(begin, end, 1, plan::Recompute::kNone), 1).comm_buffers; };
   CHECK(comm_buffers(0, 1) == 2 * 100 + 100);
   CHECK(comm_buffers(1, 2) == 2 * (100 + 20) + 100);      // the logits' gradient comes from the loss
   CHECK(comm_buffers(2, 4) == 2 * (100 + 7) + 100);
@@ -355,7 +380,7 @@ std::optional<std::vector<StageOption>> separable_dp(const StageOptions& options
     for (int end = 1; end <= n; ++end) {
       for (int begin = 0; begin < end; ++begin) {
         const State& before = state[s - 1][begin];
-        auto option = options.evaluate(begin, end, 1, false);
+        auto option = options.evaluate(begin, end, 1, plan::Recompute::kNone);
         if (!before.reached || !option) continue;
         double fwd = std::max(before.max_fwd, option->fwd_ms + option->p2p_ms / 2);
         double bwd = std::max(before.max_bwd, option->bwd_ms + option->p2p_ms / 2);

@@ -11,6 +11,9 @@
 
 #include "compiler/input_spec.h"
 #include "compiler/model.h"
+#include "cost_model/device.h"
+#include "partitioner/block_costs.h"
+#include "partitioner/units.h"
 #include "graph_builders.h"
 
 using namespace rannc;
@@ -202,6 +205,38 @@ TEST_CASE("tensor regions: shape-only GPT-3 175B from ONNX, two per layer", "[te
     auto op = reader_of(graph, bias);
     CHECK(std::binary_search(found.sequence_ops.begin(), found.sequence_ops.end(), op));
   }
+}
+
+TEST_CASE("selective recomputation: GPT-3's attention cores drop a*s^2*b softmax bytes per layer", "[tensor_regions]") {
+  auto model = load(RANNC_SHAPE_ONLY_DIR "/gpt3-175b.onnx");
+  const auto& graph = model.graph;
+  auto regions = find_tensor_regions(graph);
+  auto precision = plan::Precision::kBf16Mixed;
+  cost::CostModel costs(graph, *cost::find_device_preset("a100-80g"), precision, nullptr);
+  UnitGraph units = build_units(graph);
+  Blocking one_block;  // the whole model as one block: its sums are over the 96 layers
+  for (int unit = 0; unit < static_cast<int>(units.units.size()); ++unit) one_block.order.push_back(unit);
+  one_block.starts = {0};
+  auto activations = cost::activation_memory(graph, costs.requires_grad(), precision);
+  BlockCosts blocks = block_costs(graph, units, one_block, costs, activations, model.batch, {1}, regions, {8});
+  // Per layer the softmax's output (96 heads x 2048 x 2048 at batch 1, bf16) is what the core
+  // keeps of its own: the scores' Q and K and the product's V belong to the QKV split, and the
+  // product with V's output to the output projection, all kept as before.
+  const double softmax_bytes = 96.0 * 2048 * 2048 * 2;
+  CHECK(blocks.cores.kept_bytes[0] == Approx(96 * softmax_bytes).epsilon(1e-9));
+  CHECK(blocks.cores.largest_bytes[0] == Approx(softmax_bytes).epsilon(1e-9));
+  CHECK(blocks.cores.kept_bytes[0] < 0.5 * blocks.kept_bytes[0]);
+  // Recomputing them runs scores, scale, mask and softmax again: no weight product.
+  CHECK(blocks.cores.fwd_ms[0][0] > 0);
+  CHECK(blocks.cores.fwd_ms[0][0] < 0.2 * blocks.fwd_ms[0][0]);
+  // Split 8 ways, each device keeps and recomputes 1/8 of every core (heads split).
+  const auto* split = blocks.split(8);
+  REQUIRE(split);
+  CHECK(split->cores.kept_bytes[0] == Approx(blocks.cores.kept_bytes[0] / 8).epsilon(1e-9));
+  CHECK(split->cores.largest_bytes[0] == Approx(softmax_bytes / 8).epsilon(1e-9));
+  RangeTable ranges(blocks);
+  CHECK(ranges.core_kept_bytes(0, 1, 8) == split->cores.kept_bytes[0]);
+  CHECK(ranges.largest_core_bytes(0, 1, 1) == blocks.cores.largest_bytes[0]);
 }
 
 TEST_CASE("tensor regions: shape-only GPT-3 175B from torch.export (.pt2)", "[tensor_regions]") {

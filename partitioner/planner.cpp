@@ -260,7 +260,7 @@ void add_stage_counts(const SearchContext& context, double beat, std::vector<Con
     for (int stages = 1; stages <= std::min(forced.pipeline_devices, blocks); ++stages) {
       if (stages == chosen) continue;
       forced.stages = stages;
-      StageOptions options(context, forced);
+      StageOptions options(context, forced, beat);
       ++census.searched;
       if (auto solution = search_pipeline(options, beat)) near.push_back({forced, *solution});
     }
@@ -285,7 +285,8 @@ ConfigOutcome search_config(const SearchContext& context, const SearchConfig& co
     outcome.bounded_out = true;
     return outcome;
   }
-  StageOptions options(context, config);
+  // --explain searches the config again without the bound: every stage must be listed then.
+  StageOptions options(context, config, explain ? std::numeric_limits<double>::infinity() : beat);
   outcome.solution = search_pipeline(options, beat);
   if (!outcome.solution && explain) outcome.slower = search_pipeline(options, std::numeric_limits<double>::infinity());
   return outcome;

@@ -69,8 +69,8 @@ double balanced_ms(const SearchContext& context, const SearchConfig& config) {
   return (fwd.ms() + bwd.ms()) / config.pipeline_devices;
 }
 
-StageOptions::StageOptions(const SearchContext& context, const SearchConfig& config)
-    : context_(context), config_(config) {
+StageOptions::StageOptions(const SearchContext& context, const SearchConfig& config, double beat)
+    : context_(context), config_(config), beat_(beat) {
   const BlockCosts& blocks = *context.blocks;
   for (int r = 1; r <= config.pipeline_devices; ++r) {
     if (config.microbatch_size % r != 0) continue;
@@ -236,18 +236,6 @@ std::optional<StageOption> StageOptions::evaluate(const RangeStage& range, plan:
   if (offload && (!can_offload() || sharding != plan::StateSharding::kNone)) return std::nullopt;
   const cost::StageFootprint& stage = range.footprint;
   const cost::Cluster& cluster = *context_.cluster;
-  cost::StateLayout state = state_layout(range.replicas, sharding, offload);
-  // The node's devices share its host memory.
-  double host_share = static_cast<double>(cluster.host.mem_bytes) / cluster.gpus_per_node;
-  if (cost::host_memory_bytes(stage.param_elements, context_.optimizer, state) > host_share) return std::nullopt;
-  double limit = static_cast<double>(context_.cluster->mem_bytes);
-  auto total = [&](int n) {
-    return cost::stage_memory(stage, n, recompute, state, context_.optimizer, context_.precision).total();
-  };
-  // Up to the most the stage can ever keep: counting beyond would only keep variants (less
-  // recomputed, more kept) that no pipeline can tell apart.
-  int in_flight = most_that_fit(range.most_in_flight, limit, [&](int n) { return total(n) <= limit; }, total);
-  if (in_flight == 0) return std::nullopt;
   StageOption option;
   option.begin = range.begin;
   option.end = range.end;
@@ -256,7 +244,6 @@ std::optional<StageOption> StageOptions::evaluate(const RangeStage& range, plan:
   option.recompute = recompute;
   option.sharding = sharding;
   option.offload = offload;
-  option.max_in_flight = in_flight;
   cost::PassTime bwd = range.bwd;
   option.fwd_ms = range.fwd.ms();
   // Recomputation runs the forward, or the attention cores' forward, again within the backward pass.
@@ -271,6 +258,19 @@ std::optional<StageOption> StageOptions::evaluate(const RangeStage& range, plan:
     option.offload_ms = cost::offload_seconds(cluster, stage.param_elements, context_.optimizer, context_.precision) * kMs;
   option.t_ms = option.fwd_ms + option.bwd_ms + option.p2p_ms;
   option.term_ms = (config_.microbatches - 1) * option.t_ms + option.allreduce_ms + option.offload_ms;
+  if (option.t_ms + option.term_ms >= beat_) return std::nullopt;
+  cost::StateLayout state = state_layout(range.replicas, sharding, offload);
+  // The node's devices share its host memory.
+  double host_share = static_cast<double>(cluster.host.mem_bytes) / cluster.gpus_per_node;
+  if (cost::host_memory_bytes(stage.param_elements, context_.optimizer, state) > host_share) return std::nullopt;
+  double limit = static_cast<double>(context_.cluster->mem_bytes);
+  auto total = [&](int n) {
+    return cost::stage_memory(stage, n, recompute, state, context_.optimizer, context_.precision).total();
+  };
+  // Up to the most the stage can ever keep: counting beyond would only keep variants (less
+  // recomputed, more kept) that no pipeline can tell apart.
+  option.max_in_flight = most_that_fit(range.most_in_flight, limit, [&](int n) { return total(n) <= limit; }, total);
+  if (option.max_in_flight == 0) return std::nullopt;
   return option;
 }
 

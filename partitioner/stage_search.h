@@ -32,6 +32,7 @@
 #pragma once
 
 #include <array>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -87,7 +88,10 @@ struct StageOption {
 // Every stage option of a config that fits in memory with one microbatch in flight, by first block.
 class StageOptions {
  public:
-  StageOptions(const SearchContext& context, const SearchConfig& config);
+  // `beat`: the objective a pipeline must stay below (search_pipeline's); a stage whose t + term
+  // alone reach it is never listed (no pipeline holding it can), and its memory never computed.
+  StageOptions(const SearchContext& context, const SearchConfig& config,
+               double beat = std::numeric_limits<double>::infinity());
 
   // The options the search considers: of a range's variants (recomputed or not, sharded state or
   // not, offloaded or not), those no other variant beats in time, end-of-step work and
@@ -173,6 +177,7 @@ class StageOptions {
   std::vector<std::array<double, 2>> sync_fixed_ms_, sync_ms_per_element_;
   std::vector<std::vector<StageOption>> by_begin_;
   double balanced_ms_ = 0;
+  double beat_ = std::numeric_limits<double>::infinity();
 };
 
 // balanced_ms() without building the options, to skip configs that cannot win.

@@ -51,13 +51,12 @@ std::vector<int> recomputed_core_of_op(const ir::Graph& graph, const TensorRegio
   std::vector<int> core(graph.ops().size(), -1);
   for (std::size_t r = 0; r < regions.regions.size(); ++r)
     for (auto op : regions.regions[r].attention_core) core[static_cast<std::size_t>(op)] = static_cast<int>(r);
-  const auto& model_outputs = graph.model_outputs();
   std::vector<int> recomputed(graph.ops().size(), -1);
   for (std::size_t op = 0; op < core.size(); ++op) {
     if (core[op] < 0) continue;
     bool inside = true;
     for (auto out : graph.op(static_cast<ir::OpId>(op)).outputs) {
-      if (std::find(model_outputs.begin(), model_outputs.end(), out) != model_outputs.end()) inside = false;
+      inside = inside && !graph.value(out).model_output;
       for (auto consumer : graph.value(out).consumers) inside = inside && core[static_cast<std::size_t>(consumer)] == core[op];
     }
     if (inside) recomputed[op] = core[op];
@@ -82,16 +81,13 @@ BlockTables cost_blocks(const ir::Graph& graph, const std::vector<std::vector<ir
   for (const auto& block_ops : ops) {
     std::vector<double> fwd(sizes, 0), bwd(sizes, 0), fwd_host(sizes, 0), bwd_host(sizes, 0), workspace(sizes, 0);
     std::vector<double> core_fwd(sizes, 0);
-    double kept = 0, core_kept = 0;
+    double kept = 0;
     std::map<int, double> kept_by_core;
     for (auto op : block_ops) {
       int ways = split[static_cast<std::size_t>(op)] ? degree : 1;
       int core = recomputed_core[static_cast<std::size_t>(op)];
       kept += activations.kept_bytes[op] / ways;
-      if (core >= 0) {
-        core_kept += activations.kept_bytes[op] / ways;
-        kept_by_core[core] += activations.kept_bytes[op] / ways;
-      }
+      if (core >= 0) kept_by_core[core] += activations.kept_bytes[op] / ways;
       double fixed = activations.weight_grad_bytes[op], scaled = activations.workspace_bytes[op] - fixed;
       for (std::size_t i = 0; i < sizes; ++i) {
         double fraction = result.samples[i] / result.evaluated_batch;
@@ -111,9 +107,9 @@ BlockTables cost_blocks(const ir::Graph& graph, const std::vector<std::vector<ir
     tables.workspace.push_back(workspace);
     tables.kept.push_back(kept);
     tables.cores.fwd_ms.push_back(core_fwd);
+    double core_kept = 0, largest = 0;
+    for (const auto& [_, bytes] : kept_by_core) core_kept += bytes, largest = std::max(largest, bytes);
     tables.cores.kept_bytes.push_back(core_kept);
-    double largest = 0;
-    for (const auto& [_, bytes] : kept_by_core) largest = std::max(largest, bytes);
     tables.cores.largest_bytes.push_back(largest);
   }
   return tables;

@@ -243,7 +243,8 @@ std::string show_text(const plan::Plan& plan) {
       << plan.cluster.gpus_per_node << ", " << human_bytes(static_cast<double>(plan.cluster.mem_bytes)) << " per device\n"
       << "batch      " << plan.batch.global << " = " << plural(plan.batch.pipelines, "pipeline") << " x "
       << plural(plan.batch.microbatches, "microbatch", "microbatches") << " x " << plural(plan.batch.microbatch_size, "sample") << ", "
-      << plan::schedule_name(plan.schedule) << ", " << plan::optimizer_name(plan.optimizer) << ", " << plan::precision_name(plan.precision) << "\n"
+      << plan::schedule_name(plan.schedule) << (plan.interleave > 1 ? " interleaved x" + std::to_string(plan.interleave) : "")
+      << ", " << plan::optimizer_name(plan.optimizer) << ", " << plan::precision_name(plan.precision) << "\n"
       << "layout     " << plural(static_cast<std::int64_t>(plan.stages.size()), "stage") << " x "
       << plural(plan.batch.pipelines, "pipeline") << " on " << plural(static_cast<std::int64_t>(plan.ranks.size()), "rank")
       << "\n\n"
@@ -299,6 +300,7 @@ nlohmann::json show_json(const plan::Plan& plan) {
           {"predicted", predicted_json(plan)},
           {"unused_devices",
            {{"count", plan.unused.ranks.size()}, {"ranks", plan.unused.ranks}, {"reason", plan.unused.reason}}}};
+  if (plan.interleave > 1) summary["interleave"] = plan.interleave;
   if (plan.sharding) summary["sharding"] = sharding_json(*plan.sharding);
   if (plan.generator) summary["generator"] = plan::generator_to_json(*plan.generator);
   return summary;

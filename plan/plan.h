@@ -117,6 +117,7 @@ struct Stage {
 };
 
 struct RankPlacement {
+  // `stage`: with Plan::interleave > 1, the first stage of the rank's device group (0..p-1).
   int rank = 0, node = 0, local_rank = 0, stage = 0, replica = 0;
   int tensor_rank = 0;  // its place in the replica's tensor-parallel group (Stage::tensor_parallel)
 };
@@ -242,6 +243,11 @@ struct Plan {
   Cluster cluster;
   Batch batch;
   Schedule schedule = Schedule::k1F1B;
+  // Model chunks per rank (Megatron's virtual pipeline stages, 1F1B only). With interleave v > 1,
+  // `stages` are the p x v chunks in model order and stage s runs on the ranks of stage s mod p
+  // (the same replicas and tensor-parallel degree), p = pipeline_stages() device groups; a
+  // RankPlacement names its group's first stage, 0..p-1. Written only when above 1.
+  int interleave = 1;
   Optimizer optimizer = Optimizer::kAdam;
   Precision precision = Precision::kFp32;
   std::vector<Stage> stages;
@@ -260,7 +266,10 @@ struct Plan {
   std::string model_file() const;
 
   int stage_count() const { return static_cast<int>(stages.size()); }
-  // Stages after `stage` in its pipeline (what the schedule's rules are written in).
+  // p, the pipeline's device groups: stage_count() / interleave.
+  int pipeline_stages() const { return stage_count() / interleave; }
+  // Stages after `stage` in its pipeline (what the schedule's rules are written in); for
+  // non-interleaved plans (interleave 1), where each stage is its own device group.
   int stages_after(int stage) const { return stage_count() - 1 - stage; }
 };
 

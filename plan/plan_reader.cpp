@@ -425,13 +425,54 @@ Stage read_stage(const Field& field, int index, const Plan& plan) {
   return stage;
 }
 
+// Model chunks per rank (plan.h): absent, 1; more only under 1F1B. 64 bounds what a hostile
+// plan may ask for, as kMaxTensorDegree does.
+constexpr int kMaxInterleave = 64;
+
+void read_interleave(const Field& root, Plan& plan) {
+  auto field = root.find("interleave");
+  if (!field) return;
+  plan.interleave = field->small(1, kMaxInterleave);
+  if (plan.interleave > 1 && plan.schedule != Schedule::k1F1B)
+    field->fail(std::to_string(plan.interleave) + " model chunks per rank need the 1f1b schedule, not " +
+                std::string(schedule_name(plan.schedule)));
+}
+
+// An interleaved plan's stages are p x interleave chunks, stage s on the devices of stage s mod p:
+// the same ranks in the same tensor-parallel groups; its microbatches come in rounds of p.
+void check_interleaved_stages(const Field& root, const Plan& plan) {
+  if (plan.interleave == 1) return;
+  const int count = plan.stage_count(), groups = count / plan.interleave;
+  if (count % plan.interleave != 0)
+    root["interleave"].fail(std::to_string(plan.interleave) + " does not divide the " + std::to_string(count) + " stages");
+  if (plan.batch.microbatches % groups != 0)  // the schedule runs them in rounds of one per group (plan/schedule.h)
+    root["interleave"].fail(std::to_string(plan.interleave) + " model chunks per rank need the " +
+                            std::to_string(plan.batch.microbatches) + " microbatches to be a multiple of the " +
+                            std::to_string(groups) + " pipeline stages");
+  auto fields = root["stages"].items();
+  for (int s = groups; s < count; ++s) {
+    const auto &stage = plan.stages[s], &first = plan.stages[s % groups];
+    std::string why = " (interleave " + std::to_string(plan.interleave) + ": stage s runs on the devices of stage s mod " +
+                      std::to_string(groups) + ")";
+    std::string other = "stage " + std::to_string(first.id) + "'s ";
+    if (stage.ranks != first.ranks)
+      fields[s]["ranks"].fail(json_excerpt(fields[s]["ranks"].raw()) + " differ from " + other +
+                              json_excerpt(json(first.ranks)) + why);
+    if (stage.tensor_parallel.degree != first.tensor_parallel.degree)
+      fields[s].fail("tensor_parallel.degree " + std::to_string(stage.tensor_parallel.degree) + " differs from " + other +
+                     std::to_string(first.tensor_parallel.degree) + why);
+  }
+}
+
 // Ranks 0..R-1, each once, each where its stage says it is; with the unused devices they make
-// up the cluster.
+// up the cluster. In an interleaved plan a rank is placed by its device group's first stage, and
+// the later chunks of the group run on the same ranks (check_interleaved_stages).
 void read_ranks(const Field& list, Plan& plan) {
   auto fields = list.items();
   const int count = static_cast<int>(fields.size());
+  const int groups = plan.pipeline_stages();
   std::size_t staged = 0;
-  for (const auto& stage : plan.stages) staged += stage.ranks.size();
+  for (int s = 0; s < groups; ++s) staged += plan.stages[s].ranks.size();
   if (staged != fields.size())
     list.fail(std::to_string(count) + " rank(s), but the stages place " + std::to_string(staged));
   std::vector<bool> seen(fields.size(), false);
@@ -447,8 +488,11 @@ void read_ranks(const Field& list, Plan& plan) {
     rank.stage = field["stage"].small(0);
     rank.replica = field["replica"].small(0);
     if (auto tensor_rank = field.find("tensor_rank")) rank.tensor_rank = tensor_rank->small(0, kMaxTensorDegree - 1);
-    if (rank.stage >= static_cast<int>(plan.stages.size()))
-      field["stage"].fail(std::to_string(rank.stage) + " is not a stage");
+    if (rank.stage >= groups)
+      field["stage"].fail(std::to_string(rank.stage) + " is not a stage" +
+                          (plan.interleave > 1 ? " that starts a device group (interleave " + std::to_string(plan.interleave) +
+                                                     ": stages 0.." + std::to_string(groups - 1) + ")"
+                                               : std::string()));
     const auto& ranks = plan.stages[rank.stage].ranks;
     if (rank.replica >= static_cast<int>(ranks.size()) || ranks[rank.replica] != rank.rank) {
       field.fail("rank " + std::to_string(rank.rank) + " as replica " + std::to_string(rank.replica) + " of stage " +
@@ -707,6 +751,7 @@ Plan from_json(const nlohmann::json& document, const std::string& path) {
   read_cluster(root["cluster"], plan);
   read_batch(root["batch"], plan);
   plan.schedule = read_choice(root["schedule"], parse_schedule);
+  read_interleave(root, plan);
   plan.optimizer = read_choice(root["optimizer"], parse_optimizer);
   if (auto precision = root.find("precision")) plan.precision = read_choice(*precision, parse_precision);
   read_sharding(root, plan);
@@ -716,6 +761,7 @@ Plan from_json(const nlohmann::json& document, const std::string& path) {
   if (stages.empty()) root["stages"].fail("no stages");
   for (std::size_t i = 0; i < stages.size(); ++i) plan.stages.push_back(read_stage(stages[i], static_cast<int>(i), plan));
   check_shared_weights(root["stages"], plan);
+  check_interleaved_stages(root, plan);
   read_ranks(root["ranks"], plan);
   read_unused(root, plan);
   read_plan_predicted(root["predicted"], plan);

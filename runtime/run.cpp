@@ -158,6 +158,9 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   setup->plan = plan::read_plan_file(options.plan_path);
   const auto& plan = setup->plan;
   if (plan.sharding) check_sharded_options(options);
+  if (plan.interleave > 1)
+    throw InputError(plan.path + ": interleaved stages (" + std::to_string(plan.interleave) +
+                     " model chunks per rank) are not run by rannc-run yet");
   for (const auto& stage : plan.stages) {
     if (stage.tensor_parallel.degree > 1)
       throw InputError(plan.path + ": stage " + std::to_string(stage.id) + " splits its layers over " +

@@ -1,9 +1,10 @@
 // A small valid plan.json for the tests of its readers and of the files made from it: two
 // stages on a cluster of 2 nodes x 2 devices, the second stage with two replicas on both nodes,
-// one device unused.
+// one device unused; and the same plan with two model chunks per rank.
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace rannc::test {
 
@@ -40,6 +41,30 @@ inline nlohmann::json small_plan() {
   "predicted": {"iteration_ms": 12.5, "samples_per_s": 640, "bubble_fraction": 0.25, "lower_bound_ms": 10,
                 "efficiency": 0.8, "peak_mem_bytes": 536870912}
 })");
+}
+
+// The small plan cut into two model chunks per rank (interleave 2): stages 2 and 3 run on the
+// ranks of stages 0 and 1 and take the activations on from stage 1 to the model's output.
+inline nlohmann::json interleaved_plan() {
+  auto plan = small_plan();
+  plan["interleave"] = 2;
+  auto& stages = plan["stages"];
+  stages[1]["outputs"][0].erase("model_output");
+  auto later = [&](int from, int id, const char* input, int rows, const char* output, const char* weight) {
+    auto stage = stages[from];
+    stage["id"] = id;
+    stage["file"] = "stage_" + std::to_string(id) + ".pt";
+    stage["blocks"] = {id * 2 + 1, id * 2 + 3};
+    stage["inputs"] = {{{"name", input}, {"shape", {rows, 1}}, {"dtype", "float32"}, {"batch_dim", 0},
+                        {"source", {{"stage", id - 1}, {"output", 0}}}}};
+    stage["outputs"] = {{{"name", output}, {"shape", {rows, 1}}, {"dtype", "float32"}, {"batch_dim", 0}}};
+    stage["params"] = {{{"name", weight}, {"stage_name", "p0"}, {"numel", 1}, {"bytes", 4}}};
+    return stage;
+  };
+  stages.push_back(later(0, 2, "y", 4, "z", "fc3.weight"));
+  stages.push_back(later(1, 3, "z", 2, "out", "fc4.weight"));
+  stages[3]["outputs"][0]["model_output"] = true;
+  return plan;
 }
 
 }  // namespace rannc::test

@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include "compiler/show.h"
 #include "plan/plan_json.h"
 #include "plan_fixture.h"
 #include "support/error.h"
@@ -201,6 +202,65 @@ TEST_CASE("ranks cover 0..R-1 once, as the stages place them", "[plan_json]") {
         "plan.json: stages[1].ranks: 1 rank(s), expected replicas_per_pipeline x pipelines = 2");
   CHECK(error_of(changed([](json& p) { p["batch"]["global"] = 16; })) ==
         "plan.json: batch: global 16 is not pipelines x microbatches x microbatch_size (1 x 2 x 4)");
+}
+
+TEST_CASE("interleave reads and writes back, and is written only above 1", "[plan_json]") {
+  Plan plan = plan::from_json(test::interleaved_plan(), "plan.json");
+  CHECK(plan.interleave == 2);
+  CHECK(plan.stage_count() == 4);
+  CHECK(plan.pipeline_stages() == 2);
+  CHECK(plan.stages[3].ranks == std::vector<int>{1, 2});
+  json written = to_json(plan);
+  CHECK(written["interleave"] == 2);
+  CHECK(plan::from_json(written, "plan.json").interleave == 2);
+  CHECK(to_text(plan::from_json(written, "plan.json")) == to_text(plan));
+  CHECK(show_text(plan).find(", 1f1b interleaved x2, adam,") != std::string::npos);
+  CHECK(show_json(plan)["interleave"] == 2);
+
+  // One chunk per rank, said or not: no key, and show as before.
+  Plan single = plan::from_json(changed([](json& p) { p["interleave"] = 1; }), "plan.json");
+  CHECK(single.interleave == 1);
+  CHECK(single.pipeline_stages() == 2);
+  CHECK_FALSE(to_json(single).contains("interleave"));
+  CHECK(to_text(single) == to_text(plan::from_json(test::small_plan(), "plan.json")));
+  CHECK(show_text(single).find(", 1f1b, adam,") != std::string::npos);
+  CHECK_FALSE(show_json(single).contains("interleave"));
+}
+
+TEST_CASE("an interleaved plan's later chunks run where their device group's first stage does", "[plan_json]") {
+  auto interleaved = [](const std::function<void(json&)>& change) {
+    json plan = test::interleaved_plan();
+    change(plan);
+    return plan;
+  };
+  CHECK(error_of(interleaved([](json& p) { p["interleave"] = "2"; })) ==
+        "plan.json: interleave: expected an integer, found a string \"2\"");
+  CHECK(error_of(interleaved([](json& p) { p["interleave"] = 0; })) == "plan.json: interleave: 0: must be in 1..64");
+  CHECK(error_of(interleaved([](json& p) { p["interleave"] = 65; })) == "plan.json: interleave: 65: must be in 1..64");
+  CHECK(error_of(interleaved([](json& p) { p["interleave"] = 3; })) == "plan.json: interleave: 3 does not divide the 4 stages");
+  CHECK(error_of(interleaved([](json& p) {
+          p["batch"]["microbatches"] = 3;
+          p["batch"]["global"] = 12;
+        })) == "plan.json: interleave: 2 model chunks per rank need the 3 microbatches to be a multiple of the 2 pipeline stages");
+  CHECK(error_of(interleaved([](json& p) { p["schedule"] = "gpipe"; })) ==
+        "plan.json: interleave: 2 model chunks per rank need the 1f1b schedule, not gpipe");
+  CHECK(error_of(interleaved([](json& p) { p["stages"][3]["ranks"] = {1, 3}; })) ==
+        "plan.json: stages[3].ranks: [1, 3] differ from stage 1's [1, 2] (interleave 2: stage s runs on the devices of "
+        "stage s mod 2)");
+  CHECK(error_of(interleaved([](json& p) {
+          p["stages"][3]["replicas_per_pipeline"] = 1;
+          p["stages"][3]["replicas"] = 1;
+          p["stages"][3]["tensor_parallel"] = {{"degree", 2}, {"regions", json::array()}, {"weights", json::array()},
+                                               {"unsplit", json::array()}};
+        })) == "plan.json: stages[3]: tensor_parallel.degree 2 differs from stage 1's 1 (interleave 2: stage s runs on the "
+               "devices of stage s mod 2)");
+  // A rank is placed by its group's first stage, and belongs to one group.
+  CHECK(error_of(interleaved([](json& p) { p["ranks"][1]["stage"] = 3; })) ==
+        "plan.json: ranks[1].stage: 3 is not a stage that starts a device group (interleave 2: stages 0..1)");
+  CHECK(error_of(interleaved([](json& p) {
+          p["stages"][0]["ranks"] = {1};
+          p["stages"][2]["ranks"] = {1};
+        })) == "plan.json: ranks[0]: rank 0 as replica 0 of stage 0 disagrees with stages[0].ranks");
 }
 
 TEST_CASE("stage files named by the plan must exist", "[plan_json]") {

@@ -205,7 +205,7 @@ void add_partition_options(CLI::App& app, PartitionCommandOptions& options) {
       ->group(kClusterGroup);
   add_request_options(app, p);
   app.add_option("--layout", p.layout,
-                 "plan exactly this layout, pp=STAGES,dp=PIPELINES[,m=MICROBATCHES][,tp=DEGREE] (pp x dp x tp = --gpus), "
+                 "plan exactly this layout, pp=STAGES,dp=PIPELINES[,m=MICROBATCHES][,tp=DEGREE][,vp=CHUNKS] (pp x dp x tp = --gpus; vp: interleaved model chunks per stage), "
                  "and compare it with the free plan")
       ->group(kSearchGroup);
   app.add_flag("--explain", p.explain, "also print the layouts that lost, by how much, and what ruled out the rest")

@@ -59,6 +59,10 @@ void apply_layout(const PartitionOptions& options, partition::PlanRequest& reque
   request.pipelines = layout.pipelines;
   request.microbatches = layout.microbatches;
   request.tensor_degree = layout.tensor_degree;
+  if (layout.chunks > 1) {
+    if (request.schedule != plan::Schedule::k1F1B) throw InputError("--layout vp=: interleaved stages run the 1f1b schedule");
+    request.interleave = layout.chunks;
+  }
   if (layout.microbatches && *layout.microbatches > partition::kMaxMicrobatches)
     throw InputError("--layout m=" + std::to_string(*layout.microbatches) + ": at most " + std::to_string(partition::kMaxMicrobatches));
 }
@@ -66,7 +70,7 @@ void apply_layout(const PartitionOptions& options, partition::PlanRequest& reque
 }  // namespace
 
 ForcedLayout parse_layout(const std::string& text, int devices, int devices_per_node) {
-  const std::string form = "expected pp=N,dp=N[,m=N][,tp=N], e.g. pp=8,dp=8 or pp=16,dp=8,tp=8";
+  const std::string form = "expected pp=N,dp=N[,m=N][,tp=N][,vp=N], e.g. pp=8,dp=8 or pp=16,dp=8,tp=8,vp=2";
   ForcedLayout layout;
   std::set<std::string> seen;
   std::size_t begin = 0;
@@ -76,7 +80,7 @@ ForcedLayout parse_layout(const std::string& text, int devices, int devices_per_
     begin = end + 1;
     auto equals = item.find('=');
     std::string key = item.substr(0, equals);
-    if (equals == std::string::npos || (key != "pp" && key != "dp" && key != "m" && key != "tp"))
+    if (equals == std::string::npos || (key != "pp" && key != "dp" && key != "m" && key != "tp" && key != "vp"))
       throw InputError("--layout " + text_excerpt(text) + ": " + text_excerpt(item) + " is not a layout item; " + form);
     if (!seen.insert(key).second) throw InputError("--layout " + text_excerpt(text) + ": " + key + " is given twice");
     int value = layout_number(item, item.substr(equals + 1));
@@ -84,8 +88,11 @@ ForcedLayout parse_layout(const std::string& text, int devices, int devices_per_
     if (key == "dp") layout.pipelines = value;
     if (key == "m") layout.microbatches = value;
     if (key == "tp") layout.tensor_degree = value;
+    if (key == "vp") layout.chunks = value;
   }
   if (!layout.stages || !layout.pipelines) throw InputError("--layout " + text_excerpt(text) + ": " + form);
+  if (layout.chunks > 1 && layout.stages < 2)
+    throw InputError("--layout vp=" + std::to_string(layout.chunks) + ": interleaving needs pp=2 or more");
   if (devices_per_node % layout.tensor_degree != 0)
     throw InputError("--layout tp=" + std::to_string(layout.tensor_degree) + ": must divide the " +
                      std::to_string(devices_per_node) + " devices of a node (a tensor-parallel group stays in one node)");
@@ -132,7 +139,10 @@ partition::PlanRequest plan_request(const PartitionOptions& options) {
     if (!request.recompute)
       throw InputError("--recompute " + text_excerpt(options.recompute) + ": unknown (known: auto, none, selective, full)");
   }
+  // rannc-run runs neither tensor parallelism nor interleaved stages yet: plans for the machine it
+  // runs on (the measured `cpu` preset) use neither unless forced.
   request.max_tensor_degree = request.cluster.device.measured_here ? 1 : request.cluster.gpus_per_node;
+  request.max_interleave = request.cluster.device.measured_here ? 1 : partition::kInterleaveChunks.back();
   if (options.tensor_parallel) {
     if (*options.tensor_parallel < 1 || request.cluster.gpus_per_node % *options.tensor_parallel != 0)
       throw InputError("--tensor-parallel " + std::to_string(*options.tensor_parallel) + ": must divide the " +

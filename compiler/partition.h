@@ -52,6 +52,7 @@ struct ForcedLayout {
   int pipelines = 0;
   std::optional<int> microbatches;
   int tensor_degree = 1;  // tp= (1 when not given): every stage's
+  int chunks = 1;         // vp= (1 when not given): model chunks per device group (interleaved 1F1B)
 };
 // Throws InputError naming what is wrong: a malformed item, a tp that does not divide a node's
 // devices, or a layout whose stages x pipelines x tp is not the job's device count.

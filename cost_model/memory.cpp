@@ -257,4 +257,17 @@ plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_fligh
   return memory;
 }
 
+plan::MemoryBreakdown chunks_memory(const std::vector<plan::MemoryBreakdown>& chunks) {
+  plan::MemoryBreakdown memory;
+  for (const auto& chunk : chunks) {
+    memory.weights += chunk.weights;
+    memory.grads += chunk.grads;
+    memory.optimizer += chunk.optimizer;
+    memory.activations += chunk.activations;
+    memory.comm_buffers += chunk.comm_buffers;
+    memory.workspace = std::max(memory.workspace, chunk.workspace);
+  }
+  return memory;
+}
+
 }  // namespace rannc::cost

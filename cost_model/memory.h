@@ -121,4 +121,9 @@ plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, const StageP
 plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_flight, plan::Recompute recompute, const StateLayout& state,
                              plan::Optimizer optimizer, plan::Precision precision);
 
+// The memory of a device holding several model chunks (interleaved 1F1B), from each chunk's own
+// stage_memory at its microbatches in flight: state, activations and communication buffers add
+// up; the workspace of one pass (or optimizer step) at a time is the largest chunk's.
+plan::MemoryBreakdown chunks_memory(const std::vector<plan::MemoryBreakdown>& chunks);
+
 }  // namespace rannc::cost

@@ -175,6 +175,7 @@ plan::Plan build_plan(const ir::Graph& graph, const ModelFacts& model, const par
   plan.batch = {pipeline.global_batch, pipeline.config.pipelines, pipeline.config.microbatches,
                 pipeline.config.microbatch_size};
   plan.schedule = pipeline.config.schedule;
+  plan.interleave = pipeline.config.chunks;
   plan.optimizer = request.optimizer;
   plan.precision = request.precision;
   for (const auto& layout : layouts) plan.stages.push_back(plan_stage(graph, result, layout));

@@ -102,13 +102,20 @@ void set_bounds(plan::Prediction& predicted, const StepBounds& bounds, const cos
 // For memory suggestions: the most memory-friendly config of each pipeline width (the most
 // microbatches; recomputation is an option of every stage anyway).
 bool any_config_fits(const SearchContext& context, const std::vector<SearchConfig>& configs) {
+  // Interleaving keeps more in flight, never less: its configs count only where it is forced.
+  const bool forced_interleave = std::all_of(configs.begin(), configs.end(), [](const auto& c) { return c.chunks > 1; });
   std::vector<SearchConfig> widest;
   for (const auto& config : configs) {
+    if (config.chunks > 1 && !forced_interleave) continue;
     if (!widest.empty() && widest.back().pipeline_devices == config.pipeline_devices) widest.back() = config;
     else widest.push_back(config);
   }
-  for (const auto& config : widest)
-    if (has_pipeline(StageOptions(context, config))) return true;
+  for (const auto& config : widest) {
+    StageOptions options(context, config);
+    if (config.chunks > 1 ? search_interleaved(options, std::numeric_limits<double>::infinity()).has_value()
+                          : has_pipeline(options))
+      return true;
+  }
   return false;
 }
 
@@ -211,6 +218,21 @@ std::string what_would_fit(const ir::Graph& graph, const UnitGraph& units, const
 
 }  // namespace
 
+namespace {
+
+// The model chunks per device group a request allows: the forced count, else 1 and (under 1F1B,
+// with the stage count free) each of kInterleaveChunks up to the request's most.
+std::vector<int> chunk_choices(const PlanRequest& request) {
+  if (request.interleave) return {*request.interleave};
+  std::vector<int> choices{1};
+  if (request.schedule != plan::Schedule::k1F1B || request.stages || request.fixed_microbatch) return choices;
+  for (int chunks : kInterleaveChunks)
+    if (chunks <= request.max_interleave) choices.push_back(chunks);
+  return choices;
+}
+
+}  // namespace
+
 std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int blocks, const std::vector<int>& tensor_degrees) {
   std::vector<SearchConfig> configs;
   const int devices = request.cluster.gpus();
@@ -224,8 +246,11 @@ std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int bloc
     for (int microbatches : divisors(per_pipeline)) {
       if (microbatches > kMaxMicrobatches) break;
       if (request.microbatches && microbatches != *request.microbatches) continue;
-      for (int degree : tensor_degrees) {
+      for (int degree : tensor_degrees)
+        for (int chunks : chunk_choices(request)) {
         if (width % degree != 0) continue;
+        // Interleaving needs two groups at least, and as many microbatches as groups.
+        if (chunks > 1 && (width / degree < 2 || microbatches < 2 || 2 * chunks > blocks)) continue;
         SearchConfig config;
         config.pipelines = pipelines;
         config.pipeline_devices = width;
@@ -239,10 +264,14 @@ std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int bloc
         config.schedule = request.schedule;
         config.stages = request.stages;
         config.tensor_degree = degree;
+        config.chunks = chunks;
         configs.push_back(config);
       }
     }
   }
+  // Interleaved configs first: their search is quick, and the best of them bounds the others'
+  // (the configs of one round then share their cost evenly over the cores).
+  std::stable_partition(configs.begin(), configs.end(), [](const SearchConfig& c) { return c.chunks > 1; });
   return configs;
 }
 
@@ -255,7 +284,9 @@ void add_stage_counts(const SearchContext& context, double beat, std::vector<Con
   const int blocks = context.blocks->count();
   for (std::size_t i = 0; i < free_choices; ++i) {
     SearchConfig forced = near[i].config;
-    if (forced.stages || static_cast<std::int64_t>(blocks) * forced.pipeline_devices > kExhaustiveStageCounts) continue;
+    if (forced.stages || forced.chunks > 1 ||
+        static_cast<std::int64_t>(blocks) * forced.pipeline_devices > kExhaustiveStageCounts)
+      continue;
     const int chosen = static_cast<int>(near[i].solution.stages.size());
     for (int stages = 1; stages <= std::min(forced.pipeline_devices, blocks); ++stages) {
       if (stages == chosen) continue;
@@ -287,8 +318,9 @@ ConfigOutcome search_config(const SearchContext& context, const SearchConfig& co
   }
   // --explain searches the config again without the bound: every stage must be listed then.
   StageOptions options(context, config, explain ? std::numeric_limits<double>::infinity() : beat);
-  outcome.solution = search_pipeline(options, beat);
-  if (!outcome.solution && explain) outcome.slower = search_pipeline(options, std::numeric_limits<double>::infinity());
+  auto search = config.chunks > 1 ? search_interleaved : search_pipeline;
+  outcome.solution = search(options, beat);
+  if (!outcome.solution && explain) outcome.slower = search(options, std::numeric_limits<double>::infinity());
   return outcome;
 }
 
@@ -394,14 +426,17 @@ PlacedPipeline place(const SearchContext& context, const ConfigChoice& choice, s
   std::vector<int> replicas;
   // Pipelines take consecutive ranks, so the ranks in use are 0..R-1 (what `mpirun -np R`
   // starts) and devices a pipeline leaves unused come last.
-  auto offsets = stage_offsets(choice.solution.stages);
+  // Interleaved, the chunks s, s + groups, ... share the devices of group s.
+  const auto& stages = choice.solution.stages;
+  const std::size_t groups = stages.size() / static_cast<std::size_t>(config.chunks);
+  auto offsets = stage_offsets({stages.begin(), stages.begin() + static_cast<std::ptrdiff_t>(groups)});
   int used = offsets.back();
-  for (std::size_t s = 0; s < choice.solution.stages.size(); ++s) {
-    const StageOption& option = choice.solution.stages[s];
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    const StageOption& option = stages[s];
     PlannedStage stage;
     stage.option = option;
     for (int p = 0; p < config.pipelines; ++p)
-      for (int i = 0; i < option.devices(); ++i) stage.ranks.push_back(p * used + offsets[s] + i);
+      for (int i = 0; i < option.devices(); ++i) stage.ranks.push_back(p * used + offsets[s % groups] + i);
     // Each device synchronises its slice of the weights with the devices of the same tensor rank.
     double elements = context.ranges->param_elements(option.begin, option.end, option.tensor_degree);
     std::vector<int> sync_ranks;
@@ -416,7 +451,7 @@ PlacedPipeline place(const SearchContext& context, const ConfigChoice& choice, s
     replicas.push_back(option.replicas);
     placed.stages.push_back(std::move(stage));
   }
-  placed.simulation = simulate(simulated, replicas, config.microbatches, config.schedule);
+  placed.simulation = simulate(simulated, replicas, config.microbatches, config.schedule, config.chunks);
   for (int rank = config.pipelines * used; rank < config.pipelines * config.pipeline_devices; ++rank)
     placed.unused_ranks.push_back(rank);
   return placed;
@@ -426,11 +461,18 @@ PlacedPipeline place(const SearchContext& context, const ConfigChoice& choice, s
 void predict(const SearchContext& context, const StepBounds& bounds, PlacedPipeline& placed) {
   const cost::Cluster& cluster = *context.cluster;
   StageOptions options(context, placed.config);
+  const std::size_t groups = placed.stages.size() / static_cast<std::size_t>(placed.config.chunks);
   for (std::size_t s = 0; s < placed.stages.size(); ++s) {
     auto& stage = placed.stages[s];
     stage.in_flight = placed.simulation.max_in_flight[s];
     stage.memory = options.memory(stage.option, stage.in_flight);
-    placed.predicted.peak_mem_bytes = std::max(placed.predicted.peak_mem_bytes, stage.memory.total());
+  }
+  for (std::size_t s = 0; s < groups; ++s) {
+    // A device's memory: its group's chunks together (one stage without interleaving).
+    std::vector<plan::MemoryBreakdown> chunks;
+    for (std::size_t c = s; c < placed.stages.size(); c += groups) chunks.push_back(placed.stages[c].memory);
+    placed.predicted.peak_mem_bytes = std::max(placed.predicted.peak_mem_bytes, cost::chunks_memory(chunks).total());
+    const auto& stage = placed.stages[s];
     for (int i = 0; i < static_cast<int>(stage.ranks.size()); ++i) {
       int rank = stage.ranks[i];
       int degree = stage.option.tensor_degree;

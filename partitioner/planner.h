@@ -21,6 +21,7 @@
 #include "cost_model/memory.h"
 #include "partitioner/block_costs.h"
 #include "partitioner/coarsen.h"
+#include "partitioner/interleave.h"
 #include "partitioner/simulate.h"
 #include "partitioner/stage_search.h"
 #include "partitioner/units.h"
@@ -33,6 +34,9 @@ namespace rannc::partition {
 inline constexpr int kMaxMicrobatches = 4096;
 // The tensor-parallel degrees the search considers (within a node, as Megatron-LM uses them).
 inline constexpr std::array<int, 3> kTensorDegrees{2, 4, 8};
+// The model chunks per device group the search considers beside 1 (interleaved 1F1B,
+// partitioner/interleave.h).
+inline constexpr std::array<int, 5> kInterleaveChunks{2, 3, 4, 6, 8};
 
 struct PlanRequest {
   cost::Cluster cluster;
@@ -49,6 +53,8 @@ struct PlanRequest {
   std::optional<int> pipelines;     // --layout dp=: force the count of pipeline replicas
   std::optional<int> tensor_degree; // --layout tp=: force every stage's tensor-parallel degree
   int max_tensor_degree = 1;        // --tensor-parallel: the largest degree the search considers
+  std::optional<int> interleave;    // --layout vp=: force the model chunks per device group
+  int max_interleave = 1;           // the most model chunks per device group the search considers
   int runners_up = 0;               // --explain: also keep this many simulated layouts that lost
 };
 

@@ -34,19 +34,23 @@ const char* task_kind_name(TaskKind kind) {
 }
 
 Simulation simulate(const std::vector<SimulatedStage>& stages, const std::vector<int>& replicas, int microbatches,
-                    plan::Schedule schedule) {
+                    plan::Schedule schedule, int chunks) {
   const int count = static_cast<int>(stages.size());
+  // Stage s (a chunk when interleaved) runs on group s mod `groups`, which runs its tasks in turn.
+  const int groups = count / chunks;
   constexpr double kNotYet = std::numeric_limits<double>::infinity();
   std::vector<std::vector<double>> fwd_end(count, std::vector<double>(microbatches, kNotYet));
   std::vector<std::vector<double>> bwd_end = fwd_end;
   std::vector<std::vector<plan::PassTask>> orders;
-  for (int s = 0; s < count; ++s) orders.push_back(plan::stage_passes(schedule, count - 1 - s, microbatches));
-  std::vector<std::size_t> next(count, 0);
-  std::vector<double> free_at(count, 0);
+  for (int g = 0; g < groups; ++g)
+    orders.push_back(chunks == 1 ? plan::stage_passes(schedule, groups - 1 - g, microbatches)
+                                 : plan::group_passes(groups, g, chunks, microbatches));
+  std::vector<std::size_t> next(groups, 0);
+  std::vector<double> free_at(groups, 0);
   Simulation result;
   result.busy_ms.assign(count, 0);
   result.max_in_flight.assign(count, 0);
-  std::vector<int> in_flight(count, 0);
+  std::vector<int> in_flight(count, 0), group_in_flight(groups, 0), group_most(groups, 0);
   // When is a task's input there? Forward: the previous stage's output has arrived; backward:
   // this stage's forward is done and the next stage's input gradient has arrived.
   auto ready_at = [&](int s, int m, bool backward) {
@@ -55,36 +59,49 @@ Simulation simulate(const std::vector<SimulatedStage>& stages, const std::vector
     return std::max(fwd_end[s][m], from_next);
   };
   for (std::size_t done = 0, total = static_cast<std::size_t>(count) * 2 * microbatches; done < total;) {
-    // Run the runnable task that can start earliest (ties: the lowest stage), as the hardware would.
+    // Run the runnable task that can start earliest (ties: the lowest group), as the hardware would.
     int pick = -1;
     double pick_start = kNotYet;
-    for (int s = 0; s < count; ++s) {
-      if (next[s] == orders[s].size()) continue;
-      auto [pass, m] = orders[s][next[s]];
-      double start = std::max(free_at[s], ready_at(s, m, pass == plan::Pass::kBackward));
-      if (start < pick_start) pick = s, pick_start = start;
+    for (int g = 0; g < groups; ++g) {
+      if (next[g] == orders[g].size()) continue;
+      const plan::PassTask& task = orders[g][next[g]];
+      double start = std::max(free_at[g], ready_at(task.chunk * groups + g, task.microbatch, task.pass == plan::Pass::kBackward));
+      if (start < pick_start) pick = g, pick_start = start;
     }
     if (pick < 0) throw std::logic_error("pipeline simulation deadlocked");
-    auto [pass, m] = orders[pick][next[pick]++];
-    bool backward = pass == plan::Pass::kBackward;
-    double length = backward ? stages[pick].bwd_ms : stages[pick].fwd_ms;
+    const plan::PassTask task = orders[pick][next[pick]++];
+    const int s = task.chunk * groups + pick, m = task.microbatch;
+    bool backward = task.pass == plan::Pass::kBackward;
+    double length = backward ? stages[s].bwd_ms : stages[s].fwd_ms;
     double end = pick_start + length;
-    (backward ? bwd_end : fwd_end)[pick][m] = end;
+    (backward ? bwd_end : fwd_end)[s][m] = end;
     free_at[pick] = end;
-    result.busy_ms[pick] += length;
-    in_flight[pick] += backward ? -1 : 1;
-    result.max_in_flight[pick] = std::max(result.max_in_flight[pick], in_flight[pick]);
-    result.tasks.push_back({pick, m, backward ? TaskKind::kBackward : TaskKind::kForward, pick_start, end});
-    record_transfer(result, stages, pick, m, backward, end);
+    result.busy_ms[s] += length;
+    in_flight[s] += backward ? -1 : 1;
+    group_in_flight[pick] += backward ? -1 : 1;
+    // A group's chunks share its memory: each chunk's count at the group's peak.
+    if (group_in_flight[pick] > group_most[pick]) {
+      group_most[pick] = group_in_flight[pick];
+      for (int c = pick; c < count; c += groups) result.max_in_flight[c] = in_flight[c];
+    }
+    result.tasks.push_back({s, m, backward ? TaskKind::kBackward : TaskKind::kForward, pick_start, end});
+    record_transfer(result, stages, s, m, backward, end);
     ++done;
   }
   double busy = 0, ranks = 0;
-  for (int s = 0; s < count; ++s) {
-    result.finish_ms.push_back(free_at[s] + stages[s].allreduce_ms);
-    if (stages[s].allreduce_ms > 0) result.tasks.push_back({s, -1, TaskKind::kAllreduce, free_at[s], result.finish_ms.back()});
-    result.iteration_ms = std::max(result.iteration_ms, result.finish_ms.back());
-    busy += result.busy_ms[s] * replicas[s];
-    ranks += replicas[s];
+  result.finish_ms.assign(count, 0);
+  for (int g = 0; g < groups; ++g) {
+    // After its last backward a group synchronises each chunk's gradients in turn.
+    double at = free_at[g];
+    for (int s = g; s < count; s += groups) {
+      double end = at + stages[s].allreduce_ms;
+      if (stages[s].allreduce_ms > 0) result.tasks.push_back({s, -1, TaskKind::kAllreduce, at, end});
+      at = end;
+      busy += result.busy_ms[s] * replicas[s];
+    }
+    for (int s = g; s < count; s += groups) result.finish_ms[s] = at;
+    result.iteration_ms = std::max(result.iteration_ms, at);
+    ranks += replicas[g];
   }
   if (result.iteration_ms > 0 && ranks > 0) result.bubble_fraction = 1 - busy / (ranks * result.iteration_ms);
   return result;

@@ -50,7 +50,10 @@ struct Simulation {
   double bubble_fraction = 0;         // idle share of the step, over the stages' replicas
 };
 
+// `chunks` > 1: interleaved 1F1B (plan/schedule.h); `stages` are the chunks in model order,
+// stage s on the devices of stage s mod (stages / chunks), and the per-stage results are per chunk
+// (max_in_flight: each chunk's count when its group keeps the most; finish_ms: its group's end).
 Simulation simulate(const std::vector<SimulatedStage>& stages, const std::vector<int>& replicas, int microbatches,
-                    plan::Schedule schedule);
+                    plan::Schedule schedule, int chunks = 1);
 
 }  // namespace rannc::partition

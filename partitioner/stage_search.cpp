@@ -97,6 +97,7 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
   }
   balanced_ms_ = partition::balanced_ms(context, config);
   by_begin_.resize(static_cast<std::size_t>(blocks.count()));
+  if (config.chunks > 1) return;
   for (int begin = 0; begin < blocks.count(); ++begin) {
     for (int degree : tensor_degrees_)
       for (int replicas : replica_choices_)

@@ -53,6 +53,9 @@ struct SearchConfig {
   // Every stage's tensor-parallel degree (the planner's configs, --layout tp=); nullopt: each
   // stage chooses among the costed degrees (StageOptions::tensor_degrees).
   std::optional<int> tensor_degree;
+  // Interleaved 1F1B (partitioner/interleave.h): model chunks per device group; `stages` then
+  // counts the groups.
+  int chunks = 1;
 };
 
 // The model and the cluster the configs are searched on.
@@ -86,6 +89,7 @@ struct StageOption {
 };
 
 // Every stage option of a config that fits in memory with one microbatch in flight, by first block.
+// An interleaved config (chunks > 1) lists none: its search evaluates the chunks it cuts.
 class StageOptions {
  public:
   // `beat`: the objective a pipeline must stay below (search_pipeline's); a stage whose t + term
@@ -116,6 +120,7 @@ class StageOptions {
   // shorter than M times it.
   double balanced_ms() const { return balanced_ms_; }
   const SearchConfig& config() const { return config_; }
+  const SearchContext& context() const { return context_; }
 
  private:
   // The time of a range's work, and its largest workspace, at one replica count and

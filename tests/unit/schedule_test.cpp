@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <stdexcept>
 #include <string>
 
 #include "plan/schedule.h"
@@ -69,6 +70,59 @@ TEST_CASE("the in-flight count follows the schedule", "[schedule]") {
   CHECK(microbatches_in_flight(Schedule::k1F1B, 3, 8) == 4);
   CHECK(microbatches_in_flight(Schedule::k1F1B, 20, 8) == 8);
   CHECK(microbatches_in_flight(Schedule::kGPipe, 0, 8) == 8);
+}
+
+TEST_CASE("interleaved 1F1B runs each chunk's passes once in Megatron-LM's order", "[schedule]") {
+  auto text = [](const std::vector<PassTask>& tasks) {
+    std::string out;
+    for (const auto& t : tasks)
+      out += (t.pass == Pass::kForward ? "F" : "B") + std::to_string(t.microbatch) + "c" + std::to_string(t.chunk) + " ";
+    return out;
+  };
+  // 2 groups of 2 chunks, 4 microbatches: the last group warms up with one round of its first
+  // chunk (v - 1) p = 2, the first with 2 more.
+  CHECK(text(group_passes(2, 1, 2, 4)) ==
+        "F0c0 F1c0 F0c1 B0c1 F1c1 B1c1 F2c0 B0c0 F3c0 B1c0 F2c1 B2c1 F3c1 B3c1 B2c0 B3c0 ");
+  CHECK(text(group_passes(2, 0, 2, 4)).rfind("F0c0 F1c0 F0c1 F1c1 F2c0 B0c1 ", 0) == 0);
+  // As many microbatches as groups: every forward first.
+  CHECK(text(group_passes(2, 1, 2, 2)) == "F0c0 F1c0 F0c1 F1c1 B0c1 B1c1 B0c0 B1c0 ");
+  // One chunk is plain 1F1B.
+  CHECK(group_passes(3, 0, 1, 6) == stage_passes(Schedule::k1F1B, 2, 6));
+  CHECK_THROWS_AS(group_passes(4, 0, 2, 6), std::invalid_argument);
+
+  for (int groups = 1; groups <= 4; ++groups)
+    for (int chunks = 2; chunks <= 4; ++chunks)
+      for (int microbatches = groups; microbatches <= 3 * groups; microbatches += groups)
+        for (int group = 0; group < groups; ++group) {
+          INFO(groups << " groups, " << chunks << " chunks, " << microbatches << " microbatches, group " << group);
+          std::map<std::pair<int, int>, int> forwards, backwards;
+          std::vector<int> now(chunks, 0);
+          int in_flight = 0, most = 0;
+          for (const auto& task : group_passes(groups, group, chunks, microbatches)) {
+            auto key = std::make_pair(task.chunk, task.microbatch);
+            if (task.pass == Pass::kForward) {
+              ++forwards[key];
+              ++now[task.chunk];
+              most = std::max(most, ++in_flight);
+            } else {
+              REQUIRE(forwards.count(key) == 1);
+              ++backwards[key];
+              --now[task.chunk];
+              --in_flight;
+            }
+          }
+          REQUIRE(forwards.size() == static_cast<std::size_t>(chunks * microbatches));
+          REQUIRE(backwards.size() == forwards.size());
+          for (const auto& [key, count] : backwards) REQUIRE((count == 1 && forwards[key] == 1));
+          auto peak = chunks_in_flight_at_peak(groups, group, chunks, microbatches);
+          int at_peak = 0;
+          for (int count : peak) at_peak += count;
+          REQUIRE(at_peak == most);
+          // Narayanan et al.'s count: warm-up plus one, all of them when M = p.
+          int warmup = microbatches == groups ? chunks * microbatches
+                                              : std::min(2 * (groups - 1 - group) + (chunks - 1) * groups, chunks * microbatches);
+          REQUIRE(most == std::min(warmup + 1, chunks * microbatches));
+        }
 }
 
 }  // namespace rannc::plan

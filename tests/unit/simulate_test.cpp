@@ -74,3 +74,25 @@ TEST_CASE("a slow stage sets the steady state", "[simulate]") {
 }
 
 }  // namespace rannc::partition
+
+namespace rannc::partition {
+
+TEST_CASE("interleaved 1F1B shrinks the bubble to (p - 1) / v of a group's time", "[simulate]") {
+  // p = 4 groups, each of v = 2 chunks of 1 + 2 ms: a group's microbatch takes 6 ms, so 1F1B on
+  // stages of the two chunks together takes (M + p - 1) 6 ms, and interleaved M 6 + (p - 1) 3.
+  constexpr int kGroups = 4, kChunks = 2, kMicrobatches = 8;
+  std::vector<SimulatedStage> chunks(kGroups * kChunks, SimulatedStage{1.0, 2.0, 0.0, 0.0});
+  std::vector<int> replicas(chunks.size(), 1);
+  auto interleaved = simulate(chunks, replicas, kMicrobatches, plan::Schedule::k1F1B, kChunks);
+  std::vector<SimulatedStage> stages(kGroups, SimulatedStage{2.0, 4.0, 0.0, 0.0});
+  auto plain = simulate(stages, std::vector<int>(kGroups, 1), kMicrobatches, plan::Schedule::k1F1B);
+  CHECK(plain.iteration_ms == Approx((kMicrobatches + kGroups - 1) * 6.0));
+  CHECK(interleaved.iteration_ms == Approx(kMicrobatches * 6.0 + (kGroups - 1) * 3.0));
+  CHECK(interleaved.tasks.size() == chunks.size() * 2 * kMicrobatches);
+  // The first group keeps the most: p + (p - 1) / v groups' worth, here 11 chunk-microbatches.
+  CHECK(interleaved.max_in_flight[0] + interleaved.max_in_flight[kGroups] == 2 * kGroups + kGroups - 1);
+  // The last, (v - 1) p + 1: its warm-up is the other chunks' first round.
+  CHECK(interleaved.max_in_flight[kGroups - 1] + interleaved.max_in_flight[2 * kGroups - 1] == (kChunks - 1) * kGroups + 1);
+}
+
+}  // namespace rannc::partition

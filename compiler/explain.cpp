@@ -114,7 +114,10 @@ std::string layout_name(const PlacedPipeline& p) {
     return std::all_of(values.begin(), values.end(), [&](int v) { return v == values.front(); });
   };
   const int first = replicas.empty() ? 1 : replicas.front();
-  std::string name = "pp=" + std::to_string(p.stages.size()) + " dp=" + std::to_string(p.config.pipelines) +
+  // Interleaved: pp counts the device groups, vp their chunks (Megatron-LM's names).
+  const int chunks = p.config.chunks;
+  std::string name = "pp=" + std::to_string(p.stages.size() / static_cast<std::size_t>(chunks)) +
+                     (chunks > 1 ? " vp=" + std::to_string(chunks) : "") + " dp=" + std::to_string(p.config.pipelines) +
                      (uniform(replicas) && first > 1 ? "x" + std::to_string(first) : "");
   // Tensor parallelism, where a stage has it: "tp=8", or per stage "tp=(8*12,4)".
   if (!degrees.empty() && !uniform(degrees)) name += " tp=(" + per_stage_runs(degrees) + ")";

@@ -243,9 +243,10 @@ std::string show_text(const plan::Plan& plan) {
       << plan.cluster.gpus_per_node << ", " << human_bytes(static_cast<double>(plan.cluster.mem_bytes)) << " per device\n"
       << "batch      " << plan.batch.global << " = " << plural(plan.batch.pipelines, "pipeline") << " x "
       << plural(plan.batch.microbatches, "microbatch", "microbatches") << " x " << plural(plan.batch.microbatch_size, "sample") << ", "
-      << plan::schedule_name(plan.schedule) << (plan.interleave > 1 ? " interleaved x" + std::to_string(plan.interleave) : "")
+      << plan::schedule_label(plan.schedule, plan.interleave)
       << ", " << plan::optimizer_name(plan.optimizer) << ", " << plan::precision_name(plan.precision) << "\n"
-      << "layout     " << plural(static_cast<std::int64_t>(plan.stages.size()), "stage") << " x "
+      << "layout     " << plural(static_cast<std::int64_t>(plan.stages.size()), "stage")
+      << (plan.interleave > 1 ? " on " + plural(plan.pipeline_stages(), "device group") : "") << " x "
       << plural(plan.batch.pipelines, "pipeline") << " on " << plural(static_cast<std::int64_t>(plan.ranks.size()), "rank")
       << "\n\n"
       << stage_table(plan) << "\n";

@@ -62,6 +62,7 @@ nlohmann::json row_json(const SweepRow& row) {
                 {"microbatches", p.config.microbatches},
                 {"unused_devices", p.unused_ranks.size()}});
   if (auto tensor = tensor_text(p); !tensor.empty()) entry["tensor_parallel"] = tensor;
+  if (p.config.chunks > 1) entry["interleave"] = p.config.chunks;
   return entry;
 }
 
@@ -80,7 +81,8 @@ std::string table_text(const std::vector<SweepRow>& rows, std::int64_t mem_limit
     const auto& p = *row.pipeline;
     std::string tensor = tensor_text(p);
     std::string layout = std::to_string(p.stages.size()) + " x " + std::to_string(p.config.pipelines) + " (" +
-                         replica_text(p, /*fold=*/true) + (tensor.empty() ? "" : ", tp " + tensor) + ")";
+                         replica_text(p, /*fold=*/true) + (tensor.empty() ? "" : ", tp " + tensor) +
+                         (p.config.chunks > 1 ? ", vp " + std::to_string(p.config.chunks) : "") + ")";
     if (layout.size() > 26) layout = layout.substr(0, 23) + "...";
     std::string memory = human_bytes(p.predicted.peak_mem_bytes) + " of " + human_bytes(static_cast<double>(mem_limit));
     std::snprintf(line, sizeof line, "%8d  %-26s %6d %12.1f %12.1f %6.0f%%  %s\n", row.devices, layout.c_str(),

@@ -149,12 +149,27 @@ constexpr std::size_t kMaxRankRows = 16;
 // Above this many tasks in the picture, each stage's boxes of one kind become one <path>.
 constexpr std::size_t kMaxBoxes = 2000;
 
-// Each stage's tasks, in the order they were scheduled.
-std::vector<std::vector<const SimulatedTask*>> tasks_by_stage(const partition::PlacedPipeline& plan) {
-  std::vector<std::vector<const SimulatedTask*>> tasks(plan.stages.size());
+// The devices' rows: one per stage, or with interleaved stages one per device group (the stages
+// s, s + groups, ...).
+std::size_t device_groups(const partition::PlacedPipeline& plan) {
+  return plan.stages.size() / static_cast<std::size_t>(std::max(plan.config.chunks, 1));
+}
+
+// Each device group's tasks, in the order they were scheduled.
+std::vector<std::vector<const SimulatedTask*>> tasks_by_group(const partition::PlacedPipeline& plan) {
+  std::vector<std::vector<const SimulatedTask*>> tasks(device_groups(plan));
   for (const auto& task : plan.simulation.tasks)
-    if (task.stage >= 0 && task.stage < static_cast<int>(tasks.size())) tasks[task.stage].push_back(&task);
+    if (task.stage >= 0 && task.stage < static_cast<int>(plan.stages.size())) tasks[task.stage % tasks.size()].push_back(&task);
   return tasks;
+}
+
+// "stage 3", or for an interleaved group "stages 3, 11, 19".
+std::string group_name(std::size_t group, const partition::PlacedPipeline& plan) {
+  const std::size_t groups = device_groups(plan);
+  if (groups == plan.stages.size()) return "stage " + std::to_string(group);
+  std::string name = "stages ";
+  for (std::size_t s = group; s < plan.stages.size(); s += groups) name += (s == group ? "" : ", ") + std::to_string(s);
+  return name;
 }
 
 // A length in hundredths of a px, as short as it goes: 1250 -> "12.5", -300 -> "-3".
@@ -210,7 +225,7 @@ std::string stage_boxes(const std::vector<const SimulatedTask*>& tasks, const La
   return out;
 }
 
-// Each stage's timeline once, in <defs>; every rank's row shows its stage's with <use>.
+// Each device group's timeline once, in <defs>; every rank's row shows its group's with <use>.
 std::string stage_timelines(const std::vector<std::vector<const SimulatedTask*>>& tasks, const Layout& layout,
                             bool merge) {
   std::ostringstream out;
@@ -228,25 +243,25 @@ std::string rank_rows(const partition::PlacedPipeline& plan) {
     out << "<g class=\"rank\" data-rank=\"" << rank.rank << "\" data-stage=\"" << rank.stage << "\" transform=\"translate(0,"
         << fixed(y) << ")\">"
         << "<text x=\"" << fixed(Layout::kLeft - 8) << "\" y=\"12\" text-anchor=\"end\">rank " << rank.rank
-        << " &#183; stage " << rank.stage << "</text>"
+        << " &#183; " << group_name(static_cast<std::size_t>(rank.stage), plan) << "</text>"
         << "<use href=\"#stage-" << rank.stage << "\"/></g>\n";
     y += Layout::kRowPitch;
   }
   return out.str();
 }
 
-// One row per stage, its replicas and pipelines folded: the counts in the label and in
+// One row per stage (device group), its replicas and pipelines folded: the counts in the label and in
 // data-ranks, data-replicas (per pipeline) and data-pipelines; the ranks in the tooltip.
 std::string stage_rows(const partition::PlacedPipeline& plan, const std::vector<std::vector<const SimulatedTask*>>& tasks,
                        const Layout& layout, bool merge) {
   const std::int64_t pipelines = plan.config.pipelines;
   std::ostringstream out;
   double y = Layout::kTop;
-  for (std::size_t s = 0; s < plan.stages.size(); ++s) {
+  for (std::size_t s = 0; s < tasks.size(); ++s) {
     const auto& stage = plan.stages[s];
     const auto count = static_cast<std::int64_t>(stage.ranks.size());
     std::string counts = plural(stage.option.replicas, "replica") + " x " + plural(pipelines, "pipeline");
-    std::string head = "stage " + std::to_string(s) + " &#183; " + plural(count, "rank");
+    std::string head = group_name(s, plan) + " &#183; " + plural(count, "rank");
     out << "<g class=\"stage\" data-stage=\"" << s << "\" data-ranks=\"" << count << "\" data-replicas=\""
         << stage.option.replicas << "\" data-pipelines=\"" << pipelines << "\" transform=\"translate(0," << fixed(y)
         << ")\">"
@@ -341,8 +356,8 @@ std::string schedule_svg(const partition::PlacedPipeline& plan, const std::strin
   layout.ms_scale = Layout::kWidth / span;
   bool fold = plan.ranks.size() > kMaxRankRows;
   bool merge = plan.simulation.tasks.size() > kMaxBoxes;
-  auto tasks = tasks_by_stage(plan);
-  std::size_t rows = fold ? plan.stages.size() : plan.ranks.size();
+  auto tasks = tasks_by_group(plan);
+  std::size_t rows = fold ? tasks.size() : plan.ranks.size();
   double rows_bottom = Layout::kTop + Layout::kRowPitch * static_cast<double>(rows);
   double height = rows_bottom + 44 + (!plan.unused_ranks.empty() ? 20 : 0);
   std::ostringstream out;
@@ -366,7 +381,7 @@ std::string schedule_svg(const partition::PlacedPipeline& plan, const std::strin
 std::string plan_title(const plan::Plan& plan) {
   return std::filesystem::path(plan.model.path).filename().string() + ": " + std::to_string(plan.stages.size()) +
          " stage(s) x " + std::to_string(plan.batch.pipelines) + " pipeline(s), " + std::to_string(plan.batch.microbatches) +
-         " microbatch(es) of " + std::to_string(plan.batch.microbatch_size) + ", " + std::string(plan::schedule_name(plan.schedule)) + ", step " +
+         " microbatch(es) of " + std::to_string(plan.batch.microbatch_size) + ", " + plan::schedule_label(plan.schedule, plan.interleave) + ", step " +
          human_ms(plan.predicted.iteration_ms);
 }
 

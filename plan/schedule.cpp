@@ -17,6 +17,11 @@ int warmup_forwards(Schedule schedule, int stages_after, int microbatches) {
 
 std::string_view schedule_name(Schedule schedule) { return schedule == Schedule::kGPipe ? "gpipe" : "1f1b"; }
 
+std::string schedule_label(Schedule schedule, int chunks) {
+  std::string label(schedule_name(schedule));
+  return chunks > 1 ? label + " interleaved x" + std::to_string(chunks) : label;
+}
+
 Schedule parse_schedule(std::string_view name, std::string_view what) {
   return parse_named_choice(name, what, "schedule", {Schedule::k1F1B, Schedule::kGPipe}, schedule_name);
 }

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -27,6 +28,9 @@ enum class Schedule : std::uint8_t { k1F1B, kGPipe };
 std::string_view schedule_name(Schedule schedule);
 // Throws InputError "WHAT NAME: unknown schedule (known: 1f1b, gpipe)".
 Schedule parse_schedule(std::string_view name, std::string_view what);
+
+// For people: "1f1b", "gpipe", or with model chunks per device group "1f1b interleaved x2".
+std::string schedule_label(Schedule schedule, int chunks);
 
 enum class Pass : std::uint8_t { kForward, kBackward };
 

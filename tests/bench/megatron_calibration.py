@@ -21,7 +21,10 @@ Sources and how FLOPs are counted:
   recomputation, one data-parallel replica, micro-batch 1 (4 for 22B), and their model FLOPs
   utilisation (MFU, model FLOPs without recomputation over the A100's 312 TFLOP/s). Forced here as
   `--layout pp=P,dp=1,tp=8 --recompute selective`; sequence parallelism comes with tp > 1.
-Not modelled yet: the interleaved schedule some published runs used, Llama-3 70B.
+- Interleaved 1F1B: the GPT-3 row is also forced with vp=2 (3 layers a model chunk on each of the 16
+  stages), the schedule section 2.2 of the SC'21 paper introduces; the published figure is the
+  same row's.
+Not modelled yet: Llama-3 70B.
 
 usage: megatron_calibration.py BUILD_DIR [--quick]
   --quick: the three smallest rows and GPT-3 only, and of Korthikanti's the 22B and GPT-3
@@ -48,6 +51,7 @@ RUNS = [
     ("megatron-529.6b", 2520, 2520, 8, 35, 163),
     ("megatron-1008b", 3072, 3072, 8, 64, 163),
     ("gpt3-175b", 1024, 1536, 8, 16, 140),
+    ("gpt3-175b", 1024, 1536, 8, 16, 140, 2),  # interleaved: 2 model chunks per stage
 ]
 QUICK = {"megatron-1.7b", "megatron-3.6b", "megatron-7.5b", "gpt3-175b"}
 # Korthikanti et al. 2022: preset, GPUs, global batch, pipeline degree (t = 8), published MFU.
@@ -75,8 +79,9 @@ def plan(rannc, model, gpus, batch, out, extra):
 def layout_of(plan_json):
     degrees = sorted({s.get("tensor_parallel", {}).get("degree", 1) for s in plan_json["stages"]})
     tp = "/".join(str(d) for d in degrees)
-    return "pp=%d dp=%d tp=%s m=%d" % (len(plan_json["stages"]), plan_json["batch"]["pipelines"], tp,
-                                       plan_json["batch"]["microbatches"])
+    vp = plan_json.get("interleave", 1)
+    return "pp=%d dp=%d tp=%s%s m=%d" % (len(plan_json["stages"]) // vp, plan_json["batch"]["pipelines"], tp,
+                                         " vp=%d" % vp if vp > 1 else "", plan_json["batch"]["microbatches"])
 
 
 def model_path(models, build, preset):
@@ -121,7 +126,7 @@ def main():
     runs = [r for r in RUNS if not quick or r[0] in QUICK]
     selective_runs = [r for r in SELECTIVE_RUNS if not quick or r[0] in QUICK_SELECTIVE]
     failed = False
-    header = ("%-16s %5s %5s | %-16s %9s %9s %6s | %-26s %9s %5s %6s %7s"
+    header = ("%-16s %5s %5s | %-21s %9s %9s %6s | %-31s %9s %5s %6s %7s"
               % ("model", "GPUs", "batch", "Megatron layout", "predicted", "published", "ratio", "free plan", "TFLOP/s",
                  "MFU", "x Meg.", "plan s"))
     with tempfile.TemporaryDirectory() as models, tempfile.TemporaryDirectory() as out:
@@ -131,10 +136,10 @@ def main():
                         ",".join(presets)], check=True, capture_output=True)
         print(header)
         print("-" * len(header))
-        for preset, gpus, batch, tp, pp, published in runs:
+        for preset, gpus, batch, tp, pp, published, *interleave in runs:
             model = model_path(models, build, preset)
             dp = gpus // (tp * pp)
-            layout = "pp=%d,dp=%d,tp=%d" % (pp, dp, tp)
+            layout = "pp=%d,dp=%d,tp=%d" % (pp, dp, tp) + ("".join(",vp=%d" % v for v in interleave))
             # The published runs recompute every layer's forward (SC'21, section 5).
             forced, _, why = plan(rannc, model, gpus, batch, out, ["--layout", layout, "--recompute", "full"])
             free, seconds, why_free = plan(rannc, model, gpus, batch, out, [])
@@ -143,7 +148,7 @@ def main():
             ratio = forced_tflops / model_published if forced else float("nan")
             if free:
                 free_tflops = free["predicted"]["model_tflops_per_device"]
-                print("%-16s %5d %5d | %-16s %9.1f %9.1f %6.2f | %-26s %9.1f %4.0f%% %6.2f %7.1f"
+                print("%-16s %5d %5d | %-21s %9.1f %9.1f %6.2f | %-31s %9.1f %4.0f%% %6.2f %7.1f"
                       % (preset, gpus, batch, layout.replace(",", " "), forced_tflops, model_published, ratio,
                          layout_of(free), free_tflops, 100 * free_tflops / PEAK_TFLOPS,
                          free_tflops / forced_tflops if forced else float("nan"), seconds))

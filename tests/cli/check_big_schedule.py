@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """schedule.svg of GPT-3 175B (shape-only) planned on 64 and 4096 devices: replicas and pipelines
 fold into one row per stage, so the picture stays under 1 MB. It must parse as XML and have one
-`<g class="stage">` row per stage of plan.json, in order, whose data-ranks, data-replicas and
-data-pipelines agree with the plan and whose label shows them; no per-rank rows.
+`<g class="stage">` row per stage of plan.json (per device group of an interleaved plan: its first
+stage's), in order, whose data-ranks, data-replicas and data-pipelines agree with the plan and whose
+label shows them; no per-rank rows.
 
 usage: check_big_schedule.py BINARY SHAPE_ONLY_DIR OUT_DIR
 """
@@ -39,10 +40,11 @@ def check_schedule(binary, model, out, devices):
     groups = list(root.iter(SVG + "g"))
     check(not [g for g in groups if g.get("class") == "rank"], f"{devices} devices: per-rank rows in schedule.svg")
     rows = [g for g in groups if g.get("class") == "stage"]
-    check(len(rows) == len(plan["stages"]),
-          f"{devices} devices: schedule.svg has {len(rows)} stage rows, plan has {len(plan['stages'])} stages")
+    device_groups = plan["stages"][:len(plan["stages"]) // plan.get("interleave", 1)]
+    check(len(rows) == len(device_groups),
+          f"{devices} devices: schedule.svg has {len(rows)} stage rows, plan has {len(device_groups)} device groups")
     pipelines = plan["batch"]["pipelines"]
-    for row, stage in zip(rows, plan["stages"]):
+    for row, stage in zip(rows, device_groups):
         where = f"{devices} devices, stage {stage['id']}"
         expected = {"data-stage": stage["id"], "data-ranks": len(stage["ranks"]),
                     "data-replicas": stage["replicas_per_pipeline"], "data-pipelines": pipelines}

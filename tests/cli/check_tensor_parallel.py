@@ -8,12 +8,14 @@ usage: check_tensor_parallel.py RANNC RANNC_RUN SHAPE_ONLY_DIR SAMPLES_DIR
    with tensor_parallel has groups of `degree` consecutive ranks starting at a multiple of the
    degree inside one node, tensor_rank = place mod degree, two regions per layer it holds with
    their weights (QKV in 3 groups), sequence-parallel ops outside them, and `show` names the groups.
-2. --tensor-parallel 1 plans no split; the forced layouts tp=1, 2, 4 and 8 (pp x dp x tp = 64) and
+2. --tensor-parallel 1 plans no split; the forced layouts tp=1, 2, 4 and 8 (pp x dp x tp = 64),
+   interleaved ones (vp=2, 3: pp x vp stages, stage s on the ranks of stage s mod pp) and
    --recompute full, none and selective are each no faster than the free plan, and force what
    they say.
 3. A model without a splittable region (ResNet-50) plans byte for byte the same stages with
    --tensor-parallel 8 and 1.
-4. rannc-run refuses the tensor-parallel plan with one line naming the stage.
+4. rannc-run refuses a tensor-parallel plan with one line naming the stage, and an interleaved one
+   with one line naming its chunks.
 """
 import json
 import os
@@ -56,7 +58,9 @@ def check_groups(plan_json):
             assert group[0] // per_node == group[-1] // per_node, f"stage {stage['id']}: group {group} spans nodes"
             for i, rank in enumerate(group):
                 assert places[rank].get("tensor_rank", 0) == i, places[rank]
-        assert split["regions"], f"stage {stage['id']} splits no region"
+        # The last stage may hold only the LM head (whole: it makes the model output).
+        last = stage["id"] == len(plan_json["stages"]) - 1
+        assert split["regions"] or last, f"stage {stage['id']} splits no region"
         names = {p["name"] for p in stage["params"]}
         for weight in split["weights"]:
             assert weight["name"] in names, weight
@@ -66,7 +70,7 @@ def check_groups(plan_json):
         assert abs(len(grouped) - len(split["regions"])) <= 2, (len(grouped), len(split["regions"]))
         # Sequence parallelism: the norms, residual adds and biases between the regions.
         in_regions = {op for region in split["regions"] for op in region["ops"]}
-        assert split["sequence_ops"], f"stage {stage['id']}: no sequence-parallel op"
+        assert split["sequence_ops"] or last, f"stage {stage['id']}: no sequence-parallel op"
         assert not in_regions & set(split["sequence_ops"]), "an op both in a region and sequence-parallel"
         assert set(split["sequence_ops"]) <= set(stage["ops"])
         for region in split["regions"]:
@@ -78,6 +82,13 @@ def check_groups(plan_json):
     if split_stages == len(plan_json["stages"]):
         assert len(row_ops) == 2 * LAYERS, len(row_ops)
     return split_stages
+
+
+def refused_once(rannc_run, out, why):
+    refused = run([rannc_run, os.path.join(out, "plan.json")])
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode != 0 and any(why in line for line in lines), refused.stderr
+    print("rannc-run: " + [line for line in lines if why in line][0])
 
 
 def main():
@@ -93,10 +104,6 @@ def main():
         assert "x tp " in shown and "regions split" in shown, shown
         print(f"free: {split_stages} of {len(free['stages'])} stages split, step {free_ms:.1f} ms")
 
-        refused = run([rannc_run, os.path.join(out, "plan.json")])
-        lines = refused.stderr.strip().splitlines()
-        assert refused.returncode != 0 and any("tensor parallelism" in line for line in lines), refused.stderr
-        print("rannc-run: " + [line for line in lines if "tensor parallelism" in line][0])
 
         none = plan(rannc, gpt, out, *common, "--tensor-parallel", "1")
         assert not any("tensor_parallel" in s for s in none["stages"])
@@ -112,6 +119,20 @@ def main():
             step = forced["predicted"]["iteration_ms"]
             assert step >= free_ms * (1 - 1e-9), f"forced pp={pp},dp={dp},tp={tp} simulates {step} < free {free_ms}"
             print(f"pp={pp} dp={dp} tp={tp}: step {step:.1f} ms ({step / free_ms:.2f}x the free plan)")
+        refused_once(rannc_run, out, "tensor parallelism")
+
+        for pp, dp, tp, vp in ((8, 1, 8, 2), (4, 2, 8, 3), (8, 2, 4, 2)):
+            forced = plan(rannc, gpt, out, *common, "--layout", f"pp={pp},dp={dp},tp={tp},vp={vp}")
+            stages = forced["stages"]
+            assert forced.get("interleave") == vp and len(stages) == pp * vp, (forced.get("interleave"), len(stages))
+            for stage in stages[pp:]:
+                assert stage["ranks"] == stages[stage["id"] % pp]["ranks"], f"stage {stage['id']} off its group's ranks"
+            assert forced["batch"]["microbatches"] % pp == 0, forced["batch"]
+            check_groups(forced)
+            step = forced["predicted"]["iteration_ms"]
+            assert step >= free_ms * (1 - 1e-9), f"forced pp={pp},dp={dp},tp={tp},vp={vp} simulates {step} < free {free_ms}"
+            print(f"pp={pp} dp={dp} tp={tp} vp={vp}: step {step:.1f} ms ({step / free_ms:.2f}x the free plan)")
+        refused_once(rannc_run, out, "interleaved stages")
 
         written = {"full": True, "none": False, "selective": "selective"}
         for recompute in ("full", "none", "selective"):

@@ -178,6 +178,27 @@ TEST_CASE("schedule.svg folds replicas and pipelines into one row per stage abov
   CHECK(count_of(rows, "<g class=\"stage\"") == 0);
 }
 
+TEST_CASE("schedule.svg of interleaved stages has a row per device group with all its chunks", "[pictures]") {
+  // 2 groups of 2 chunks on ranks 0 and 1: stages 0 and 2 on rank 0, 1 and 3 on rank 1.
+  partition::PlacedPipeline plan;
+  plan.config.microbatches = 4;
+  plan.config.chunks = 2;
+  plan.stages.resize(4);
+  for (int s = 0; s < 4; ++s) plan.stages[s].ranks = {s % 2};
+  std::vector<partition::SimulatedStage> chunks(4, {1.0, 2.0, 0.25, 0.5});
+  plan.simulation = partition::simulate(chunks, {1, 1, 1, 1}, 4, plan::Schedule::k1F1B, 2);
+  plan.ranks = {{0, 0, 0, 0, 0}, {1, 0, 1, 1, 0}};
+  std::string svg = schedule_svg(plan, "interleaved");
+  CHECK(tags_balance(svg));
+  CHECK(count_of(svg, "<g class=\"rank\"") == 2);
+  CHECK_THAT(svg, Catch::Contains("rank 1 &#183; stages 1, 3</text>"));
+  CHECK(count_of(svg, "<g id=\"stage-") == 2);
+  // Every chunk's passes, drawn once in its group's timeline.
+  CHECK(count_of(svg, "data-kind=\"forward\"") == 4 * 4);
+  CHECK(count_of(svg, "data-kind=\"backward\"") == 4 * 4);
+  CHECK(count_of(svg, "data-kind=\"gradient allreduce\"") == 4);
+}
+
 TEST_CASE("schedule.svg joins many tasks into one path per stage and kind", "[pictures]") {
   auto plan = folded_pipeline({1, 2, 3}, 4, 256);
   REQUIRE(plan.simulation.tasks.size() > 2000);

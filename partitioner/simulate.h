@@ -53,8 +53,7 @@ struct Simulation {
 // `chunks` > 1: interleaved 1F1B (plan/schedule.h); `stages` are the chunks in model order,
 // stage s on the devices of stage s mod (stages / chunks), and the per-stage results are per chunk
 // (max_in_flight: each chunk's count when its group keeps the most; finish_ms: its group's end).
-// A chunk's gradient allreduce starts after its own last backward, the group's chunks one at a
-// time: beside the backwards of the group's earlier chunks, as Megatron-LM overlaps them.
+// A group synchronises its chunks' gradients one after another after its last backward.
 Simulation simulate(const std::vector<SimulatedStage>& stages, const std::vector<int>& replicas, int microbatches,
                     plan::Schedule schedule, int chunks = 1);
 

@@ -49,6 +49,9 @@ PRESETS = {
     # excluded (tests/bench/gpt3_layer_h100.py).
     "gpt3-175b-1layer": Preset("gpt", layers=1, hidden=12288, heads=96, seq=2048, vocab=50257),
     "gpt3-175b-2layer": Preset("gpt", layers=2, hidden=12288, heads=96, seq=2048, vocab=50257),
+    # GPT-3's width at a quarter of its depth (44B): few layers for many devices, the planning-time
+    # case of tests/bench/planning_bench.py.
+    "gpt-44b": Preset("gpt", layers=24, hidden=12288, heads=96, seq=2048, vocab=50257),
 }
 
 # The weak-scaling GPTs of Megatron-LM (Narayanan et al., SC'21, Table 1: sequence 2048, vocabulary

@@ -95,23 +95,21 @@ TEST_CASE("interleaved 1F1B shrinks the bubble to (p - 1) / v of a group's time"
   CHECK(interleaved.max_in_flight[kGroups - 1] + interleaved.max_in_flight[2 * kGroups - 1] == (kChunks - 1) * kGroups + 1);
 }
 
-TEST_CASE("an interleaved chunk synchronises its gradients beside its group's later backwards", "[simulate]") {
-  // 2 groups of 2 chunks; every chunk's allreduce takes 5 ms. A group's second chunk finishes its
-  // backwards first (backwards run from the last chunk back), and its allreduce starts then.
+TEST_CASE("an interleaved group synchronises its chunks' gradients one after another at the end", "[simulate]") {
   std::vector<SimulatedStage> chunks(4, SimulatedStage{1.0, 2.0, 0.0, 5.0});
   auto result = simulate(chunks, {1, 1, 1, 1}, 4, plan::Schedule::k1F1B, 2);
-  double last_backward_of[4] = {0, 0, 0, 0}, allreduce_start[4] = {0, 0, 0, 0}, allreduce_end[4] = {0, 0, 0, 0};
+  double last_backward_of_group[2] = {0, 0};
+  std::vector<std::pair<double, double>> allreduces[2];
   for (const auto& task : result.tasks) {
-    if (task.kind == TaskKind::kBackward) last_backward_of[task.stage] = std::max(last_backward_of[task.stage], task.end_ms);
-    if (task.kind == TaskKind::kAllreduce) allreduce_start[task.stage] = task.start_ms, allreduce_end[task.stage] = task.end_ms;
+    if (task.kind == TaskKind::kBackward) last_backward_of_group[task.stage % 2] = std::max(last_backward_of_group[task.stage % 2], task.end_ms);
+    if (task.kind == TaskKind::kAllreduce) allreduces[task.stage % 2].emplace_back(task.start_ms, task.end_ms);
   }
   for (int group = 0; group < 2; ++group) {
-    const int first = group, second = group + 2;
-    CHECK(allreduce_start[second] == Approx(last_backward_of[second]));
-    CHECK(allreduce_start[second] < last_backward_of[first]);
-    // One allreduce at a time: the first chunk's waits for its backward and for the other's.
-    CHECK(allreduce_start[first] == Approx(std::max(last_backward_of[first], allreduce_end[second])));
-    CHECK(result.finish_ms[first] == Approx(allreduce_end[first]));
+    REQUIRE(allreduces[group].size() == 2);
+    CHECK(allreduces[group][0].first == Approx(last_backward_of_group[group]));
+    CHECK(allreduces[group][1].first == Approx(allreduces[group][0].second));
+    CHECK(result.finish_ms[group] == Approx(last_backward_of_group[group] + 10.0));
+    CHECK(result.finish_ms[group + 2] == result.finish_ms[group]);
   }
 }
 

@@ -2,6 +2,8 @@
 // step, and each group's recomputation chosen by the memory its chunks keep at the schedule's peak.
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include "cost_model/device.h"
 #include "partitioner/interleave.h"
 #include "partitioner/simulate.h"

@@ -110,8 +110,10 @@ std::string tensor_parallel_text(const plan::Plan& plan) {
 }
 
 std::string stage_table(const plan::Plan& plan) {
+  // Interleaved, a rank holds its group's chunks: each row shows its chunk's part (the peak line
+  // the sum).
   Table table({"stage", "blocks", "replicas", "ranks", "recompute", "sharded", "offload", "fwd / mb", "bwd / mb",
-               "memory / rank vs limit", "ops"},
+               plan.interleave > 1 ? "memory / chunk vs limit" : "memory / rank vs limit", "ops"},
               "rrlllllrrll");
   for (const auto& stage : plan.stages) {
     table.add({std::to_string(stage.id), blocks_text(stage),

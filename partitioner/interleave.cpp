@@ -1,16 +1,11 @@
 #include "partitioner/interleave.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <limits>
 
 namespace rannc::partition {
 namespace {
-
-constexpr std::array<plan::Recompute, 3> kRecomputes{plan::Recompute::kNone, plan::Recompute::kSelective,
-                                                     plan::Recompute::kFull};
-constexpr std::array<plan::StateSharding, 2> kShardings{plan::StateSharding::kNone, plan::StateSharding::kOptimizer};
 
 // Prefix sums of each block's work (forward and backward) on a device of a group of `degree`
 // running `sample` of the samples' table.
@@ -92,8 +87,8 @@ std::optional<Group> best_group(const StageOptions& options, const std::vector<s
   const double limit = static_cast<double>(options.context().cluster->mem_bytes);
   std::optional<Group> best;
   for (bool offload : {false, true})
-    for (auto recompute : kRecomputes)
-      for (auto sharding : kShardings) {
+    for (auto recompute : kRecomputeChoices)
+      for (auto sharding : kShardingChoices) {
         if (options.context().recompute && recompute != *options.context().recompute) continue;
         Group group;
         for (auto [begin, end] : ranges) {

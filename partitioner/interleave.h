@@ -4,9 +4,10 @@
 // Megatron-LM runs it. The fill and drain of the pipeline shrink to 1/v of 1F1B's, for v times
 // the point-to-point transfers and the memory of more microbatches in flight on early groups.
 //
-// The chunks are cut so that the largest chunk's work is least (a bisection over the largest
-// work, cutting greedily), then each group takes the recomputation, sharding and offload variant
-// that fits its memory (its chunks' sum at the schedule's peak) in the least time. With chunk
+// The chunks are cut two ways, to equal shares of the work and so that the largest chunk's work is
+// least (a bisection over it, cutting greedily), and the better pipeline of the two is kept; each
+// group takes the recomputation, sharding and offload variant that fits its memory (its chunks'
+// sum at the schedule's peak) in the least time. With chunk
 // times t_k and group times g_j = sum of its chunks' t_k, the objective extends the stage search's:
 //
 //   T = (1/v) sum_k t_k + max_j ((M - 1/v) g_j + AR_j)
@@ -28,8 +29,8 @@ namespace rannc::partition {
 // the chunks in model order; nullopt when none fits or beats it.
 std::optional<PipelineSolution> search_interleaved(const StageOptions& options, double beat_ms);
 
-// The memory of one device of group `group` (of `groups`) holding `chunks_of_group` (its chunks
-// in model order) with the given microbatches in flight each.
+// The memory of one device holding `chunks_of_group` (a group's chunks, in model order) with
+// `in_flight` microbatches in flight each.
 plan::MemoryBreakdown group_memory(const StageOptions& options, const std::vector<StageOption>& chunks_of_group,
                                    const std::vector<int>& in_flight);
 

@@ -236,6 +236,7 @@ std::vector<int> chunk_choices(const PlanRequest& request) {
 std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int blocks, const std::vector<int>& tensor_degrees) {
   std::vector<SearchConfig> configs;
   const int devices = request.cluster.gpus();
+  const std::vector<int> chunk_options = chunk_choices(request);
   for (int width : divisors(devices)) {
     if (!tiles_nodes(width, request.cluster)) continue;
     if (request.stages && *request.stages > width) continue;
@@ -246,11 +247,8 @@ std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int bloc
     for (int microbatches : divisors(per_pipeline)) {
       if (microbatches > kMaxMicrobatches) break;
       if (request.microbatches && microbatches != *request.microbatches) continue;
-      for (int degree : tensor_degrees)
-        for (int chunks : chunk_choices(request)) {
+      for (int degree : tensor_degrees) {
         if (width % degree != 0) continue;
-        // Interleaving needs two groups at least, and as many microbatches as groups.
-        if (chunks > 1 && (width / degree < 2 || microbatches < 2 || 2 * chunks > blocks)) continue;
         SearchConfig config;
         config.pipelines = pipelines;
         config.pipeline_devices = width;
@@ -264,8 +262,12 @@ std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int bloc
         config.schedule = request.schedule;
         config.stages = request.stages;
         config.tensor_degree = degree;
-        config.chunks = chunks;
-        configs.push_back(config);
+        for (int chunks : chunk_options) {
+          // Interleaving needs two groups at least, each with a microbatch, and two blocks a chunk.
+          if (chunks > 1 && (width / degree < 2 || microbatches < 2 || 2 * chunks > blocks)) continue;
+          config.chunks = chunks;
+          configs.push_back(config);
+        }
       }
     }
   }

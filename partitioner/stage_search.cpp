@@ -10,7 +10,6 @@ namespace rannc::partition {
 namespace {
 
 constexpr double kMs = 1e3;
-constexpr std::array<plan::StateSharding, 2> kShardings{plan::StateSharding::kNone, plan::StateSharding::kOptimizer};
 
 // The ranks of a stage with r replicas per pipeline, as the placement lays them out: the first
 // r devices of every pipeline. Collective times depend only on how these spread over nodes.
@@ -78,7 +77,7 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
     replica_choices_.push_back(r);
     auto ranks = canonical_ranks(config, r);
     std::array<double, 2> fixed{}, slope{};
-    for (auto sharding : kShardings) {
+    for (auto sharding : kShardingChoices) {
       auto at = static_cast<std::size_t>(sharding);
       fixed[at] = cost::gradient_sync_seconds(*context.cluster, ranks, 0, sharding, context.precision) * kMs;
       double per_billion = cost::gradient_sync_seconds(*context.cluster, ranks, 1e9, sharding, context.precision) * kMs;
@@ -113,7 +112,7 @@ void StageOptions::add_ranges_from(int begin, int replicas, int degree) {
   double limit = static_cast<double>(context_.cluster->mem_bytes);
   // The least state a weight element can take at this replica count.
   double least_state = std::numeric_limits<double>::infinity();
-  for (auto sharding : kShardings)
+  for (auto sharding : kShardingChoices)
     if (allows(sharding, replicas))
       least_state = std::min(least_state, cost::param_state_bytes(context_.optimizer, context_.precision,
                                                                   state_layout(replicas, sharding, false)).total());
@@ -154,9 +153,9 @@ void StageOptions::add_variants(int begin, int end, int replicas, int tensor_deg
   const RangeStage stage = range_stage(begin, end, replicas, tensor_degree, work);
   std::vector<StageOption> variants;
   for (bool offload : {false, true})
-    for (auto recompute : {plan::Recompute::kNone, plan::Recompute::kSelective, plan::Recompute::kFull}) {
+    for (auto recompute : kRecomputeChoices) {
       if (context_.recompute && recompute != *context_.recompute) continue;
-      for (auto sharding : kShardings)
+      for (auto sharding : kShardingChoices)
         if (auto variant = evaluate(stage, recompute, sharding, offload)) variants.push_back(*variant);
     }
   keep_undominated(variants);

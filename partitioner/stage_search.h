@@ -69,6 +69,12 @@ struct SearchContext {
   std::optional<plan::Recompute> recompute;  // forced on every stage (--recompute); nullopt: each stage's choice
 };
 
+// The variants of a stage the search weighs (with or without offload).
+inline constexpr std::array<plan::Recompute, 3> kRecomputeChoices{plan::Recompute::kNone, plan::Recompute::kSelective,
+                                                                  plan::Recompute::kFull};
+inline constexpr std::array<plan::StateSharding, 2> kShardingChoices{plan::StateSharding::kNone,
+                                                                     plan::StateSharding::kOptimizer};
+
 struct StageOption {
   int begin = 0, end = 0;  // blocks [begin, end)
   int replicas = 1;        // per pipeline

@@ -97,14 +97,21 @@ std::string replicas_text(const plan::Plan& plan, const plan::Stage& stage) {
 std::string tensor_parallel_text(const plan::Plan& plan) {
   std::size_t regions = 0, weights = 0;
   std::map<std::string, int> unsplit;
+  std::vector<std::string> vocabulary;  // "embedding", "output layer" where the vocabulary splits
   for (const auto& stage : plan.stages) {
     regions += stage.tensor_parallel.regions.size();
     weights += stage.tensor_parallel.weights.size();
     for (const auto& left : stage.tensor_parallel.unsplit) ++unsplit[left.reason];
+    for (const auto& region : stage.tensor_parallel.regions) {
+      if (region.kind == plan::RegionKind::kVocabularyEmbedding) vocabulary.push_back("embedding");
+      if (region.kind == plan::RegionKind::kVocabularyHead) vocabulary.push_back("output layer (parallel cross entropy)");
+    }
   }
   if (regions == 0 && unsplit.empty()) return "";
   std::string text = "tensor     " + plural(static_cast<std::int64_t>(regions), "region") + " split, " +
-                     plural(static_cast<std::int64_t>(weights), "weight") + " sliced\n";
+                     plural(static_cast<std::int64_t>(weights), "weight") + " sliced";
+  for (std::size_t i = 0; i < vocabulary.size(); ++i) text += (i == 0 ? "; vocabulary split in the " : " and the ") + vocabulary[i];
+  text += "\n";
   for (const auto& [reason, count] : unsplit) text += "           left whole: " + std::to_string(count) + " x " + reason + "\n";
   return text + "\n";
 }

@@ -49,7 +49,7 @@ std::string op_range(const ir::Graph& graph, const partition::Partitioning& part
 // whole names ("layers.3.mlp" of layers.3.mlp.fc1 and layers.3.mlp.fc2).
 std::string region_module(const ir::Graph& graph, const partition::TensorRegion& region) {
   std::vector<ir::OpId> anchors = region.column_ops;
-  anchors.push_back(region.row_op);
+  if (region.row_op != ir::kNoId) anchors.push_back(region.row_op);
   std::string common = graph.module_path(anchors.front());
   for (auto op : anchors) {
     const std::string& path = graph.module_path(op);
@@ -68,17 +68,20 @@ plan::TensorParallel plan_tensor_parallel(const ir::Graph& graph, const partitio
   plan::TensorParallel split;
   split.degree = degree;
   auto in_stage = [&](ir::OpId op) { return std::binary_search(stage_ops.begin(), stage_ops.end(), op); };
+  std::set<ir::ValueId> weights_split;  // a tied weight splits once though two regions read it
   for (const auto& region : found.regions) {
-    if (!in_stage(region.row_op)) continue;
+    if (!in_stage(region.anchor())) continue;
     std::vector<int> columns(region.column_ops.begin(), region.column_ops.end());
     if (!region.allows(degree)) {
       split.unsplit.push_back({columns, "its split dims (heads, features) have " + std::to_string(region.divisor) +
                                             " as greatest common divisor, which " + std::to_string(degree) + " does not divide"});
       continue;
     }
-    split.regions.push_back({region_module(graph, region), columns, {region.ops.begin(), region.ops.end()}, region.row_op});
+    split.regions.push_back({region.kind, region_module(graph, region), columns,
+                             {region.ops.begin(), region.ops.end()}, region.row_op == ir::kNoId ? -1 : region.row_op});
     for (const auto& weight : region.weights)
-      split.weights.push_back({graph.value(weight.weight).name, weight.dim, weight.groups});
+      if (weights_split.insert(weight.weight).second)
+        split.weights.push_back({graph.value(weight.weight).name, weight.dim, weight.groups});
   }
   for (auto op : found.sequence_ops)
     if (in_stage(op)) split.sequence_ops.push_back(op);

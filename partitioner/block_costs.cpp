@@ -29,18 +29,15 @@ void add_block(std::vector<int>& blocks, int block) {
 }
 
 // [op]: whether it runs split at a degree: it belongs to a region that allows it, or it works
-// per position of the sequence and some region does (sequence parallelism).
+// per position of the sequence and some layer region splits (sequence parallelism).
 std::vector<bool> split_ops(std::size_t op_count, const TensorRegions& regions, int degree) {
   std::vector<bool> split(op_count, false);
-  if (degree <= 1) return split;
-  bool any = false;
+  if (degree <= 1 || !regions.allows_degree(degree)) return split;
   for (const auto& region : regions.regions) {
     if (!region.allows(degree)) continue;
-    any = true;
     for (auto op : region.ops) split[static_cast<std::size_t>(op)] = true;
   }
-  if (any)
-    for (auto op : regions.sequence_ops) split[static_cast<std::size_t>(op)] = true;
+  for (auto op : regions.sequence_ops) split[static_cast<std::size_t>(op)] = true;
   return split;
 }
 
@@ -115,7 +112,18 @@ BlockTables cost_blocks(const ir::Graph& graph, const std::vector<std::vector<ir
   return tables;
 }
 
-// Each region's two all-reduces, in the blocks of the ops that need them.
+// The bytes of the parallel cross entropy's three all-reduces over the group, in fp32: each
+// position's largest logit, its sum of exponentials and its target's logit (Megatron-LM's
+// vocab_parallel_cross_entropy).
+double cross_entropy_reduced_bytes(const ir::Value& logits) {
+  constexpr double kReductions = 3, kFloatBytes = 4;
+  const auto& shape = logits.type.shape;
+  return kReductions * kFloatBytes * static_cast<double>(logits.type.numel()) / static_cast<double>(shape.back());
+}
+
+// Each region's all-reduces, in the blocks of the ops that need them: a row op's output in
+// forward and the column ops' input gradient in backward; the output layer's cross entropy
+// instead of a row op, and no gradient for an embedding's token ids.
 void add_collectives(const ir::Graph& graph, const std::vector<int>& block_of_op, const TensorRegions& regions,
                      plan::Precision precision, BlockCosts::Split& split) {
   std::size_t blocks = split.fwd_ms.size();
@@ -124,28 +132,32 @@ void add_collectives(const ir::Graph& graph, const std::vector<int>& block_of_op
   split.fwd_collectives.assign(blocks, 0);
   split.bwd_collectives.assign(blocks, 0);
   split.cuts_region_before.assign(blocks + 1, false);
+  auto block = [&](ir::OpId op) { return block_of_op[static_cast<std::size_t>(op)]; };
   for (const auto& region : regions.regions) {
     if (!region.allows(split.degree)) continue;
     int low = blocks, high = 0;
-    for (auto op : region.ops) {
-      low = std::min(low, block_of_op[static_cast<std::size_t>(op)]);
-      high = std::max(high, block_of_op[static_cast<std::size_t>(op)]);
+    for (auto op : region.ops) low = std::min(low, block(op)), high = std::max(high, block(op));
+    for (int b = low + 1; b <= high; ++b) split.cuts_region_before[b] = true;
+    if (region.row_op != ir::kNoId) {
+      split.fwd_reduced_bytes[block(region.row_op)] += cost::stored_bytes(graph.value(region.output), precision);
+      split.fwd_collectives[block(region.row_op)] += 1;
     }
-    for (int block = low + 1; block <= high; ++block) split.cuts_region_before[block] = true;
-    int row_block = block_of_op[static_cast<std::size_t>(region.row_op)];
-    split.fwd_reduced_bytes[row_block] += cost::stored_bytes(graph.value(region.output), precision);
-    split.fwd_collectives[row_block] += 1;
-    int column_block = block_of_op[static_cast<std::size_t>(region.column_ops.front())];
-    split.bwd_reduced_bytes[column_block] += cost::stored_bytes(graph.value(region.input), precision);
-    split.bwd_collectives[column_block] += 1;
+    if (region.kind == plan::RegionKind::kVocabularyHead) {
+      split.fwd_reduced_bytes[block(region.anchor())] += cross_entropy_reduced_bytes(graph.value(region.output));
+      split.fwd_collectives[block(region.anchor())] += 3;
+    }
+    if (region.input != ir::kNoId) {
+      split.bwd_reduced_bytes[block(region.column_ops.front())] += cost::stored_bytes(graph.value(region.input), precision);
+      split.bwd_collectives[block(region.column_ops.front())] += 1;
+    }
   }
 }
 
 void collect_weights(const ir::Graph& graph, const std::vector<std::vector<ir::OpId>>& ops, const TensorRegions& regions,
                      BlockCosts& result) {
-  std::map<ir::ValueId, std::int64_t> split_divisors;
+  std::map<ir::ValueId, const TensorRegion*> split_by;
   for (const auto& region : regions.regions)
-    for (const auto& weight : region.weights) split_divisors[weight.weight] = region.divisor;
+    for (const auto& weight : region.weights) split_by[weight.weight] = &region;
   std::map<ir::ValueId, BlockCosts::Weight> weights;
   for (int block = 0; block < static_cast<int>(ops.size()); ++block) {
     for (auto op : ops[block]) {
@@ -156,8 +168,11 @@ void collect_weights(const ir::Graph& graph, const std::vector<std::vector<ir::O
         const auto& value = graph.value(input);
         if (!value.is_tensor() || !value.is_weight()) continue;
         auto& weight = weights[input];
-        auto divisor = split_divisors.find(input);
-        if (divisor != split_divisors.end()) weight.split_divisor = divisor->second;
+        auto region = split_by.find(input);
+        if (region != split_by.end()) {
+          weight.split_divisor = region->second->divisor;
+          weight.split_unevenly = region->second->is_vocabulary();
+        }
         if (value.role == ir::ValueRole::kParam) {
           weight.param_elements = static_cast<double>(value.type.numel());
           weight.reads.push_back(block);
@@ -261,8 +276,7 @@ BlockCosts block_costs(const ir::Graph& graph, const UnitGraph& units, const Blo
   for (int block = 0; block < static_cast<int>(ops.size()); ++block)
     for (auto op : ops[block]) block_of_op[static_cast<std::size_t>(op)] = block;
   for (int degree : degrees) {
-    bool allowed = std::any_of(regions.regions.begin(), regions.regions.end(), [&](const auto& r) { return r.allows(degree); });
-    if (degree <= 1 || !allowed) continue;
+    if (degree <= 1 || !regions.allows_degree(degree)) continue;
     BlockTables tables = cost_blocks(graph, ops, costs, activations, regions, recomputed_core, degree, result);
     BlockCosts::Split split;
     split.degree = degree;
@@ -300,7 +314,7 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
     split_degrees_.push_back(split.degree);
     auto& table = split_param_elements_.emplace_back(cells, 0.0);
     for (const auto& weight : blocks.weights)
-      if (weight.split_divisor > 0 && weight.split_divisor % split.degree == 0) add_weight(weight, table, nullptr);
+      if (weight.splits(split.degree)) add_weight(weight, table, nullptr);
     for (int begin = 0; begin < count_; ++begin)
       for (int end = begin + 1; end <= count_; ++end) cell(table, begin, end) += cell(table, begin, end - 1);
     split_kept_prefix_.push_back(prefix_sums(split.kept_bytes, count_));

@@ -61,8 +61,13 @@ struct BlockCosts {
     double buffer_bytes = 0;    // bytes of a non-trainable tensor
     std::vector<int> blocks;    // ascending, without repeats
     std::vector<int> reads;     // the block of each op that reads a trainable weight, ascending
-    // Tensor parallelism splits it t ways where t divides this (0: never split).
+    // Tensor parallelism splits it t ways where t divides this (0: never split), or with
+    // split_unevenly any t up to it (a vocabulary's slices, counted as 1/t each).
     std::int64_t split_divisor = 0;
+    bool split_unevenly = false;
+    bool splits(int degree) const {
+      return split_divisor > 0 && (split_unevenly ? degree <= split_divisor : split_divisor % degree == 0);
+    }
   };
   std::vector<Weight> weights;
 

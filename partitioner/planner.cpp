@@ -51,14 +51,12 @@ std::vector<int> tensor_degrees(const PlanRequest& request) {
 }
 
 // The degrees a config may run its stages at: the forced one, or 1 and each costed degree that a
-// region of the model allows.
+// layer region of the model allows.
 std::vector<int> config_tensor_degrees(const PlanRequest& request, const TensorRegions& regions) {
   if (request.tensor_degree) return {*request.tensor_degree};
   std::vector<int> degrees{1};
-  for (int degree : tensor_degrees(request)) {
-    bool allowed = std::any_of(regions.regions.begin(), regions.regions.end(), [&](const auto& r) { return r.allows(degree); });
-    if (allowed) degrees.push_back(degree);
-  }
+  for (int degree : tensor_degrees(request))
+    if (regions.allows_degree(degree)) degrees.push_back(degree);
   return degrees;
 }
 
@@ -279,9 +277,13 @@ std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int bloc
 
 namespace {
 
-// A small search also tries every other stage count of each config within the slack: the
-// formula ranks stage counts as it ranks configs, and the simulation may order them otherwise.
-void add_stage_counts(const SearchContext& context, double beat, std::vector<ConfigChoice>& near, SearchCensus& census) {
+// A small search also tries every other stage count of each config within the slack, each
+// stage count's best pipeline whatever the formula makes of it: on few blocks and devices the
+// bubble and the transfers, which the formula only estimates, decide, and the simulation orders
+// them (a tensor-parallel config the formula ranks first would otherwise push a faster stage
+// count of another config out of the slack).
+void add_stage_counts(const SearchContext& context, std::vector<ConfigChoice>& near, SearchCensus& census) {
+  const double beat = std::numeric_limits<double>::infinity();
   const std::size_t free_choices = near.size();
   const int blocks = context.blocks->count();
   for (std::size_t i = 0; i < free_choices; ++i) {
@@ -392,7 +394,7 @@ std::vector<ConfigChoice> search_configs(const SearchContext& context, const std
   if (census.explain) census.beyond_slack.insert(census.beyond_slack.end(), kept, near.end());
   near.erase(kept, near.end());
   census.near += static_cast<int>(near.size());
-  add_stage_counts(context, best * kRankingSlack, near, census);
+  add_stage_counts(context, near, census);
   return near;
 }
 
@@ -554,9 +556,7 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
 
   result.partitioning.regions = find_tensor_regions(graph);
   auto degrees = config_tensor_degrees(request, result.partitioning.regions);
-  bool allowed = std::any_of(result.partitioning.regions.regions.begin(), result.partitioning.regions.regions.end(),
-                             [&](const auto& r) { return r.allows(degrees.front()); });
-  if (request.tensor_degree && *request.tensor_degree > 1 && !allowed) {
+  if (request.tensor_degree && *request.tensor_degree > 1 && !result.partitioning.regions.allows_degree(degrees.front())) {
     throw Error(ExitStatus::kCannotMeet, "tensor parallelism of " + std::to_string(*request.tensor_degree) +
                                              ": no region of the model splits that many ways (" +
                                              counted(result.partitioning.regions.regions.size(), "split regions") + " found)");

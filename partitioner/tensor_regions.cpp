@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "ir/op_kinds.h"
+#include "partitioner/weight_product.h"
 
 namespace rannc::partition {
 namespace {
@@ -69,23 +70,18 @@ bool kind_in(const std::string& kind, std::initializer_list<const char*> kinds) 
 
 std::string describe(const Graph& graph, OpId id) { return graph.op(id).kind + " (op " + std::to_string(id) + ")"; }
 
-// ---------------------------------------------------------------------------------------------
-// Matrix products by a 2-D trainable weight: the column and row ops
+}  // namespace
 
-struct WeightProduct {
-  ValueId activation = kNoId;
-  ValueId weight = kNoId;    // the parameter as stored
-  OpId transpose = kNoId;    // the op transposing the parameter into the product, if any
-  int out_features_dim = 0;  // of the stored weight: what a column op splits
-  int in_features_dim = 1;   // what a row op splits
-  ValueId bias = kNoId;      // a bias the product adds itself (linear, addmm, Gemm)
-};
+// ---------------------------------------------------------------------------------------------
+// Matrix products by a 2-D trainable weight: the column and row ops (weight_product.h)
 
 bool is_matrix_param(const Graph& graph, ValueId id) {
   const Value& value = graph.value(id);
   return value.is_tensor() && value.role == ir::ValueRole::kParam && value.type.shape.size() == 2 &&
          value.type.shape_known();
 }
+
+namespace {
 
 // Whether `op` swaps the two dims of a 2-D tensor.
 bool is_matrix_transpose(const Graph& graph, const Op& op) {
@@ -123,8 +119,8 @@ ValueId tensor_input(const Graph& graph, const Op& op, std::size_t input) {
   return input < op.inputs.size() && graph.value(op.inputs[input]).is_tensor() ? op.inputs[input] : kNoId;
 }
 
-// The product as its kind's signature gives it: linear(x, W[out,in], b), matmul/mm/MatMul(x,
-// W[in,out]), addmm(b, x, W[in,out]), Gemm(A, B, C) with transB; nullopt for any other op.
+}  // namespace
+
 std::optional<WeightProduct> weight_product(const Graph& graph, const Op& op) {
   std::string kind(ir::functional_kind(op.kind));
   WeightProduct product;
@@ -152,6 +148,8 @@ std::optional<WeightProduct> weight_product(const Graph& graph, const Op& op) {
     return std::nullopt;
   return product;
 }
+
+namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Kinds the split passes through
@@ -709,6 +707,9 @@ std::vector<OpId> sequence_ops(const Graph& graph, const std::vector<int>& regio
 
 }  // namespace
 
+bool TensorRegions::allows_degree(int degree) const {
+  return std::any_of(regions.begin(), regions.end(), [&](const TensorRegion& r) { return !r.is_vocabulary() && r.allows(degree); });
+}
 
 TensorRegions find_tensor_regions(const ir::Graph& graph) {
   auto order = graph.topological_order();
@@ -733,11 +734,12 @@ TensorRegions find_tensor_regions(const ir::Graph& graph) {
       result.region_of_op[static_cast<std::size_t>(id)] = static_cast<int>(result.regions.size());
     result.regions.push_back(tracer.region(columns, input));
   }
-  // Ascending by row op, region_of_op renumbered to match.
+  if (!result.regions.empty()) add_vocabulary_regions(graph, result);
+  // Ascending by anchor (row op, or the head's product), region_of_op renumbered to match.
   std::vector<std::size_t> index(result.regions.size());
   std::iota(index.begin(), index.end(), 0);
   std::sort(index.begin(), index.end(),
-            [&](std::size_t a, std::size_t b) { return result.regions[a].row_op < result.regions[b].row_op; });
+            [&](std::size_t a, std::size_t b) { return result.regions[a].anchor() < result.regions[b].anchor(); });
   std::vector<TensorRegion> sorted;
   std::fill(result.region_of_op.begin(), result.region_of_op.end(), -1);
   for (std::size_t i : index) {

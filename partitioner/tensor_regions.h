@@ -14,15 +14,26 @@
 // elementwise ops (a broadcast operand of size 1 along that dim, or a weight split along it),
 // reshapes that keep it an outer factor (hidden into heads x head_dim and back), transposes and
 // permutes, chunks and splits along it (a fused QKV: each chunk's slice of the weight splits by
-// t), and batched matrix products where both operands split the same batch dim. A candidate
-// whose split reaches anything else (a reduction or normalisation over the split dim, a model
-// output, a value read outside the region) is rejected with the reason, and stays replicated.
+// t), slices and concatenations of other dims (rotary embeddings' halves of head_dim), expands
+// that keep its size (grouped-query attention's repeat_kv: each device's key/value heads and the
+// query heads that share them), and batched matrix products where both operands split the same
+// batch dim. A candidate whose split reaches anything else (a reduction or normalisation over the
+// split dim, a model output, a value read outside the region) is rejected with the reason, and
+// stays replicated.
+//
+// A language model's vocabulary splits too (Megatron-LM's VocabParallelEmbedding and parallel
+// cross entropy; partitioner/vocabulary_regions.cpp): the token embedding's table by rows, each
+// device looking up the tokens of its rows and the group all-reducing the sum, and the output
+// layer by vocabulary, each device making the logits of its slice, which stay split: the runtime's
+// cross entropy reduces the maxima, the sums of exponentials and the targets' logits across the
+// group. A vocabulary the degree does not divide is split as torch.tensor_split splits it.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "ir/graph.h"
+#include "plan/options.h"
 
 namespace rannc::partition {
 
@@ -36,6 +47,10 @@ struct SplitWeight {
 };
 
 struct TensorRegion {
+  // kVocabularyEmbedding: column_ops and row_op are the lookup, and there is no input (token ids);
+  // kVocabularyHead: column_ops is the output layer's product, there is no row op, and output is
+  // the split logits.
+  plan::RegionKind kind = plan::RegionKind::kLayer;
   std::vector<ir::OpId> column_ops;  // ascending
   ir::OpId row_op = ir::kNoId;
   std::vector<ir::OpId> ops;          // every op computing 1/t of its work there, column and row ops included; ascending
@@ -43,12 +58,18 @@ struct TensorRegion {
   ir::ValueId input = ir::kNoId;      // what the column ops read: its gradient is all-reduced in backward
   ir::ValueId output = ir::kNoId;     // the row op's output: all-reduced in forward
   // Every degree t of the region divides it: the gcd of the split dims' sizes (heads, features).
+  // A vocabulary region splits any degree up to its size (uneven slices).
   std::int64_t divisor = 1;
   // The ops of the attention core (softmax, masking, dropout and the products around them):
   // what selective recomputation recomputes. Empty in an MLP.
   std::vector<ir::OpId> attention_core;
 
-  bool allows(int degree) const { return degree >= 1 && divisor % degree == 0; }
+  bool is_vocabulary() const { return kind != plan::RegionKind::kLayer; }
+  bool allows(int degree) const {
+    return degree >= 1 && (is_vocabulary() ? degree <= divisor : divisor % degree == 0);
+  }
+  // The op that places the region in a stage: the row op, or the head's product.
+  ir::OpId anchor() const { return row_op != ir::kNoId ? row_op : column_ops.back(); }
 };
 
 // A column op whose split could not reach a row op, and why ("the split reaches a layer norm
@@ -59,7 +80,7 @@ struct RejectedRegion {
 };
 
 struct TensorRegions {
-  std::vector<TensorRegion> regions;   // ascending by row op
+  std::vector<TensorRegion> regions;   // ascending by anchor()
   std::vector<RejectedRegion> rejected;
   // [op]: the region an op belongs to, -1 for a replicated op.
   std::vector<int> region_of_op;
@@ -69,10 +90,21 @@ struct TensorRegions {
   // run on 1/t of the sequence on each device of the group, and each region's all-reduce becomes
   // a reduce-scatter and an all-gather of as many bytes. Ascending; empty without regions.
   std::vector<ir::OpId> sequence_ops;
+
+  // Whether tensor parallelism of this degree is a choice: some layer region splits that many
+  // ways (a vocabulary alone is never worth a group).
+  bool allows_degree(int degree) const;
 };
 
 // Finds the regions of a graph whose shapes are known (values without shapes end a split).
-// Deterministic: the same graph gives the same regions.
+// Deterministic: the same graph gives the same regions. Vocabulary regions are found only in a
+// model with layer regions.
 TensorRegions find_tensor_regions(const ir::Graph& graph);
+
+// Adds the vocabulary regions of a language model to the layer regions found
+// (vocabulary_regions.cpp): the token embeddings, and the output layer making the model's first
+// output, whose candidate `regions.rejected` holds; a classifier narrower than its input stays
+// rejected, with that reason.
+void add_vocabulary_regions(const ir::Graph& graph, TensorRegions& regions);
 
 }  // namespace rannc::partition

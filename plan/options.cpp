@@ -59,4 +59,19 @@ Recompute parse_recompute(std::string_view name, std::string_view what) {
                             recompute_name);
 }
 
+std::string_view region_kind_name(RegionKind kind) {
+  switch (kind) {
+    case RegionKind::kLayer: return "layer";
+    case RegionKind::kVocabularyEmbedding: return "vocabulary_embedding";
+    case RegionKind::kVocabularyHead: return "vocabulary_head";
+  }
+  return "layer";
+}
+
+RegionKind parse_region_kind(std::string_view name, std::string_view what) {
+  return parse_named_choice(name, what, "region kind",
+                            {RegionKind::kLayer, RegionKind::kVocabularyEmbedding, RegionKind::kVocabularyHead},
+                            region_kind_name);
+}
+
 }  // namespace rannc::plan

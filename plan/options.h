@@ -38,4 +38,11 @@ enum class Recompute : std::uint8_t { kNone, kSelective, kFull };
 std::string_view recompute_name(Recompute recompute);
 Recompute parse_recompute(std::string_view name, std::string_view what);
 
+// What a tensor-parallel region splits: a layer's matrix products, a vocabulary's embedding
+// table, or the output layer by vocabulary. Names: "layer", "vocabulary_embedding",
+// "vocabulary_head".
+enum class RegionKind : std::uint8_t { kLayer, kVocabularyEmbedding, kVocabularyHead };
+std::string_view region_kind_name(RegionKind kind);
+RegionKind parse_region_kind(std::string_view name, std::string_view what);
+
 }  // namespace rannc::plan

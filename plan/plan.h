@@ -68,11 +68,14 @@ struct TensorParallel {
   int degree = 1;
   // A region split across the group (partitioner/tensor_regions.h): its ops, in op order; its
   // column ops split their weights by output features, its row op by input features, and the
-  // row op's output is all-reduced.
+  // row op's output is all-reduced. A vocabulary embedding's lookup is both its column and row
+  // op; an output layer (the vocabulary head) has no row op: its logits stay split for the
+  // runtime's parallel cross entropy.
   struct Region {
+    RegionKind kind = RegionKind::kLayer;
     std::string module;  // the model's module of its ops ("" when the frontend knows none)
     std::vector<int> column_ops, ops;
-    int row_op = 0;
+    int row_op = -1;     // -1: none (the vocabulary head)
   };
   // A weight of the stage, split into `degree` slices along `dim` (each of `groups` equal parts
   // of that dim split so: a fused QKV's q, k and v).

@@ -315,8 +315,10 @@ TensorParallel read_tensor_parallel(const Field& field, const Plan& plan, const 
                          " devices of a node (a group never spans nodes)");
   for (const auto& region : field["regions"].items()) {
     TensorParallel::Region entry;
+    if (auto kind = region.find("kind")) entry.kind = read_choice(*kind, parse_region_kind);
     entry.column_ops = read_op_ids(region["column_ops"]);
-    entry.row_op = region["row_op"].small();
+    // The vocabulary head has no row op: its logits stay split for the cross entropy.
+    if (entry.kind != RegionKind::kVocabularyHead) entry.row_op = region["row_op"].small();
     entry.ops = read_op_ids(region["ops"]);
     if (auto module = region.find("module")) entry.module = module->text();
     split.regions.push_back(std::move(entry));

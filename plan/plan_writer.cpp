@@ -40,7 +40,9 @@ json weights_json(const std::vector<Weight>& weights) {
 json tensor_parallel_json(const TensorParallel& split) {
   json regions = json::array(), weights = json::array(), unsplit = json::array();
   for (const auto& region : split.regions) {
-    json entry = {{"column_ops", region.column_ops}, {"row_op", region.row_op}, {"ops", region.ops}};
+    json entry = {{"column_ops", region.column_ops}, {"ops", region.ops}};
+    if (region.row_op >= 0) entry["row_op"] = region.row_op;
+    if (region.kind != RegionKind::kLayer) entry["kind"] = region_kind_name(region.kind);
     if (!region.module.empty()) entry["module"] = region.module;
     regions.push_back(entry);
   }

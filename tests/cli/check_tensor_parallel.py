@@ -58,30 +58,48 @@ def check_groups(plan_json):
             assert group[0] // per_node == group[-1] // per_node, f"stage {stage['id']}: group {group} spans nodes"
             for i, rank in enumerate(group):
                 assert places[rank].get("tensor_rank", 0) == i, places[rank]
-        # The last stage may hold only the LM head (whole: it makes the model output).
+        # The last stage may hold only the LM head (split by vocabulary, no sequence-parallel op).
         last = stage["id"] == len(plan_json["stages"]) - 1
-        assert split["regions"] or last, f"stage {stage['id']} splits no region"
+        assert split["regions"], f"stage {stage['id']} splits no region"
         names = {p["name"] for p in stage["params"]}
         for weight in split["weights"]:
             assert weight["name"] in names, weight
+        check_vocabulary(stage, split, first=stage["id"] == 0, last=last)
+        layer_regions = [r for r in split["regions"] if r.get("kind", "layer") == "layer"]
         grouped = [w for w in split["weights"] if w.get("groups") == 3]
-        layers = {r["module"] for r in split["regions"] if r.get("module")}
+        layers = {r["module"] for r in layer_regions if r.get("module")}
         # A fused QKV weight and bias in three groups for each attention region (every other one).
-        assert abs(len(grouped) - len(split["regions"])) <= 2, (len(grouped), len(split["regions"]))
+        assert abs(len(grouped) - len(layer_regions)) <= 2, (len(grouped), len(layer_regions))
         # Sequence parallelism: the norms, residual adds and biases between the regions.
         in_regions = {op for region in split["regions"] for op in region["ops"]}
         assert split["sequence_ops"] or last, f"stage {stage['id']}: no sequence-parallel op"
         assert not in_regions & set(split["sequence_ops"]), "an op both in a region and sequence-parallel"
         assert set(split["sequence_ops"]) <= set(stage["ops"])
-        for region in split["regions"]:
+        for region in layer_regions:
             assert region["row_op"] not in row_ops, f"region of op {region['row_op']} in two stages"
             assert set(region["column_ops"]) <= set(stage["ops"]) and region["row_op"] in stage["ops"]
             row_ops.add(region["row_op"])
-        assert not layers or len(layers) == len(split["regions"]), layers
+        assert not layers or len(layers) == len(layer_regions), layers
     # Two regions a layer (attention and MLP), each in one stage, when every stage splits.
     if split_stages == len(plan_json["stages"]):
         assert len(row_ops) == 2 * LAYERS, len(row_ops)
     return split_stages
+
+
+def check_vocabulary(stage, split, first, last):
+    """The tied table splits by rows (its 51200-word vocabulary) in the token lookup of the first
+    stage and in the LM head of the last, whose logits stay split: no row op."""
+    kinds = [r.get("kind", "layer") for r in split["regions"]]
+    assert kinds.count("vocabulary_embedding") == (1 if first else 0), (stage["id"], kinds)
+    assert kinds.count("vocabulary_head") == (1 if last else 0), (stage["id"], kinds)
+    for region in split["regions"]:
+        if region.get("kind") == "vocabulary_head":
+            assert "row_op" not in region and set(region["column_ops"]) <= set(region["ops"]), region
+        if region.get("kind") == "vocabulary_embedding":
+            assert region["column_ops"] == [region["row_op"]] == region["ops"], region
+    if first or last:
+        table = [w for w in split["weights"] if w["name"] == "embeddings.word.weight"]
+        assert table == [{"name": "embeddings.word.weight", "dim": 0}], split["weights"]
 
 
 def refused_once(rannc_run, out, why):

@@ -15,6 +15,7 @@
 #include "partitioner/block_costs.h"
 #include "partitioner/units.h"
 #include "graph_builders.h"
+#include "ir/batch_dims.h"
 
 using namespace rannc;
 using namespace rannc::partition;
@@ -69,6 +70,48 @@ std::vector<std::string> kinds_of(const ir::Graph& graph, const std::vector<ir::
 
 std::set<std::string> as_set(const std::vector<std::string>& items) { return {items.begin(), items.end()}; }
 
+// The regions of one kind, in their order.
+std::vector<TensorRegion> regions_of(const TensorRegions& found, plan::RegionKind kind) {
+  std::vector<TensorRegion> out;
+  for (const auto& r : found.regions)
+    if (r.kind == kind) out.push_back(r);
+  return out;
+}
+
+std::vector<TensorRegion> layer_regions(const TensorRegions& found) { return regions_of(found, plan::RegionKind::kLayer); }
+
+// A tied vocabulary: the token embedding's lookup and the output layer making the first model
+// output both split the table by rows (its vocabulary), at any degree up to its size.
+void check_tied_vocabulary(const ir::Graph& graph, const TensorRegions& found, const std::string& table) {
+  auto embeddings = regions_of(found, plan::RegionKind::kVocabularyEmbedding);
+  auto heads = regions_of(found, plan::RegionKind::kVocabularyHead);
+  REQUIRE(embeddings.size() == 1);
+  REQUIRE(heads.size() == 1);
+  const auto& embedding = embeddings[0];
+  const auto& head = heads[0];
+  const std::int64_t vocabulary = graph.value(value_named(graph, table)).type.shape[0];
+  CHECK(embedding.column_ops == std::vector<ir::OpId>{embedding.row_op});
+  CHECK(embedding.ops == embedding.column_ops);
+  CHECK(embedding.input == ir::kNoId);  // token ids: no gradient to reduce
+  CHECK(embedding.output == graph.op(embedding.row_op).outputs[0]);
+  CHECK(weights_of(graph, embedding) == std::vector<std::string>{table + ":0:1"});
+  CHECK(head.row_op == ir::kNoId);
+  CHECK(head.output == graph.model_outputs().at(0));
+  CHECK(head.anchor() == head.column_ops.at(0));
+  CHECK(weights_of(graph, head) == std::vector<std::string>{table + ":0:1"});
+  CHECK(head.input == graph.op(head.column_ops.at(0)).inputs[0]);
+  for (const auto* region : {&embedding, &head}) {
+    CHECK(region->divisor == vocabulary);
+    CHECK(region->allows(8));  // a vocabulary 8 does not divide splits unevenly
+    CHECK_FALSE(region->allows(static_cast<int>(vocabulary) + 1));
+    CHECK(region->attention_core.empty());
+  }
+  // The first region, by anchor, is the embedding; the last the head.
+  CHECK(found.regions.front().kind == plan::RegionKind::kVocabularyEmbedding);
+  CHECK(found.regions.back().kind == plan::RegionKind::kVocabularyHead);
+  CHECK(found.rejected.empty());
+}
+
 int ops_in_regions(const TensorRegions& found) {
   return static_cast<int>(
       std::count_if(found.region_of_op.begin(), found.region_of_op.end(), [](int r) { return r >= 0; }));
@@ -101,7 +144,9 @@ std::string text_of(const TensorRegions& found) {
 // Both regions of each pre-LN GPT-3 block, attention (fused QKV) then MLP, and what stays whole.
 void check_gpt3_layers(const ir::Graph& graph, const TensorRegions& found, const std::string& qkv,
                        const std::string& out_proj, const std::string& fc1, const std::string& fc2, int column_dim) {
-  REQUIRE(found.regions.size() == 192);
+  const auto layers = layer_regions(found);
+  REQUIRE(layers.size() == 192);
+  REQUIRE(found.regions.size() == 194);  // and the vocabulary's embedding and head
   REQUIRE(found.region_of_op.size() == graph.ops().size());
   const std::string col = ":" + std::to_string(column_dim), row = ":" + std::to_string(1 - column_dim);
   for (int layer = 0; layer < 96; ++layer) {
@@ -110,8 +155,8 @@ void check_gpt3_layers(const ir::Graph& graph, const TensorRegions& found, const
       auto at = pattern.find('#');
       return pattern.substr(0, at) + std::to_string(layer) + pattern.substr(at + 1);
     };
-    const auto& attention = found.regions[static_cast<std::size_t>(2 * layer)];
-    const auto& mlp = found.regions[static_cast<std::size_t>(2 * layer + 1)];
+    const auto& attention = layers[static_cast<std::size_t>(2 * layer)];
+    const auto& mlp = layers[static_cast<std::size_t>(2 * layer + 1)];
     CHECK(attention.column_ops == std::vector<ir::OpId>{product_of(graph, name(qkv) + ".weight")});
     CHECK(attention.row_op == product_of(graph, name(out_proj) + ".weight"));
     CHECK(as_set(weights_of(graph, attention)) == std::set<std::string>{name(qkv) + ".weight" + col + ":3",
@@ -132,15 +177,11 @@ void check_gpt3_layers(const ir::Graph& graph, const TensorRegions& found, const
     CHECK(mlp.divisor == 4 * 12288);
     CHECK(mlp.attention_core.empty());
   }
-  // Embeddings, layer norms, residual adds and the tied LM head stay replicated.
+  // Layer norms, residual adds and the position embedding stay replicated.
   for (const auto& op : graph.ops()) {
-    bool replicated = op.kind.find("ayer") != std::string::npos ||  // LayerNormalization, aten::layer_norm
-                      op.kind.find("mbedding") != std::string::npos || op.kind == "onnx::Gather";
+    bool replicated = op.kind.find("ayer") != std::string::npos;  // LayerNormalization, aten::layer_norm
     if (replicated) CHECK(found.region_of_op[static_cast<std::size_t>(op.id)] == -1);
   }
-  REQUIRE(found.rejected.size() == 1);
-  CHECK_THAT(found.rejected[0].reason, Catch::StartsWith("the split reaches the model output"));
-  CHECK(found.region_of_op[static_cast<std::size_t>(found.rejected[0].column_ops.at(0))] == -1);
 }
 
 // x -> linear(w1, b1) -> `middle` over the last dim -> linear(w2, b2) -> output.
@@ -170,7 +211,113 @@ ir::Graph two_linears(const std::string& middle) {
   return graph;
 }
 
+// tokens [2, 8] -> embedding of a [64, 16] table -> linear 16->32, `middle`, linear 32->16 ->
+// residual add -> an output layer of `features` without a bias, then an add of its own bias ->
+// the logits. Ops: 0 lookup, 1-3 the MLP, 4 residual, 5 head product, 6 its bias add.
+ir::Graph small_language_model(std::int64_t features, const std::string& middle = "aten::gelu") {
+  ir::Graph graph;
+  using ir::ValueRole;
+  auto tokens = add_tensor(graph, "tokens", {2, 8}, ValueRole::kModelInput, ir::DType::kInt64);
+  auto table = add_tensor(graph, "table", {64, 16}, ValueRole::kParam);
+  auto x = add_tensor(graph, "x", {2, 8, 16});
+  graph.add_op("aten::embedding", {table, tokens}, {x});
+  auto w1 = add_tensor(graph, "w1", {32, 16}, ValueRole::kParam);
+  auto b1 = add_tensor(graph, "b1", {32}, ValueRole::kParam);
+  auto w2 = add_tensor(graph, "w2", {16, 32}, ValueRole::kParam);
+  auto b2 = add_tensor(graph, "b2", {16}, ValueRole::kParam);
+  auto h = add_tensor(graph, "h", {2, 8, 32}), m = add_tensor(graph, "m", {2, 8, 32});
+  auto y = add_tensor(graph, "y", {2, 8, 16}), r = add_tensor(graph, "r", {2, 8, 16});
+  graph.add_op("aten::linear", {x, w1, b1}, {h});
+  if (middle == "aten::layer_norm") {
+    auto dims = add_literal(graph, "dims", std::vector<std::int64_t>{32}, ir::ValueKind::kIntList);
+    graph.add_op(middle, {h, dims}, {m});
+  } else {
+    graph.add_op(middle, {h}, {m});
+  }
+  graph.add_op("aten::linear", {m, w2, b2}, {y});
+  graph.add_op("aten::add", {x, y}, {r});
+  auto head = add_tensor(graph, "head.weight", {features, 16}, ValueRole::kParam);
+  auto bias = add_tensor(graph, "head.bias", {features}, ValueRole::kParam);
+  auto z = add_tensor(graph, "z", {2, 8, features}), logits = add_tensor(graph, "logits", {2, 8, features});
+  graph.add_op("aten::linear", {r, head}, {z});
+  graph.add_op("aten::add", {z, bias}, {logits});
+  graph.add_model_output(logits);
+  ir::propagate_batch_dependence(graph);  // the token ids come with the batch
+  graph.validate();
+  return graph;
+}
+
 }  // namespace
+
+TEST_CASE("tensor regions: a language model's vocabulary, embedding and output layer with its own bias add",
+          "[tensor_regions]") {
+  auto graph = small_language_model(64);
+  auto found = find_tensor_regions(graph);
+  REQUIRE(found.regions.size() == 3);
+  CHECK(found.rejected.empty());
+  const auto& embedding = found.regions[0];
+  const auto& mlp = found.regions[1];
+  const auto& head = found.regions[2];
+  CHECK(embedding.kind == plan::RegionKind::kVocabularyEmbedding);
+  CHECK(embedding.ops == std::vector<ir::OpId>{0});
+  CHECK(weights_of(graph, embedding) == std::vector<std::string>{"table:0:1"});
+  CHECK(embedding.input == ir::kNoId);
+  CHECK(embedding.output == value_named(graph, "x"));
+  CHECK(mlp.kind == plan::RegionKind::kLayer);
+  CHECK(head.kind == plan::RegionKind::kVocabularyHead);
+  CHECK(head.column_ops == std::vector<ir::OpId>{5});
+  CHECK(head.ops == std::vector<ir::OpId>{5, 6});
+  CHECK(weights_of(graph, head) == std::vector<std::string>{"head.weight:0:1", "head.bias:0:1"});
+  CHECK(head.input == value_named(graph, "r"));
+  CHECK(head.output == value_named(graph, "logits"));
+  CHECK(found.region_of_op == std::vector<int>{0, 1, 1, 1, -1, 2, 2});
+  // A vocabulary splits unevenly, but only a layer region makes a degree a choice.
+  CHECK(head.allows(3));
+  CHECK_FALSE(found.allows_degree(3));
+  CHECK(found.allows_degree(2));
+
+  // Costs at degree 2, the model one block: the forward all-reduces the MLP's output, the looked-up
+  // rows and the cross entropy's three fp32 values per position; the backward the MLP's and the
+  // head's input gradients, none for the token ids.
+  auto precision = plan::Precision::kFp32;
+  cost::CostModel costs(graph, *cost::find_device_preset("a100-80g"), precision, nullptr);
+  UnitGraph units = build_units(graph);
+  Blocking one_block;
+  for (int unit = 0; unit < static_cast<int>(units.units.size()); ++unit) one_block.order.push_back(unit);
+  one_block.starts = {0};
+  auto activations = cost::activation_memory(graph, costs.requires_grad(), precision);
+  BlockCosts blocks = block_costs(graph, units, one_block, costs, activations, 2, {2}, found, {2});
+  const auto* split = blocks.split(2);
+  REQUIRE(split);
+  const double rows_bytes = 2 * 8 * 16 * 4;
+  CHECK(split->fwd_reduced_bytes[0] == rows_bytes + rows_bytes + 3 * 4 * (2 * 8));
+  CHECK(split->fwd_collectives[0] == 1 + 1 + 3);
+  CHECK(split->bwd_reduced_bytes[0] == rows_bytes + rows_bytes);
+  CHECK(split->bwd_collectives[0] == 2);
+  // Every weight but the MLP's second bias (added after the all-reduce) splits in two.
+  RangeTable ranges(blocks);
+  const double whole = 64 * 16 + 32 * 16 + 32 + 16 * 32 + 16 + 64 * 16 + 64;
+  CHECK(ranges.param_elements(0, 1) == whole);
+  CHECK(ranges.param_elements(0, 1, 2) == Approx(16 + (whole - 16) / 2));
+}
+
+TEST_CASE("tensor regions: a classifier narrower than its input stays whole, and no layer region means no vocabulary",
+          "[tensor_regions]") {
+  auto classifier = small_language_model(4);
+  auto found = find_tensor_regions(classifier);
+  REQUIRE(found.regions.size() == 2);  // the token embedding and the MLP
+  CHECK(found.regions[0].kind == plan::RegionKind::kVocabularyEmbedding);
+  REQUIRE(found.rejected.size() == 1);
+  CHECK(found.rejected[0].column_ops == std::vector<ir::OpId>{5});
+  CHECK(found.rejected[0].reason == "a classifier of 4 classes, narrower than its 16 input features, stays whole "
+                                    "(only an output layer wider than its input, a vocabulary, splits)");
+
+  auto no_layers = small_language_model(64, "aten::layer_norm");
+  auto none = find_tensor_regions(no_layers);
+  CHECK(none.regions.empty());
+  CHECK(none.sequence_ops.empty());
+  CHECK(std::all_of(none.region_of_op.begin(), none.region_of_op.end(), [](int r) { return r < 0; }));
+}
 
 TEST_CASE("tensor regions: shape-only GPT-3 175B from ONNX, two per layer", "[tensor_regions]") {
   auto model = load(RANNC_SHAPE_ONLY_DIR "/gpt3-175b.onnx");
@@ -178,16 +325,22 @@ TEST_CASE("tensor regions: shape-only GPT-3 175B from ONNX, two per layer", "[te
   auto found = find_tensor_regions(graph);
   // MatMul weights are [in, out]: column ops split dim 1, row ops dim 0.
   check_gpt3_layers(graph, found, "layers.#.attn.qkv", "layers.#.attn.out", "layers.#.ffn.fc1", "layers.#.ffn.fc2", 1);
-  CHECK(graph.op(found.rejected[0].column_ops[0]).outputs[0] == value_named(graph, "logits"));
+  check_tied_vocabulary(graph, found, "embeddings.word.weight");
+  CHECK(graph.value(value_named(graph, "embeddings.word.weight")).type.shape[0] == 50257);  // no degree divides it
+  // The head's product and the transpose of the tied table.
+  CHECK(kinds_of(graph, found.regions.back().ops) == std::vector<std::string>{"onnx::Transpose", "onnx::MatMul"});
+  // The position table's lookup by constant positions stays whole.
+  CHECK(found.region_of_op[static_cast<std::size_t>(reader_of(graph, "embeddings.position.weight"))] == -1);
 
-  const auto& attention = found.regions[0];
+  const auto layers = layer_regions(found);
+  const auto& attention = layers[0];
   CHECK(kinds_of(graph, attention.attention_core) ==
         std::vector<std::string>{"onnx::MatMul", "onnx::Div", "onnx::Where", "onnx::Softmax", "onnx::MatMul"});
   // QKV product, bias add, split, 3 x (reshape, transpose), scores, scale, mask, softmax, product
   // with V, transpose and reshape back, output projection.
   CHECK(attention.ops.size() == 17);
-  CHECK(found.regions[1].ops.size() == 8);  // fc1, bias add, GELU's 5 ops, fc2
-  CHECK(ops_in_regions(found) == 96 * (17 + 8));
+  CHECK(layers[1].ops.size() == 8);  // fc1, bias add, GELU's 5 ops, fc2
+  CHECK(ops_in_regions(found) == 96 * (17 + 8) + 1 + 2);  // and the lookup, the head's transpose and product
   // The row ops' biases are added after the all-reduce: their adds stay outside, unsplit.
   for (const std::string bias : {"layers.0.attn.out.bias", "layers.0.ffn.fc2.bias", "layers.95.ffn.fc2.bias"})
     CHECK(found.region_of_op[static_cast<std::size_t>(reader_of(graph, bias))] == -1);
@@ -245,14 +398,14 @@ TEST_CASE("tensor regions: shape-only GPT-3 175B from torch.export (.pt2)", "[te
   auto found = find_tensor_regions(graph);
   // aten::linear's weights are [out, in]: column ops split dim 0, row ops dim 1.
   check_gpt3_layers(graph, found, "layers.#.qkv", "layers.#.out", "layers.#.fc1", "layers.#.fc2", 0);
-  CHECK(kinds_of(graph, found.regions[0].attention_core) ==
+  const auto layers = layer_regions(found);
+  CHECK(kinds_of(graph, layers[0].attention_core) ==
         std::vector<std::string>{"aten::matmul", "aten::div", "aten::masked_fill", "aten::softmax", "aten::matmul"});
-  CHECK(kinds_of(graph, found.regions[1].ops) ==
+  CHECK(kinds_of(graph, layers[1].ops) ==
         std::vector<std::string>{"aten::linear", "aten::gelu", "aten::linear"});
-  // The head multiplies by the embedding table transposed: a column op whose split reaches the logits.
-  const auto& head = graph.op(found.rejected[0].column_ops.at(0));
-  CHECK(head.kind == "aten::matmul");
-  CHECK(graph.value(head.outputs[0]).model_output);
+  // The head multiplies by the embedding table transposed.
+  CHECK(kinds_of(graph, found.regions.back().ops) == std::vector<std::string>{"aten::t", "aten::matmul"});
+  check_tied_vocabulary(graph, found, "word.weight");
 }
 
 TEST_CASE("tensor regions: q and a fused kv projection around scaled_dot_product_attention (.pt2)",
@@ -260,8 +413,9 @@ TEST_CASE("tensor regions: q and a fused kv projection around scaled_dot_product
   auto model = load(RANNC_PT2_MODELS "/tiny_attention.pt2");
   const auto& graph = model.graph;
   auto found = find_tensor_regions(graph);
-  REQUIRE(found.regions.size() == 1);
-  const auto& region = found.regions[0];
+  REQUIRE(layer_regions(found).size() == 1);
+  const auto region = layer_regions(found)[0];
+  check_tied_vocabulary(graph, found, "head.weight");  // the tied table's name in the .pt2
   // Both projections read the same input: one region of two column ops.
   CHECK(region.column_ops == std::vector<ir::OpId>{reader_of(graph, "q.weight"), reader_of(graph, "kv.weight")});
   CHECK(region.row_op == reader_of(graph, "out.weight"));
@@ -275,12 +429,13 @@ TEST_CASE("tensor regions: the samples' GPT traced to TorchScript", "[tensor_reg
   auto model = load(RANNC_TENSOR_REGION_MODELS "/gpt.trace.pt", {"tokens:2x32:int64"});
   const auto& graph = model.graph;
   auto found = find_tensor_regions(graph);
-  REQUIRE(found.regions.size() == 4);
+  const auto layers = layer_regions(found);
+  REQUIRE(layers.size() == 4);
   for (int block = 0; block < 2; ++block) {
     CAPTURE(block);
     std::string prefix = "blocks." + std::to_string(block) + ".";
-    const auto& attention = found.regions[static_cast<std::size_t>(2 * block)];
-    const auto& mlp = found.regions[static_cast<std::size_t>(2 * block + 1)];
+    const auto& attention = layers[static_cast<std::size_t>(2 * block)];
+    const auto& mlp = layers[static_cast<std::size_t>(2 * block + 1)];
     CHECK(attention.column_ops == std::vector<ir::OpId>{reader_of(graph, prefix + "attn.qkv.weight")});
     CHECK(attention.row_op == reader_of(graph, prefix + "attn.proj.weight"));
     CHECK(as_set(weights_of(graph, attention)) == std::set<std::string>{prefix + "attn.qkv.weight:0:3",
@@ -293,10 +448,9 @@ TEST_CASE("tensor regions: the samples' GPT traced to TorchScript", "[tensor_reg
     CHECK(kinds_of(graph, mlp.ops) == std::vector<std::string>{"aten::linear", "aten::gelu", "aten::linear"});
     CHECK(mlp.divisor == 512);
   }
-  // The LM head is tied to the token embedding and makes the logits: replicated.
-  REQUIRE(found.rejected.size() == 1);
-  CHECK(found.rejected[0].column_ops == std::vector<ir::OpId>{graph.value(graph.model_outputs().at(0)).producer});
-  CHECK_THAT(found.rejected[0].reason, Catch::StartsWith("the split reaches the model output"));
+  // The LM head is tied to the token embedding and makes the logits: both split the vocabulary.
+  check_tied_vocabulary(graph, found, "tok_emb.weight");
+  CHECK(found.regions.back().column_ops == std::vector<ir::OpId>{graph.value(graph.model_outputs().at(0)).producer});
   // Size queries of the input and constants the regions read are glue, outside every region.
   for (const auto& op : graph.ops())
     if (op.kind == "aten::size" || op.kind == "prim::Constant" || op.kind == "prim::ListConstruct")
@@ -390,15 +544,15 @@ TEST_CASE("tensor regions: the same graph gives the same regions", "[tensor_regi
   auto first = load(RANNC_SHAPE_ONLY_DIR "/gpt3-175b-2layer.onnx");
   auto second = load(RANNC_SHAPE_ONLY_DIR "/gpt3-175b-2layer.onnx");
   auto found = find_tensor_regions(first.graph);
-  CHECK(found.regions.size() == 4);
+  CHECK(found.regions.size() == 6);  // two per layer, the vocabulary's embedding and head
   CHECK(text_of(found) == text_of(find_tensor_regions(first.graph)));
   CHECK(text_of(found) == text_of(find_tensor_regions(second.graph)));
   ir::Graph copy = first.graph;
   CHECK(text_of(found) == text_of(find_tensor_regions(copy)));
-  // Weights ascending by id, regions by row op, as the header promises.
+  // Weights ascending by id, regions by anchor, as the header promises.
   for (std::size_t i = 0; i < found.regions.size(); ++i) {
     const auto& weights = found.regions[i].weights;
     for (std::size_t w = 1; w < weights.size(); ++w) CHECK(weights[w - 1].weight < weights[w].weight);
-    if (i > 0) CHECK(found.regions[i - 1].row_op < found.regions[i].row_op);
+    if (i > 0) CHECK(found.regions[i - 1].anchor() < found.regions[i].anchor());
   }
 }

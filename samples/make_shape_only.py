@@ -73,6 +73,30 @@ SCALING_PRESETS = {
 }
 
 @dataclass(frozen=True)
+class LlamaPreset:
+    """A Llama decoder: pre-norm RMSNorm, grouped-query attention with rotary position embeddings,
+    a SwiGLU MLP, no biases, an untied output head."""
+    layers: int
+    hidden: int
+    heads: int           # query heads
+    kv_heads: int        # key/value heads, each shared by heads / kv_heads query heads
+    intermediate: int    # the SwiGLU MLP's width
+    seq: int
+    vocab: int
+    rope_theta: float
+    norm_eps: float
+    kind: str = "llama"
+
+
+# Meta's Llama-3 70B (config.json of meta-llama/Meta-Llama-3-70B; 70,553,706,496 parameters) at its
+# 8192-token context (tests/bench/megatron_calibration.py).
+LLAMA_PRESETS = {
+    "llama3-70b": LlamaPreset(layers=80, hidden=8192, heads=64, kv_heads=8, intermediate=28672, seq=8192,
+                              vocab=128256, rope_theta=500000.0, norm_eps=1e-5),
+}
+
+
+@dataclass(frozen=True)
 class DlrmPreset:
     """A recommendation model: a bottom MLP on the dense features, one pooled embedding per table
     (Gather of the table's rows, ReduceSum over the bag), an interaction, a top MLP and a sigmoid."""
@@ -278,6 +302,89 @@ def build_gpt(g, tokens, p):
     return logits, [BATCH, p.seq, p.vocab]
 
 
+def projection(g, x, prefix, n_in, n_out):
+    """A linear without bias, its weight stored [in, out]."""
+    return g.op("MatMul", [x, g.weight(prefix + ".weight", [n_in, n_out])])
+
+
+def rms_norm(g, x, prefix, hidden, eps):
+    """LlamaRMSNorm as torch.onnx exports it: x / sqrt(mean(x^2) + eps) * weight (rsqrt is 1 / Sqrt)."""
+    variance = g.op("ReduceMean", [g.op("Pow", [x, g.float(2.0)])], axes=[-1], keepdims=1)
+    inverse = g.op("Div", [g.float(1.0), g.op("Sqrt", [g.op("Add", [variance, g.float(eps)])])])
+    return g.op("Mul", [g.weight(prefix + ".weight", [hidden]), g.op("Mul", [x, inverse])])
+
+
+def rotary_tables(g, p):
+    """cos and sin [seq, head_dim] of the rotary embedding, from the positions (Range) and the inverse
+    frequencies theta^(-2i/head_dim) as HF's LlamaRotaryEmbedding computes them; constants only."""
+    head_dim = p.hidden // p.heads
+    positions = g.op("Range", [g.float(0.0), g.float(float(p.seq)), g.float(1.0)])
+    inv_freq = [p.rope_theta ** (-i / head_dim) for i in range(0, head_dim, 2)]
+    freqs = g.op("Mul", [g.op("Unsqueeze", [positions, g.int64([1])]), g.const([inv_freq], TensorProto.FLOAT)])
+    angles = g.op("Concat", [freqs, freqs], axis=-1)
+    return g.op("Cos", [angles]), g.op("Sin", [angles])
+
+
+def rotate(g, x, cos, sin, head_dim):
+    """apply_rotary_pos_emb on [batch, heads, seq, head_dim]: x * cos + rotate_half(x) * sin, where
+    rotate_half(x) = cat(-x2, x1) of the two halves of the last dim."""
+    half = head_dim // 2
+    x1 = g.op("Slice", [x, g.int64([0]), g.int64([half]), g.int64([-1])])
+    x2 = g.op("Slice", [x, g.int64([half]), g.int64([head_dim]), g.int64([-1])])
+    rotated = g.op("Concat", [g.op("Neg", [x2]), x1], axis=-1)
+    return g.op("Add", [g.op("Mul", [x, cos]), g.op("Mul", [rotated, sin])])
+
+
+def llama_attention(g, x, prefix, p, cos, sin, causal_mask):
+    """Grouped-query attention as HF's eager LlamaAttention exports: q, k, v projections into heads,
+    rotary embeddings on q and k, k and v repeated to the query heads (repeat_kv: Unsqueeze, Expand,
+    Reshape), the causal softmax of the scaled scores, the product with v, the output projection."""
+    head_dim = p.hidden // p.heads
+    group = p.heads // p.kv_heads
+
+    def heads(name, count):
+        t = projection(g, x, prefix + "." + name, p.hidden, count * head_dim)
+        return g.op("Transpose", [g.op("Reshape", [t, g.int64([0, 0, count, head_dim])])], perm=[0, 2, 1, 3])
+
+    def repeat_kv(t):
+        t = g.op("Expand", [g.op("Unsqueeze", [t, g.int64([2])]), g.int64([1, 1, group, 1, 1])])
+        return g.op("Reshape", [t, g.int64([0, p.heads, p.seq, head_dim])])
+
+    q = rotate(g, heads("q_proj", p.heads), cos, sin, head_dim)
+    k = repeat_kv(rotate(g, heads("k_proj", p.kv_heads), cos, sin, head_dim))
+    v = repeat_kv(heads("v_proj", p.kv_heads))
+    scores = g.op("MatMul", [q, g.op("Transpose", [k], perm=[0, 1, 3, 2])])
+    scores = g.op("Where", [causal_mask, g.op("Div", [scores, g.float(math.sqrt(head_dim))]),
+                            g.float(float("-inf"))])
+    context = g.op("MatMul", [g.op("Softmax", [scores], axis=-1), v])
+    context = g.op("Reshape", [g.op("Transpose", [context], perm=[0, 2, 1, 3]), g.int64([0, 0, p.hidden])])
+    return projection(g, context, prefix + ".o_proj", p.hidden, p.hidden)
+
+
+def swiglu(g, x, prefix, p):
+    """down(silu(gate(x)) * up(x)), SiLU exported as x * Sigmoid(x)."""
+    gate = projection(g, x, prefix + ".gate_proj", p.hidden, p.intermediate)
+    up = projection(g, x, prefix + ".up_proj", p.hidden, p.intermediate)
+    h = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])
+    return projection(g, h, prefix + ".down_proj", p.intermediate, p.hidden)
+
+
+def build_llama(g, tokens, p):
+    """Pre-norm causal LM (RMSNorm, GQA with rotary embeddings, SwiGLU) with an untied head:
+    logits [batch, seq, vocab]."""
+    x = g.op("Gather", [g.weight("embed_tokens.weight", [p.vocab, p.hidden]), tokens])
+    mask = g.weight("causal_mask", [p.seq, p.seq], dtype=TensorProto.BOOL)
+    cos, sin = rotary_tables(g, p)
+    for i in range(p.layers):
+        prefix = "layers.%d" % i
+        h = rms_norm(g, x, prefix + ".input_layernorm", p.hidden, p.norm_eps)
+        x = g.op("Add", [x, llama_attention(g, h, prefix + ".self_attn", p, cos, sin, mask)])
+        h = rms_norm(g, x, prefix + ".post_attention_layernorm", p.hidden, p.norm_eps)
+        x = g.op("Add", [x, swiglu(g, h, prefix + ".mlp", p)])
+    x = rms_norm(g, x, "norm", p.hidden, p.norm_eps)
+    return projection(g, x, "lm_head", p.hidden, p.vocab), [BATCH, p.seq, p.vocab]
+
+
 def mlp(g, x, prefix, widths, n_in, last_relu):
     for i, width in enumerate(widths):
         x = linear(g, x, "%s.%d" % (prefix, i), n_in, width)
@@ -337,7 +444,7 @@ def build_dlrm(name, p):
 def build_model(name, p):
     g = GraphBuilder(name + ".weights")
     tokens = "tokens"
-    build = build_bert if p.kind == "bert" else build_gpt
+    build = {"bert": build_bert, "gpt": build_gpt, "llama": build_llama}[p.kind]
     logits, logits_shape = build(g, tokens, p)
     g.rename_output(logits, "logits")
     graph = helper.make_graph(
@@ -404,7 +511,7 @@ def update_manifest(out_dir, entries):
 def make_preset(name, out_dir):
     start = time.time()
     dlrm = name in DLRM_PRESETS
-    p = DLRM_PRESETS[name] if dlrm else PRESETS.get(name) or SCALING_PRESETS[name]
+    p = DLRM_PRESETS[name] if dlrm else PRESETS.get(name) or SCALING_PRESETS.get(name) or LLAMA_PRESETS[name]
     model, params = build_dlrm(name, p) if dlrm else build_model(name, p)
     check_structure(model)
     check_shapes(model)
@@ -415,20 +522,24 @@ def make_preset(name, out_dir):
     if dlrm:
         return {"params": params, "kind": "dlrm", "file": name + ".onnx", "tables": len(p.rows),
                 "rows": list(p.rows), "dims": list(p.dims), "pooling": list(p.pooling)}
-    return {"params": params, "layers": p.layers, "hidden": p.hidden, "heads": p.heads,
-            "seq": p.seq, "vocab": p.vocab, "kind": p.kind, "file": name + ".onnx"}
+    entry = {"params": params, "layers": p.layers, "hidden": p.hidden, "heads": p.heads,
+             "seq": p.seq, "vocab": p.vocab, "kind": p.kind, "file": name + ".onnx"}
+    if p.kind == "llama":
+        entry.update(kv_heads=p.kv_heads, intermediate=p.intermediate)
+    return entry
 
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="output folder")
-    names = list(PRESETS) + list(DLRM_PRESETS)
+    names = list(PRESETS) + list(LLAMA_PRESETS) + list(DLRM_PRESETS)
     parser.add_argument("--preset", default=",".join(names),
                         help="comma-separated presets (default: all of %s; on request: %s)"
                         % (",".join(names), ",".join(SCALING_PRESETS)))
     args = parser.parse_args(argv)
     args.preset = [n.strip() for n in args.preset.split(",") if n.strip()]
-    unknown = [n for n in args.preset if n not in PRESETS and n not in DLRM_PRESETS and n not in SCALING_PRESETS]
+    known = set(PRESETS) | set(DLRM_PRESETS) | set(SCALING_PRESETS) | set(LLAMA_PRESETS)
+    unknown = [n for n in args.preset if n not in known]
     if unknown:
         parser.error("unknown preset(s): %s" % ",".join(unknown))
     return args

@@ -1,8 +1,9 @@
 """Inspects the shape-only models (external-data initializers, no data files): each must report
-its exact parameter count, quickly and in little memory, which shows the weights are never
-loaded; a DLRM's embedding tables must be its configuration's (rows, dims and lookups per sample
-of each table, summed bags): Criteo Kaggle, MLPerf DLRM v1 and v2 (multi-hot, one table of 100
-lookups), 1000 synthetic tables and 48 tables of 10^9 rows (12T parameters).
+its exact parameter count (for Llama-3 70B the one Meta published), quickly and in little memory,
+which shows the weights are never loaded; a DLRM's embedding tables must be its configuration's
+(rows, dims and lookups per sample of each table, summed bags): Criteo Kaggle, MLPerf DLRM v1
+and v2 (multi-hot, one table of 100 lookups), 1000 synthetic tables and 48 tables of 10^9 rows
+(12T parameters).
 
 usage: check_shape_only.py BINARY SHAPE_ONLY_DIR
 """
@@ -59,6 +60,8 @@ def main():
             problems += check_tables(name, report["embedding_tables"], expected)
         if name == "gpt3-175b" and not 170e9 < report["params"] < 180e9:
             problems.append(f"{name}: {report['params']} params is not about 175 billion")
+        if name == "llama3-70b" and report["params"] != 70_553_706_496:
+            problems.append(f"{name}: {report['params']} params is not Llama-3 70B's 70,553,706,496")
     if problems:
         sys.exit("FAILED:\n" + "\n".join(problems))
 

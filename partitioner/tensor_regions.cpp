@@ -181,6 +181,10 @@ bool is_chunk(const std::string& kind) {
                         "aten::unsafe_split", "aten::unsafe_split_with_sizes", "onnx::Split"});
 }
 
+bool is_concat(const std::string& kind) { return kind_in(kind, {"aten::cat", "aten::concat", "aten::concatenate"}); }
+
+bool is_expand(const std::string& kind) { return kind_in(kind, {"aten::expand", "aten::expand_as", "onnx::Expand"}); }
+
 // The output permutation of a transpose or permute (output dim i is input dim perm[i]).
 std::optional<Shape> permutation(const Graph& graph, const Op& op, int rank) {
   std::string kind(ir::functional_kind(op.kind));
@@ -385,6 +389,10 @@ class RegionTracer {
     if (keeps_layout(kind)) return same_layout(op);
     if (is_chunk(kind)) return chunk(op);
     if (kind == "aten::slice") return slice(op);
+    if (kind == "onnx::Slice") return onnx_slice(op);
+    if (kind == "onnx::Concat") return concat(op, op.inputs, int_attr(op, "axis"));
+    if (kind == "prim::ListConstruct") return list_concat(op);
+    if (is_expand(kind)) return expand(op);
     switch (ir::op_class_of(kind)) {
       case ir::OpClass::kElementwise:
         return elementwise(op);
@@ -547,20 +555,108 @@ class RegionTracer {
     const Split* split = first_input_split(op);
     if (!split) return op_text(op) + " reads the split value other than as its input";
     int rank = rank_of(graph_, op.inputs[0]);
-    ValueId out = op.outputs.at(0);
-    std::int64_t size = shape(op.inputs[0])[static_cast<std::size_t>(split->dim)];
-    if (dim_index(int_literal(graph_, op, 1).value_or(0), rank) != split->dim) {
-      if (!graph_.value(out).type.shape_known() || shape(out)[static_cast<std::size_t>(split->dim)] != size)
-        return op_text(op) + " changes the split dim";
-      return reach(out, *split);
+    if (dim_index(int_literal(graph_, op, 1).value_or(0), rank) != split->dim) return slice_other_dim(op, *split);
+    return slice_split_dim(op, *split, int_literal(graph_, op, 2).value_or(0), int_literal(graph_, op, 4).value_or(1));
+  }
+
+  // onnx::Slice(data, starts, ends[, axes[, steps]]) (before opset 10: starts, ends and axes as
+  // attributes) slices several dims at once: slices of other dims keep the split (the halves of
+  // head_dim that rotary embeddings rotate), along the split dim as aten::slice.
+  Failure onnx_slice(const Op& op) {
+    const Split* split = first_input_split(op);
+    if (!split) return op_text(op) + " reads the split value other than as its input";
+    int rank = rank_of(graph_, op.inputs[0]);
+    bool attributes = op.inputs.size() == 1;
+    auto starts = attributes ? ints_attr(op, "starts") : ints_literal(graph_, op, 1);
+    std::optional<Shape> axes, steps;
+    if (attributes) {
+      axes = ints_attr(op, "axes");
+    } else {
+      if (op.inputs.size() > 3) axes = ints_literal(graph_, op, 3);
+      if (op.inputs.size() > 4) steps = ints_literal(graph_, op, 4);
+      if ((op.inputs.size() > 3 && !axes) || (op.inputs.size() > 4 && !steps))
+        return op_text(op) + " slices dims that are not known";
     }
-    std::int64_t start = int_literal(graph_, op, 2).value_or(0), step = int_literal(graph_, op, 4).value_or(1);
+    if (!starts) return op_text(op) + " slices dims that are not known";
+    if (!axes) {
+      axes = Shape(starts->size());
+      std::iota(axes->begin(), axes->end(), 0);
+    }
+    if (axes->size() != starts->size() || (steps && steps->size() != starts->size()))
+      return op_text(op) + " slices dims that are not known";
+    for (std::size_t i = 0; i < axes->size(); ++i)
+      if (dim_index((*axes)[i], rank) == split->dim)
+        return slice_split_dim(op, *split, (*starts)[i], steps ? (*steps)[i] : 1);
+    return slice_other_dim(op, *split);
+  }
+
+  // A slice of other dims than the split one: the split dim keeps its size.
+  Failure slice_other_dim(const Op& op, const Split& split) {
+    ValueId out = op.outputs.at(0);
+    std::int64_t size = shape(op.inputs[0])[static_cast<std::size_t>(split.dim)];
+    if (!graph_.value(out).type.shape_known() || rank_of(graph_, out) != rank_of(graph_, op.inputs[0]) ||
+        shape(out)[static_cast<std::size_t>(split.dim)] != size)
+      return op_text(op) + " changes the split dim";
+    return reach(out, split);
+  }
+
+  // A slice of the split dim from `start` by `step`: one of equal parts, which groups the weights.
+  Failure slice_split_dim(const Op& op, const Split& split, std::int64_t start, std::int64_t step) {
+    ValueId out = op.outputs.at(0);
+    std::int64_t size = shape(op.inputs[0])[static_cast<std::size_t>(split.dim)];
     if (start < 0) start += size;
-    std::int64_t part = graph_.value(out).type.shape_known() ? shape(out)[static_cast<std::size_t>(split->dim)] : 0;
+    std::int64_t part = graph_.value(out).type.shape_known() ? shape(out)[static_cast<std::size_t>(split.dim)] : 0;
     if (step != 1 || part <= 0 || size % part != 0 || start % part != 0)
       return op_text(op) + " slices the split dim other than into equal parts";
-    if (auto failure = set_groups(op, *split, static_cast<int>(size / part))) return failure;
-    return reach(out, *split);
+    if (auto failure = set_groups(op, split, static_cast<int>(size / part))) return failure;
+    return reach(out, split);
+  }
+
+  // A concatenation along another dim than the split one, of values all split along it (rotate_half's
+  // cat(-x2, x1) over head_dim), keeps the split. `parts`: the concatenated tensors.
+  Failure concat(const Op& op, const std::vector<ValueId>& parts, std::optional<std::int64_t> axis) {
+    ValueId out = op.outputs.empty() ? kNoId : op.outputs[0];
+    if (out == kNoId || !graph_.value(out).type.shape_known()) return op_text(op) + " has no output of known shape";
+    if (!axis) return op_text(op) + " has no known dim";
+    int rank = rank_of(graph_, out);
+    Split split{-1, {}};
+    for (ValueId part : parts) {
+      auto it = split_.find(part);
+      if (it == split_.end()) return op_text(op) + " joins a split value with " + name(part) + ", which is not split";
+      if (rank_of(graph_, part) != rank || (split.dim >= 0 && it->second.dim != split.dim))
+        return op_text(op) + " joins values split along different dims";
+      split.dim = it->second.dim;
+      split.weights.insert(it->second.weights.begin(), it->second.weights.end());
+    }
+    if (split.dim < 0) return op_text(op) + " joins no tensor";
+    if (dim_index(*axis, rank) == split.dim) return op_text(op) + " joins along the split dim";
+    return reach(out, split);
+  }
+
+  // A list of tensors (TorchScript, torch.export) is split only as the operand of a concatenation:
+  // the list and the cat belong to the region.
+  Failure list_concat(const Op& op) {
+    const auto& consumers = op.outputs.size() == 1 ? graph_.value(op.outputs[0]).consumers : std::vector<OpId>{};
+    if (consumers.size() != 1 || !is_concat(std::string(ir::functional_kind(graph_.op(consumers[0]).kind))))
+      return "the split reaches " + op_text(op) + ", a list read other than by a concatenation";
+    const Op& cat = graph_.op(consumers[0]);
+    if (cat.inputs.empty() || cat.inputs[0] != op.outputs[0])
+      return op_text(cat) + " reads the split list other than as its input";
+    ops_.insert(cat.id);
+    return concat(cat, op.inputs, cat.inputs.size() > 1 ? int_literal(graph_, cat, 1) : std::optional<std::int64_t>(0));
+  }
+
+  // A broadcast to a larger shape (repeat_kv's expand of each key/value head to its query heads,
+  // along a new dim beside the heads) keeps the split where the split dim keeps its size.
+  Failure expand(const Op& op) {
+    const Split* split = first_input_split(op);
+    if (!split) return op_text(op) + " reads the split value other than as its input";
+    ValueId out = op.outputs.empty() ? kNoId : op.outputs[0];
+    if (out == kNoId || !graph_.value(out).type.shape_known()) return op_text(op) + " has no output of known shape";
+    int dim = split->dim + rank_of(graph_, out) - rank_of(graph_, op.inputs[0]);
+    if (dim < 0 || shape(out)[static_cast<std::size_t>(dim)] != shape(op.inputs[0])[static_cast<std::size_t>(split->dim)])
+      return op_text(op) + " broadcasts the split dim";
+    return reach(out, Split{dim, split->weights});
   }
 
   // A product of two activations ([.., M, K] x [.., K, N]) keeps a split of a batch dim both
@@ -679,19 +775,43 @@ Failure overlap(const Graph& graph, const std::set<OpId>& ops, const std::vector
   return std::nullopt;
 }
 
+// Whether a reduction reduces only dims after the sequence (dim 1): a mean or sum over the features
+// of each position (an RMS norm's mean of squares, as exported op by op).
+bool reduces_within_position(const Graph& graph, const Op& op) {
+  std::string kind(ir::functional_kind(op.kind));
+  if (op.inputs.empty() || !(kind.rfind("onnx::Reduce", 0) == 0 ||
+                             kind_in(kind, {"aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::logsumexp"})))
+    return false;
+  int rank = rank_of(graph, op.inputs[0]);
+  std::optional<Shape> axes = is_onnx(kind) ? ints_attr(op, "axes") : std::nullopt;
+  if (!axes && op.inputs.size() > 1) axes = ints_literal(graph, op, 1);
+  if (!axes && !is_onnx(kind))
+    if (auto axis = int_literal(graph, op, 1)) axes = Shape{*axis};
+  return axes && !axes->empty() &&
+         std::all_of(axes->begin(), axes->end(), [&](std::int64_t a) { return dim_index(a, rank) >= 2; });
+}
+
 // Whether an op computes each position of a sequence from that position alone: a norm over the
-// last dims or an elementwise op, every batch tensor it reads and writes [batch, sequence, ...]
-// of one shape (a broadcast operand, a bias or a scalar, is whole on every device).
+// last dims, a reduction over the dims after the sequence or an elementwise op, every batch tensor
+// it reads and writes [batch, sequence, ...] with the output's batch and sequence (an elementwise
+// operand may broadcast along the features, as an RMS norm's [batch, sequence, 1] scale; a
+// broadcast operand without the batch, a bias or a scalar, is whole on every device).
 bool works_per_position(const Graph& graph, const Op& op) {
   auto op_class = ir::op_class_of(op.kind);
+  bool reduction = op_class == ir::OpClass::kReduction;
   bool per_position = op_class == ir::OpClass::kElementwise ||
-                      (op_class == ir::OpClass::kNorm && ir::has_op_trait(op.kind, ir::op_trait::kNormalisesLastDims));
+                      (op_class == ir::OpClass::kNorm && ir::has_op_trait(op.kind, ir::op_trait::kNormalisesLastDims)) ||
+                      (reduction && reduces_within_position(graph, op));
   if (!per_position || op.outputs.empty()) return false;
   const auto& out = graph.value(op.outputs.front()).type;
   if (out.shape.size() < 3 || out.batch_dim != 0 || !out.shape_known()) return false;
   for (ValueId id : op.inputs) {
     const Value& value = graph.value(id);
-    if (value.is_tensor() && value.batch_dependent && value.type.shape != out.shape) return false;
+    if (!value.is_tensor() || !value.batch_dependent || value.type.shape == out.shape) continue;
+    const auto& in = value.type.shape;
+    if (in.size() != out.shape.size() || in[0] != out.shape[0] || in[1] != out.shape[1]) return false;
+    for (std::size_t d = 2; d < in.size(); ++d)
+      if (!reduction && in[d] != out.shape[d] && in[d] != 1) return false;
   }
   for (ValueId id : op.outputs)
     if (graph.value(id).model_output) return false;

@@ -67,7 +67,7 @@ std::string layout_table(const std::vector<LayoutRow>& rows) {
 // What ruled out the layouts that were never simulated, one clause each, the counts from the census.
 std::vector<std::string> ruled_out(const partition::SearchCensus& c, std::int64_t mem_bytes) {
   std::vector<std::string> reasons;
-  const std::string slack = percent(partition::kRankingSlack - 1);
+  const std::string slack = percent(c.slack - 1);
   if (c.bounded_out > 0)
     reasons.push_back(std::to_string(c.bounded_out) + " could not come within " + slack +
                       " of the best even perfectly balanced (microbatches x a microbatch's share of the work)");

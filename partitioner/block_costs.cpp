@@ -351,10 +351,17 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
       cell(batch_free_sent_, begin, tensor.consumers.back() + 1) -= 1;
     }
   }
-  std::vector<double> largest_in_block(static_cast<std::size_t>(count_), 0);
-  for (const auto& weight : blocks.weights)
-    for (int block : weight.blocks) largest_in_block[block] = std::max(largest_in_block[block], weight.param_elements);
-  largest_param_elements_ = running_maxima(largest_in_block, count_);
+  // Per device, a split weight's slice: 1/degree of it.
+  auto largest_weights = [&](int degree) {
+    std::vector<double> largest_in_block(static_cast<std::size_t>(count_), 0);
+    for (const auto& weight : blocks.weights) {
+      double elements = weight.splits(degree) ? weight.param_elements / degree : weight.param_elements;
+      for (int block : weight.blocks) largest_in_block[block] = std::max(largest_in_block[block], elements);
+    }
+    return running_maxima(largest_in_block, count_);
+  };
+  largest_param_elements_.push_back(largest_weights(1));
+  for (const auto& split : blocks.splits) largest_param_elements_.push_back(largest_weights(split.degree));
   core_kept_prefix_.push_back(prefix_sums(blocks.cores.kept_bytes, count_));
   largest_core_.push_back(running_maxima(blocks.cores.largest_bytes, count_));
   for (const auto& split : blocks.splits) {
@@ -391,6 +398,10 @@ double RangeTable::param_elements(int begin, int end, int degree) const {
   if (degree == 1) return param_elements(begin, end);
   double split = at(split_param_elements_.at(split_index(degree)), begin, end);
   return param_elements(begin, end) - split + split / degree;
+}
+
+double RangeTable::largest_param_elements(int begin, int end, int degree) const {
+  return at(largest_param_elements_.at(degree == 1 ? 0 : 1 + split_index(degree)), begin, end);
 }
 
 double RangeTable::kept_bytes(int begin, int end, int degree) const {

@@ -106,8 +106,9 @@ class RangeTable {
   explicit RangeTable(const BlockCosts& blocks);
 
   double param_elements(int begin, int end) const { return at(param_elements_, begin, end); }
-  // The most elements of one trainable weight the range holds.
-  double largest_param_elements(int begin, int end) const { return at(largest_param_elements_, begin, end); }
+  // The most elements of one trainable weight the range holds, per device at a tensor-parallel
+  // degree (1 or a costed one): what Adam's step makes its temporaries for.
+  double largest_param_elements(int begin, int end, int degree = 1) const;
   // The largest gradient of a weight that two or more ops of the range read.
   double largest_tied_grad_bytes(int begin, int end) const { return at(largest_tied_grad_bytes_, begin, end); }
   double buffer_bytes(int begin, int end) const { return at(buffer_bytes_, begin, end); }
@@ -141,9 +142,10 @@ class RangeTable {
   // [split]: elements that split at its degree, in full (a table like param_elements_); kept
   // bytes per device, as prefix sums.
   std::vector<std::vector<double>> split_param_elements_, split_kept_prefix_;
-  // [0: degree 1, 1 + split index]: BlockCosts::Cores as prefix sums and running maxima tables.
-  std::vector<std::vector<double>> core_kept_prefix_, largest_core_;
-  std::vector<double> largest_param_elements_, largest_tied_grad_bytes_;  // running maxima over end, not sums
+  // [0: degree 1, 1 + split index]: BlockCosts::Cores as prefix sums and running maxima tables,
+  // and the largest weight per device as running maxima.
+  std::vector<std::vector<double>> core_kept_prefix_, largest_core_, largest_param_elements_;
+  std::vector<double> largest_tied_grad_bytes_;  // running maxima over end, not sums
   std::vector<double> param_elements_, buffer_bytes_, received_bytes_, model_input_bytes_, sent_bytes_,
       final_output_bytes_, saved_sent_bytes_, batch_free_sent_, kept_prefix_;
 };

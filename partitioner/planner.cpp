@@ -306,6 +306,15 @@ void add_stage_counts(const SearchContext& context, std::vector<ConfigChoice>& n
 
 namespace {
 
+// kRankingSlack, or kSmallSearchSlack on a small search.
+double ranking_slack(const SearchContext& context, const std::vector<SearchConfig>& configs) {
+  const std::int64_t blocks = context.blocks->count();
+  bool small = std::all_of(configs.begin(), configs.end(), [&](const SearchConfig& c) {
+    return blocks * c.pipeline_devices <= kExhaustiveStageCounts;
+  });
+  return small ? kSmallSearchSlack : kRankingSlack;
+}
+
 // One config searched against the best objective known when its round began.
 struct ConfigOutcome {
   bool bounded_out = false;
@@ -337,6 +346,8 @@ std::vector<ConfigChoice> search_configs(const SearchContext& context, const std
   census.candidates += static_cast<int>(configs.size());
   std::vector<ConfigChoice> near;
   double best = std::numeric_limits<double>::infinity();
+  const double slack = ranking_slack(context, configs);
+  census.slack = slack;
   auto told = Clock::now();
   // Rounds of kSearchRound configs, shared by kSearchThreads cores, each config searched against
   // the best of the rounds before: the outcome depends on the rounds, never on which thread takes
@@ -349,7 +360,7 @@ std::vector<ConfigChoice> search_configs(const SearchContext& context, const std
       observe("searching: " + std::to_string(first) + " of " + std::to_string(configs.size()) + " candidate layouts");
       told = Clock::now();
     }
-    const double beat = best * kRankingSlack;
+    const double beat = best * slack;
     const std::size_t count = std::min(kSearchRound, configs.size() - first);
     std::atomic<std::size_t> next{0};
     // A config that throws (out of memory) fails the search as it would on one thread: the
@@ -387,7 +398,7 @@ std::vector<ConfigChoice> search_configs(const SearchContext& context, const std
       near.push_back({configs[first + k], *outcome.solution});
     }
   }
-  auto beyond_slack = [&](const ConfigChoice& c) { return c.solution.objective_ms() >= best * kRankingSlack; };
+  auto beyond_slack = [&](const ConfigChoice& c) { return c.solution.objective_ms() >= best * slack; };
   // Those found before a better best came along may lie beyond its slack.
   auto kept = std::stable_partition(near.begin(), near.end(), [&](const ConfigChoice& c) { return !beyond_slack(c); });
   census.slower += static_cast<int>(near.end() - kept);
@@ -583,7 +594,7 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
   auto choices = search_configs(context, configs, &result.census, observe);
   result.times.search_ms = elapsed_ms(start);
   tell("searched " + counted(configs.size(), "candidate layouts") + ": " + plural(static_cast<std::int64_t>(choices.size()), "pipeline") +
-       " within " + std::to_string(static_cast<int>(std::lround((kRankingSlack - 1) * 100))) + "% of the best");
+       " within " + std::to_string(static_cast<int>(std::lround((result.census.slack - 1) * 100))) + "% of the best");
   if (choices.empty()) {
     throw Error(ExitStatus::kCannotMeet,
                 "the model does not fit in " + plural(request.cluster.gpus(), "device") + " of " +

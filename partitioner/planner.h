@@ -109,6 +109,7 @@ struct SearchCensus {
   int no_fit = 0;       // of those, with `explain` (a second search each): none fits in memory at all
   int slower = 0;       // found, then beyond the slack of a better best found later
   int near = 0;         // within the slack: ranked by their simulated step
+  double slack = 0;     // the slack search_configs used: kRankingSlack, or kSmallSearchSlack
   bool explain = false;
   // With `explain`: the best pipeline of each config that fits but is beyond the slack, for the
   // runners-up (never the plan: with or without --explain, the plan is the same).
@@ -144,6 +145,11 @@ std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int bloc
 // (GPT-3 on 4096 devices: fewer microbatches than stages overlap more than it counts), and
 // undercounts the tail a first stage adds after the pipeline drains; 1.1 covers both.
 inline constexpr double kRankingSlack = 1.1;
+// On a small search (at most kExhaustiveStageCounts blocks x devices per pipeline) the formula
+// misjudges more: with stages of a few microseconds the transfers and the bubble decide (the
+// sample GPT on 8 devices: a tensor-parallel pipeline of 2 stages it ranks over 10% ahead of 5
+// stages of one device each, which simulate faster); there the search is cheap, and wider.
+inline constexpr double kSmallSearchSlack = 1.2;
 // The configs are searched in rounds of kSearchRound on kSearchThreads cores: the rounds, not the
 // cores, decide the outcome, so plans and --explain's counts are the same on any machine.
 inline constexpr std::size_t kSearchRound = 8;

@@ -167,7 +167,7 @@ cost::StageFootprint StageOptions::footprint(int begin, int end, int replicas, i
   double fraction = (config_.microbatch_size / replicas) / context_.blocks->evaluated_batch;
   cost::StageFootprint footprint;
   footprint.param_elements = ranges.param_elements(begin, end, tensor_degree);
-  footprint.largest_param_elements = ranges.largest_param_elements(begin, end);
+  footprint.largest_param_elements = ranges.largest_param_elements(begin, end, tensor_degree);
   footprint.tied_grad_bytes = ranges.largest_tied_grad_bytes(begin, end);
   footprint.buffer_bytes = ranges.buffer_bytes(begin, end);
   footprint.kept_bytes = ranges.kept_bytes(begin, end, tensor_degree) * fraction;

@@ -299,6 +299,9 @@ TEST_CASE("tensor regions: a language model's vocabulary, embedding and output l
   const double whole = 64 * 16 + 32 * 16 + 32 + 16 * 32 + 16 + 64 * 16 + 64;
   CHECK(ranges.param_elements(0, 1) == whole);
   CHECK(ranges.param_elements(0, 1, 2) == Approx(16 + (whole - 16) / 2));
+  // Adam's temporaries are as large as the largest weight a device steps: a slice of the table.
+  CHECK(ranges.largest_param_elements(0, 1) == 64 * 16);
+  CHECK(ranges.largest_param_elements(0, 1, 2) == 64 * 16 / 2);
 }
 
 TEST_CASE("tensor regions: a classifier narrower than its input stays whole, and no layer region means no vocabulary",

@@ -329,6 +329,9 @@ ConfigOutcome search_config(const SearchContext& context, const SearchConfig& co
     outcome.bounded_out = true;
     return outcome;
   }
+  // Most configs that cannot win are ruled out at a fraction of the cost of listing their
+  // stages; --explain searches them again without the bound, so it lists them all.
+  if (!explain && !may_beat(context, config, beat)) return outcome;
   // --explain searches the config again without the bound: every stage must be listed then.
   StageOptions options(context, config, explain ? std::numeric_limits<double>::infinity() : beat);
   auto search = config.chunks > 1 ? search_interleaved : search_pipeline;
@@ -339,8 +342,13 @@ ConfigOutcome search_config(const SearchContext& context, const SearchConfig& co
 
 }  // namespace
 
+std::size_t search_threads() {
+  return std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, kSearchRound);
+}
+
 std::vector<ConfigChoice> search_configs(const SearchContext& context, const std::vector<SearchConfig>& configs,
-                                         SearchCensus* census_out, const PhaseObserver& observe) {
+                                         SearchCensus* census_out, const PhaseObserver& observe, std::size_t threads) {
+  if (threads == 0) threads = search_threads();
   SearchCensus local;
   SearchCensus& census = census_out ? *census_out : local;
   census.candidates += static_cast<int>(configs.size());
@@ -349,7 +357,7 @@ std::vector<ConfigChoice> search_configs(const SearchContext& context, const std
   const double slack = ranking_slack(context, configs);
   census.slack = slack;
   auto told = Clock::now();
-  // Rounds of kSearchRound configs, shared by kSearchThreads cores, each config searched against
+  // Rounds of kSearchRound configs, shared by the threads, each config searched against
   // the best of the rounds before: the outcome depends on the rounds, never on which thread takes
   // which config, so the census is the same on every run, and the plan the same as one config at a
   // time would give (every config within the slack of the final best is found whatever bound it
@@ -376,7 +384,7 @@ std::vector<ConfigChoice> search_configs(const SearchContext& context, const std
       }
     };
     std::vector<std::thread> helpers;
-    for (std::size_t t = 1; t < kSearchThreads; ++t) helpers.emplace_back(work);
+    for (std::size_t t = 1; t < std::min(threads, count); ++t) helpers.emplace_back(work);
     work();
     for (auto& helper : helpers) helper.join();
     for (const auto& exception : thrown)

@@ -150,10 +150,12 @@ inline constexpr double kRankingSlack = 1.1;
 // sample GPT on 8 devices: a tensor-parallel pipeline of 2 stages it ranks over 10% ahead of 5
 // stages of one device each, which simulate faster); there the search is cheap, and wider.
 inline constexpr double kSmallSearchSlack = 1.2;
-// The configs are searched in rounds of kSearchRound on kSearchThreads cores: the rounds, not the
-// cores, decide the outcome, so plans and --explain's counts are the same on any machine.
+// The configs are searched in rounds of kSearchRound, shared by the threads: the rounds, not the
+// threads, decide the outcome, so plans and --explain's counts are the same on any machine and
+// with any count of threads.
 inline constexpr std::size_t kSearchRound = 8;
-inline constexpr std::size_t kSearchThreads = 2;
+// One thread per core, up to a round's configs.
+std::size_t search_threads();
 // Searches of at most this many blocks x devices per pipeline (the samples, not GPT-3) also rank
 // every stage count of each such config by its simulated step.
 inline constexpr std::int64_t kExhaustiveStageCounts = 1024;
@@ -161,9 +163,10 @@ inline constexpr std::int64_t kExhaustiveStageCounts = 1024;
 // Each config's best pipeline whose objective is within kRankingSlack of the best one's, in
 // search order, then (small searches) the best of each other stage count of those configs
 // within it too; empty when none fits.
-// `observe` hears how far the search is, at most once a second.
+// `observe` hears how far the search is, at most once a second. `threads`: 0 for search_threads().
 std::vector<ConfigChoice> search_configs(const SearchContext& context, const std::vector<SearchConfig>& configs,
-                                         SearchCensus* census = nullptr, const PhaseObserver& observe = nullptr);
+                                         SearchCensus* census = nullptr, const PhaseObserver& observe = nullptr,
+                                         std::size_t threads = 0);
 
 // Places the chosen pipeline on ranks and simulates it.
 // What no plan of the step can beat, for the report: the cost model's whole step on one device

@@ -10,6 +10,10 @@ namespace rannc::partition {
 namespace {
 
 constexpr double kMs = 1e3;
+// Relative to the objective: far above the round-off of a sum of stage times, far below any
+// difference between pipelines that matters. Bounds that sum in another order than the search
+// give way by it, so that round-off never rules out a pipeline that could win.
+constexpr double kRoundOffMargin = 1e-9;
 
 // The ranks of a stage with r replicas per pipeline, as the placement lays them out: the first
 // r devices of every pipeline. Collective times depend only on how these spread over nodes.
@@ -68,8 +72,8 @@ double balanced_ms(const SearchContext& context, const SearchConfig& config) {
   return (fwd.ms() + bwd.ms()) / config.pipeline_devices;
 }
 
-StageOptions::StageOptions(const SearchContext& context, const SearchConfig& config, double beat)
-    : context_(context), config_(config), beat_(beat) {
+StageOptions::StageOptions(const SearchContext& context, const SearchConfig& config, double beat, Listing listing)
+    : context_(context), config_(config), beat_(beat), listing_(listing) {
   const BlockCosts& blocks = *context.blocks;
   for (int r = 1; r <= config.pipeline_devices; ++r) {
     if (config.microbatch_size % r != 0) continue;
@@ -97,6 +101,7 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
   balanced_ms_ = partition::balanced_ms(context, config);
   by_begin_.resize(static_cast<std::size_t>(blocks.count()));
   if (config.chunks > 1) return;
+  if (beat < std::numeric_limits<double>::infinity()) tabulate_least_work();
   for (int begin = 0; begin < blocks.count(); ++begin) {
     for (int degree : tensor_degrees_)
       for (int replicas : replica_choices_)
@@ -105,6 +110,56 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
   }
 }
 
+std::vector<double> StageOptions::block_work(int replicas, int degree) const {
+  const BlockCosts& blocks = *context_.blocks;
+  const BlockCosts::Split* split = degree > 1 ? blocks.split(degree) : nullptr;
+  const int sample = blocks.sample_index(config_.microbatch_size / replicas);
+  std::vector<double> work;
+  for (int b = 0; b < blocks.count(); ++b) {
+    if (!split) {
+      work.push_back(blocks.fwd_ms[b][sample] + blocks.bwd_ms[b][sample]);
+      continue;
+    }
+    // A range's all-reduces are affine in their bytes and count: the sum of its blocks'.
+    double reduced = tensor_allreduce_ms(split->fwd_reduced_bytes[b], split->fwd_collectives[b], replicas, degree) +
+                     tensor_allreduce_ms(split->bwd_reduced_bytes[b], split->bwd_collectives[b], replicas, degree);
+    work.push_back(split->fwd_ms[b][sample] + split->bwd_ms[b][sample] + reduced);
+  }
+  return work;
+}
+
+void StageOptions::tabulate_least_work() {
+  // Every way to run a stage, by the devices it takes.
+  std::vector<std::pair<int, int>> ways;  // devices, replicas
+  for (int degree : tensor_degrees_)
+    for (int replicas : replica_choices_)
+      if (replicas * degree <= config_.pipeline_devices) ways.emplace_back(replicas * degree, replicas);
+  std::sort(ways.begin(), ways.end());
+  least_work_way_.assign(static_cast<std::size_t>(config_.pipeline_devices + 1), -1);
+  std::vector<double> least(static_cast<std::size_t>(block_count()), std::numeric_limits<double>::infinity());
+  for (std::size_t w = 0; w < ways.size(); ++w) {
+    auto [devices, replicas] = ways[w];
+    auto work = block_work(replicas, devices / replicas);
+    for (std::size_t b = 0; b < least.size(); ++b) least[b] = std::min(least[b], work[b]);
+    if (w + 1 < ways.size() && ways[w + 1].first == devices) continue;
+    std::vector<double> prefix{0};
+    for (double block : least) prefix.push_back(prefix.back() + block);
+    least_work_prefix_.push_back(std::move(prefix));
+    std::fill(least_work_way_.begin() + devices, least_work_way_.end(), static_cast<int>(least_work_prefix_.size() - 1));
+  }
+}
+
+const std::vector<double>* StageOptions::least_work_prefix(int devices) const {
+  int way = least_work_way_[static_cast<std::size_t>(devices)];
+  return way < 0 ? nullptr : &least_work_prefix_[static_cast<std::size_t>(way)];
+}
+
+double StageOptions::others_least_ms(int begin, int end, int devices) const {
+  if (least_work_prefix_.empty()) return 0;
+  const auto* prefix = least_work_prefix(config_.pipeline_devices - devices);
+  if (!prefix) return begin > 0 || end < block_count() ? std::numeric_limits<double>::infinity() : 0;
+  return (*prefix)[begin] + (prefix->back() - (*prefix)[end]);
+}
 
 void StageOptions::add_ranges_from(int begin, int replicas, int degree) {
   const BlockCosts& blocks = *context_.blocks;
@@ -127,7 +182,15 @@ void StageOptions::add_ranges_from(int begin, int replicas, int degree) {
     // Weights only grow with the range: once they alone overflow, every longer range does too.
     if (ranges.param_elements(begin, end, degree) * least_state + ranges.buffer_bytes(begin, end) > limit) break;
     work.add(blocks, split, end - 1, sample);
+    // Every variant of the range takes at least its work as the stage time, M times over with
+    // its term: when that leaves no room below the beat, evaluate() would list none (this test
+    // gives way by a wider margin, so it never drops a variant that evaluate() keeps). A longer
+    // range only takes longer.
+    const double least_step = config_.microbatches * (work.fwd.ms() + work.bwd.ms());
+    const double beyond = beat_ + 2 * beat_ * kRoundOffMargin;
+    if (least_step >= beyond) break;
     if (split && split->cuts_region_before[end]) continue;
+    if (least_step + others_least_ms(begin, end, replicas * degree) >= beyond) continue;
     add_variants(begin, end, replicas, degree, work);
   }
 }
@@ -151,7 +214,12 @@ bool StageOptions::can_offload() const { return context_.cluster->host.mem_bytes
 void StageOptions::add_variants(int begin, int end, int replicas, int tensor_degree, const RangeWork& work) {
   if (replicas > 1 && context_.ranges->sends_batch_free(begin, end)) return;
   const RangeStage stage = range_stage(begin, end, replicas, tensor_degree, work);
+  if (listing_ == Listing::kOptimistic) {
+    if (auto option = optimistic(stage)) by_begin_[begin].push_back(*option);
+    return;
+  }
   std::vector<StageOption> variants;
+  variants.reserve(2 * kRecomputeChoices.size() * kShardingChoices.size());
   for (bool offload : {false, true})
     for (auto recompute : kRecomputeChoices) {
       if (context_.recompute && recompute != *context_.recompute) continue;
@@ -212,17 +280,20 @@ StageOptions::RangeStage StageOptions::range_stage(int begin, int end, int repli
   stage.replica_choice = static_cast<std::size_t>(
       std::find(replica_choices_.begin(), replica_choices_.end(), replicas) - replica_choices_.begin());
   stage.most_in_flight = most_in_flight(end, replicas * tensor_degree);
+  stage.others_least_ms = others_least_ms(begin, end, replicas * tensor_degree);
   return stage;
 }
 
 // Memory grows linearly with the microbatches in flight (cost::stage_memory): the largest count
 // that fits, up to `most`, from the line through 1 and 2, checked against the model itself so
 // that rounding never makes it differ from the largest n with fits(n). 0: not even one fits.
-template <typename Fits, typename Total>
-int most_that_fit(int most, double limit, Fits fits, Total total) {
-  if (!fits(1)) return 0;
+template <typename Total>
+int most_that_fit(int most, double limit, Total total) {
+  auto fits = [&](int n) { return total(n) <= limit; };
+  const double one = total(1);
+  if (!(one <= limit)) return 0;  // fits(1)
   if (most <= 1) return 1;
-  double one = total(1), per_microbatch = total(2) - one;
+  double per_microbatch = total(2) - one;
   int n = most;
   if (per_microbatch > 0) n = static_cast<int>(std::clamp(1 + std::floor((limit - one) / per_microbatch), 1.0, double(most)));
   while (n < most && fits(n + 1)) ++n;
@@ -251,14 +322,12 @@ std::optional<StageOption> StageOptions::evaluate(const RangeStage& range, plan:
   if (recompute == plan::Recompute::kSelective) bwd.add(range.core_fwd_ms, 0);
   option.bwd_ms = bwd.ms();
   option.p2p_ms = range.p2p_ms;
-  auto at = static_cast<std::size_t>(sharding);
-  if (stage.param_elements > 0)
-    option.allreduce_ms = sync_fixed_ms_[range.replica_choice][at] + sync_ms_per_element_[range.replica_choice][at] * stage.param_elements;
+  option.allreduce_ms = sync_ms(range, sharding);
   if (offload)
     option.offload_ms = cost::offload_seconds(cluster, stage.param_elements, context_.optimizer, context_.precision) * kMs;
   option.t_ms = option.fwd_ms + option.bwd_ms + option.p2p_ms;
   option.term_ms = (config_.microbatches - 1) * option.t_ms + option.allreduce_ms + option.offload_ms;
-  if (option.t_ms + option.term_ms >= beat_) return std::nullopt;
+  if (!below_beat(option, range)) return std::nullopt;
   cost::StateLayout state = state_layout(range.replicas, sharding, offload);
   // The node's devices share its host memory.
   double host_share = static_cast<double>(cluster.host.mem_bytes) / cluster.gpus_per_node;
@@ -269,8 +338,44 @@ std::optional<StageOption> StageOptions::evaluate(const RangeStage& range, plan:
   };
   // Up to the most the stage can ever keep: counting beyond would only keep variants (less
   // recomputed, more kept) that no pipeline can tell apart.
-  option.max_in_flight = most_that_fit(range.most_in_flight, limit, [&](int n) { return total(n) <= limit; }, total);
+  option.max_in_flight = most_that_fit(range.most_in_flight, limit, total);
   if (option.max_in_flight == 0) return std::nullopt;
+  return option;
+}
+
+double StageOptions::sync_ms(const RangeStage& range, plan::StateSharding sharding) const {
+  if (range.footprint.param_elements <= 0) return 0;
+  auto at = static_cast<std::size_t>(sharding);
+  return sync_fixed_ms_[range.replica_choice][at] + sync_ms_per_element_[range.replica_choice][at] * range.footprint.param_elements;
+}
+
+bool StageOptions::below_beat(const StageOption& option, const RangeStage& range) const {
+  if (option.t_ms + option.term_ms >= beat_) return false;
+  // The other stages' blocks take their least work at least, on the devices left to them.
+  return option.t_ms + option.term_ms + range.others_least_ms < beat_ + beat_ * kRoundOffMargin;
+}
+
+// No recomputation, no offload and the sharding of the least synchronisation: no variant takes
+// less time or end-of-step work (recomputation and offload only add to them).
+std::optional<StageOption> StageOptions::optimistic(const RangeStage& range) const {
+  StageOption option;
+  option.begin = range.begin;
+  option.end = range.end;
+  option.replicas = range.replicas;
+  option.tensor_degree = range.tensor_degree;
+  option.fwd_ms = range.fwd.ms();
+  option.bwd_ms = range.bwd.ms();
+  option.p2p_ms = range.p2p_ms;
+  option.allreduce_ms = std::numeric_limits<double>::infinity();
+  for (auto sharding : kShardingChoices) {
+    if (!allows(sharding, range.replicas) || sync_ms(range, sharding) >= option.allreduce_ms) continue;
+    option.sharding = sharding;
+    option.allreduce_ms = sync_ms(range, sharding);
+  }
+  option.t_ms = option.fwd_ms + option.bwd_ms + option.p2p_ms;
+  option.term_ms = (config_.microbatches - 1) * option.t_ms + option.allreduce_ms;
+  if (!below_beat(option, range)) return std::nullopt;
+  option.max_in_flight = range.most_in_flight;
   return option;
 }
 
@@ -332,9 +437,16 @@ std::optional<PipelineSolution> evaluate_pipeline(const StageOptions& options, s
 
 namespace {
 
+constexpr double kUnbounded = std::numeric_limits<double>::infinity();
+
+// What the dynamic program minimises over a suffix's stages: the sum of their times (the
+// objective's first part), or their largest term (whose least value over every pipeline bounds
+// the second part of any round's objective, search_pipeline).
+enum class Measure { kSumOfTimes, kLargestTerm };
+
 // The dynamic program for one bound. A state is a suffix of the blocks: (first block, devices it
 // uses); its frontier holds, per count of stages in the suffix (capped where it no longer
-// matters), the least sum of stage times, keeping only entries not beaten by one with fewer stages.
+// matters), the least measure, keeping only entries not beaten by one with fewer stages.
 //
 // The blocks are solved last to first. The frontiers of the block being solved grow in one
 // working row indexed by devices; once the block is done they are stored back to back, in
@@ -353,13 +465,17 @@ class BoundedProgram {
       in_flight_.push_back(plan::microbatches_in_flight(config_.schedule, stages, config_.microbatches));
   }
 
-  // The least sum of stage times with every stage term below `bound` (strictly), among stages
-  // that can be part of a pipeline whose objective is below `beat` (t + term below it).
-  std::optional<PipelineSolution> solve(double bound, double beat);
+  // The pipeline of the least measure with every stage term below `bound` (strictly), among
+  // stages that can be part of a pipeline whose objective is below `beat` (t + term below it).
+  // `term_floor`: no largest term of such a pipeline is lower. The sum program then leaves out
+  // the suffixes that no pipeline below the beat can hold (prune_limit): whenever the pipeline it
+  // finds without that is below the beat, it finds the same one.
+  std::optional<PipelineSolution> solve(double bound, double beat, Measure measure = Measure::kSumOfTimes,
+                                        double term_floor = 0);
 
  private:
   struct Entry {
-    double sum = 0;
+    double value = 0;       // the measure of the suffix
     int stages = 0;
     int option = -1;        // index into options.from(first block)
     int next_devices = -1;  // state after the first stage
@@ -370,7 +486,8 @@ class BoundedProgram {
     int devices = 0;
     int first = 0, count = 0;
   };
-  void relax(int option_index, const StageOption& option);
+  void relax(int option_index, const StageOption& option, Measure measure);
+  double prune_limit(const StageOption& option, int devices) const;
   void insert(std::vector<Entry>& entries, const Entry& entry) const;
   void store(int begin);
   const Cell* find_cell(int begin, int devices) const;
@@ -385,10 +502,11 @@ class BoundedProgram {
   std::vector<std::vector<Entry>> work_;      // [devices]: the frontiers of the block being solved
   std::vector<int> touched_;                  // devices whose working frontier is not empty
   std::vector<int> in_flight_;  // microbatches a stage keeps in flight, by the stages after it (at most cap_)
+  double beat_ = std::numeric_limits<double>::infinity(), term_floor_ = 0;  // of the round being solved, for pruning
 };
 
 // A frontier holds at most one entry per stage count, sorted by it. Without a forced stage count
-// its sums also fall strictly as the counts rise (an entry with fewer stages and no more time
+// its values also fall strictly as the counts rise (an entry with fewer stages and no more time
 // beats the other), so the entries an insertion beats follow where it goes.
 void BoundedProgram::insert(std::vector<Entry>& entries, const Entry& entry) const {
   auto at = std::lower_bound(entries.begin(), entries.end(), entry.stages,
@@ -396,7 +514,7 @@ void BoundedProgram::insert(std::vector<Entry>& entries, const Entry& entry) con
   if (config_.stages) {
     // Only equal counts compare.
     if (at != entries.end() && at->stages == entry.stages) {
-      if (at->sum <= entry.sum) return;
+      if (at->value <= entry.value) return;
       *at = entry;
       return;
     }
@@ -406,9 +524,9 @@ void BoundedProgram::insert(std::vector<Entry>& entries, const Entry& entry) con
   // Fewer stages after a stage is never worse for memory, so an entry with no more stages and
   // no more time dominates: the one with the most stages up to this count has the least time.
   auto upto = at != entries.end() && at->stages == entry.stages ? at + 1 : at;
-  if (upto != entries.begin() && std::prev(upto)->sum <= entry.sum) return;
+  if (upto != entries.begin() && std::prev(upto)->value <= entry.value) return;
   auto beaten_end = at;
-  while (beaten_end != entries.end() && beaten_end->sum >= entry.sum) ++beaten_end;
+  while (beaten_end != entries.end() && beaten_end->value >= entry.value) ++beaten_end;
   if (beaten_end == at) {
     entries.insert(at, entry);
   } else {
@@ -417,7 +535,18 @@ void BoundedProgram::insert(std::vector<Entry>& entries, const Entry& entry) con
   }
 }
 
-void BoundedProgram::relax(int option_index, const StageOption& option) {
+// The sum at which a suffix that starts with `option` on `devices` can no longer be part of a
+// pipeline below the beat: with the least work before it, and the largest term's floor or the
+// option's own term, the objective would reach the beat (a margin over round-off keeps every
+// pipeline that could win). Leaving out such suffixes changes no pipeline the search finds below
+// the beat (stage_search.h).
+double BoundedProgram::prune_limit(const StageOption& option, int devices) const {
+  if (beat_ == kUnbounded) return kUnbounded;
+  const double term = std::max(term_floor_, option.term_ms);
+  return beat_ + beat_ * kRoundOffMargin - term - options_.least_work_before(option.begin, config_.pipeline_devices - devices);
+}
+
+void BoundedProgram::relax(int option_index, const StageOption& option, Measure measure) {
   const Entry* after_entries = entries_[option.end].data();
   // Ascending devices, so once one is too many every later one is.
   for (const Cell& cell : cells_[option.end]) {
@@ -425,9 +554,12 @@ void BoundedProgram::relax(int option_index, const StageOption& option) {
     if (devices > config_.pipeline_devices) break;
     auto& entries = work_[devices];
     bool was_empty = entries.empty();
+    const double limit = measure == Measure::kSumOfTimes ? prune_limit(option, devices) : kUnbounded;
     for (const Entry* after = after_entries + cell.first, *last = after + cell.count; after != last; ++after) {
       // Entries are sorted by stage count, and the microbatches in flight only grow with it.
       if (in_flight_[after->stages] > option.max_in_flight) break;
+      double value = measure == Measure::kSumOfTimes ? after->value + option.t_ms : std::max(after->value, option.term_ms);
+      if (value >= limit) continue;
       int stages = after->stages + 1;
       if (config_.stages) {
         // With a forced count, the blocks and devices before this stage must take the rest, one each at least.
@@ -435,7 +567,7 @@ void BoundedProgram::relax(int option_index, const StageOption& option) {
         if (before < 0) break;
         if (before > option.begin || devices + before > config_.pipeline_devices) continue;
       }
-      insert(entries, {after->sum + option.t_ms, std::min(stages, cap_), option_index, cell.devices, after->stages});
+      insert(entries, {value, std::min(stages, cap_), option_index, cell.devices, after->stages});
     }
     // A frontier never empties again once it has an entry.
     if (was_empty && !entries.empty()) touched_.push_back(devices);
@@ -463,13 +595,15 @@ const BoundedProgram::Cell* BoundedProgram::find_cell(int begin, int devices) co
   return at != cells.end() && at->devices == devices ? &*at : nullptr;
 }
 
-std::optional<PipelineSolution> BoundedProgram::solve(double bound, double beat) {
+std::optional<PipelineSolution> BoundedProgram::solve(double bound, double beat, Measure measure, double term_floor) {
+  beat_ = beat;
+  term_floor_ = term_floor;
   cells_[blocks_] = {{0, 0, 1}};
   entries_[blocks_] = {{0, 0, -1, -1, -1}};
   for (int begin = blocks_ - 1; begin >= 0; --begin) {
     const auto& list = options_.from(begin);
     for (int i = 0; i < static_cast<int>(list.size()); ++i)
-      if (list[i].term_ms < bound && list[i].t_ms + list[i].term_ms < beat) relax(i, list[i]);
+      if (list[i].term_ms < bound && list[i].t_ms + list[i].term_ms < beat) relax(i, list[i], measure);
     store(begin);
   }
   const Entry* best = nullptr;
@@ -478,7 +612,7 @@ std::optional<PipelineSolution> BoundedProgram::solve(double bound, double beat)
     for (int k = cell.first; k < cell.first + cell.count; ++k) {
       const Entry& entry = entries_[0][k];
       if (entry.stages < 1 || (config_.stages && entry.stages != *config_.stages)) continue;
-      if (!best || entry.sum < best->sum) best = &entry, best_devices = cell.devices;
+      if (!best || entry.value < best->value) best = &entry, best_devices = cell.devices;
     }
   }
   if (!best) return std::nullopt;
@@ -506,27 +640,73 @@ PipelineSolution BoundedProgram::rebuild(int devices, const Entry& first) const 
 
 }  // namespace
 
+namespace {
+
+// The least largest term of a pipeline whose terms are below `bound` and whose stages are below
+// `beat`, which every later round's pipeline (a bound and a beat no higher) has at least;
+// infinity when there is none.
+double least_largest_term_below(BoundedProgram& program, double bound, double beat) {
+  auto solution = program.solve(bound, beat, Measure::kLargestTerm);
+  return solution ? solution->largest_term_ms : std::numeric_limits<double>::infinity();
+}
+
+double least_stage_term(const StageOptions& options) {
+  double least = kUnbounded;
+  for (int begin = 0; begin < options.block_count(); ++begin)
+    for (const auto& option : options.from(begin)) least = std::min(least, option.term_ms);
+  return least;
+}
+
+// What no pipeline's largest term is below: the least stage term, and (M - 1) times the balanced
+// share of a microbatch's work (StageOptions::balanced_ms).
+double largest_term_floor(const StageOptions& options, double least_term) {
+  return std::max(least_term, (options.config().microbatches - 1) * options.balanced_ms());
+}
+
+}  // namespace
+
 bool has_pipeline(const StageOptions& options) {
-  constexpr double kNoBound = std::numeric_limits<double>::infinity();
-  return BoundedProgram(options).solve(kNoBound, kNoBound).has_value();
+  return BoundedProgram(options).solve(kUnbounded, kUnbounded).has_value();
+}
+
+bool may_beat(const SearchContext& context, const SearchConfig& config, double beat_ms) {
+  if (config.chunks > 1 || beat_ms == kUnbounded) return true;
+  StageOptions optimistic(context, config, beat_ms, StageOptions::Listing::kOptimistic);
+  // The round leaves out only what no pipeline of these stages below the beat holds, and every
+  // pipeline of variants has a pipeline of these that is no slower, stage by stage: when the
+  // round finds none, no pipeline of variants comes below the beat.
+  const double floor = largest_term_floor(optimistic, least_stage_term(optimistic));
+  return BoundedProgram(optimistic).solve(kUnbounded, beat_ms, Measure::kSumOfTimes, floor).has_value();
 }
 
 std::optional<PipelineSolution> search_pipeline(const StageOptions& options, double beat_ms) {
   const SearchConfig& config = options.config();
-  double least_term = std::numeric_limits<double>::infinity();
-  for (int begin = 0; begin < options.block_count(); ++begin)
-    for (const auto& option : options.from(begin)) least_term = std::min(least_term, option.term_ms);
+  const double least_term = least_stage_term(options);
   int most_stages = config.stages ? *config.stages : std::min(config.pipeline_devices, options.block_count());
   BoundedProgram program(options);
   std::optional<PipelineSolution> best;
-  auto solution = program.solve(std::numeric_limits<double>::infinity(), beat_ms);
+  std::optional<double> least_largest_term;
+  double term_floor = largest_term_floor(options, least_term);
+  auto solution = program.solve(kUnbounded, beat_ms, Measure::kSumOfTimes, term_floor);
   while (solution) {
     if (solution->objective_ms() < beat_ms) beat_ms = solution->objective_ms(), best = solution;
     // Later rounds never lower the sum; their largest term is at least the least option's,
     // (M - 1) times the mean stage time, and (M - 1) times the balanced share of the work.
     double spread = (config.microbatches - 1) * std::max(solution->sum_ms / most_stages, options.balanced_ms());
     if (solution->sum_ms + std::max(least_term, spread) >= beat_ms) break;
-    solution = program.solve(solution->largest_term_ms, beat_ms);
+    // Nor can a later pipeline beat `beat_ms` with a largest term of beat_ms - sum or more: the
+    // next round is bounded there at once, which skips only rounds that could not win, and
+    // finds the pipeline the first round below it would (a margin over round-off keeps every
+    // pipeline that could win).
+    double bound = std::min(solution->largest_term_ms, beat_ms - solution->sum_ms + beat_ms * kRoundOffMargin);
+    // No pipeline has all its terms below the least largest term: once that is the bound, the
+    // round would find nothing (one program more, computed once, spares it).
+    if (!least_largest_term) {
+      least_largest_term = least_largest_term_below(program, bound, beat_ms);
+      term_floor = std::max(term_floor, *least_largest_term);
+    }
+    if (*least_largest_term >= bound) break;
+    solution = program.solve(bound, beat_ms, Measure::kSumOfTimes, term_floor);
   }
   return best;
 }

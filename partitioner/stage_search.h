@@ -27,6 +27,24 @@
 // A stage whose t_s + term alone reach the objective to beat (the best of earlier configs, or of
 // earlier rounds) cannot be in a better pipeline, so the program leaves it out.
 //
+// More of what cannot beat that objective B is left out, by bounds that cost little:
+// - each block takes at least its least work on a stage of at most the devices left (its time on
+//   the fastest such stage, tensor-parallel all-reduces included), so a stage whose t + term with
+//   the least work of the other blocks reaches B is not listed, and a suffix whose sum with the
+//   least work before it and its first stage's term (or the largest term's floor) reaches B is
+//   left out of the program;
+// - a later round's pipeline has a sum no lower and a largest term no lower than the least of any
+//   pipeline (a program of its own, once): the next round is bounded at B - sum at once, and none
+//   is run once that bound is at most the least largest term;
+// - before its variants are listed, a config's program runs once over optimistic stages (per
+//   range, the least time and end-of-step work of its variants, memory only of its weights):
+//   when none of those beats B, neither does any pipeline of variants (may_beat).
+// None of this changes the pipeline found below B, nor which of equal ones: leaving out stages
+// and suffixes that no pipeline below B holds keeps the least sum of every suffix that remains,
+// and its tie, so a round finds the same pipeline whenever that one is below B; the rounds it
+// skips, or finds otherwise, could not beat B. A test compares the search below a beat with the
+// search without one, stage for stage.
+//
 // Memory: 1F1B keeps min(stages after + 1, M) microbatches in flight at a stage, GPipe all M;
 // the dynamic program tracks the stages after each suffix (capped at M) to check this exactly.
 #pragma once
@@ -98,10 +116,16 @@ struct StageOption {
 // An interleaved config (chunks > 1) lists none: its search evaluates the chunks it cuts.
 class StageOptions {
  public:
+  // How a range is listed: as its variants, or (kOptimistic) as one stage that takes the least
+  // time and end-of-step work of any of them and may keep every microbatch its schedule allows in
+  // flight, its memory unchecked but for its weights. Every pipeline of variants has a pipeline
+  // of optimistic stages at least as good, so when none of those beats an objective, none of
+  // these does (may_beat); they are listed for a fraction of the cost.
+  enum class Listing { kVariants, kOptimistic };
   // `beat`: the objective a pipeline must stay below (search_pipeline's); a stage whose t + term
   // alone reach it is never listed (no pipeline holding it can), and its memory never computed.
   StageOptions(const SearchContext& context, const SearchConfig& config,
-               double beat = std::numeric_limits<double>::infinity());
+               double beat = std::numeric_limits<double>::infinity(), Listing listing = Listing::kVariants);
 
   // The options the search considers: of a range's variants (recomputed or not, sharded state or
   // not, offloaded or not), those no other variant beats in time, end-of-step work and
@@ -125,6 +149,14 @@ class StageOptions {
   // r * c(b / r) >= c(b) for the roofline's fixed overheads and weight reads), so no step is
   // shorter than M times it.
   double balanced_ms() const { return balanced_ms_; }
+  // With a finite beat, a lower bound on the sum of the stage times of blocks [0, begin) on at
+  // most `devices` devices: each block's least work (its time and its tensor-parallel
+  // all-reduces) on a stage of that many devices at most; 0 without a beat.
+  double least_work_before(int begin, int devices) const {
+    if (least_work_prefix_.empty() || begin == 0) return 0;
+    const int way = least_work_way_[static_cast<std::size_t>(devices)];
+    return way < 0 ? std::numeric_limits<double>::infinity() : least_work_prefix_[static_cast<std::size_t>(way)][begin];
+  }
   const SearchConfig& config() const { return config_; }
   const SearchContext& context() const { return context_; }
 
@@ -164,14 +196,30 @@ class StageOptions {
     double core_fwd_ms = 0, p2p_ms = 0;
     std::size_t replica_choice = 0;  // index into replica_choices_
     int most_in_flight = 1;
+    double others_least_ms = 0;  // others_least_ms() of the range
   };
   RangeStage range_stage(int begin, int end, int replicas, int tensor_degree, const RangeWork& work) const;
   cost::StageFootprint footprint(int begin, int end, int replicas, int tensor_degree) const;
   // The most microbatches a stage ending before block `end` on `devices` can keep in flight: its
   // schedule's bound with as many stages after it as could follow.
   int most_in_flight(int end, int devices) const;
+  // Each block's time on a stage of `replicas` groups of `degree` (its tensor-parallel all-reduces
+  // included): what any stage holding it takes for it at least, whatever its other variants.
+  std::vector<double> block_work(int replicas, int degree) const;
+  // With a finite beat: the least work of each block on a stage of at most each device count.
+  void tabulate_least_work();
+  // The prefix sums of the least work on at most `devices`; nullptr when no stage is that small.
+  const std::vector<double>* least_work_prefix(int devices) const;
+  // A lower bound on the sum of the stage times of the blocks outside [begin, end) on the
+  // devices the range leaves: what a stage of the range must leave below the beat to be listed.
+  double others_least_ms(int begin, int end, int devices) const;
   std::optional<StageOption> evaluate(const RangeStage& range, plan::Recompute recompute,
                                       plan::StateSharding sharding, bool offload) const;
+  std::optional<StageOption> optimistic(const RangeStage& range) const;
+  // The gradient synchronisation of a range's stage.
+  double sync_ms(const RangeStage& range, plan::StateSharding sharding) const;
+  // Whether a stage's time and term leave room below the beat, with the least work of the others.
+  bool below_beat(const StageOption& option, const RangeStage& range) const;
   void add_ranges_from(int begin, int replicas, int tensor_degree);
   void add_variants(int begin, int end, int replicas, int tensor_degree, const RangeWork& work);
   // The all-reduces of a pass within a tensor-parallel group, per microbatch.
@@ -187,8 +235,13 @@ class StageOptions {
   // The gradient synchronisation is affine in the parameters: [replica choice][sharding].
   std::vector<std::array<double, 2>> sync_fixed_ms_, sync_ms_per_element_;
   std::vector<std::vector<StageOption>> by_begin_;
+  // tabulate_least_work(): [way][block] prefix sums of each block's least work on at most a
+  // number of devices, and [devices]: the way of at most so many (-1: no stage is that small).
+  std::vector<std::vector<double>> least_work_prefix_;
+  std::vector<int> least_work_way_;
   double balanced_ms_ = 0;
   double beat_ = std::numeric_limits<double>::infinity();
+  Listing listing_ = Listing::kVariants;
 };
 
 // balanced_ms() without building the options, to skip configs that cannot win.
@@ -210,5 +263,10 @@ std::optional<PipelineSolution> search_pipeline(const StageOptions& options, dou
 
 // Whether any pipeline of the config fits in memory (one round of the dynamic program).
 bool has_pipeline(const StageOptions& options);
+
+// False when no pipeline of the config (chunks = 1) can come below `beat_ms`, by one round of the
+// dynamic program over its optimistic stages (StageOptions::Listing): most configs that cannot
+// win are ruled out so for a fraction of listing their variants.
+bool may_beat(const SearchContext& context, const SearchConfig& config, double beat_ms);
 
 }  // namespace rannc::partition

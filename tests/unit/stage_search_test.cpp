@@ -1,11 +1,15 @@
 // The stage search against brute-force enumeration of every pipeline on random small instances,
-// and against RaNNC's separable dynamic program.
+// against itself without a beat to stay below, and against RaNNC's separable dynamic program; the
+// planner's search of configs on any count of threads.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <limits>
+#include <memory>
 #include <random>
 
 #include "cost_model/device.h"
+#include "partitioner/planner.h"
 #include "partitioner/stage_search.h"
 
 namespace rannc::partition {
@@ -191,30 +195,95 @@ RandomCase random_case(std::mt19937& rng, int index) {
   return c;
 }
 
+// A random case with its blocks (host times, attention cores and tensor-parallel splits on some)
+// and cluster, and what a search of it refers to.
+struct Instance {
+  RandomCase c;
+  BlockCosts blocks;
+  std::unique_ptr<RangeTable> ranges;
+  cost::Cluster cluster;
+  SearchContext context() const {
+    return {&blocks, ranges.get(), &cluster, plan::Optimizer::kAdam, c.precision, {}, {}};
+  }
+  SearchConfig config() const {
+    return {1, c.devices, c.microbatches, c.microbatch_size, c.schedule, c.stages, {}, {}};
+  }
+};
+
+// Blocks 1 to n - 2 made alike, as a model's repeated layers are: pipelines that cut them
+// differently tie, and the search must keep the same one of them whatever it leaves out.
+void repeat_middle_blocks(BlockCosts& blocks) {
+  auto repeat = [&](auto& by_block) {
+    for (int b = 2; b + 1 < static_cast<int>(by_block.size()); ++b) by_block[b] = by_block[1];
+  };
+  for (auto* table : {&blocks.fwd_ms, &blocks.bwd_ms, &blocks.workspace_bytes, &blocks.fwd_host_ms, &blocks.bwd_host_ms,
+                      &blocks.cores.fwd_ms})
+    repeat(*table);
+  repeat(blocks.kept_bytes), repeat(blocks.cores.kept_bytes), repeat(blocks.cores.largest_bytes);
+  for (auto& split : blocks.splits) {
+    repeat(split.fwd_ms), repeat(split.bwd_ms), repeat(split.workspace_bytes), repeat(split.kept_bytes);
+    repeat(split.cores.fwd_ms), repeat(split.cores.kept_bytes), repeat(split.cores.largest_bytes);
+    repeat(split.fwd_reduced_bytes), repeat(split.bwd_reduced_bytes), repeat(split.fwd_collectives), repeat(split.bwd_collectives);
+  }
+  for (int b = 2; b + 1 < blocks.count(); ++b) {
+    blocks.weights[b].param_elements = blocks.weights[1].param_elements;
+    blocks.weights[b].split_divisor = blocks.weights[1].split_divisor;
+  }
+  for (auto& tensor : blocks.tensors)
+    if (tensor.producer >= 1 && tensor.producer + 2 < blocks.count() && tensor.consumers == std::vector<int>{tensor.producer + 1})
+      tensor.bytes = 1e8;
+}
+
+// `larger`: up to 24 blocks on up to 16 devices, too many to enumerate.
+Instance random_instance(std::mt19937& rng, int index, bool larger = false, bool repeated = false) {
+  Instance instance;
+  RandomCase& c = instance.c;
+  c = random_case(rng, index);
+  if (larger) {
+    c.devices = 4 + index % 13;
+    c.blocks = 8 + index % 17;
+    if (c.stages) c.stages = 1 + *c.stages % std::min(c.devices, c.blocks);
+  }
+  std::vector<int> samples;
+  for (int r = 1; r <= c.microbatch_size; ++r)
+    if (c.microbatch_size % r == 0) samples.push_back(c.microbatch_size / r);
+  std::sort(samples.begin(), samples.end());
+  instance.blocks = random_blocks(rng, c.blocks, samples);
+  std::mt19937 host_rng(index);
+  if (index % 3 == 1) add_host_times(host_rng, instance.blocks);
+  if (index % 4 != 3) add_cores(host_rng, instance.blocks);
+  if ((index / 8) % 2 == 0) add_splits(host_rng, instance.blocks);
+  if (repeated) repeat_middle_blocks(instance.blocks);
+  instance.ranges = std::make_unique<RangeTable>(instance.blocks);
+  instance.cluster = small_cluster(c.devices, c.mem_gb * 1e9);
+  // Host memory per node: none (nothing offloads), little, or plenty.
+  static const double kHostGb[] = {0, 24, 96, 1024};
+  instance.cluster.host = instance.cluster.device.host;
+  instance.cluster.host.mem_bytes = static_cast<std::int64_t>(kHostGb[index % 4] * 1e9);
+  return instance;
+}
+
+// The same stages, bit for bit.
+bool same_stages(const PipelineSolution& a, const PipelineSolution& b) {
+  auto same = [](const StageOption& x, const StageOption& y) {
+    return x.begin == y.begin && x.end == y.end && x.replicas == y.replicas && x.tensor_degree == y.tensor_degree &&
+           x.recompute == y.recompute && x.sharding == y.sharding && x.offload == y.offload && x.t_ms == y.t_ms &&
+           x.term_ms == y.term_ms && x.max_in_flight == y.max_in_flight;
+  };
+  return std::equal(a.stages.begin(), a.stages.end(), b.stages.begin(), b.stages.end(), same);
+}
+
 }  // namespace
 
 TEST_CASE("the stage search finds the brute-force optimum on random small instances", "[stage_search]") {
   std::mt19937 rng(20261121);
   int feasible = 0, with_recompute = 0, selective = 0, multi_stage = 0, replicated = 0, sharded = 0, offloaded = 0, tensor_split = 0;
   for (int index = 0; index < 320; ++index) {
-    RandomCase c = random_case(rng, index);
-    std::vector<int> samples;
-    for (int r = 1; r <= c.microbatch_size; ++r)
-      if (c.microbatch_size % r == 0) samples.push_back(c.microbatch_size / r);
-    std::sort(samples.begin(), samples.end());
-    BlockCosts blocks = random_blocks(rng, c.blocks, samples);
-    std::mt19937 host_rng(index);
-    if (index % 3 == 1) add_host_times(host_rng, blocks);
-    if (index % 4 != 3) add_cores(host_rng, blocks);
-    if ((index / 8) % 2 == 0) add_splits(host_rng, blocks);
-    RangeTable ranges(blocks);
-    cost::Cluster cluster = small_cluster(c.devices, c.mem_gb * 1e9);
-    // Host memory per node: none (nothing offloads), little, or plenty.
-    static const double kHostGb[] = {0, 24, 96, 1024};
-    cluster.host = cluster.device.host;
-    cluster.host.mem_bytes = static_cast<std::int64_t>(kHostGb[index % 4] * 1e9);
-    SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, c.precision, {}, {}};
-    SearchConfig config{1, c.devices, c.microbatches, c.microbatch_size, c.schedule, c.stages, {}, {}};
+    Instance instance = random_instance(rng, index);
+    const RandomCase& c = instance.c;
+    const cost::Cluster& cluster = instance.cluster;
+    SearchContext context = instance.context();
+    SearchConfig config = instance.config();
     StageOptions options(context, config);
     long pipelines = 0;
     auto expected = brute_force(options, pipelines);
@@ -251,6 +320,96 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
   CHECK(sharded >= 20);
   CHECK(offloaded >= 10);
   CHECK(tensor_split >= 20);
+}
+
+TEST_CASE("below a beat the stage search finds the pipeline it finds without one, stage for stage", "[stage_search]") {
+  // What the search leaves out below a beat (stages and suffixes that cannot be part of a pipeline
+  // below it, rounds that could not beat it, configs whose optimistic stages cannot) must never
+  // change the pipeline it finds, down to the tie it keeps among equal ones: plans stay
+  // byte-identical. Beats from half the best objective to twice it, the tightest ones the best
+  // itself and the next double above it.
+  // The instances of the brute-force test, then larger ones, half of them of repeated blocks.
+  std::mt19937 rng(20261121);
+  constexpr double kNoBeat = std::numeric_limits<double>::infinity();
+  int found_again = 0, none_below = 0, ruled_out_early = 0;
+  for (int index = 0; index < 1280; ++index) {
+    Instance instance = random_instance(rng, index, index >= 320, index >= 320 && index % 2 == 0);
+    SearchContext context = instance.context();
+    SearchConfig config = instance.config();
+    auto unbounded = search_pipeline(StageOptions(context, config), kNoBeat);
+    if (!unbounded) continue;
+    const double best = unbounded->objective_ms();
+    for (double beat : {best / 2, best * 0.999, best, std::nextafter(best, kNoBeat), best * (1 + 1e-9), best * 1.01,
+                        best * 1.1, best * 2}) {
+      INFO("case " << index << ", beat " << beat / best << " x the best");
+      auto found = search_pipeline(StageOptions(context, config, beat), beat);
+      const bool possible = may_beat(context, config, beat);
+      if (best >= beat) {
+        CHECK_FALSE(found);
+        none_below += 1;
+        ruled_out_early += !possible;
+        continue;
+      }
+      CHECK(possible);
+      REQUIRE(found);
+      CHECK(found->objective_ms() == best);
+      CHECK(same_stages(*found, *unbounded));
+      ++found_again;
+    }
+  }
+  INFO(found_again << " found again, " << none_below << " with none below the beat, " << ruled_out_early
+                    << " of those by the optimistic stages");
+  CHECK(found_again >= 3000);
+  CHECK(none_below >= 1500);
+  CHECK(ruled_out_early >= 500);  // the optimistic stages rule out configs, not only the full search
+}
+
+TEST_CASE("the configs of a request are searched alike on any count of threads", "[planner]") {
+  // Rounds of configs, each searched against the best of the rounds before, decide the outcome:
+  // the threads that share a round must change nothing, neither the pipelines kept nor the counts.
+  std::mt19937 rng(31);
+  BlockCosts blocks = random_blocks(rng, 10, {1, 2, 4, 8, 16, 32});
+  std::mt19937 extra(32);
+  add_cores(extra, blocks);
+  add_splits(extra, blocks);
+  RangeTable ranges(blocks);
+  PlanRequest request;
+  request.cluster = small_cluster(16, 12e9);  // 4 nodes of 4 devices
+  request.global_batch = 32;
+  request.max_tensor_degree = 4;
+  request.max_interleave = 4;
+  auto configs = candidate_configs(request, blocks.count(), {1, 2, 4});
+  SearchContext context{&blocks, &ranges, &request.cluster, plan::Optimizer::kAdam, plan::Precision::kFp32, {}, {}};
+  for (bool explain : {false, true}) {
+    auto search = [&](std::size_t threads, SearchCensus& census) {
+      census.explain = explain;
+      return search_configs(context, configs, &census, nullptr, threads);
+    };
+    SearchCensus one;
+    auto serial = search(1, one);
+    INFO((explain ? "with" : "without") << " explain: " << one.candidates << " configs, " << one.bounded_out
+                                        << " bounded out, " << one.searched << " searched, " << one.failed << " failed");
+    REQUIRE(serial.size() >= 2);
+    CHECK(one.failed > 0);
+    for (std::size_t threads : {2, 3, 8}) {
+      SearchCensus census;
+      auto choices = search(threads, census);
+      REQUIRE(choices.size() == serial.size());
+      for (std::size_t i = 0; i < choices.size(); ++i) {
+        const SearchConfig &a = choices[i].config, &b = serial[i].config;
+        CHECK((a.pipelines == b.pipelines && a.microbatches == b.microbatches && a.tensor_degree == b.tensor_degree &&
+               a.chunks == b.chunks && a.stages == b.stages));
+        CHECK(same_stages(choices[i].solution, serial[i].solution));
+      }
+      CHECK(census.bounded_out == one.bounded_out);
+      CHECK(census.searched == one.searched);
+      CHECK(census.failed == one.failed);
+      CHECK(census.no_fit == one.no_fit);
+      CHECK(census.slower == one.slower);
+      CHECK(census.near == one.near);
+      CHECK(census.beyond_slack.size() == one.beyond_slack.size());
+    }
+  }
 }
 
 TEST_CASE("a stage's pass takes the longer of its blocks' device and host sums", "[stage_search]") {

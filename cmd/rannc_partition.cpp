@@ -189,6 +189,10 @@ void add_request_options(CLI::App& app, PartitionOptions& p) {
       ->group(kSearchGroup);
   app.add_option("--optimizer", p.optimizer, "sgd, momentum or adam (default): optimizer state memory")->group(kSearchGroup);
   app.add_option("--precision", p.precision, "fp32 (default), bf16-mixed or fp16-mixed")->group(kSearchGroup);
+  app.add_option("--attention", p.attention,
+                 "how the training stack runs attention cores: unfused (op by op, as rannc-run; default) or fused (one "
+                 "FlashAttention-style kernel: plans for Megatron-LM/NeMo-like stacks; rannc-run refuses them)")
+      ->group(kSearchGroup);
   app.add_option("--profile-db", p.profile_db, "calibrate the costs with this profile DB (written by `profile`)")
       ->group(kSearchGroup);
 }

@@ -111,6 +111,7 @@ partition::PlanRequest plan_request(const PartitionOptions& options) {
   request.optimizer = plan::parse_optimizer(options.optimizer, "--optimizer");
   request.precision = plan::parse_precision(options.precision, "--precision");
   cost::check_precision_supported(request.cluster.device, request.precision);
+  request.attention = plan::parse_attention(options.attention, "--attention");
   check_positive(options.stages, "--stages");
   check_positive(options.microbatches, "--microbatches");
   if (options.microbatches && *options.microbatches > partition::kMaxMicrobatches) {

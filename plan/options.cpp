@@ -59,6 +59,18 @@ Recompute parse_recompute(std::string_view name, std::string_view what) {
                             recompute_name);
 }
 
+std::string_view attention_name(Attention attention) {
+  switch (attention) {
+    case Attention::kUnfused: return "unfused";
+    case Attention::kFused: return "fused";
+  }
+  return "unfused";
+}
+
+Attention parse_attention(std::string_view name, std::string_view what) {
+  return parse_named_choice(name, what, "attention", {Attention::kUnfused, Attention::kFused}, attention_name);
+}
+
 std::string_view region_kind_name(RegionKind kind) {
   switch (kind) {
     case RegionKind::kLayer: return "layer";

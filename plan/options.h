@@ -38,6 +38,15 @@ enum class Recompute : std::uint8_t { kNone, kSelective, kFull };
 std::string_view recompute_name(Recompute recompute);
 Recompute parse_recompute(std::string_view name, std::string_view what);
 
+// How the training stack runs each attention core (softmax(Q K^T) V with its scaling, masking
+// and dropout). kUnfused: op by op, as the model's graph and rannc-run's stage files run it, the
+// scores and probabilities kept for backward. kFused: one kernel (FlashAttention, cuDNN's fused
+// attention in Megatron-LM and NeMo) that keeps only each query row's log-sum-exp and computes
+// the scores again in backward. rannc-run runs kUnfused only. Names: "unfused", "fused".
+enum class Attention : std::uint8_t { kUnfused, kFused };
+std::string_view attention_name(Attention attention);
+Attention parse_attention(std::string_view name, std::string_view what);
+
 // What a tensor-parallel region splits: a layer's matrix products, a vocabulary's embedding
 // table, or the output layer by vocabulary. Names: "layer", "vocabulary_embedding",
 // "vocabulary_head".

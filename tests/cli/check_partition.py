@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """The partition verb end to end on the GPT-style sample: plan.json follows docs/contract.md and is
 consistent with itself and the model, every stage fits its device, every device is used or the
-plan says why, forced stage/microbatch counts and GPipe are honoured, and the same inputs give
-byte-identical plans.
+plan says why, forced stage/microbatch counts and GPipe are honoured, the same inputs give
+byte-identical plans, and --attention fused is recorded (plan.json, the summary, show) while the
+default names no attention.
 
 usage: check_partition.py BINARY SAMPLES_DIR
 """
@@ -114,6 +115,14 @@ def main():
         check(any(p.get("shared_with") for s in plan["stages"] for p in s["params"]), "the tied weight is shared")
         _, _, raw_again = partition(binary, model, b, *args)
         check(raw == raw_again, "plan.json is not byte-identical across runs")
+
+        # --attention fused is written into plan.json, the summary and show; unfused, the default, nowhere.
+        check("attention" not in plan and "attention" not in summary, "an unfused plan names no attention")
+        fused_summary, fused, _ = partition(binary, model, b, *args, "--attention", "fused")
+        check_plan(fused, params, 8)
+        check(fused["attention"] == "fused" and fused_summary["attention"] == "fused", "--attention fused not written")
+        shown = subprocess.run([binary, "show", os.path.join(b, "plan.json")], capture_output=True, text=True, check=True).stdout
+        check(", fused attention\n" in shown, f"show does not say fused attention: {shown[:600]!r}")
 
         _, forced, _ = partition(binary, model, a, "--gpus", "4", "--batch", "64", "--stages", "3", "--microbatches", "4")
         check_plan(forced, params, 4)

@@ -11,11 +11,11 @@ usage: check_tensor_parallel.py RANNC RANNC_RUN SHAPE_ONLY_DIR SAMPLES_DIR
 2. --tensor-parallel 1 plans no split; the forced layouts tp=1, 2, 4 and 8 (pp x dp x tp = 64),
    interleaved ones (vp=2, 3: pp x vp stages, stage s on the ranks of stage s mod pp) and
    --recompute full, none and selective are each no faster than the free plan, and force what
-   they say.
+   they say. --attention fused writes "attention": "fused" (the free plan names none).
 3. A model without a splittable region (ResNet-50) plans byte for byte the same stages with
    --tensor-parallel 8 and 1.
-4. rannc-run refuses a tensor-parallel plan with one line naming the stage, and an interleaved one
-   with one line naming its chunks.
+4. rannc-run refuses a tensor-parallel plan with one line naming the stage, an interleaved one
+   with one line naming its chunks, and a fused-attention one with one line saying so.
 """
 import json
 import os
@@ -159,6 +159,14 @@ def main():
             step = forced["predicted"]["iteration_ms"]
             assert step >= free_ms * (1 - 1e-9), f"--recompute {recompute} simulates {step} < free {free_ms}"
             print(f"--recompute {recompute}: step {step:.1f} ms ({step / free_ms:.2f}x the free plan)")
+
+        # Without tensor parallelism or interleaving, so that fused attention is what rannc-run refuses.
+        assert "attention" not in free, free.get("attention")
+        fused = plan(rannc, gpt, out, *common, "--attention", "fused", "--layout", "pp=8,dp=8,tp=1")
+        assert fused.get("attention") == "fused", fused.get("attention")
+        assert "interleave" not in fused and not any("tensor_parallel" in s for s in fused["stages"])
+        print(f"--attention fused, pp=8 dp=8 tp=1: step {fused['predicted']['iteration_ms']:.1f} ms")
+        refused_once(rannc_run, out, "planned for fused attention kernels (--attention fused)")
 
         cnn = os.path.join(samples, "resnet50.onnx")
         one = plan(rannc, cnn, out, "--gpus", "8", "--tensor-parallel", "1")

@@ -227,6 +227,29 @@ TEST_CASE("interleave reads and writes back, and is written only above 1", "[pla
   CHECK_FALSE(show_json(single).contains("interleave"));
 }
 
+TEST_CASE("attention reads and writes back, and is written only when fused", "[plan_json]") {
+  Plan fused = plan::from_json(changed([](json& p) { p["attention"] = "fused"; }), "plan.json");
+  CHECK(fused.attention == Attention::kFused);
+  json written = to_json(fused);
+  CHECK(written["attention"] == "fused");
+  CHECK(to_text(plan::from_json(written, "plan.json")) == to_text(fused));
+  CHECK(show_text(fused).find(", adam, fp32, fused attention\n") != std::string::npos);
+  CHECK(show_json(fused)["attention"] == "fused");
+
+  // Unfused, said or not: no key, the bytes of the plan without it, and show as before.
+  Plan unfused = plan::from_json(changed([](json& p) { p["attention"] = "unfused"; }), "plan.json");
+  CHECK(unfused.attention == Attention::kUnfused);
+  CHECK(plan::from_json(test::small_plan(), "plan.json").attention == Attention::kUnfused);
+  CHECK_FALSE(to_json(unfused).contains("attention"));
+  CHECK(to_text(unfused) == to_text(plan::from_json(test::small_plan(), "plan.json")));
+  CHECK(show_text(unfused).find(", adam, fp32\n") != std::string::npos);
+  CHECK_FALSE(show_json(unfused).contains("attention"));
+
+  CHECK(error_of(changed([](json& p) { p["attention"] = "flash"; })) ==
+        "plan.json: attention: flash: unknown attention (known: unfused, fused)");
+  CHECK(error_of(changed([](json& p) { p["attention"] = true; })) == "plan.json: attention: expected a string, found a boolean true");
+}
+
 TEST_CASE("an interleaved plan's later chunks run where their device group's first stage does", "[plan_json]") {
   auto interleaved = [](const std::function<void(json&)>& change) {
     json plan = test::interleaved_plan();

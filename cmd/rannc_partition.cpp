@@ -193,6 +193,11 @@ void add_request_options(CLI::App& app, PartitionOptions& p) {
                  "how the training stack runs attention cores: unfused (op by op, as rannc-run; default) or fused (one "
                  "FlashAttention-style kernel: plans for Megatron-LM/NeMo-like stacks; rannc-run refuses them)")
       ->group(kSearchGroup);
+  app.add_option("--elementwise", p.elementwise,
+                 "how the training stack runs connected elementwise ops: unfused (op by op, as rannc-run; default) or "
+                 "fused (one kernel each, as Megatron-LM's bias-GELU and bias-dropout-add or torch.compile; rannc-run "
+                 "refuses the plan)")
+      ->group(kSearchGroup);
   app.add_option("--profile-db", p.profile_db, "calibrate the costs with this profile DB (written by `profile`)")
       ->group(kSearchGroup);
 }

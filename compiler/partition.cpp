@@ -111,7 +111,8 @@ partition::PlanRequest plan_request(const PartitionOptions& options) {
   request.optimizer = plan::parse_optimizer(options.optimizer, "--optimizer");
   request.precision = plan::parse_precision(options.precision, "--precision");
   cost::check_precision_supported(request.cluster.device, request.precision);
-  request.attention = plan::parse_attention(options.attention, "--attention");
+  request.attention = plan::parse_fusion(options.attention, "--attention");
+  request.elementwise = plan::parse_fusion(options.elementwise, "--elementwise");
   check_positive(options.stages, "--stages");
   check_positive(options.microbatches, "--microbatches");
   if (options.microbatches && *options.microbatches > partition::kMaxMicrobatches) {
@@ -376,6 +377,10 @@ PartitionReport run_partition(const PartitionOptions& options) {
     if (options.explain || !options.layout.empty())
       throw InputError(std::string(options.explain ? "--explain" : "--layout") +
                        " is for pipeline plans; this model's embedding tables are sharded (--no-table-sharding plans them in a pipeline)");
+    if (request.attention == plan::Fusion::kFused || request.elementwise == plan::Fusion::kFused)
+      throw InputError(std::string(request.attention == plan::Fusion::kFused ? "--attention" : "--elementwise") +
+                       " fused is for pipeline plans; this model's embedding tables are sharded, their dense part costed op "
+                       "by op (--no-table-sharding plans them in a pipeline)");
     auto sharded = plan_sharded(model, std::move(tables), options.sharding, request, db ? &*db : nullptr, options.model_path);
     return write_sharded(model, std::move(sharded), options, load_ms, start);
   }

@@ -22,7 +22,8 @@ struct PartitionOptions {
   std::string schedule = "1f1b";
   std::string optimizer = "adam";
   std::string precision = "fp32";
-  std::string attention = "unfused";  // unfused or fused: how the training stack runs attention cores
+  std::string attention = "unfused";    // unfused or fused: how the training stack runs attention cores
+  std::string elementwise = "unfused";  // and connected elementwise ops
   std::optional<int> stages;
   std::optional<int> microbatches;
   std::string shard_state = "auto";  // auto, none or optimizer

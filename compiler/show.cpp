@@ -254,7 +254,8 @@ std::string show_text(const plan::Plan& plan) {
       << plural(plan.batch.microbatches, "microbatch", "microbatches") << " x " << plural(plan.batch.microbatch_size, "sample") << ", "
       << plan::schedule_label(plan.schedule, plan.interleave)
       << ", " << plan::optimizer_name(plan.optimizer) << ", " << plan::precision_name(plan.precision)
-      << (plan.attention == plan::Attention::kFused ? ", fused attention" : "") << "\n"
+      << (plan.attention == plan::Fusion::kFused ? ", fused attention" : "")
+      << (plan.elementwise == plan::Fusion::kFused ? ", fused elementwise" : "") << "\n"
       << "layout     " << plural(static_cast<std::int64_t>(plan.stages.size()), "stage")
       << (plan.interleave > 1 ? " on " + plural(plan.pipeline_stages(), "device group") : "") << " x "
       << plural(plan.batch.pipelines, "pipeline") << " on " << plural(static_cast<std::int64_t>(plan.ranks.size()), "rank")
@@ -312,7 +313,8 @@ nlohmann::json show_json(const plan::Plan& plan) {
           {"unused_devices",
            {{"count", plan.unused.ranks.size()}, {"ranks", plan.unused.ranks}, {"reason", plan.unused.reason}}}};
   if (plan.interleave > 1) summary["interleave"] = plan.interleave;
-  if (plan.attention != plan::Attention::kUnfused) summary["attention"] = plan.attention;
+  if (plan.attention != plan::Fusion::kUnfused) summary["attention"] = plan.attention;
+  if (plan.elementwise != plan::Fusion::kUnfused) summary["elementwise"] = plan.elementwise;
   if (plan.sharding) summary["sharding"] = sharding_json(*plan.sharding);
   if (plan.generator) summary["generator"] = plan::generator_to_json(*plan.generator);
   return summary;

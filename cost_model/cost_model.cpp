@@ -1,5 +1,7 @@
 #include "cost_model/cost_model.h"
 
+#include <stdexcept>
+
 
 #include "cost_model/calibration.h"
 #include "cost_model/op_signature.h"
@@ -66,6 +68,23 @@ void CostModel::cost_loss(const ir::Graph& graph, const DeviceProfile* same_devi
   if (!same_device) return;
   auto it = same_device->ops.find(loss_signature(value));
   if (it != same_device->ops.end()) loss_.measured = &it->second;
+}
+
+void CostModel::fuse(const ir::Graph& graph, std::vector<FusedKernel> kernels) {
+  if (!fused_kernels_.empty()) throw std::logic_error("CostModel::fuse: the kernels are fused already");
+  fused_kernels_ = std::move(kernels);
+  const std::vector<bool> internal = kernel_internal_values(graph, fused_kernels_);
+  std::vector<OpWork> works;
+  works.reserve(ops_.size());
+  for (const auto& op : ops_) works.push_back(op.work);
+  for (const auto& kernel : fused_kernels_) {
+    fuse_kernel_work(graph, internal, kernel, works);
+    for (auto id : kernel) {
+      PerOp& op = ops_.at(static_cast<std::size_t>(id));
+      op.work = works[static_cast<std::size_t>(id)];
+      op.measured = nullptr;
+    }
+  }
 }
 
 OpCost CostModel::loss_cost(double batch_fraction) const {

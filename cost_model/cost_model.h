@@ -71,6 +71,13 @@ class CostModel {
   ir::OpId loss_producer() const { return loss_producer_; }
   OpCost loss_cost(double batch_fraction = 1.0) const;
 
+  // The training stack runs each of `kernels` as one kernel (op_work.h's FusedKernel): their ops
+  // take fuse_kernel_work's work on the roofline (a profile measured them run alone, so their
+  // measurements no longer apply). Once: the planner's copy of the model.
+  void fuse(const ir::Graph& graph, std::vector<FusedKernel> kernels);
+  // The kernels fused (activation_memory keeps what they keep).
+  const std::vector<FusedKernel>& fused_kernels() const { return fused_kernels_; }
+
   const OpWork& work(ir::OpId op) const { return ops_[static_cast<std::size_t>(op)].work; }
   const std::vector<bool>& requires_grad() const { return requires_grad_; }
   const DeviceSpec& device() const { return device_; }
@@ -99,6 +106,7 @@ class CostModel {
   std::vector<PerOp> ops_;
   ir::OpId loss_producer_ = ir::kNoId;
   PerOp loss_;
+  std::vector<FusedKernel> fused_kernels_;
 };
 
 }  // namespace rannc::cost

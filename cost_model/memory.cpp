@@ -75,13 +75,15 @@ struct OpWorkspace {
   double activation_grads = 0, weight_grads = 0;
 };
 
+// A value inside a fused kernel (`internal`) has no gradient tensor of its own.
 OpWorkspace op_workspace(const ir::Graph& graph, const ir::Op& op, const std::vector<bool>& requires_grad,
-                         plan::Precision precision) {
+                         const std::vector<bool>& internal, plan::Precision precision) {
   OpWorkspace workspace;
-  for (auto id : op.outputs) workspace.activation_grads += stored_bytes(graph.value(id), precision);
+  for (auto id : op.outputs)
+    if (!internal[static_cast<std::size_t>(id)]) workspace.activation_grads += stored_bytes(graph.value(id), precision);
   for (auto id : op.inputs) {
     const auto& value = graph.value(id);
-    if (!requires_grad[static_cast<std::size_t>(id)] || !value.is_tensor()) continue;
+    if (!requires_grad[static_cast<std::size_t>(id)] || !value.is_tensor() || internal[static_cast<std::size_t>(id)]) continue;
     if (value.batch_dependent) {
       workspace.activation_grads += stored_bytes(value, precision);
     } else if (value.role == ir::ValueRole::kParam) {
@@ -149,25 +151,54 @@ ParamStateBytes param_state_bytes(plan::Optimizer optimizer, plan::Precision pre
   return bytes;
 }
 
-ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<bool>& requires_grad, plan::Precision precision) {
+ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<bool>& requires_grad, plan::Precision precision,
+                                   const std::vector<FusedKernel>& fused) {
   ActivationMemory memory;
   memory.kept_bytes.assign(graph.ops().size(), 0);
   memory.workspace_bytes.assign(graph.ops().size(), 0);
   memory.weight_grad_bytes.assign(graph.ops().size(), 0);
+  const std::vector<bool> internal = kernel_internal_values(graph, fused);
+  std::vector<int> kernel_of(graph.ops().size(), -1);
+  std::vector<bool> attention(fused.size()), recomputes(fused.size(), false);
+  for (std::size_t k = 0; k < fused.size(); ++k) {
+    attention[k] = is_attention_kernel(graph, fused[k]);
+    for (auto op : fused[k]) kernel_of[static_cast<std::size_t>(op)] = static_cast<int>(k);
+  }
   std::vector<bool> kept(graph.values().size(), false);
   for (const auto& op : graph.ops()) {
-    OpWorkspace workspace = op_workspace(graph, op, requires_grad, precision);
+    OpWorkspace workspace = op_workspace(graph, op, requires_grad, internal, precision);
     memory.workspace_bytes[static_cast<std::size_t>(op.id)] = workspace.activation_grads + workspace.weight_grads;
     memory.weight_grad_bytes[static_cast<std::size_t>(op.id)] = workspace.weight_grads;
     if (!needs_backward(op, requires_grad)) continue;
-    memory.kept_bytes[static_cast<std::size_t>(op.id)] += extra_saved_bytes(graph, op);
-    for (auto id : saved_values(graph, op, requires_grad)) kept[static_cast<std::size_t>(id)] = true;
+    int kernel = kernel_of[static_cast<std::size_t>(op.id)];
+    // An attention kernel draws its dropout again from the generator's state and keeps no scores.
+    if (kernel < 0 || !attention[static_cast<std::size_t>(kernel)])
+      memory.kept_bytes[static_cast<std::size_t>(op.id)] += extra_saved_bytes(graph, op);
+    for (auto id : saved_values(graph, op, requires_grad)) {
+      if (internal[static_cast<std::size_t>(id)]) recomputes[static_cast<std::size_t>(kernel_of[static_cast<std::size_t>(graph.value(id).producer)])] = true;
+      else kept[static_cast<std::size_t>(id)] = true;
+    }
+  }
+  // A kernel computes again in backward what it would have kept, from its activation inputs.
+  for (std::size_t k = 0; k < fused.size(); ++k) {
+    if (!recomputes[k]) continue;
+    for (auto op : fused[k])
+      for (auto in : graph.op(op).inputs) {
+        auto producer = graph.value(in).producer;
+        if (producer != ir::kNoId && kernel_of[static_cast<std::size_t>(producer)] == static_cast<int>(k)) continue;
+        for (auto id : tensors_behind(graph, in)) {
+          const auto& value = graph.value(id);
+          if (value.is_tensor() && value.batch_dependent) kept[static_cast<std::size_t>(storage_owner(graph, id))] = true;
+        }
+      }
   }
   for (const auto& value : graph.values()) {
     // Model inputs are kept by the stage that receives them (StageFootprint::input_bytes).
     if (!kept[static_cast<std::size_t>(value.id)] || value.producer == ir::kNoId) continue;
     memory.kept_bytes[static_cast<std::size_t>(value.producer)] += stored_bytes(value, precision);
   }
+  for (const auto& kernel : fused)
+    if (!kernel.empty()) memory.kept_bytes[static_cast<std::size_t>(kernel.back())] += kernel_saved_bytes(graph, internal, kernel);
   memory.saved = std::move(kept);
   return memory;
 }

@@ -63,7 +63,11 @@ struct ActivationMemory {
   // Per value: whether it is kept for backward (its bytes are in its producer's kept_bytes).
   std::vector<bool> saved;
 };
-ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<bool>& requires_grad, plan::Precision precision);
+// The ops of `fused` run as kernels (CostModel::fused_kernels): the values inside a kernel are
+// neither kept nor given gradients; a kernel that kept one keeps its activation inputs instead, to
+// compute it again in backward; an attention kernel keeps its log-sum-exp and no dropout mask.
+ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<bool>& requires_grad, plan::Precision precision,
+                                   const std::vector<FusedKernel>& fused = {});
 
 // What the memory model needs of a stage, for one microbatch.
 struct StageFootprint {

@@ -1,6 +1,9 @@
 #include "cost_model/op_work.h"
 
 #include <algorithm>
+#include <functional>
+#include <map>
+#include <numeric>
 #include <set>
 #include <string>
 
@@ -301,6 +304,135 @@ std::vector<std::string> uncosted_kinds(const ir::Graph& graph) {
     if (classify(graph, op) == OpClass::kUnknown) kinds.insert(op.kind);
   }
   return {kinds.begin(), kinds.end()};
+}
+
+bool is_attention_kernel(const ir::Graph& graph, const FusedKernel& kernel) {
+  return std::any_of(kernel.begin(), kernel.end(),
+                     [&](ir::OpId id) { return classify(graph, graph.op(id)) == OpClass::kMatMul; });
+}
+
+std::vector<bool> kernel_internal_values(const ir::Graph& graph, const std::vector<FusedKernel>& kernels) {
+  std::vector<int> kernel_of(graph.ops().size(), -1);
+  for (std::size_t k = 0; k < kernels.size(); ++k)
+    for (auto op : kernels[k]) kernel_of[static_cast<std::size_t>(op)] = static_cast<int>(k);
+  std::vector<bool> internal(graph.values().size(), false);
+  for (const auto& value : graph.values()) {
+    if (value.producer == ir::kNoId || value.model_output || value.consumers.empty()) continue;
+    int kernel = kernel_of[static_cast<std::size_t>(value.producer)];
+    bool inside = kernel >= 0;
+    for (auto consumer : value.consumers) inside = inside && kernel_of[static_cast<std::size_t>(consumer)] == kernel;
+    internal[static_cast<std::size_t>(value.id)] = inside;
+  }
+  return internal;
+}
+
+std::vector<FusedKernel> elementwise_kernels(const ir::Graph& graph, const std::vector<FusedKernel>& taken) {
+  const std::size_t ops = graph.ops().size();
+  std::vector<bool> fusible(ops, false);
+  for (const auto& op : graph.ops()) fusible[static_cast<std::size_t>(op.id)] = classify(graph, op) == OpClass::kElementwise;
+  for (const auto& kernel : taken)
+    for (auto op : kernel) fusible[static_cast<std::size_t>(op)] = false;
+  // An op's level: the most other ops (products, reductions, data movement) on a path to it. Ops
+  // of one level joined along the values they pass are a kernel no path leaves and re-enters
+  // (a residual add and the next one, with a layer in between, are not one kernel).
+  std::vector<int> level(ops, 0);
+  for (auto id : graph.topological_order()) {
+    for (auto input : graph.op(id).inputs) {
+      auto producer = graph.value(input).producer;
+      if (producer == ir::kNoId) continue;
+      auto p = static_cast<std::size_t>(producer);
+      level[static_cast<std::size_t>(id)] = std::max(level[static_cast<std::size_t>(id)], level[p] + (fusible[p] ? 0 : 1));
+    }
+  }
+  // Union-find over the fusible ops, joined along the values one passes the other at one level.
+  std::vector<std::size_t> parent(ops);
+  std::iota(parent.begin(), parent.end(), 0);
+  auto root = [&](std::size_t x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  for (const auto& op : graph.ops()) {
+    auto id = static_cast<std::size_t>(op.id);
+    if (!fusible[id]) continue;
+    for (auto input : op.inputs) {
+      auto producer = graph.value(input).producer;
+      if (producer == ir::kNoId) continue;
+      auto p = static_cast<std::size_t>(producer);
+      if (!fusible[p] || level[p] != level[id]) continue;
+      auto a = root(p), b = root(id);
+      parent[std::max(a, b)] = std::min(a, b);
+    }
+  }
+  std::map<std::size_t, FusedKernel> by_root;
+  for (std::size_t op = 0; op < ops; ++op)
+    if (fusible[op]) by_root[root(op)].push_back(static_cast<ir::OpId>(op));
+  std::vector<FusedKernel> kernels;
+  for (auto& [_, kernel] : by_root)
+    if (kernel.size() >= 2) kernels.push_back(std::move(kernel));
+  std::sort(kernels.begin(), kernels.end());
+  return kernels;
+}
+
+namespace {
+
+bool all_outputs_internal(const ir::Op& op, const std::vector<bool>& internal) {
+  if (op.outputs.empty()) return false;
+  for (auto out : op.outputs)
+    if (!internal[static_cast<std::size_t>(out)]) return false;
+  return true;
+}
+
+// [op of the kernel, in its order]: the bytes of the tensors it reads from outside the kernel
+// that no earlier op of the kernel read, and of those it writes for outside the kernel.
+std::vector<double> boundary_bytes(const ir::Graph& graph, const std::vector<bool>& internal, const FusedKernel& kernel) {
+  auto bytes_of = [&](ir::ValueId id) { return graph.value(id).is_tensor() ? static_cast<double>(graph.value(id).type.bytes()) : 0.0; };
+  std::set<ir::ValueId> read;
+  std::vector<double> bytes;
+  for (auto id : kernel) {
+    const ir::Op& op = graph.op(id);
+    double moved = 0;
+    for (auto in : op.inputs) {
+      auto producer = graph.value(in).producer;
+      bool outside = producer == ir::kNoId || !std::binary_search(kernel.begin(), kernel.end(), producer);
+      if (outside && read.insert(in).second) moved += bytes_of(in);
+    }
+    for (auto out : op.outputs)
+      if (!internal[static_cast<std::size_t>(out)]) moved += bytes_of(out);
+    bytes.push_back(moved);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+void fuse_kernel_work(const ir::Graph& graph, const std::vector<bool>& internal, const FusedKernel& kernel,
+                      std::vector<OpWork>& works) {
+  constexpr double kFusedBackwardProducts = 5.0 / 2.0;  // FlashAttention's backward products over the forward's two
+  const bool attention = is_attention_kernel(graph, kernel);
+  const std::vector<double> boundary = attention ? std::vector<double>(kernel.size(), 0) : boundary_bytes(graph, internal, kernel);
+  for (std::size_t i = 0; i < kernel.size(); ++i) {
+    const ir::Op& op = graph.op(kernel[i]);
+    OpWork& work = works.at(static_cast<std::size_t>(kernel[i]));
+    const bool needs_backward = work.flops_bwd > 0 || work.bytes_bwd > 0;
+    work.bytes_fwd = boundary[i];
+    work.bytes_bwd = needs_backward ? 2 * boundary[i] : 0;
+    if (is_attention(op)) work.flops_bwd = kFusedBackwardProducts * work.flops_fwd;
+    else if (needs_backward && all_outputs_internal(op, internal)) work.flops_bwd += work.flops_fwd;
+  }
+}
+
+double kernel_saved_bytes(const ir::Graph& graph, const std::vector<bool>& internal, const FusedKernel& kernel) {
+  constexpr double kFloatBytes = 4;
+  for (auto id : kernel) {
+    const ir::Op& op = graph.op(id);
+    const ir::TensorType* rows_of = nullptr;  // a tensor with one row per query: Q, or the scores
+    if (is_attention(op)) rows_of = tensor_input(graph, op, 0);
+    else if (classify(graph, op) == OpClass::kMatMul && all_outputs_internal(op, internal))
+      rows_of = &graph.value(op.outputs.front()).type;
+    if (rows_of && rows_of->shape_known() && !rows_of->shape.empty())
+      return kFloatBytes * static_cast<double>(rows_of->numel()) / std::max<double>(last_dim(rows_of), 1);
+  }
+  return 0;
 }
 
 bool is_view(const ir::Op& op) { return has_op_trait(op.kind, kView); }

@@ -53,6 +53,37 @@ ir::ValueId loss_input(const ir::Graph& graph, const std::vector<bool>& requires
 // it with the log-probabilities and writes the logits' gradient.
 OpWork loss_work(const ir::Value& input);
 
+// Ops a training stack runs as one kernel, ascending op ids (plan::Fusion):
+// - an attention kernel (FlashAttention): an attention core, from the product of the queries
+//   with the keys through the scaling, masking, softmax and dropout of the scores to the product
+//   with the values, or one fused attention op (aten::scaled_dot_product_attention);
+// - an elementwise kernel (Megatron-LM's fused bias-GELU, SwiGLU and bias-dropout-add,
+//   torch.compile's pointwise fusion): connected elementwise ops.
+// What the ops inside a kernel pass each other stays on chip: it is neither written to device
+// memory nor kept for backward, which computes it again from the kernel's inputs.
+using FusedKernel = std::vector<ir::OpId>;
+// Whether a kernel is an attention kernel: it holds a matrix product.
+bool is_attention_kernel(const ir::Graph& graph, const FusedKernel& kernel);
+// [value]: whether it lives only inside one of the kernels (produced and read there, no model
+// output).
+std::vector<bool> kernel_internal_values(const ir::Graph& graph, const std::vector<FusedKernel>& kernels);
+// The elementwise kernels of a graph: its elementwise ops outside the kernels `taken`, joined
+// along the values they pass where no other op lies on a path between them (two or more ops, no
+// path leaving a kernel and coming back). Ascending by first op.
+std::vector<FusedKernel> elementwise_kernels(const ir::Graph& graph, const std::vector<FusedKernel>& taken);
+// The work of each op of a kernel (`works`, indexed by op id), from its work run alone. The same
+// arithmetic, and backward first computes again what it needs of the kernel's inside. Memory
+// traffic: an attention kernel moves none beside its arithmetic (its Q, K, V and output are a
+// small fraction of its FLOPs at long sequences); an elementwise kernel reads its inputs and
+// writes its outputs once (each charged to the op of the kernel that reads or writes it first),
+// and backward twice that. A fused attention
+// op's backward is FlashAttention's five products to the forward's two: 2.5x its forward.
+void fuse_kernel_work(const ir::Graph& graph, const std::vector<bool>& internal, const FusedKernel& kernel,
+                      std::vector<OpWork>& works);
+// What an attention kernel keeps for backward beside its inputs and output: each query row's
+// log-sum-exp of the scores, in fp32. 0 for an elementwise kernel.
+double kernel_saved_bytes(const ir::Graph& graph, const std::vector<bool>& internal, const FusedKernel& kernel);
+
 // An op whose outputs alias its first input's storage (view, transpose, slice, ...): it moves
 // no bytes forward, and what it outputs is kept alive by whoever keeps its input.
 bool is_view(const ir::Op& op);

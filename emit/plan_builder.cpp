@@ -182,6 +182,7 @@ plan::Plan build_plan(const ir::Graph& graph, const ModelFacts& model, const par
   plan.optimizer = request.optimizer;
   plan.precision = request.precision;
   plan.attention = request.attention;
+  plan.elementwise = request.elementwise;
   for (const auto& layout : layouts) plan.stages.push_back(plan_stage(graph, result, layout));
   plan.ranks = pipeline.ranks;
   plan.predicted = pipeline.predicted;
@@ -283,7 +284,7 @@ plan::Plan build_sharded_plan(const ir::Graph& graph, const ModelFacts& model, c
   const std::int64_t global = sharded.problem.batch_per_rank * world;
   plan.batch = {global, 1, 1, static_cast<int>(global)};
   plan.optimizer = request.optimizer;
-  plan.precision = request.precision;  // attention stays unfused: the dense part is costed op by op
+  plan.precision = request.precision;  // unfused: run_partition refuses fused kernels for sharded plans
   plan.stages.push_back(dense_stage(graph, dense_layout, sharded, world));
   for (int r = 0; r < world; ++r) plan.ranks.push_back({r, r / cluster.gpus_per_node, r % cluster.gpus_per_node, 0, r});
   plan.sharding = plan_sharding_section(sharded);

@@ -69,6 +69,18 @@ std::vector<int> sample_sizes(const std::vector<SearchConfig>& configs) {
   return {sizes.begin(), sizes.end()};
 }
 
+// The kernels the training stack runs fused (plan/options.h's Fusion), ascending by first op.
+std::vector<cost::FusedKernel> fused_kernels(const ir::Graph& graph, const TensorRegions& regions, const PlanRequest& request) {
+  std::vector<cost::FusedKernel> kernels;
+  if (request.attention == plan::Fusion::kFused) kernels = attention_kernels(graph, regions);
+  if (request.elementwise == plan::Fusion::kFused) {
+    auto elementwise = cost::elementwise_kernels(graph, kernels);
+    kernels.insert(kernels.end(), elementwise.begin(), elementwise.end());
+  }
+  std::sort(kernels.begin(), kernels.end());
+  return kernels;
+}
+
 double whole_step_ms(const ir::Graph& graph, const cost::CostModel& costs, double fraction) {
   cost::StepTime step;
   for (const auto& op : graph.ops()) step.add(costs.op_cost(op.id, fraction));
@@ -550,13 +562,21 @@ void rank_candidates(const SearchContext& context, const std::vector<ConfigChoic
 
 }  // namespace
 
-PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, const cost::CostModel& costs,
+PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, const cost::CostModel& model_costs,
                       const PlanRequest& request, const PhaseObserver& observe) {
   auto tell = [&](const std::string& outcome) {
     if (observe) observe(outcome);
   };
   PlanResult result;
   auto start = Clock::now();
+  result.partitioning.regions = find_tensor_regions(graph);
+  // Every cost below, the bounds' included, is of the kernels the training stack runs.
+  std::optional<cost::CostModel> fused;
+  if (auto kernels = fused_kernels(graph, result.partitioning.regions, request); !kernels.empty()) {
+    fused = model_costs;
+    fused->fuse(graph, std::move(kernels));
+  }
+  const cost::CostModel& costs = fused ? *fused : model_costs;
   result.partitioning.units = build_units(graph);
   const UnitGraph& units = result.partitioning.units;
   std::vector<double> unit_ms = unit_step_ms(units, costs);
@@ -573,7 +593,6 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
   result.times.coarsen_ms = elapsed_ms(start);
   tell("coarsened them into " + counted(static_cast<std::size_t>(result.partitioning.blocking.count()), "blocks"));
 
-  result.partitioning.regions = find_tensor_regions(graph);
   auto degrees = config_tensor_degrees(request, result.partitioning.regions);
   if (request.tensor_degree && *request.tensor_degree > 1 && !result.partitioning.regions.allows_degree(degrees.front())) {
     throw Error(ExitStatus::kCannotMeet, "tensor parallelism of " + std::to_string(*request.tensor_degree) +
@@ -587,7 +606,7 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
                                              " devices with the forced stage, pipeline and microbatch counts");
   }
   start = Clock::now();
-  auto activations = cost::activation_memory(graph, costs.requires_grad(), request.precision);
+  auto activations = cost::activation_memory(graph, costs.requires_grad(), request.precision, costs.fused_kernels());
   result.partitioning.blocks = block_costs(graph, units, result.partitioning.blocking, costs, activations,
                                            evaluated_batch, sample_sizes(configs), result.partitioning.regions,
                                            tensor_degrees(request));

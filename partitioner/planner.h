@@ -44,7 +44,9 @@ struct PlanRequest {
   plan::Schedule schedule = plan::Schedule::k1F1B;
   plan::Optimizer optimizer = plan::Optimizer::kAdam;
   plan::Precision precision = plan::Precision::kFp32;
-  plan::Attention attention = plan::Attention::kUnfused;  // --attention: how the training stack runs attention cores
+  // --attention and --elementwise: how the training stack runs attention cores and elementwise ops.
+  plan::Fusion attention = plan::Fusion::kUnfused;
+  plan::Fusion elementwise = plan::Fusion::kUnfused;
   std::optional<int> stages;        // --stages
   std::optional<int> microbatches;  // --microbatches
   std::optional<plan::StateSharding> state_sharding;  // --shard-state: forced on replicated stages; nullopt: chosen per stage

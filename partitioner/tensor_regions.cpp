@@ -872,4 +872,19 @@ TensorRegions find_tensor_regions(const ir::Graph& graph) {
   return result;
 }
 
+std::vector<cost::FusedKernel> attention_kernels(const ir::Graph& graph, const TensorRegions& regions) {
+  std::vector<cost::FusedKernel> kernels;
+  std::vector<bool> in_core(graph.ops().size(), false);
+  for (const auto& region : regions.regions) {
+    if (region.attention_core.empty()) continue;
+    kernels.push_back(region.attention_core);
+    for (OpId id : region.attention_core) in_core[static_cast<std::size_t>(id)] = true;
+  }
+  for (const auto& op : graph.ops())
+    if (ir::has_op_trait(op.kind, ir::op_trait::kFusedAttention) && !in_core[static_cast<std::size_t>(op.id)])
+      kernels.push_back({op.id});
+  std::sort(kernels.begin(), kernels.end());
+  return kernels;
+}
+
 }  // namespace rannc::partition

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "cost_model/op_work.h"
 #include "ir/graph.h"
 #include "plan/options.h"
 
@@ -100,6 +101,12 @@ struct TensorRegions {
 // Deterministic: the same graph gives the same regions. Vocabulary regions are found only in a
 // model with layer regions.
 TensorRegions find_tensor_regions(const ir::Graph& graph);
+
+// The attention kernels a training stack with fused attention runs (cost::FusedKernel): each
+// region's attention core with its products, and each fused attention op outside them. An
+// attention core is known only inside a region (a layer whose heads no degree splits is not
+// fused); ascending by first op.
+std::vector<cost::FusedKernel> attention_kernels(const ir::Graph& graph, const TensorRegions& regions);
 
 // Adds the vocabulary regions of a language model to the layer regions found
 // (vocabulary_regions.cpp): the token embeddings, and the output layer making the model's first

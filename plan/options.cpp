@@ -59,16 +59,16 @@ Recompute parse_recompute(std::string_view name, std::string_view what) {
                             recompute_name);
 }
 
-std::string_view attention_name(Attention attention) {
-  switch (attention) {
-    case Attention::kUnfused: return "unfused";
-    case Attention::kFused: return "fused";
+std::string_view fusion_name(Fusion fusion) {
+  switch (fusion) {
+    case Fusion::kUnfused: return "unfused";
+    case Fusion::kFused: return "fused";
   }
   return "unfused";
 }
 
-Attention parse_attention(std::string_view name, std::string_view what) {
-  return parse_named_choice(name, what, "attention", {Attention::kUnfused, Attention::kFused}, attention_name);
+Fusion parse_fusion(std::string_view name, std::string_view what) {
+  return parse_named_choice(name, what, "kernel fusion", {Fusion::kUnfused, Fusion::kFused}, fusion_name);
 }
 
 std::string_view region_kind_name(RegionKind kind) {

@@ -38,14 +38,18 @@ enum class Recompute : std::uint8_t { kNone, kSelective, kFull };
 std::string_view recompute_name(Recompute recompute);
 Recompute parse_recompute(std::string_view name, std::string_view what);
 
-// How the training stack runs each attention core (softmax(Q K^T) V with its scaling, masking
-// and dropout). kUnfused: op by op, as the model's graph and rannc-run's stage files run it, the
-// scores and probabilities kept for backward. kFused: one kernel (FlashAttention, cuDNN's fused
-// attention in Megatron-LM and NeMo) that keeps only each query row's log-sum-exp and computes
-// the scores again in backward. rannc-run runs kUnfused only. Names: "unfused", "fused".
-enum class Attention : std::uint8_t { kUnfused, kFused };
-std::string_view attention_name(Attention attention);
-Attention parse_attention(std::string_view name, std::string_view what);
+// How the training stack the plan is for runs a kind of ops (cost_model/op_work.h's FusedKernel):
+// kUnfused, op by op, as the model's graph and rannc-run's stage files run them, every tensor
+// written to memory and kept where backward needs it; kFused, as one kernel that keeps what its
+// ops pass each other on chip and computes it again in backward. Two kinds are chosen apart:
+// attention cores (FlashAttention, cuDNN's fused attention in Megatron-LM and NeMo: a log-sum-exp
+// per query row kept instead of the scores) and connected elementwise ops (Megatron-LM's fused
+// bias-GELU, SwiGLU and bias-dropout-add, torch.compile's pointwise fusion). rannc-run runs
+// kUnfused only. Names: "unfused", "fused".
+enum class Fusion : std::uint8_t { kUnfused, kFused };
+std::string_view fusion_name(Fusion fusion);
+// Throws InputError "WHAT NAME: unknown kernel fusion (known: unfused, fused)".
+Fusion parse_fusion(std::string_view name, std::string_view what);
 
 // What a tensor-parallel region splits: a layer's matrix products, a vocabulary's embedding
 // table, or the output layer by vocabulary. Names: "layer", "vocabulary_embedding",

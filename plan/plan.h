@@ -253,9 +253,11 @@ struct Plan {
   int interleave = 1;
   Optimizer optimizer = Optimizer::kAdam;
   Precision precision = Precision::kFp32;
-  // How the training stack the predictions are for runs attention cores (--attention). Written
-  // only when fused; rannc-run runs unfused plans only.
-  Attention attention = Attention::kUnfused;
+  // How the training stack the predictions are for runs attention cores (--attention) and
+  // connected elementwise ops (--elementwise). Written only when fused; rannc-run runs unfused
+  // plans only.
+  Fusion attention = Fusion::kUnfused;
+  Fusion elementwise = Fusion::kUnfused;
   std::vector<Stage> stages;
   std::vector<RankPlacement> ranks;
   Prediction predicted;

@@ -19,7 +19,7 @@ inline void to_json(nlohmann::json& json, Schedule schedule) { json = std::strin
 inline void to_json(nlohmann::json& json, Optimizer optimizer) { json = std::string(optimizer_name(optimizer)); }
 inline void to_json(nlohmann::json& json, Precision precision) { json = std::string(precision_name(precision)); }
 inline void to_json(nlohmann::json& json, StateSharding sharding) { json = std::string(state_sharding_name(sharding)); }
-inline void to_json(nlohmann::json& json, Attention attention) { json = std::string(attention_name(attention)); }
+inline void to_json(nlohmann::json& json, Fusion fusion) { json = std::string(fusion_name(fusion)); }
 // A stage's recompute: false (none) and true (full), as plans were before selective
 // recomputation, or "selective".
 inline void to_json(nlohmann::json& json, Recompute recompute) {

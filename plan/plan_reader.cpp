@@ -756,7 +756,8 @@ Plan from_json(const nlohmann::json& document, const std::string& path) {
   read_interleave(root, plan);
   plan.optimizer = read_choice(root["optimizer"], parse_optimizer);
   if (auto precision = root.find("precision")) plan.precision = read_choice(*precision, parse_precision);
-  if (auto attention = root.find("attention")) plan.attention = read_choice(*attention, parse_attention);
+  if (auto attention = root.find("attention")) plan.attention = read_choice(*attention, parse_fusion);
+  if (auto elementwise = root.find("elementwise")) plan.elementwise = read_choice(*elementwise, parse_fusion);
   read_sharding(root, plan);
   if (auto generator = root.find("generator"))
     plan.generator = Generator{(*generator)["tool"].text(), (*generator)["version"].text(), (*generator)["command"].text()};

@@ -161,9 +161,12 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   if (plan.interleave > 1)
     throw InputError(plan.path + ": interleaved stages (" + std::to_string(plan.interleave) +
                      " model chunks per rank) are not run by rannc-run yet");
-  if (plan.attention == plan::Attention::kFused)
+  if (plan.attention == plan::Fusion::kFused)
     throw InputError(plan.path + ": planned for fused attention kernels (--attention fused), which rannc-run does not run: "
                      "partition again without --attention");
+  if (plan.elementwise == plan::Fusion::kFused)
+    throw InputError(plan.path + ": planned for fused elementwise kernels (--elementwise fused), which rannc-run does not "
+                     "run: partition again without --elementwise");
   for (const auto& stage : plan.stages) {
     if (stage.tensor_parallel.degree > 1)
       throw InputError(plan.path + ": stage " + std::to_string(stage.id) + " splits its layers over " +

@@ -2,8 +2,9 @@
 """The partition verb end to end on the GPT-style sample: plan.json follows docs/contract.md and is
 consistent with itself and the model, every stage fits its device, every device is used or the
 plan says why, forced stage/microbatch counts and GPipe are honoured, the same inputs give
-byte-identical plans, and --attention fused is recorded (plan.json, the summary, show) while the
-default names no attention.
+byte-identical plans, and --attention fused and --elementwise fused are recorded (plan.json, the
+summary, show) while the defaults name neither, and keep fewer activations on every stage of one
+layout.
 
 usage: check_partition.py BINARY SAMPLES_DIR
 """
@@ -118,11 +119,21 @@ def main():
 
         # --attention fused is written into plan.json, the summary and show; unfused, the default, nowhere.
         check("attention" not in plan and "attention" not in summary, "an unfused plan names no attention")
-        fused_summary, fused, _ = partition(binary, model, b, *args, "--attention", "fused")
+        check("elementwise" not in plan and "elementwise" not in summary, "an unfused plan names no elementwise")
+        fused_summary, fused, _ = partition(binary, model, b, *args, "--attention", "fused", "--elementwise", "fused")
         check_plan(fused, params, 8)
-        check(fused["attention"] == "fused" and fused_summary["attention"] == "fused", "--attention fused not written")
+        for kind in ("attention", "elementwise"):
+            check(fused[kind] == "fused" and fused_summary[kind] == "fused", f"--{kind} fused not written")
         shown = subprocess.run([binary, "show", os.path.join(b, "plan.json")], capture_output=True, text=True, check=True).stdout
-        check(", fused attention\n" in shown, f"show does not say fused attention: {shown[:600]!r}")
+        check(", fused attention, fused elementwise\n" in shown, f"show does not say fused kernels: {shown[:600]!r}")
+        # The same layout keeps fewer activations on every stage when the kernels are fused.
+        layout = ["--gpus", "8", "--batch", "64", "--layout", "pp=2,dp=4"]
+        _, op_by_op, _ = partition(binary, model, a, *layout)
+        for flag in ("--attention", "--elementwise"):
+            _, fewer, _ = partition(binary, model, b, *layout, flag, "fused")
+            for s_op, s_fused in zip(op_by_op["stages"], fewer["stages"]):
+                kept, kept_fused = (s["predicted"]["memory"]["activations"] for s in (s_op, s_fused))
+                check(kept_fused < kept, f"{flag} fused: stage {s_op['id']} keeps {kept_fused} bytes, op by op {kept}")
 
         _, forced, _ = partition(binary, model, a, "--gpus", "4", "--batch", "64", "--stages", "3", "--microbatches", "4")
         check_plan(forced, params, 4)

@@ -106,7 +106,8 @@ def names_field(message, plan_path, fields):
 
 # Between them these plans hold every optional field of the format.
 PLANS = {"gpt": ["gpt.onnx", "--gpus", "8", "--batch", "64", "--mem", "40M"],
-         "mlp": ["mlp.onnx", "--gpus", "8", "--batch", "6", "--plan-only", "--attention", "fused"],
+         "mlp": ["mlp.onnx", "--gpus", "8", "--batch", "6", "--plan-only", "--attention", "fused",
+                 "--elementwise", "fused"],
          "dlrm": ["dlrm.trace.pt", "--input", "dense:4x13:float32", "--input", "sparse:4x8x5:int64", "--gpus", "4"]}
 
 
@@ -121,7 +122,7 @@ def written_plans(rannc, samples, out):
         with open(os.path.join(folder, "plan.json")) as f:
             plans.append(json.load(f))
         plan_schema.check(plans[-1], os.path.join(folder, "plan.json"))
-    optional = ["unused_devices", "precision", "attention", "index_bound", "shared_with", "sha256", "intra_node", "memory",
+    optional = ["unused_devices", "precision", "attention", "elementwise", "index_bound", "shared_with", "sha256", "intra_node", "memory",
                 "model_output", "op_range", "modules", "blocks", "sharding", "embedding", "files", "stage_name", "lookup_args"]
     text = json.dumps([stage for plan in plans for stage in plan["stages"]]) + json.dumps(plans)
     missing = [key for key in optional if f'"{key}"' not in text]

@@ -229,7 +229,7 @@ TEST_CASE("interleave reads and writes back, and is written only above 1", "[pla
 
 TEST_CASE("attention reads and writes back, and is written only when fused", "[plan_json]") {
   Plan fused = plan::from_json(changed([](json& p) { p["attention"] = "fused"; }), "plan.json");
-  CHECK(fused.attention == Attention::kFused);
+  CHECK(fused.attention == Fusion::kFused);
   json written = to_json(fused);
   CHECK(written["attention"] == "fused");
   CHECK(to_text(plan::from_json(written, "plan.json")) == to_text(fused));
@@ -238,15 +238,15 @@ TEST_CASE("attention reads and writes back, and is written only when fused", "[p
 
   // Unfused, said or not: no key, the bytes of the plan without it, and show as before.
   Plan unfused = plan::from_json(changed([](json& p) { p["attention"] = "unfused"; }), "plan.json");
-  CHECK(unfused.attention == Attention::kUnfused);
-  CHECK(plan::from_json(test::small_plan(), "plan.json").attention == Attention::kUnfused);
+  CHECK(unfused.attention == Fusion::kUnfused);
+  CHECK(plan::from_json(test::small_plan(), "plan.json").attention == Fusion::kUnfused);
   CHECK_FALSE(to_json(unfused).contains("attention"));
   CHECK(to_text(unfused) == to_text(plan::from_json(test::small_plan(), "plan.json")));
   CHECK(show_text(unfused).find(", adam, fp32\n") != std::string::npos);
   CHECK_FALSE(show_json(unfused).contains("attention"));
 
   CHECK(error_of(changed([](json& p) { p["attention"] = "flash"; })) ==
-        "plan.json: attention: flash: unknown attention (known: unfused, fused)");
+        "plan.json: attention: flash: unknown kernel fusion (known: unfused, fused)");
   CHECK(error_of(changed([](json& p) { p["attention"] = true; })) == "plan.json: attention: expected a string, found a boolean true");
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <numeric>
 #include <set>
 #include <sstream>
 
@@ -28,6 +29,14 @@ Model load(const std::string& path, const std::vector<std::string>& inputs = {})
   LoadOptions options;
   for (const auto& spec : inputs) options.inputs.push_back(parse_input_spec(spec));
   return load_model(path, options);
+}
+
+// The whole model as one block: block_costs' sums are over every layer.
+Blocking whole_model_block(const UnitGraph& units) {
+  Blocking one_block;
+  for (int unit = 0; unit < static_cast<int>(units.units.size()); ++unit) one_block.order.push_back(unit);
+  one_block.starts = {0};
+  return one_block;
 }
 
 ir::ValueId value_named(const ir::Graph& graph, const std::string& name) {
@@ -282,9 +291,7 @@ TEST_CASE("tensor regions: a language model's vocabulary, embedding and output l
   auto precision = plan::Precision::kFp32;
   cost::CostModel costs(graph, *cost::find_device_preset("a100-80g"), precision, nullptr);
   UnitGraph units = build_units(graph);
-  Blocking one_block;
-  for (int unit = 0; unit < static_cast<int>(units.units.size()); ++unit) one_block.order.push_back(unit);
-  one_block.starts = {0};
+  const Blocking one_block = whole_model_block(units);
   auto activations = cost::activation_memory(graph, costs.requires_grad(), precision);
   BlockCosts blocks = block_costs(graph, units, one_block, costs, activations, 2, {2}, found, {2});
   const auto* split = blocks.split(2);
@@ -370,9 +377,7 @@ TEST_CASE("selective recomputation: GPT-3's attention cores drop a*s^2*b softmax
   auto precision = plan::Precision::kBf16Mixed;
   cost::CostModel costs(graph, *cost::find_device_preset("a100-80g"), precision, nullptr);
   UnitGraph units = build_units(graph);
-  Blocking one_block;  // the whole model as one block: its sums are over the 96 layers
-  for (int unit = 0; unit < static_cast<int>(units.units.size()); ++unit) one_block.order.push_back(unit);
-  one_block.starts = {0};
+  const Blocking one_block = whole_model_block(units);
   auto activations = cost::activation_memory(graph, costs.requires_grad(), precision);
   BlockCosts blocks = block_costs(graph, units, one_block, costs, activations, model.batch, {1}, regions, {8});
   // Per layer the softmax's output (96 heads x 2048 x 2048 at batch 1, bf16) is what the core
@@ -393,6 +398,139 @@ TEST_CASE("selective recomputation: GPT-3's attention cores drop a*s^2*b softmax
   RangeTable ranges(blocks);
   CHECK(ranges.core_kept_bytes(0, 1, 8) == split->cores.kept_bytes[0]);
   CHECK(ranges.largest_core_bytes(0, 1, 1) == blocks.cores.largest_bytes[0]);
+}
+
+TEST_CASE("fused attention: GPT-3's cores keep a log-sum-exp per query row and cost their products' FLOPs",
+          "[tensor_regions]") {
+  auto model = load(RANNC_SHAPE_ONLY_DIR "/gpt3-175b.onnx");
+  const auto& graph = model.graph;
+  auto regions = find_tensor_regions(graph);
+  auto kernels = attention_kernels(graph, regions);
+  REQUIRE(kernels.size() == 96);
+  CHECK(kernels[0] == layer_regions(regions)[0].attention_core);
+  auto precision = plan::Precision::kBf16Mixed;
+  const auto& device = *cost::find_device_preset("a100-80g");
+  cost::CostModel unfused(graph, device, precision, nullptr);
+  cost::CostModel fused = unfused;
+  fused.fuse(graph, kernels);
+  CHECK_THROWS_AS(fused.fuse(graph, kernels), std::logic_error);
+
+  // Memory: per layer the softmax's output (96 heads x 2048 x 2048 at batch 1, bf16) is no longer
+  // kept; the kernel keeps one fp32 log-sum-exp per head and query row instead.
+  auto before = cost::activation_memory(graph, unfused.requires_grad(), precision);
+  auto after = cost::activation_memory(graph, fused.requires_grad(), precision, fused.fused_kernels());
+  auto sum = [](const std::vector<double>& bytes) { return std::accumulate(bytes.begin(), bytes.end(), 0.0); };
+  const double softmax_bytes = 96.0 * 2048 * 2048 * 2, lse_bytes = 96.0 * 2048 * 4;
+  CHECK(sum(after.kept_bytes) == Approx(sum(before.kept_bytes) - 96 * (softmax_bytes - lse_bytes)).epsilon(1e-12));
+  const auto& kernel = kernels[0];
+  const ir::Op& scores = graph.op(kernel.front());
+  const ir::Op& softmax = graph.op(kernel[3]);
+  REQUIRE(softmax.kind == "onnx::Softmax");
+  CHECK_FALSE(after.saved[static_cast<std::size_t>(softmax.outputs[0])]);
+  CHECK(before.saved[static_cast<std::size_t>(softmax.outputs[0])]);
+  // No gradient of the scores is ever held: the scores' product holds those of Q and K only.
+  CHECK(after.workspace_bytes[static_cast<std::size_t>(scores.id)] <
+        before.workspace_bytes[static_cast<std::size_t>(scores.id)] - softmax_bytes / 2);
+
+  // Time: the products keep their FLOPs, move no bytes, and backward computes the scores again.
+  const auto& plain = unfused.work(scores.id);
+  const auto& in_kernel = fused.work(scores.id);
+  CHECK(in_kernel.flops_fwd == plain.flops_fwd);
+  CHECK(in_kernel.flops_bwd == Approx(plain.flops_bwd + plain.flops_fwd));
+  CHECK(in_kernel.bytes_fwd == 0);
+  const double peak = cost::peak_flops(device, precision, cost::OpClass::kMatMul);
+  const double expected_ms = (in_kernel.flops_fwd / (peak * fused.efficiencies().compute_of(cost::OpClass::kMatMul)) +
+                              fused.efficiencies().op_overhead) * 1e3;
+  CHECK(fused.op_cost(scores.id).fwd_ms == Approx(expected_ms).epsilon(1e-9));
+  double core_before = 0, core_after = 0;
+  for (auto op : kernel) core_before += unfused.op_cost(op).fwd_ms, core_after += fused.op_cost(op).fwd_ms;
+  CHECK(core_after < 0.7 * core_before);  // at sequence 2048 the unfused softmax is memory-bound
+  // Ops outside the kernels cost what they cost.
+  const auto qkv = layer_regions(regions)[0].column_ops.front();
+  CHECK(fused.op_cost(qkv).fwd_ms == unfused.op_cost(qkv).fwd_ms);
+  CHECK(after.kept_bytes[static_cast<std::size_t>(qkv)] == before.kept_bytes[static_cast<std::size_t>(qkv)]);
+
+  // Selective recomputation has nothing left to drop.
+  UnitGraph units = build_units(graph);
+  const Blocking one_block = whole_model_block(units);
+  BlockCosts blocks = block_costs(graph, units, one_block, fused, after, model.batch, {1}, regions, {8});
+  CHECK(blocks.cores.kept_bytes[0] == 0);
+}
+
+TEST_CASE("fused elementwise kernels: GPT-3's bias and GELU keep the MLP's input and output, as Korthikanti et al. count",
+          "[tensor_regions]") {
+  auto model = load(RANNC_SHAPE_ONLY_DIR "/gpt3-175b.onnx");
+  const auto& graph = model.graph;
+  auto regions = find_tensor_regions(graph);
+  auto attention = attention_kernels(graph, regions);
+  auto kernels = cost::elementwise_kernels(graph, attention);
+  const auto layers = layer_regions(regions);
+  const auto& mlp = layers[1];
+  // fc1, then its bias add and GELU's Div, Erf, Add, Mul, Mul as one kernel, then fc2.
+  const cost::FusedKernel gelu(mlp.ops.begin() + 1, mlp.ops.end() - 1);
+  REQUIRE(gelu.size() == 6);
+  CHECK(std::count(kernels.begin(), kernels.end(), gelu) == 1);
+  for (const auto& kernel : kernels) {  // none overlaps an attention core, none is a lone op
+    CHECK(kernel.size() >= 2);
+    CHECK(std::is_sorted(kernel.begin(), kernel.end()));
+    for (const auto& core : attention)
+      for (auto op : kernel) CHECK_FALSE(std::binary_search(core.begin(), core.end(), op));
+  }
+
+  auto precision = plan::Precision::kBf16Mixed;
+  cost::CostModel unfused(graph, *cost::find_device_preset("a100-80g"), precision, nullptr);
+  cost::CostModel fused = unfused;
+  fused.fuse(graph, kernels);
+  auto before = cost::activation_memory(graph, unfused.requires_grad(), precision);
+  auto after = cost::activation_memory(graph, fused.requires_grad(), precision, fused.fused_kernels());
+  auto mlp_kept = [&](const cost::ActivationMemory& memory) {
+    double bytes = 0;
+    for (auto op : mlp.ops) bytes += memory.kept_bytes[static_cast<std::size_t>(op)];
+    return bytes;
+  };
+  // [batch 1, 2048, 4 x 12288] in bf16: op by op the bias add's output, its quotient by sqrt(2),
+  // erf + 1 and the GELU's output; fused, fc1's output (to compute the GELU again) and the GELU's.
+  const double wide = 2048.0 * 4 * 12288 * 2;
+  CHECK(mlp_kept(before) == Approx(4 * wide).epsilon(1e-12));
+  CHECK(mlp_kept(after) == Approx(2 * wide).epsilon(1e-12));
+  // The kernel reads fc1's output, the bias and GELU's three fp32 constants (sqrt(2), 1, 0.5) and
+  // writes the GELU's output once, each on the op that reads or writes it; backward computes the
+  // inside again.
+  const auto first = static_cast<std::size_t>(gelu.front());
+  const double fc1_bytes = 2048.0 * 4 * 12288 * 4, bias_bytes = 4 * 12288 * 4, constant_bytes = 4;
+  CHECK(fused.work(gelu.front()).bytes_fwd == Approx(fc1_bytes + bias_bytes).epsilon(1e-15));
+  CHECK(fused.work(gelu[1]).bytes_fwd == constant_bytes);
+  CHECK(fused.work(gelu.back()).bytes_fwd == Approx(fc1_bytes + constant_bytes).epsilon(1e-15));
+  CHECK(fused.work(gelu[1]).flops_bwd == Approx(unfused.work(gelu[1]).flops_bwd + unfused.work(gelu[1]).flops_fwd));
+  CHECK(after.workspace_bytes[first] <= before.workspace_bytes[first]);
+  double gelu_before = 0, gelu_after = 0;
+  for (auto op : gelu) gelu_before += unfused.op_cost(op).fwd_ms, gelu_after += fused.op_cost(op).fwd_ms;
+  CHECK(gelu_after < 0.5 * gelu_before);
+}
+
+TEST_CASE("fused attention: a scaled_dot_product_attention op keeps no scores and does 2.5x its forward in backward",
+          "[tensor_regions]") {
+  auto model = load(RANNC_PT2_MODELS "/tiny_attention.pt2");
+  const auto& graph = model.graph;
+  auto kernels = attention_kernels(graph, find_tensor_regions(graph));
+  REQUIRE(kernels.size() == 1);
+  REQUIRE(kernels[0].size() == 1);
+  const ir::Op& op = graph.op(kernels[0][0]);
+  REQUIRE(op.kind == "aten::scaled_dot_product_attention");
+  auto precision = plan::Precision::kFp32;
+  cost::CostModel unfused(graph, *cost::find_device_preset("a100-80g"), precision, nullptr);
+  cost::CostModel fused = unfused;
+  fused.fuse(graph, kernels);
+  CHECK(fused.work(op.id).flops_bwd == Approx(2.5 * unfused.work(op.id).flops_fwd));
+  auto before = cost::activation_memory(graph, unfused.requires_grad(), precision);
+  auto after = cost::activation_memory(graph, fused.requires_grad(), precision, fused.fused_kernels());
+  // Unfused: the scores [batch, heads, L, S]; fused: one fp32 per [batch, heads, L] row.
+  const auto& q = graph.value(op.inputs[0]).type;
+  const auto& k = graph.value(op.inputs[1]).type;
+  const double rows = static_cast<double>(q.numel()) / static_cast<double>(q.shape.back());
+  const double scores = rows * static_cast<double>(k.shape[k.shape.size() - 2]);
+  const auto id = static_cast<std::size_t>(op.id);
+  CHECK(after.kept_bytes[id] == Approx(before.kept_bytes[id] - scores * 4 + rows * 4).epsilon(1e-12));
 }
 
 TEST_CASE("tensor regions: shape-only GPT-3 175B from torch.export (.pt2)", "[tensor_regions]") {

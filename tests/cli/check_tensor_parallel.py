@@ -11,7 +11,9 @@ usage: check_tensor_parallel.py RANNC RANNC_RUN SHAPE_ONLY_DIR SAMPLES_DIR
 2. --tensor-parallel 1 plans no split; the forced layouts tp=1, 2, 4 and 8 (pp x dp x tp = 64),
    interleaved ones (vp=2, 3: pp x vp stages, stage s on the ranks of stage s mod pp) and
    --recompute full, none and selective are each no faster than the free plan, and force what
-   they say. --attention fused writes "attention": "fused" (the free plan names none).
+   they say. --attention fused writes "attention": "fused" (the free plan names none), and
+   rannc-run refuses it and an --elementwise fused plan. With both kernels fused, the free plan is
+   no slower than op by op, and no forced degree, chunk count or recomputation is faster.
 3. A model without a splittable region (ResNet-50) plans byte for byte the same stages with
    --tensor-parallel 8 and 1.
 4. rannc-run refuses a tensor-parallel plan with one line naming the stage, an interleaved one
@@ -167,6 +169,23 @@ def main():
         assert "interleave" not in fused and not any("tensor_parallel" in s for s in fused["stages"])
         print(f"--attention fused, pp=8 dp=8 tp=1: step {fused['predicted']['iteration_ms']:.1f} ms")
         refused_once(rannc_run, out, "planned for fused attention kernels (--attention fused)")
+        elementwise = plan(rannc, gpt, out, *common, "--elementwise", "fused", "--layout", "pp=8,dp=8,tp=1")
+        assert elementwise.get("elementwise") == "fused", elementwise.get("elementwise")
+        refused_once(rannc_run, out, "planned for fused elementwise kernels (--elementwise fused)")
+
+        # For a stack with fused kernels the search is as good: no forced degree, chunk count or
+        # recomputation simulates faster, and fusing never makes the chosen step longer.
+        kernels = ["--attention", "fused", "--elementwise", "fused"]
+        fused_free = plan(rannc, gpt, out, *common, *kernels)
+        fused_ms = fused_free["predicted"]["iteration_ms"]
+        assert fused_ms <= free_ms * (1 + 1e-9), f"fused kernels make the free step longer: {fused_ms} > {free_ms}"
+        print(f"fused kernels, free: step {fused_ms:.1f} ms ({free_ms / fused_ms:.2f}x faster than op by op)")
+        for forcing in (["--layout", "pp=8,dp=4,tp=2"], ["--layout", "pp=4,dp=2,tp=8,vp=3"],
+                        ["--layout", "pp=8,dp=2,tp=4"], ["--recompute", "none"], ["--recompute", "selective"]):
+            forced = plan(rannc, gpt, out, *common, *kernels, *forcing)
+            step = forced["predicted"]["iteration_ms"]
+            assert step >= fused_ms * (1 - 1e-9), f"fused, {' '.join(forcing)} simulates {step} < free {fused_ms}"
+            print(f"fused kernels, {' '.join(forcing)}: step {step:.1f} ms ({step / fused_ms:.2f}x the free plan)")
 
         cnn = os.path.join(samples, "resnet50.onnx")
         one = plan(rannc, cnn, out, "--gpus", "8", "--tensor-parallel", "1")

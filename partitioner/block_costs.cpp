@@ -155,9 +155,14 @@ void add_collectives(const ir::Graph& graph, const std::vector<int>& block_of_op
 
 void collect_weights(const ir::Graph& graph, const std::vector<std::vector<ir::OpId>>& ops, const TensorRegions& regions,
                      BlockCosts& result) {
-  std::map<ir::ValueId, const TensorRegion*> split_by;
+  // How the region splitting each weight splits it (the last region naming a weight wins).
+  struct WeightSplit {
+    std::int64_t divisor = 0;
+    bool uneven = false;
+  };
+  std::map<ir::ValueId, WeightSplit> split_by;
   for (const auto& region : regions.regions)
-    for (const auto& weight : region.weights) split_by[weight.weight] = &region;
+    for (const auto& weight : region.weights) split_by[weight.weight] = {region.divisor, region.is_vocabulary()};
   std::map<ir::ValueId, BlockCosts::Weight> weights;
   for (int block = 0; block < static_cast<int>(ops.size()); ++block) {
     for (auto op : ops[block]) {
@@ -168,10 +173,10 @@ void collect_weights(const ir::Graph& graph, const std::vector<std::vector<ir::O
         const auto& value = graph.value(input);
         if (!value.is_tensor() || !value.is_weight()) continue;
         auto& weight = weights[input];
-        auto region = split_by.find(input);
-        if (region != split_by.end()) {
-          weight.split_divisor = region->second->divisor;
-          weight.split_unevenly = region->second->is_vocabulary();
+        auto split = split_by.find(input);
+        if (split != split_by.end()) {
+          weight.split_divisor = split->second.divisor;
+          weight.split_unevenly = split->second.uneven;
         }
         if (value.role == ir::ValueRole::kParam) {
           weight.param_elements = static_cast<double>(value.type.numel());

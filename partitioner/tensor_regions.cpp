@@ -831,6 +831,11 @@ bool TensorRegions::allows_degree(int degree) const {
   return std::any_of(regions.begin(), regions.end(), [&](const TensorRegion& r) { return !r.is_vocabulary() && r.allows(degree); });
 }
 
+void TensorRegions::add(TensorRegion region) {
+  for (OpId id : region.ops) region_of_op[static_cast<std::size_t>(id)] = static_cast<int>(regions.size());
+  regions.push_back(std::move(region));
+}
+
 TensorRegions find_tensor_regions(const ir::Graph& graph) {
   auto order = graph.topological_order();
   std::vector<std::size_t> position(graph.ops().size());
@@ -850,9 +855,7 @@ TensorRegions find_tensor_regions(const ir::Graph& graph) {
       result.rejected.push_back({columns, *failure});
       continue;
     }
-    for (OpId id : tracer.ops())
-      result.region_of_op[static_cast<std::size_t>(id)] = static_cast<int>(result.regions.size());
-    result.regions.push_back(tracer.region(columns, input));
+    result.add(tracer.region(columns, input));
   }
   if (!result.regions.empty()) add_vocabulary_regions(graph, result);
   // Ascending by anchor (row op, or the head's product), region_of_op renumbered to match.
@@ -860,14 +863,10 @@ TensorRegions find_tensor_regions(const ir::Graph& graph) {
   std::iota(index.begin(), index.end(), 0);
   std::sort(index.begin(), index.end(),
             [&](std::size_t a, std::size_t b) { return result.regions[a].anchor() < result.regions[b].anchor(); });
-  std::vector<TensorRegion> sorted;
+  auto found = std::move(result.regions);
+  result.regions.clear();
   std::fill(result.region_of_op.begin(), result.region_of_op.end(), -1);
-  for (std::size_t i : index) {
-    for (OpId id : result.regions[i].ops)
-      result.region_of_op[static_cast<std::size_t>(id)] = static_cast<int>(sorted.size());
-    sorted.push_back(std::move(result.regions[i]));
-  }
-  result.regions = std::move(sorted);
+  for (std::size_t i : index) result.add(std::move(found[i]));
   if (!result.regions.empty()) result.sequence_ops = sequence_ops(graph, result.region_of_op);
   return result;
 }

@@ -95,6 +95,8 @@ struct TensorRegions {
   // Whether tensor parallelism of this degree is a choice: some layer region splits that many
   // ways (a vocabulary alone is never worth a group).
   bool allows_degree(int degree) const;
+  // Appends a region, marking its ops as belonging to it in region_of_op.
+  void add(TensorRegion region);
 };
 
 // Finds the regions of a graph whose shapes are known (values without shapes end a split).

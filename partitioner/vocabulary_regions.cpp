@@ -121,17 +121,12 @@ bool unclaimed(const TensorRegions& regions, const TensorRegion& region) {
                      [&](OpId id) { return regions.region_of_op[static_cast<std::size_t>(id)] < 0; });
 }
 
-void add_region(TensorRegions& regions, TensorRegion region) {
-  for (OpId id : region.ops) regions.region_of_op[static_cast<std::size_t>(id)] = static_cast<int>(regions.regions.size());
-  regions.regions.push_back(std::move(region));
-}
-
 }  // namespace
 
 void add_vocabulary_regions(const Graph& graph, TensorRegions& regions) {
   for (const auto& op : graph.ops()) {
     auto embedding = token_embedding(graph, op);
-    if (embedding && unclaimed(regions, *embedding)) add_region(regions, std::move(*embedding));
+    if (embedding && unclaimed(regions, *embedding)) regions.add(std::move(*embedding));
   }
   // The output layer is a column candidate whose split reached the model output.
   std::vector<RejectedRegion> still_rejected;
@@ -140,7 +135,7 @@ void add_vocabulary_regions(const Graph& graph, TensorRegions& regions) {
       std::string why_whole;
       auto head = output_layer(graph, rejected.column_ops[0], why_whole);
       if (head && unclaimed(regions, *head)) {
-        add_region(regions, std::move(*head));
+        regions.add(std::move(*head));
         continue;
       }
       if (!why_whole.empty()) rejected.reason = why_whole;

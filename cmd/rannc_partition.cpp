@@ -93,22 +93,29 @@ struct InspectOptions {
   std::string precision = "fp32";
   std::string optimizer = "adam";
   std::string profile_db;
+  std::string attention = "unfused";
+  std::string elementwise = "unfused";
 };
 
 // The cost options of inspect, checked before the model is read.
 std::optional<CostQuery> cost_query(const InspectOptions& options) {
   auto precision = plan::parse_precision(options.precision, "--precision");
   auto optimizer = plan::parse_optimizer(options.optimizer, "--optimizer");
-  bool refines = options.precision != "fp32" || options.optimizer != "adam" || !options.profile_db.empty();
+  auto attention = plan::parse_fusion(options.attention, "--attention");
+  auto elementwise = plan::parse_fusion(options.elementwise, "--elementwise");
+  bool refines = options.precision != "fp32" || options.optimizer != "adam" || !options.profile_db.empty() ||
+                 attention != plan::Fusion::kUnfused || elementwise != plan::Fusion::kUnfused;
   if (!options.device && !options.cluster_file) {
-    if (refines) throw InputError("--precision, --optimizer and --profile-db refine a prediction: add --device or --cluster");
+    if (refines)
+      throw InputError("--precision, --optimizer, --profile-db, --attention and --elementwise refine a prediction: add "
+                       "--device or --cluster");
     return std::nullopt;
   }
   cost::ClusterFlags flags;
   flags.device = options.device;
   flags.cluster_file = options.cluster_file;
   cost::Cluster cluster = cost::cluster_from_flags(flags);
-  CostQuery query{cluster.device, precision, optimizer, {}};
+  CostQuery query{cluster.device, precision, optimizer, {}, attention, elementwise};
   cost::check_precision_supported(query.device, query.precision);
   if (!options.profile_db.empty()) query.profile_db = cost::ProfileDb::load(options.profile_db, /*must_exist=*/true);
   query.device = with_this_cpu(query.device, query.profile_db ? &*query.profile_db : nullptr);  // last: a mistake above fails first
@@ -450,6 +457,8 @@ int run(int argc, char** argv) {
   inspect_command->add_option("--precision", inspect.precision, "fp32, bf16-mixed or fp16-mixed (with --device)");
   inspect_command->add_option("--optimizer", inspect.optimizer, "sgd, momentum or adam: optimizer state in the memory prediction");
   inspect_command->add_option("--profile-db", inspect.profile_db, "calibrate the prediction with this profile DB");
+  inspect_command->add_option("--attention", inspect.attention, "unfused or fused: as partition's (with --device)");
+  inspect_command->add_option("--elementwise", inspect.elementwise, "unfused or fused: as partition's (with --device)");
 
   ProfileCommandOptions profile;
   auto* profile_command = app.add_subcommand("profile", "time each distinct op of a TorchScript model on this machine");

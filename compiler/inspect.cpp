@@ -8,6 +8,7 @@
 
 #include "cost_model/op_work.h"
 #include "cost_model/step_estimate.h"
+#include "partitioner/tensor_regions.h"
 #include "ir/dump.h"
 #include "plan/plan_json.h"
 #include "sharding/embedding_tables.h"
@@ -65,7 +66,10 @@ void print_values(std::ostringstream& out, const char* label, const ir::Graph& g
 
 cost::StepEstimate estimate(const Model& model, const CostQuery& query) {
   const cost::ProfileDb* db = query.profile_db ? &*query.profile_db : nullptr;
-  return cost::estimate_step(model.graph, query.device, query.precision, query.optimizer, db);
+  std::vector<cost::FusedKernel> fused;
+  if (query.attention == plan::Fusion::kFused || query.elementwise == plan::Fusion::kFused)
+    fused = partition::fused_kernels(model.graph, partition::find_tensor_regions(model.graph), query.attention, query.elementwise);
+  return cost::estimate_step(model.graph, query.device, query.precision, query.optimizer, db, std::move(fused));
 }
 
 nlohmann::json predicted_json(const Model& model, const CostQuery& query) {
@@ -74,24 +78,28 @@ nlohmann::json predicted_json(const Model& model, const CostQuery& query) {
   for (std::size_t i = 0; i < cost::kOpClassCount; ++i) {
     if (e.ms_by_class[i] > 0) by_class[std::string(cost::op_class_name(static_cast<cost::OpClass>(i)))] = e.ms_by_class[i];
   }
-  return {{"device", query.device.name},
-          {"device_description", query.device.description},
-          {"precision", plan::precision_name(query.precision)},
-          {"optimizer", plan::optimizer_name(query.optimizer)},
-          {"calibration", e.calibration},
-          {"fwd_ms", e.fwd_ms},
-          {"bwd_ms", e.bwd_ms},
-          {"step_ms", e.fwd_ms + e.bwd_ms},
-          {"ms_by_class", by_class},
-          {"measured_ops", e.measured_ops},
-          {"memory_bytes", plan::memory_to_json(e.memory)}};
+  nlohmann::json json{{"device", query.device.name},
+                      {"device_description", query.device.description},
+                      {"precision", plan::precision_name(query.precision)},
+                      {"optimizer", plan::optimizer_name(query.optimizer)},
+                      {"calibration", e.calibration},
+                      {"fwd_ms", e.fwd_ms},
+                      {"bwd_ms", e.bwd_ms},
+                      {"step_ms", e.fwd_ms + e.bwd_ms},
+                      {"ms_by_class", by_class},
+                      {"measured_ops", e.measured_ops},
+                      {"memory_bytes", plan::memory_to_json(e.memory)}};
+  if (query.attention == plan::Fusion::kFused) json["attention"] = query.attention;
+  if (query.elementwise == plan::Fusion::kFused) json["elementwise"] = query.elementwise;
+  return json;
 }
 
 std::string predicted_text(const Model& model, const CostQuery& query) {
   auto e = estimate(model, query);
   std::ostringstream out;
   out << "\npredicted training step on one " << query.device.name << " (" << plan::precision_name(query.precision) << ", "
-      << plan::optimizer_name(query.optimizer) << ", efficiencies: " << e.calibration << ")\n"
+      << plan::optimizer_name(query.optimizer) << (query.attention == plan::Fusion::kFused ? ", fused attention" : "")
+      << (query.elementwise == plan::Fusion::kFused ? ", fused elementwise" : "") << ", efficiencies: " << e.calibration << ")\n"
       << "  device   " << query.device.description << "\n"
       << "  time     " << human_ms(e.fwd_ms + e.bwd_ms) << "  (forward " << human_ms(e.fwd_ms) << ", backward "
       << human_ms(e.bwd_ms) << ")\n"

@@ -17,6 +17,10 @@ struct CostQuery {
   plan::Precision precision = plan::Precision::kFp32;
   plan::Optimizer optimizer = plan::Optimizer::kAdam;
   std::optional<cost::ProfileDb> profile_db;
+  // How the training stack runs attention cores and elementwise ops (partition's --attention and
+  // --elementwise).
+  plan::Fusion attention = plan::Fusion::kUnfused;
+  plan::Fusion elementwise = plan::Fusion::kUnfused;
 };
 
 // `cost` may be null; then there is no "predicted" section.

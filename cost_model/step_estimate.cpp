@@ -3,8 +3,9 @@
 namespace rannc::cost {
 
 StepEstimate estimate_step(const ir::Graph& graph, const DeviceSpec& device, plan::Precision precision, plan::Optimizer optimizer,
-                           const ProfileDb* profile_db) {
+                           const ProfileDb* profile_db, std::vector<FusedKernel> fused) {
   CostModel costs(graph, device, precision, profile_db);
+  if (!fused.empty()) costs.fuse(graph, std::move(fused));
   StepEstimate estimate;
   StepTime step;
   for (const auto& op : graph.ops()) {
@@ -15,7 +16,7 @@ StepEstimate estimate_step(const ir::Graph& graph, const DeviceSpec& device, pla
   }
   estimate.fwd_ms = step.fwd.ms();
   estimate.bwd_ms = step.bwd.ms();
-  auto activations = activation_memory(graph, costs.requires_grad(), precision);
+  auto activations = activation_memory(graph, costs.requires_grad(), precision, costs.fused_kernels());
   estimate.memory = stage_memory(whole_model_footprint(graph, activations, precision), StagePlacement{}, optimizer, precision);
   estimate.calibration = costs.calibration();
   return estimate;

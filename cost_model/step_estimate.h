@@ -19,7 +19,8 @@ struct StepEstimate {
   std::string calibration;
 };
 
+// `fused`: the kernels the training stack runs fused (CostModel::fuse), none by default.
 StepEstimate estimate_step(const ir::Graph& graph, const DeviceSpec& device, plan::Precision precision, plan::Optimizer optimizer,
-                           const ProfileDb* profile_db);
+                           const ProfileDb* profile_db, std::vector<FusedKernel> fused = {});
 
 }  // namespace rannc::cost

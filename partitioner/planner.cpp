@@ -69,18 +69,6 @@ std::vector<int> sample_sizes(const std::vector<SearchConfig>& configs) {
   return {sizes.begin(), sizes.end()};
 }
 
-// The kernels the training stack runs fused (plan/options.h's Fusion), ascending by first op.
-std::vector<cost::FusedKernel> fused_kernels(const ir::Graph& graph, const TensorRegions& regions, const PlanRequest& request) {
-  std::vector<cost::FusedKernel> kernels;
-  if (request.attention == plan::Fusion::kFused) kernels = attention_kernels(graph, regions);
-  if (request.elementwise == plan::Fusion::kFused) {
-    auto elementwise = cost::elementwise_kernels(graph, kernels);
-    kernels.insert(kernels.end(), elementwise.begin(), elementwise.end());
-  }
-  std::sort(kernels.begin(), kernels.end());
-  return kernels;
-}
-
 double whole_step_ms(const ir::Graph& graph, const cost::CostModel& costs, double fraction) {
   cost::StepTime step;
   for (const auto& op : graph.ops()) step.add(costs.op_cost(op.id, fraction));
@@ -572,7 +560,8 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
   result.partitioning.regions = find_tensor_regions(graph);
   // Every cost below, the bounds' included, is of the kernels the training stack runs.
   std::optional<cost::CostModel> fused;
-  if (auto kernels = fused_kernels(graph, result.partitioning.regions, request); !kernels.empty()) {
+  if (auto kernels = fused_kernels(graph, result.partitioning.regions, request.attention, request.elementwise);
+      !kernels.empty()) {
     fused = model_costs;
     fused->fuse(graph, std::move(kernels));
   }

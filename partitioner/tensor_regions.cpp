@@ -886,4 +886,16 @@ std::vector<cost::FusedKernel> attention_kernels(const ir::Graph& graph, const T
   return kernels;
 }
 
+std::vector<cost::FusedKernel> fused_kernels(const ir::Graph& graph, const TensorRegions& regions, plan::Fusion attention,
+                                             plan::Fusion elementwise) {
+  std::vector<cost::FusedKernel> kernels;
+  if (attention == plan::Fusion::kFused) kernels = attention_kernels(graph, regions);
+  if (elementwise == plan::Fusion::kFused) {
+    auto more = cost::elementwise_kernels(graph, kernels);
+    kernels.insert(kernels.end(), more.begin(), more.end());
+  }
+  std::sort(kernels.begin(), kernels.end());
+  return kernels;
+}
+
 }  // namespace rannc::partition

@@ -110,6 +110,12 @@ TensorRegions find_tensor_regions(const ir::Graph& graph);
 // fused); ascending by first op.
 std::vector<cost::FusedKernel> attention_kernels(const ir::Graph& graph, const TensorRegions& regions);
 
+// Every kernel a training stack runs fused (plan/options.h's Fusion): the attention kernels with
+// `attention` fused, the elementwise kernels outside them (cost::elementwise_kernels) with
+// `elementwise` fused. Ascending by first op.
+std::vector<cost::FusedKernel> fused_kernels(const ir::Graph& graph, const TensorRegions& regions, plan::Fusion attention,
+                                             plan::Fusion elementwise);
+
 // Adds the vocabulary regions of a language model to the layer regions found
 // (vocabulary_regions.cpp): the token embeddings, and the output layer making the model's first
 // output, whose candidate `regions.rejected` holds; a classifier narrower than its input stays

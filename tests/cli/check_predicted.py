@@ -1,5 +1,6 @@
 """`inspect --device` predicts a training step for every device preset: faster devices are
-faster, optimizer state and precision change memory as the formulas say, and an op kind
+faster, optimizer state and precision change memory as the formulas say, fused attention and
+elementwise kernels keep fewer activations and take less time, and an op kind
 without a formula is costed (never free) with a warning.
 
 usage: check_predicted.py BINARY SAMPLES_DIR
@@ -46,6 +47,17 @@ def main():
         problems.append(f"Adam state is not 8 bytes per parameter: {madam['optimizer']}")
     if abs(m16["activations"] - m32["activations"] / 2) > 0.05 * m32["activations"]:
         problems.append(f"bf16 activations {m16['activations']} are not half of fp32's {m32['activations']}")
+
+    # A stack with fused kernels keeps fewer activations and takes less time; the report says so.
+    for flags in (["--attention", "fused"], ["--elementwise", "fused"]):
+        fused, _ = predict(binary, gpt, "--batch", "2", "--device", "a100-80g", "--precision", "bf16-mixed", *flags)
+        f, u = fused["predicted"], bf16["predicted"]
+        kind = flags[0][2:]
+        if f.get(kind) != "fused" or kind in u:
+            problems.append(f"{' '.join(flags)}: the prediction names {f.get(kind)!r}, op by op {u.get(kind)!r}")
+        if not (f["memory_bytes"]["activations"] < u["memory_bytes"]["activations"] and f["step_ms"] < u["step_ms"]):
+            problems.append(f"{' '.join(flags)}: activations {f['memory_bytes']['activations']} and step {f['step_ms']} "
+                            f"are not below op by op's {u['memory_bytes']['activations']} and {u['step_ms']}")
 
     # The trace and the ONNX export of one model are costed alike; the export has more ops
     # (a linear is Transpose + MatMul + Add), each with a launch overhead.

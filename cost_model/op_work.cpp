@@ -1,7 +1,6 @@
 #include "cost_model/op_work.h"
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <numeric>
 #include <set>

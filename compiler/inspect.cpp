@@ -89,8 +89,7 @@ nlohmann::json predicted_json(const Model& model, const CostQuery& query) {
                       {"ms_by_class", by_class},
                       {"measured_ops", e.measured_ops},
                       {"memory_bytes", plan::memory_to_json(e.memory)}};
-  if (query.attention == plan::Fusion::kFused) json["attention"] = query.attention;
-  if (query.elementwise == plan::Fusion::kFused) json["elementwise"] = query.elementwise;
+  plan::add_fused_kernels(json, query.attention, query.elementwise);
   return json;
 }
 
@@ -98,8 +97,8 @@ std::string predicted_text(const Model& model, const CostQuery& query) {
   auto e = estimate(model, query);
   std::ostringstream out;
   out << "\npredicted training step on one " << query.device.name << " (" << plan::precision_name(query.precision) << ", "
-      << plan::optimizer_name(query.optimizer) << (query.attention == plan::Fusion::kFused ? ", fused attention" : "")
-      << (query.elementwise == plan::Fusion::kFused ? ", fused elementwise" : "") << ", efficiencies: " << e.calibration << ")\n"
+      << plan::optimizer_name(query.optimizer) << plan::fused_kernels_label(query.attention, query.elementwise)
+      << ", efficiencies: " << e.calibration << ")\n"
       << "  device   " << query.device.description << "\n"
       << "  time     " << human_ms(e.fwd_ms + e.bwd_ms) << "  (forward " << human_ms(e.fwd_ms) << ", backward "
       << human_ms(e.bwd_ms) << ")\n"

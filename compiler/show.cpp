@@ -254,8 +254,7 @@ std::string show_text(const plan::Plan& plan) {
       << plural(plan.batch.microbatches, "microbatch", "microbatches") << " x " << plural(plan.batch.microbatch_size, "sample") << ", "
       << plan::schedule_label(plan.schedule, plan.interleave)
       << ", " << plan::optimizer_name(plan.optimizer) << ", " << plan::precision_name(plan.precision)
-      << (plan.attention == plan::Fusion::kFused ? ", fused attention" : "")
-      << (plan.elementwise == plan::Fusion::kFused ? ", fused elementwise" : "") << "\n"
+      << plan::fused_kernels_label(plan.attention, plan.elementwise) << "\n"
       << "layout     " << plural(static_cast<std::int64_t>(plan.stages.size()), "stage")
       << (plan.interleave > 1 ? " on " + plural(plan.pipeline_stages(), "device group") : "") << " x "
       << plural(plan.batch.pipelines, "pipeline") << " on " << plural(static_cast<std::int64_t>(plan.ranks.size()), "rank")
@@ -313,8 +312,7 @@ nlohmann::json show_json(const plan::Plan& plan) {
           {"unused_devices",
            {{"count", plan.unused.ranks.size()}, {"ranks", plan.unused.ranks}, {"reason", plan.unused.reason}}}};
   if (plan.interleave > 1) summary["interleave"] = plan.interleave;
-  if (plan.attention != plan::Fusion::kUnfused) summary["attention"] = plan.attention;
-  if (plan.elementwise != plan::Fusion::kUnfused) summary["elementwise"] = plan.elementwise;
+  plan::add_fused_kernels(summary, plan.attention, plan.elementwise);
   if (plan.sharding) summary["sharding"] = sharding_json(*plan.sharding);
   if (plan.generator) summary["generator"] = plan::generator_to_json(*plan.generator);
   return summary;

@@ -71,6 +71,11 @@ Fusion parse_fusion(std::string_view name, std::string_view what) {
   return parse_named_choice(name, what, "kernel fusion", {Fusion::kUnfused, Fusion::kFused}, fusion_name);
 }
 
+std::string fused_kernels_label(Fusion attention, Fusion elementwise) {
+  return std::string(attention == Fusion::kFused ? ", fused attention" : "") +
+         (elementwise == Fusion::kFused ? ", fused elementwise" : "");
+}
+
 std::string_view region_kind_name(RegionKind kind) {
   switch (kind) {
     case RegionKind::kLayer: return "layer";

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace rannc::plan {
@@ -50,6 +51,8 @@ enum class Fusion : std::uint8_t { kUnfused, kFused };
 std::string_view fusion_name(Fusion fusion);
 // Throws InputError "WHAT NAME: unknown kernel fusion (known: unfused, fused)".
 Fusion parse_fusion(std::string_view name, std::string_view what);
+// What reports append to a stack's options: ", fused attention, fused elementwise", or less.
+std::string fused_kernels_label(Fusion attention, Fusion elementwise);
 
 // What a tensor-parallel region splits: a layer's matrix products, a vocabulary's embedding
 // table, or the output layer by vocabulary. Names: "layer", "vocabulary_embedding",

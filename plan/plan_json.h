@@ -20,6 +20,11 @@ inline void to_json(nlohmann::json& json, Optimizer optimizer) { json = std::str
 inline void to_json(nlohmann::json& json, Precision precision) { json = std::string(precision_name(precision)); }
 inline void to_json(nlohmann::json& json, StateSharding sharding) { json = std::string(state_sharding_name(sharding)); }
 inline void to_json(nlohmann::json& json, Fusion fusion) { json = std::string(fusion_name(fusion)); }
+// "attention" and "elementwise", each only when fused (absent: unfused, and JSON as before).
+inline void add_fused_kernels(nlohmann::json& json, Fusion attention, Fusion elementwise) {
+  if (attention != Fusion::kUnfused) json["attention"] = attention;
+  if (elementwise != Fusion::kUnfused) json["elementwise"] = elementwise;
+}
 // A stage's recompute: false (none) and true (full), as plans were before selective
 // recomputation, or "selective".
 inline void to_json(nlohmann::json& json, Recompute recompute) {

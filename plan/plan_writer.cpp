@@ -235,8 +235,7 @@ json to_json(const Plan& plan) {
       {"predicted", prediction_to_json(plan.predicted)},
   };
   if (plan.interleave > 1) document["interleave"] = plan.interleave;  // absent: 1, and plans stay as they were
-  if (plan.attention != Fusion::kUnfused) document["attention"] = plan.attention;  // absent: unfused, likewise
-  if (plan.elementwise != Fusion::kUnfused) document["elementwise"] = plan.elementwise;
+  add_fused_kernels(document, plan.attention, plan.elementwise);
   if (plan.sharding) document["sharding"] = sharding_json(*plan.sharding);
   if (plan.generator) document["generator"] = generator_to_json(*plan.generator);
   if (!plan.unused.ranks.empty()) {

@@ -39,6 +39,9 @@ class ModelSource {
   // How verify's reference relates to the original: "" when the reference is the model itself
   // (TorchScript), else a note that the whole model runs through the same generated mapping.
   virtual std::string reference_note() const { return ""; }
+  // Whether the plugin cuts this model's tensor-parallel stages into one file per tensor rank
+  // (emit::TensorShard): TorchScript models, whose stages it clones; generated sources not yet.
+  virtual bool cuts_tensor_shards() const { return false; }
 };
 
 struct LoadOptions {

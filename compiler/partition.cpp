@@ -218,19 +218,26 @@ void write_companion_files(const plan::Plan& plan, const partition::PlacedPipeli
   write_file_atomically(beside("stages.dot"), emit::stages_dot(plan), "the stage graph");
 }
 
-// stage_<digits>.pt and shards_<digits>.pt, the names of the stage files and shard files
-// partition writes (emit/stage_layout.cpp, sharded_partition.cpp), and the sharded plan's others.
-bool numbered_file(const std::string& name, const std::string& prefix) {
+// stage_<digits>.pt, stage_<digits>_tp<digits>.pt and shards_<digits>.pt, the names of the stage
+// files, tensor ranks' stage files and shard files partition writes (emit/stage_layout.cpp,
+// sharded_partition.cpp), and the sharded plan's others.
+bool numbered_file(const std::string& name, const std::string& prefix, const std::string& second = "") {
   const std::string suffix = ".pt";
   if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
       name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
     return false;
-  auto digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  return std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+  auto numbers = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  auto digits = [](const std::string& text) {
+    return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (second.empty()) return digits(numbers);
+  auto at = numbers.find(second);
+  return at != std::string::npos && digits(numbers.substr(0, at)) && digits(numbers.substr(at + second.size()));
 }
 
 bool is_stage_file_name(const std::string& name) {
-  return numbered_file(name, "stage_") || numbered_file(name, "shards_") || name == kIndicesFile || name == kTablesFile;
+  return numbered_file(name, "stage_") || numbered_file(name, "stage_", "_tp") || numbered_file(name, "shards_") ||
+         name == kIndicesFile || name == kTablesFile;
 }
 
 // plan.json of an earlier run and its stage files: readers must not take them for this plan's
@@ -316,7 +323,12 @@ nlohmann::json write_outputs(const Outputs& out, const PartitionOptions& options
   remove_outputs_of_old_plan(out.plan.path);
   if (!options.plan_only) {
     auto hashes = write_stage_files(out.model, out.layouts, options.out_dir);
-    for (std::size_t i = 0; i < hashes.size(); ++i) out.plan.stages[i].sha256 = hashes[i];
+    for (std::size_t i = 0; i < hashes.size(); ++i) {
+      auto& stage = out.plan.stages[i];
+      stage.sha256 = hashes[i].stage;
+      for (std::size_t rank = 0; rank < hashes[i].tensor_ranks.size(); ++rank)
+        stage.tensor_parallel.files.at(rank).sha256 = hashes[i].tensor_ranks[rank];
+    }
   }
   std::string text = checked_plan_text(out.plan);
   nlohmann::json check;
@@ -394,6 +406,8 @@ PartitionReport run_partition(const PartitionOptions& options) {
     options.progress.done("planned the free layout to compare with");
   }
   auto layouts = emit::stage_layouts(model.graph, result);
+  if (!model.source->cuts_tensor_shards())
+    for (auto& layout : layouts) layout.tensor_shard.files.clear();
   // The model's absolute path, so that the plan finds it from any working directory.
   emit::ModelFacts facts{std::filesystem::canonical(options.model_path).string(), sha256_of_file(options.model_path),
                          std::string(model_format_name(model.format)), model.batch};

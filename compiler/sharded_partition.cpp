@@ -145,11 +145,11 @@ void write_sharded_files(const Model& model, ShardedPlan& sharded, const std::st
   auto hashes = write_stage_files(model, {sharded.dense, sharded.indices, sharded.tables}, folder);
   auto& plan = sharded.plan;
   auto& section = *plan.sharding;
-  plan.stages[0].sha256 = hashes[0];
+  plan.stages[0].sha256 = hashes[0].stage;
   plan::ShardingFiles files;
-  files.indices = {kIndicesFile, hashes[1]};
+  files.indices = {kIndicesFile, hashes[1].stage};
   for (const auto& input : sharded.indices.inputs) files.index_inputs.push_back(model.graph.value(input.value).name);
-  files.tables = {kTablesFile, hashes[2]};
+  files.tables = {kTablesFile, hashes[2].stage};
   for (std::size_t t = 0; t < section.tables.size(); ++t) {
     auto& table = section.tables[t];
     table.lookup_args = sharded.lookup_args[t];

@@ -8,12 +8,13 @@
 
 namespace rannc {
 
-std::vector<std::string> write_stage_files(const Model& model, const std::vector<emit::StageLayout>& stages,
+std::vector<StageHashes> write_stage_files(const Model& model, const std::vector<emit::StageLayout>& stages,
                                            const std::string& folder) {
-  std::vector<std::string> hashes;
+  std::vector<StageHashes> hashes;
+  auto path_of = [&](const std::string& file) { return (std::filesystem::path(folder) / file).string(); };
   for (const auto& stage : stages) {
     // The plugin writes atomically (a temporary beside the file, renamed over it).
-    auto path = (std::filesystem::path(folder) / stage.file).string();
+    auto path = path_of(stage.file);
     // The source first: a model whose weights cannot be read is refused before libtorch loads.
     auto source = model.source->stage_source(model, stage);
     auto& plugin = torch_plugin();
@@ -23,7 +24,13 @@ std::vector<std::string> write_stage_files(const Model& model, const std::vector
       plugin.save_torchscript_stage(model, stage, path);
     }
     // Of the file as written: what every reader will check it against.
-    hashes.push_back(sha256_of_file(path));
+    StageHashes written{sha256_of_file(path), {}};
+    const auto& rank_files = stage.tensor_shard.files;
+    for (std::size_t rank = 0; rank < rank_files.size(); ++rank) {
+      plugin.save_torchscript_stage(model, stage, path_of(rank_files[rank]), static_cast<int>(rank));
+      written.tensor_ranks.push_back(sha256_of_file(path_of(rank_files[rank])));
+    }
+    hashes.push_back(std::move(written));
   }
   return hashes;
 }

@@ -72,8 +72,10 @@ class TorchPlugin {
 
   // Stage files (frontends/torchscript/torchscript_stages.cpp). A TorchScript model's stage is its own nodes
   // cloned into a new module; an ONNX model's is generated source compiled with define().
-  // Both save to `path`; errors are InputError naming the stage.
-  virtual void save_torchscript_stage(const Model& model, const emit::StageLayout& stage, const std::string& path) = 0;
+  // Both save to `path`; errors are InputError naming the stage. With `tensor_rank` >= 0, a
+  // TorchScript stage of tensor-parallel degree > 1 is cut for that rank (emit::TensorShard).
+  virtual void save_torchscript_stage(const Model& model, const emit::StageLayout& stage, const std::string& path,
+                                      int tensor_rank = -1) = 0;
   virtual void save_source_stage(const StageSource& stage, const std::string& path) = 0;
   // A sharded plan's shards of one rank: each slice of a table of the tables file (a stage file
   // holding every table whole), saved at `path` as a state dict by table name.

@@ -61,28 +61,31 @@ std::string region_module(const ir::Graph& graph, const partition::TensorRegion&
   return common;
 }
 
-// What a stage of tensor-parallel degree > 1 splits: the regions whose row op it computes and
-// that allow the degree, their weights, and the candidates it leaves whole with why.
+// What a stage of tensor-parallel degree > 1 splits: the regions of its layout's shard (whose
+// anchor it computes and that allow the degree), their weights, its ranks' files, and the
+// candidates it leaves whole with why.
 plan::TensorParallel plan_tensor_parallel(const ir::Graph& graph, const partition::TensorRegions& found,
-                                          const std::vector<ir::OpId>& stage_ops /* ascending */, int degree) {
+                                          const StageLayout& layout) {
+  const auto& shard = layout.tensor_shard;
   plan::TensorParallel split;
-  split.degree = degree;
-  auto in_stage = [&](ir::OpId op) { return std::binary_search(stage_ops.begin(), stage_ops.end(), op); };
+  split.degree = shard.degree;
   std::set<ir::ValueId> weights_split;  // a tied weight splits once though two regions read it
-  for (const auto& region : found.regions) {
-    if (!in_stage(region.anchor())) continue;
-    std::vector<int> columns(region.column_ops.begin(), region.column_ops.end());
-    if (!region.allows(degree)) {
-      split.unsplit.push_back({columns, "its split dims (heads, features) have " + std::to_string(region.divisor) +
-                                            " as greatest common divisor, which " + std::to_string(degree) + " does not divide"});
-      continue;
-    }
-    split.regions.push_back({region.kind, region_module(graph, region), columns,
+  for (const auto& region : shard.regions) {
+    split.regions.push_back({region.kind, region_module(graph, region),
+                             {region.column_ops.begin(), region.column_ops.end()},
                              {region.ops.begin(), region.ops.end()}, region.row_op == ir::kNoId ? -1 : region.row_op});
     for (const auto& weight : region.weights)
       if (weights_split.insert(weight.weight).second)
         split.weights.push_back({graph.value(weight.weight).name, weight.dim, weight.groups});
   }
+  for (const auto& file : shard.files) split.files.push_back({file, ""});
+  const auto& stage_ops = layout.ops;
+  auto in_stage = [&](ir::OpId op) { return std::binary_search(stage_ops.begin(), stage_ops.end(), op); };
+  for (const auto& region : found.regions)
+    if (in_stage(region.anchor()) && !region.allows(shard.degree))
+      split.unsplit.push_back({{region.column_ops.begin(), region.column_ops.end()},
+                               "its split dims (heads, features) have " + std::to_string(region.divisor) +
+                                   " as greatest common divisor, which " + std::to_string(shard.degree) + " does not divide"});
   for (auto op : found.sequence_ops)
     if (in_stage(op)) split.sequence_ops.push_back(op);
   for (const auto& rejected : found.rejected)
@@ -131,8 +134,8 @@ plan::Stage plan_stage(const ir::Graph& graph, const partition::PlanResult& resu
   stage.recompute = option.recompute;
   stage.state_sharding = option.sharding;
   stage.offload = option.offload;
-  if (option.tensor_degree > 1)
-    stage.tensor_parallel = plan_tensor_parallel(graph, result.partitioning.regions, layout.ops, option.tensor_degree);
+  if (layout.tensor_shard.degree > 1)
+    stage.tensor_parallel = plan_tensor_parallel(graph, result.partitioning.regions, layout);
   stage.predicted = {option.fwd_ms,      option.bwd_ms,           option.p2p_ms,  planned.allreduce_ms, option.offload_ms,
                      planned.in_flight, planned.memory.total(), planned.memory, planned.host_mem_bytes};
   return stage;

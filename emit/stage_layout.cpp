@@ -91,6 +91,17 @@ void assign_weights(const ir::Graph& graph, std::vector<StageLayout>& layouts) {
   }
 }
 
+// The regions a stage of tensor-parallel degree `degree` splits, and its ranks' files.
+void assign_tensor_shard(const partition::TensorRegions& found, int degree, StageLayout& layout) {
+  if (degree <= 1) return;
+  layout.tensor_shard.degree = degree;
+  for (const auto& region : found.regions)
+    if (std::binary_search(layout.ops.begin(), layout.ops.end(), region.anchor()) && region.allows(degree))
+      layout.tensor_shard.regions.push_back(region);
+  for (int rank = 0; rank < degree; ++rank)
+    layout.tensor_shard.files.push_back("stage_" + std::to_string(layout.id) + "_tp" + std::to_string(rank) + ".pt");
+}
+
 }  // namespace
 
 std::vector<StageLayout> stage_layouts(const ir::Graph& graph, const partition::PlanResult& result) {
@@ -102,6 +113,8 @@ std::vector<StageLayout> stage_layouts(const ir::Graph& graph, const partition::
   auto stage_of_unit = assign_units(graph, result, layouts);
   assign_tensors(result, stage_of_unit, layouts);
   assign_weights(graph, layouts);
+  for (auto& layout : layouts)
+    assign_tensor_shard(result.partitioning.regions, result.pipeline.stages[layout.id].option.tensor_degree, layout);
   return layouts;
 }
 

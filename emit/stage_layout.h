@@ -31,6 +31,15 @@ struct StageWeight {
   std::vector<int> shared_with;  // other stages that read the same weight (tied weights)
 };
 
+// A stage split across a tensor-parallel group of `degree` devices: the regions it splits (those
+// whose anchor it computes and that allow the degree) and the file of each tensor rank, which
+// holds that rank's slices of the regions' weights and runs its share of their ops.
+struct TensorShard {
+  int degree = 1;  // 1: not split
+  std::vector<partition::TensorRegion> regions;  // ascending by anchor
+  std::vector<std::string> files;                // "stage_<id>_tp<rank>.pt", one per tensor rank
+};
+
 struct StageLayout {
   int id = 0;
   std::string file;                 // "stage_<id>.pt", relative to plan.json
@@ -38,6 +47,7 @@ struct StageLayout {
   std::vector<StageInput> inputs;   // forward's arguments, ascending value id
   std::vector<StageOutput> outputs; // forward's returned tuple, ascending value id
   std::vector<StageWeight> params, buffers;
+  TensorShard tensor_shard;
 };
 
 std::vector<StageLayout> stage_layouts(const ir::Graph& graph, const partition::PlanResult& result);

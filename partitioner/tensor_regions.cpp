@@ -272,6 +272,7 @@ class RegionTracer {
     region.output = graph_.op(row_op_).outputs.at(0);
     region.divisor = std::max<std::int64_t>(divisor_, 1);
     region.attention_core = attention_core();
+    for (const auto& [id, split] : split_) region.split_values.emplace_back(id, split.dim);
     return region;
   }
 

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cost_model/op_work.h"
@@ -64,6 +65,9 @@ struct TensorRegion {
   // The ops of the attention core (softmax, masking, dropout and the products around them):
   // what selective recomputation recomputes. Empty in an MLP.
   std::vector<ir::OpId> attention_core;
+  // Every value the region splits, with its split dim, ascending: where a rank's stage file cuts
+  // a size argument (a reshape into heads, a split of a fused QKV) to its share.
+  std::vector<std::pair<ir::ValueId, int>> split_values;
 
   bool is_vocabulary() const { return kind != plan::RegionKind::kLayer; }
   bool allows(int degree) const {

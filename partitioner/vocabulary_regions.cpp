@@ -113,6 +113,12 @@ std::optional<TensorRegion> output_layer(const Graph& graph, OpId id, std::strin
   region.input = product->activation;
   region.output = logits;
   region.divisor = features;
+  // The product's output and the logits split along the vocabulary, their last dim.
+  for (ValueId split : {op.outputs[0], logits})
+    region.split_values.emplace_back(split, static_cast<int>(value.type.shape.size()) - 1);
+  std::sort(region.split_values.begin(), region.split_values.end());
+  region.split_values.erase(std::unique(region.split_values.begin(), region.split_values.end()),
+                            region.split_values.end());
   return region;
 }
 

@@ -62,6 +62,11 @@ struct StagePrediction {
   double host_mem_bytes = 0;         // per rank, in host memory: the offloaded state
 };
 
+// A file the plan names, relative to plan.json's folder, with its SHA-256 as written.
+struct PlanFile {
+  std::string file, sha256;
+};
+
 // Tensor parallelism of a stage: each data-parallel replica is a group of `degree` devices in
 // one node (consecutive ranks, tensor ranks 0..degree-1) that split the regions listed.
 struct TensorParallel {
@@ -94,6 +99,11 @@ struct TensorParallel {
   std::vector<int> sequence_ops;
   std::vector<SplitWeight> weights;
   std::vector<Unsplit> unsplit;
+  // Each tensor rank's stage file, "stage_<id>_tp<rank>.pt": its slices of the split weights
+  // (plan/tensor_slices.h), its share of the regions' ops and the group's collectives. The
+  // SHA-256 is "" in --plan-only plans; no files where the model's frontend cannot cut its
+  // stages (the stage file still holds the whole stage).
+  std::vector<PlanFile> files;
 };
 
 struct Stage {
@@ -206,11 +216,6 @@ struct ShardedRank {
   double lookup_ms = 0, all_to_all_ms = 0, allreduce_ms = 0, dense_ms = 0, step_ms = 0, mem_bytes = 0, host_mem_bytes = 0;
 };
 
-// A file the plan names, relative to plan.json's folder, with its SHA-256 as written.
-struct PlanFile {
-  std::string file, sha256;
-};
-
 // What a sharded plan's ranks load (absent from --plan-only plans): the indices module, whose
 // forward takes the model inputs `index_inputs` and returns every tensor the lookups read (the
 // tables' ids, and bag offsets where a lookup takes them) in the argument order of the tables
@@ -269,6 +274,9 @@ struct Plan {
   std::string folder() const;
   // A stage file's path on disk.
   std::string stage_path(const Stage& stage) const;
+  // What a rank of `tensor_rank` loads: its file of a tensor-parallel stage that has them
+  // (TensorParallel::files), else the stage file.
+  std::string stage_path(const Stage& stage, int tensor_rank) const;
   // The model's path on disk: model.path, which partition writes absolute; a relative one (a
   // plan written by hand) is taken from the plan's folder, like the stage files.
   std::string model_file() const;

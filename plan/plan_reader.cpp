@@ -301,6 +301,13 @@ void read_source(const Field& input, Tensor& tensor, int stage_id, const Plan& p
 // bounds what a hostile plan may ask for.
 constexpr int kMaxTensorDegree = 64;
 
+std::string read_sha256(const Field& field) {
+  std::string sha256 = field.text();
+  bool hex = sha256.size() == 64 && sha256.find_first_not_of("0123456789abcdef") == std::string::npos;
+  if (!hex) field.fail("'" + text_excerpt(sha256) + "' is not a SHA-256 (64 lowercase hex digits)");
+  return sha256;
+}
+
 std::vector<int> read_op_ids(const Field& list) {
   std::vector<int> ops;
   for (const auto& op : list.items()) ops.push_back(op.small());
@@ -335,6 +342,17 @@ TensorParallel read_tensor_parallel(const Field& field, const Plan& plan, const 
   }
   for (const auto& left : field["unsplit"].items())
     split.unsplit.push_back({read_op_ids(left["column_ops"]), left["reason"].text()});
+  if (auto files = field.find("files")) {
+    for (const auto& entry : files->items()) {
+      PlanFile file{entry["file"].text(), ""};
+      if (file.file.empty()) entry["file"].fail("empty");
+      if (auto sha256 = entry.find("sha256")) file.sha256 = read_sha256(*sha256);
+      split.files.push_back(std::move(file));
+    }
+    if (split.files.size() != static_cast<std::size_t>(split.degree))
+      files->fail(std::to_string(split.files.size()) + " files for degree " + std::to_string(split.degree) +
+                  " (one per tensor rank)");
+  }
   return split;
 }
 
@@ -387,12 +405,7 @@ Stage read_stage(const Field& field, int index, const Plan& plan) {
   if (stage.id != index) field["id"].fail(std::to_string(stage.id) + ", expected " + std::to_string(index) + " (stage ids run 0, 1, ... in order)");
   stage.file = field["file"].text();
   if (stage.file.empty()) field["file"].fail("empty");
-  if (auto sha256 = field.find("sha256")) {
-    stage.sha256 = sha256->text();
-    bool hex = stage.sha256.size() == 64 &&
-               stage.sha256.find_first_not_of("0123456789abcdef") == std::string::npos;
-    if (!hex) sha256->fail("'" + text_excerpt(stage.sha256) + "' is not a SHA-256 (64 lowercase hex digits)");
-  }
+  if (auto sha256 = field.find("sha256")) stage.sha256 = read_sha256(*sha256);
   stage.params = read_weights(field["params"]);
   if (auto split = field.find("tensor_parallel")) stage.tensor_parallel = read_tensor_parallel(*split, plan, stage.params);
   read_stage_ranks(field, stage, plan);
@@ -562,6 +575,12 @@ std::string from_plan_folder(const Plan& plan, const std::string& path) {
 
 std::string Plan::stage_path(const Stage& stage) const { return from_plan_folder(*this, stage.file); }
 
+std::string Plan::stage_path(const Stage& stage, int tensor_rank) const {
+  const auto& files = stage.tensor_parallel.files;
+  if (files.empty()) return stage_path(stage);
+  return from_plan_folder(*this, files.at(static_cast<std::size_t>(tensor_rank)).file);
+}
+
 std::string Plan::model_file() const { return from_plan_folder(*this, model.path); }
 
 namespace {
@@ -667,10 +686,8 @@ ShardedTable read_sharded_table(const Field& field, const Plan& plan) {
 }
 
 PlanFile read_plan_file_entry(const Field& field) {
-  PlanFile file{field["file"].text(), field["sha256"].text()};
+  PlanFile file{field["file"].text(), read_sha256(field["sha256"])};
   if (file.file.empty()) field["file"].fail("empty");
-  bool hex = file.sha256.size() == 64 && file.sha256.find_first_not_of("0123456789abcdef") == std::string::npos;
-  if (!hex) field["sha256"].fail("'" + text_excerpt(file.sha256) + "' is not a SHA-256 (64 lowercase hex digits)");
   return file;
 }
 
@@ -790,6 +807,10 @@ std::string check_plan_file(const Plan& plan, const PlanFile& file, const std::s
 
 void check_stage_file(const Plan& plan, const Stage& stage, bool check_sha256) {
   check_plan_file(plan, {stage.file, stage.sha256}, "stage " + std::to_string(stage.id) + "'s file", check_sha256);
+  const auto& files = stage.tensor_parallel.files;
+  for (std::size_t rank = 0; rank < files.size(); ++rank)
+    check_plan_file(plan, files[rank],
+                    "stage " + std::to_string(stage.id) + "'s file of tensor rank " + std::to_string(rank), check_sha256);
 }
 
 void check_stage_files(const Plan& plan) {

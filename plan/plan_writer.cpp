@@ -52,11 +52,21 @@ json tensor_parallel_json(const TensorParallel& split) {
     weights.push_back(entry);
   }
   for (const auto& left : split.unsplit) unsplit.push_back({{"column_ops", left.column_ops}, {"reason", left.reason}});
-  return {{"degree", split.degree},
-          {"regions", regions},
-          {"sequence_ops", split.sequence_ops},
-          {"weights", weights},
-          {"unsplit", unsplit}};
+  json entry = {{"degree", split.degree},
+                {"regions", regions},
+                {"sequence_ops", split.sequence_ops},
+                {"weights", weights},
+                {"unsplit", unsplit}};
+  if (!split.files.empty()) {
+    json files = json::array();
+    for (const auto& file : split.files) {
+      json one = {{"file", file.file}};
+      if (!file.sha256.empty()) one["sha256"] = file.sha256;
+      files.push_back(one);
+    }
+    entry["files"] = files;
+  }
+  return entry;
 }
 
 json stage_json(const Stage& stage) {

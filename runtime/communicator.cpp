@@ -87,18 +87,20 @@ c10::intrusive_ptr<CommGroup> make_group(const CommSettings& settings, const c10
 }  // namespace
 
 Communicator::Communicator(const MpiWorld& world, const std::vector<GradientGroup>& groups, std::chrono::seconds timeout,
-                           CommSettings settings)
+                           CommSettings settings, const std::vector<int>& tensor_group)
     : settings_(settings), staged_(!settings.nccl && !settings.device.is_cpu()) {
   auto store = rendezvous(world, timeout);
   world_ = make_group(settings_, store, "world/", world.rank(), world.size(), timeout);
-  for (const auto& group : groups) {
-    auto me = std::find(group.ranks.begin(), group.ranks.end(), world.rank());
-    bool alone = group.ranks.size() < 2;
-    groups_.push_back(alone ? c10::intrusive_ptr<CommGroup>()
-                            : make_group(settings_, store, "gradients " + group.key + "/",
-                                         static_cast<int>(me - group.ranks.begin()), static_cast<int>(group.ranks.size()),
-                                         timeout));
-  }
+  auto join = [&](const std::string& prefix, const std::vector<int>& ranks) {
+    auto me = std::find(ranks.begin(), ranks.end(), world.rank());
+    bool alone = ranks.size() < 2;
+    return alone ? c10::intrusive_ptr<CommGroup>()
+                 : make_group(settings_, store, prefix, static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size()),
+                              timeout);
+  };
+  for (const auto& group : groups) groups_.push_back(join("gradients " + group.key + "/", group.ranks));
+  // Named by its first rank: one group per set of ranks.
+  if (!tensor_group.empty()) tensor_group_ = join("tensor " + std::to_string(tensor_group.front()) + "/", tensor_group);
 }
 
 Communicator::~Communicator() = default;

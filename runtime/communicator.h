@@ -43,10 +43,11 @@ struct CommSettings {
 class Communicator {
  public:
   // Every rank calls this together: rank 0 serves a TCPStore whose address goes to the others
-  // through MPI, then each rank joins the world group and the groups in `groups` (this rank's,
-  // in the one global order RankLayout gives them).
+  // through MPI, then each rank joins the world group, the groups in `groups` (this rank's, in
+  // the one global order RankLayout gives them) and its tensor-parallel group (`tensor_group`,
+  // RankLayout::tensor_group: none when it is the rank alone).
   Communicator(const MpiWorld& world, const std::vector<GradientGroup>& groups, std::chrono::seconds timeout,
-               CommSettings settings = {});
+               CommSettings settings = {}, const std::vector<int>& tensor_group = {});
   ~Communicator();
 
   int rank() const;  // in the world
@@ -98,6 +99,9 @@ class Communicator {
   // Milliseconds spent waiting on communication since the last call.
   double take_wait_ms();
 
+  // The tensor-parallel group's c10d group (null without one), for runtime/tensor_parallel_group.h.
+  const c10::intrusive_ptr<CommGroup>& tensor_group() const { return tensor_group_; }
+
  private:
   template <typename F>
   void wait_for(const std::string& what, F&& wait);
@@ -110,6 +114,7 @@ class Communicator {
   bool staged_;  // Gloo with a GPU: tensors go through host memory
   c10::intrusive_ptr<CommGroup> world_;
   std::vector<c10::intrusive_ptr<CommGroup>> groups_;  // null where a group is only this rank
+  c10::intrusive_ptr<CommGroup> tensor_group_;
   struct PendingSend {
     c10::intrusive_ptr<c10d::Work> work;
     at::Tensor tensor;  // kept alive until the send completes

@@ -4,7 +4,11 @@
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/mse_loss.h>
 
+#include <algorithm>
+
+#include "plan/tensor_slices.h"
 #include "support/error.h"
+#include "torch_side/tensor_parallel_ops.h"
 
 namespace rannc::runtime {
 namespace {
@@ -40,6 +44,14 @@ LossPlan plan_loss(const plan::Plan& plan, const std::string& loss_option) {
                      "' does not have its batch along dim 0");
   }
   loss.kind = loss_option;
+  const auto& regions = plan.stages[loss.stage].tensor_parallel.regions;
+  loss.split_classes = std::any_of(regions.begin(), regions.end(), [](const plan::TensorParallel::Region& region) {
+    return region.kind == plan::RegionKind::kVocabularyHead;
+  });
+  if (loss.split_classes && loss.kind != "cross_entropy")
+    throw InputError("--loss " + loss.kind + ": the model's output '" + output.name +
+                     "' is split by vocabulary over a tensor-parallel group, whose loss is the parallel cross entropy "
+                     "(--loss cross_entropy)");
   SampleSpec target;
   target.name = "target";
   target.sample_shape.assign(output.shape.begin() + 1, output.shape.end());
@@ -60,7 +72,12 @@ LossFunction loss_function(const LossPlan& loss, const plan::Plan& plan, const R
   auto slice = layout.replica_slice(placement.stage, placement.replica);
   double samples = static_cast<double>(plan.batch.global) * accumulate_steps;
   double global_terms = samples * static_cast<double>(loss.elements_per_sample);
-  return [&loss, &data, slice, global_terms, samples](
+  const auto& stage = plan.stages[static_cast<std::size_t>(loss.stage)];
+  // The first class of this rank's slice, cut as the output layer's weight is.
+  std::int64_t first_class = plan::tensor_slice(stage.outputs[static_cast<std::size_t>(loss.output)].shape.back(),
+                                                stage.tensor_parallel.degree, placement.tensor_rank)
+                                 .begin;
+  return [&loss, &data, slice, global_terms, samples, first_class](
              const std::vector<at::Tensor>& outputs, int microbatch) -> at::Tensor {
     // In fp32 when autocast computed the output in bf16, as torch.autocast's cross entropy does.
     auto output = outputs.at(static_cast<std::size_t>(loss.output));
@@ -70,6 +87,9 @@ LossFunction loss_function(const LossPlan& loss, const plan::Plan& plan, const R
     auto target = data.rows("target", microbatch).to(output.device());
     if (loss.kind == "mse") return at::mse_loss(output, target, at::Reduction::Sum).div(global_terms);
     auto classes = output.size(-1);
+    if (loss.split_classes)
+      return tp::vocab_parallel_cross_entropy_sum(output.reshape({-1, classes}), target.reshape({-1}), first_class)
+          .div(global_terms);
     return at::cross_entropy_loss(output.reshape({-1, classes}), target.reshape({-1}), {}, at::Reduction::Sum)
         .div(global_terms);
   };

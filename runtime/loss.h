@@ -20,6 +20,10 @@ struct LossPlan {
   std::string kind;           // "scalar", "cross_entropy" or "mse"
   std::optional<SampleSpec> target;
   std::int64_t elements_per_sample = 1;  // loss terms per sample (cross_entropy: one per class vector)
+  // The output is a vocabulary head's logits split over a tensor-parallel group
+  // (plan::RegionKind::kVocabularyHead): each rank holds its slice of the classes, and the cross
+  // entropy is taken in parallel (torch_side/tensor_parallel_ops.h).
+  bool split_classes = false;
 };
 
 // Throws InputError when the loss option does not fit the model's output.

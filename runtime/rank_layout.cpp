@@ -35,20 +35,32 @@ void check_batch_reduced_sends(const plan::Plan& plan) {
 
 }  // namespace
 
+// A stage's ranks are its tensor-parallel groups one after another (consecutive ranks), the
+// groups its replicas in pipeline order.
 RankLayout::RankLayout(const plan::Plan& plan) : plan_(plan), placements_(plan.ranks.size()) {
   for (const auto& stage : plan.stages) {
+    int degree = stage.tensor_parallel.degree, per_pipeline = stage.replicas_per_pipeline;
     for (std::size_t i = 0; i < stage.ranks.size(); ++i) {
-      int per_pipeline = stage.replicas_per_pipeline;
-      placements_.at(static_cast<std::size_t>(stage.ranks[i])) = {stage.id, static_cast<int>(i) / per_pipeline,
-                                                                   static_cast<int>(i) % per_pipeline};
+      int group = static_cast<int>(i) / degree;
+      placements_.at(static_cast<std::size_t>(stage.ranks[i])) = {stage.id, group / per_pipeline, group % per_pipeline,
+                                                                   static_cast<int>(i) % degree};
     }
   }
   check_batch_reduced_sends(plan);
 }
 
-int RankLayout::rank_of(int stage, int pipeline, int replica) const {
+int RankLayout::rank_of(int stage, int pipeline, int replica, int tensor_rank) const {
   const auto& s = plan_.stages.at(static_cast<std::size_t>(stage));
-  return s.ranks.at(static_cast<std::size_t>(pipeline * s.replicas_per_pipeline + replica));
+  int group = pipeline * s.replicas_per_pipeline + replica;
+  return s.ranks.at(static_cast<std::size_t>(group * s.tensor_parallel.degree + tensor_rank));
+}
+
+std::vector<int> RankLayout::tensor_group(int rank) const {
+  auto at = placement(rank);
+  int degree = plan_.stages.at(static_cast<std::size_t>(at.stage)).tensor_parallel.degree;
+  std::vector<int> group;
+  for (int t = 0; t < degree; ++t) group.push_back(rank_of(at.stage, at.pipeline, at.replica, t));
+  return group;
 }
 
 SampleRange RankLayout::replica_slice(int stage, int replica) const {
@@ -100,7 +112,7 @@ std::vector<ShardBucket> shard_buckets(std::int64_t elements, int ranks, std::in
   return buckets;
 }
 
-std::vector<GradientGroup> RankLayout::gradient_groups(int stage) const {
+std::vector<GradientGroup> RankLayout::gradient_groups(int stage, int tensor_rank) const {
   const auto& params = plan_.stages.at(static_cast<std::size_t>(stage)).params;
   // Weights that share the same set of holding stages are summed over the same ranks.
   std::map<std::set<int>, std::vector<int>> by_holders;
@@ -117,9 +129,13 @@ std::vector<GradientGroup> RankLayout::gradient_groups(int stage) const {
     for (int s : holders) {
       group.key += (s == *holders.begin() ? " " : ",") + std::to_string(s);
       const auto& holder = plan_.stages.at(static_cast<std::size_t>(s));
-      ranks.insert(holder.ranks.begin(), holder.ranks.end());
+      std::size_t degree = static_cast<std::size_t>(holder.tensor_parallel.degree);
+      for (std::size_t i = static_cast<std::size_t>(tensor_rank); i < holder.ranks.size(); i += degree)
+        ranks.insert(holder.ranks[i]);
       group.sharded = group.sharded || holder.state_sharding != plan::StateSharding::kNone;
     }
+    if (plan_.stages.at(static_cast<std::size_t>(stage)).tensor_parallel.degree > 1)
+      group.key += " tensor rank " + std::to_string(tensor_rank);
     group.ranks.assign(ranks.begin(), ranks.end());
     group.sharded = group.sharded && group.ranks.size() > 1;
     // Every holder lists its copies in the same order, so the summed buffers line up.

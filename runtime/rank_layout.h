@@ -13,6 +13,7 @@ namespace rannc::runtime {
 
 struct Placement {
   int stage = 0, pipeline = 0, replica = 0;  // replica: within the pipeline
+  int tensor_rank = 0;  // its place in the replica's tensor-parallel group (plan::TensorParallel)
 };
 
 // A run of samples along a tensor's batch dim.
@@ -28,7 +29,9 @@ struct Piece {
 };
 
 // The ranks that hold copies of the same weights and sum their gradients: every replica of a
-// stage, in every pipeline, plus the stages a tied weight is shared with.
+// stage, in every pipeline, plus the stages a tied weight is shared with; in tensor-parallel
+// stages, those of one tensor rank (the weights a group replicates get the same gradient on each
+// of its ranks: their inputs' gradients are all-reduced).
 struct GradientGroup {
   std::string key;               // "stages 0,4": names the group in the rendezvous store
   std::vector<int> ranks;        // ascending
@@ -54,7 +57,9 @@ class RankLayout {
   explicit RankLayout(const plan::Plan& plan);
 
   Placement placement(int rank) const { return placements_.at(static_cast<std::size_t>(rank)); }
-  int rank_of(int stage, int pipeline, int replica) const;
+  int rank_of(int stage, int pipeline, int replica, int tensor_rank = 0) const;
+  // The ranks of a rank's tensor-parallel group, ascending (itself alone without one).
+  std::vector<int> tensor_group(int rank) const;
   int world_size() const { return static_cast<int>(placements_.size()); }
 
   // The samples of one microbatch that a replica of `stage` handles.
@@ -71,8 +76,9 @@ class RankLayout {
   // What a replica of stage `to` receives from the replicas of stage `from`.
   std::vector<Piece> pieces_from(int to, int replica, int from, bool batched) const;
 
-  // The gradient groups a stage's ranks belong to, in one global order (by key).
-  std::vector<GradientGroup> gradient_groups(int stage) const;
+  // The gradient groups a stage's ranks of one tensor rank belong to, in one global order (by
+  // key): each tensor rank holds its own slices, and sums them with the ranks of its tensor rank.
+  std::vector<GradientGroup> gradient_groups(int stage, int tensor_rank = 0) const;
 
  private:
   std::vector<Piece> pieces(SampleRange mine, bool mine_sends, int other, bool batched) const;

@@ -21,6 +21,7 @@
 #include "runtime/loss.h"
 #include "runtime/memory_tracker.h"
 #include "runtime/nccl_group.h"
+#include "runtime/tensor_parallel_group.h"
 #include "runtime/trainer.h"
 #include "support/atomic_file.h"
 #include "support/error.h"
@@ -153,6 +154,33 @@ void use_device(const DeviceChoice& choice) {
   at::globalContext().setAllowTF32CuDNN(false);
 }
 
+// What of tensor parallelism this rannc-run trains: one degree in every stage, each stage cut
+// into its tensor ranks' files, no checkpoints yet. The sequence-parallel ops run whole on every
+// rank of a group: the same losses, more activation memory than planned.
+void check_tensor_parallel(const plan::Plan& plan, const RunOptions& options, const MpiWorld& world) {
+  int degree = plan.stages.front().tensor_parallel.degree;
+  bool sequence_ops = false;
+  for (const auto& stage : plan.stages) {
+    const auto& split = stage.tensor_parallel;
+    if (split.degree != degree)
+      throw InputError(plan.path + ": stage " + std::to_string(stage.id) + " splits its layers over " +
+                       std::to_string(split.degree) + " devices and stage 0 over " + std::to_string(degree) +
+                       "; rannc-run trains plans whose stages share one tensor-parallel degree (--layout ...,tp=T)");
+    if (split.degree > 1 && split.files.empty())
+      throw InputError(plan.path + ": stage " + std::to_string(stage.id) +
+                       " is tensor-parallel but has no stage file per tensor rank (a TorchScript model's stages are cut; "
+                       "this model's are not yet): plan with --tensor-parallel 1");
+    sequence_ops = sequence_ops || !split.sequence_ops.empty();
+  }
+  if (degree == 1) return;
+  if (!options.save_dir.empty() || !options.resume_dir.empty() || !options.init_path.empty())
+    throw InputError(plan.path + ": checkpoints of tensor-parallel plans (--save, --resume, --init) are not written or "
+                     "read by rannc-run yet");
+  if (sequence_ops && world.rank() == 0)
+    std::cerr << "rannc-run: the plan runs norms and residual adds sequence-parallel; this rannc-run runs them whole on "
+                 "every rank of a tensor-parallel group\n";
+}
+
 std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& world) {
   auto setup = std::make_unique<RankSetup>();
   setup->plan = plan::read_plan_file(options.plan_path);
@@ -167,11 +195,8 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   if (plan.elementwise == plan::Fusion::kFused)
     throw InputError(plan.path + ": planned for fused elementwise kernels (--elementwise fused), which rannc-run does not "
                      "run: partition again without --elementwise");
+  check_tensor_parallel(plan, options, world);
   for (const auto& stage : plan.stages) {
-    if (stage.tensor_parallel.degree > 1)
-      throw InputError(plan.path + ": stage " + std::to_string(stage.id) + " splits its layers over " +
-                       std::to_string(stage.tensor_parallel.degree) +
-                       " devices (tensor parallelism), which this rannc-run does not train yet: plan with --tensor-parallel 1");
     // The same losses either way; the stage keeps less than predicted and takes longer.
     if (stage.recompute == plan::Recompute::kSelective && world.rank() == 0)
       std::cerr << "rannc-run: stage " << stage.id
@@ -203,7 +228,7 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   setup->plan_sha256 = sha256_of_file(options.plan_path);
   setup->device = device_for_rank(options, plan, world, setup->device_facts);
   use_device(setup->device);
-  setup->runner = std::make_unique<StageRunner>(plan, stage, torch_device(setup->device));
+  setup->runner = std::make_unique<StageRunner>(plan, stage, torch_device(setup->device), setup->placement.tensor_rank);
   if (!options.init_path.empty())
     setup->runner->load_state(read_state_dict(options.init_path, "--init"), "--init " + options.init_path);
   if (!options.resume_dir.empty()) {
@@ -317,11 +342,16 @@ std::string loss_text(double loss) { return std::isnan(loss) ? "nan" : loss > 0 
 // not be written. Every rank sees the same loss (summed over the world) and the same checkpoint
 // outcome, so all stop at the same step and exit alike.
 int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
-  auto groups = setup.layout->gradient_groups(setup.placement.stage);
+  auto groups = setup.layout->gradient_groups(setup.placement.stage, setup.placement.tensor_rank);
   // NCCL only when every rank can use it; a rank on the CPU or sharing its GPU makes it Gloo for all.
   CommSettings comm{setup.runner->device(), false};
   comm.nccl = world.max(setup.device.nccl ? 0 : 1) == 0;
-  Communicator communicator(world, groups, std::chrono::seconds(options.timeout_s), comm);
+  Communicator communicator(world, groups, std::chrono::seconds(options.timeout_s), comm,
+                            setup.layout->tensor_group(world.rank()));
+  // The stage file's collectives (torch_side/tensor_parallel_ops.h) run in this group.
+  if (communicator.tensor_group())
+    tp::set_process_group(std::make_shared<TensorParallelGroup>(communicator.tensor_group(),
+                                                                std::chrono::seconds(options.timeout_s)));
   // Rank 0's device, and the other ranks' where they differ.
   std::string where = setup.device.cuda ? "cuda:" + std::to_string(setup.device.gpu) : "cpu";
   auto wheres = world.gather(where);

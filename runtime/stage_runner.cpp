@@ -81,13 +81,13 @@ class Autocast {
 
 }  // namespace
 
-StageRunner::StageRunner(const plan::Plan& plan, const plan::Stage& stage, c10::Device device)
+StageRunner::StageRunner(const plan::Plan& plan, const plan::Stage& stage, c10::Device device, int tensor_rank)
     : stage_(stage),
       device_(device),
-      module_(load_stage(plan.stage_path(stage), device)),
+      module_(load_stage(plan.stage_path(stage, tensor_rank), device)),
       bf16_autocast_(plan.precision == plan::Precision::kBf16Mixed) {
   for (const auto& weight : stage.params) {
-    auto param = stage_parameter(*module_, plan.stage_path(stage), weight);
+    auto param = stage_parameter(*module_, plan.stage_path(stage, tensor_rank), weight);
     // Offloaded: the optimizer's copy lives in host memory; each step runs on a device copy.
     if (stage.offload) param = param.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true).requires_grad_(true);
     param.mutable_grad() = at::zeros_like(param);

@@ -27,9 +27,11 @@ using LossFunction = std::function<at::Tensor(const std::vector<at::Tensor>& out
 
 class StageRunner {
  public:
-  // Loads the stage file onto `device` (the CPU, or a GPU); throws InputError naming it when it
-  // cannot be loaded or lacks a parameter the plan names.
-  StageRunner(const plan::Plan& plan, const plan::Stage& stage, c10::Device device = c10::Device(c10::DeviceType::CPU));
+  // Loads the stage file onto `device` (the CPU, or a GPU): a tensor-parallel stage's file of
+  // `tensor_rank`. Throws InputError naming it when it cannot be loaded or lacks a parameter the
+  // plan names.
+  StageRunner(const plan::Plan& plan, const plan::Stage& stage, c10::Device device = c10::Device(c10::DeviceType::CPU),
+              int tensor_rank = 0);
   ~StageRunner();
 
   void set_loss(LossFunction loss) { loss_ = std::move(loss); }

@@ -26,9 +26,16 @@ void run(const char* what, Start&& start) {
   }
 }
 
+// Gloo reduces no bfloat16 (a bf16-mixed plan's products): such tensors travel as float32,
+// summed there and rounded once on the way back.
+at::Tensor to_wire(const CommGroup& group, const at::Tensor& tensor) {
+  bool widen = tensor.scalar_type() == at::kBFloat16 && group.getBackendName() == "gloo";
+  return widen ? tensor.to(at::kFloat) : tensor.contiguous();  // c10d takes dense tensors only
+}
+
 void all_reduce(CommGroup& group, at::Tensor& tensor, c10d::ReduceOp::RedOpType op, std::chrono::milliseconds timeout,
                 const char* what) {
-  std::vector<at::Tensor> tensors{tensor.contiguous()};  // c10d reduces dense tensors only
+  std::vector<at::Tensor> tensors{to_wire(group, tensor)};
   c10d::AllreduceOptions options;
   options.reduceOp = op;
   options.timeout = timeout;
@@ -54,13 +61,13 @@ void TensorParallelGroup::all_reduce_max(at::Tensor& tensor) {
 }
 
 at::Tensor TensorParallelGroup::all_gather(const at::Tensor& tensor, std::int64_t dim) {
-  std::vector<at::Tensor> input{tensor.contiguous()};
+  std::vector<at::Tensor> input{to_wire(*group_, tensor)};
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < size(); ++r) outputs[0].push_back(at::empty(input[0].sizes(), input[0].options()));
   c10d::AllgatherOptions options;
   options.timeout = timeout_;
   run("all-gather", [&] { return group_->allgather(outputs, input, options); });
-  return at::cat(outputs[0], dim);
+  return at::cat(outputs[0], dim).to(tensor.scalar_type());
 }
 
 // Gloo has no reduce-scatter (libtorch 1.13's throws), so, as Communicator::reduce_scatter does,
@@ -71,13 +78,14 @@ at::Tensor TensorParallelGroup::reduce_scatter(const at::Tensor& tensor, std::in
   if (tensor.size(dim) % n != 0)
     throw std::invalid_argument("reduce-scatter over " + std::to_string(n) + " ranks of a dim of size " +
                                 std::to_string(tensor.size(dim)));
-  at::Tensor chunks = at::stack(tensor.chunk(n, dim));  // [n, chunk...], the r-th chunk for rank r
+  at::Tensor chunks = at::stack(to_wire(*group_, tensor).chunk(n, dim));  // [n, chunk...], the r-th for rank r
   at::Tensor received = at::empty_like(chunks);
   std::vector<std::int64_t> equal_split;  // empty: n equal parts of dim 0
   c10d::AllToAllOptions options;
   options.timeout = timeout_;
   run("reduce-scatter", [&] { return group_->alltoall_base(received, chunks, equal_split, equal_split, options); });
-  return received.sum(0, /*keepdim=*/false, tensor.scalar_type());  // integers would sum to int64
+  // In the wire's dtype (integers would sum to int64), then the tensor's.
+  return received.sum(0, /*keepdim=*/false, received.scalar_type()).to(tensor.scalar_type());
 }
 
 }  // namespace rannc::runtime

@@ -80,12 +80,14 @@ plan::PassTask Trainer::pass_of_tag(int tag) const {
 
 // The pieces of the tensors a pass receives, their transfers started: for a forward pass each
 // input's pieces from the replicas of the stage that computes it, for a backward pass each
-// output's gradient pieces from the replicas of every stage it feeds.
+// output's gradient pieces from the replicas of every stage it feeds. A tensor-parallel rank
+// talks to the same tensor rank of the other stage (every stage rannc-run trains has one
+// degree): each rank of a group holds the whole of what its stage sends and receives.
 std::vector<Trainer::Incoming> Trainer::start_receives(const plan::PassTask& task) {
   std::vector<Incoming> incoming;
   auto start = [&](std::size_t slot, const plan::Tensor& tensor, int peer_stage, const Piece& piece,
                    const SampleRange& range, int input) {
-    int peer = layout_.rank_of(peer_stage, placement_.pipeline, piece.peer_replica);
+    int peer = layout_.rank_of(peer_stage, placement_.pipeline, piece.peer_replica, placement_.tensor_rank);
     incoming.push_back({slot, peer_stage, range,
                         communicator_.start_receive(piece_shape(tensor, range), scalar_type(tensor), peer,
                                                     tag(task.microbatch, input, task.pass))});
@@ -148,7 +150,7 @@ void Trainer::send_outputs(int microbatch, const std::vector<at::Tensor>& output
     for (const auto& consumer : consumers_[o]) {
       const auto& input = plan_.stages[static_cast<std::size_t>(consumer.stage)].inputs[static_cast<std::size_t>(consumer.input)];
       for (const auto& piece : layout_.pieces_to(stage_.id, placement_.replica, consumer.stage, input.batch_dim >= 0)) {
-        int peer = layout_.rank_of(consumer.stage, placement_.pipeline, piece.peer_replica);
+        int peer = layout_.rank_of(consumer.stage, placement_.pipeline, piece.peer_replica, placement_.tensor_rank);
         // In the plan's dtype, which the receiver expects: a bf16 output of autocast goes as fp32, exactly.
         communicator_.send(cut(outputs[o].detach().to(scalar_type(input)), input.batch_dim, piece.at_sender), peer,
                            tag(microbatch, consumer.input, plan::Pass::kForward));
@@ -180,7 +182,7 @@ void Trainer::send_input_grads(int microbatch, const std::vector<at::Tensor>& gr
     auto grad = grads[k].defined() ? grads[k].to(scalar_type(input))
                                    : at::zeros(input.shape, at::TensorOptions().dtype(scalar_type(input)).device(runner_.device()));
     for (const auto& piece : layout_.pieces_from(stage_.id, placement_.replica, input.from_stage, input.batch_dim >= 0)) {
-      int peer = layout_.rank_of(input.from_stage, placement_.pipeline, piece.peer_replica);
+      int peer = layout_.rank_of(input.from_stage, placement_.pipeline, piece.peer_replica, placement_.tensor_rank);
       communicator_.send(cut(grad, input.batch_dim, piece.at_receiver), peer,
                          tag(microbatch, static_cast<int>(k), plan::Pass::kBackward));
     }
@@ -240,8 +242,9 @@ StepRecord Trainer::run_step(int step) {
   runner_.end_step();
   double grad_norm = state_.step(step);
   if (embeddings_) embeddings_->step(state_.lr_at(step));
-  // Read once the host has issued the whole step. Ranks without the loss add 0.
-  double loss = loss_sum.defined() ? loss_sum.item<double>() : 0;
+  // Read once the host has issued the whole step. Ranks without the loss add 0, and a
+  // tensor-parallel group, whose ranks all compute it, counts it once.
+  double loss = loss_sum.defined() && placement_.tensor_rank == 0 ? loss_sum.item<double>() : 0;
   if (layout_.world_size() > 1) loss = communicator_.sum_over_world(loss);
   comm_ms_ += communicator_.take_wait_ms();
   ++steps_run_;

@@ -85,9 +85,12 @@ class TorchPluginImpl : public TorchPlugin {
   StepMeasurement measure_training_step(const Model& model, int reps) override {
     return measure_torchscript_step(model, reps);
   }
-  void save_torchscript_stage(const Model& model, const emit::StageLayout& stage, const std::string& path) override {
-    save_module("stage " + std::to_string(stage.id) + ": cannot build the stage file", path,
-                [&] { return torchscript_stage_module(model, stage); });
+  void save_torchscript_stage(const Model& model, const emit::StageLayout& stage, const std::string& path,
+                              int tensor_rank) override {
+    std::string what = "stage " + std::to_string(stage.id) +
+                       (tensor_rank >= 0 ? " of tensor rank " + std::to_string(tensor_rank) : std::string()) +
+                       ": cannot build the stage file";
+    save_module(what, path, [&] { return torchscript_stage_module(model, stage, tensor_rank); });
   }
   void save_source_stage(const StageSource& stage, const std::string& path) override {
     save_module(path + ": the generated TorchScript does not compile", path,

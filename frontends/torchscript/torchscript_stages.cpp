@@ -8,10 +8,12 @@
 
 #include <cctype>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
 #include "frontends/torchscript/in_place_writers.h"
+#include "frontends/torchscript/tensor_rank_cut.h"
 #include "frontends/torchscript/torchscript_source.h"
 #include "support/error.h"
 
@@ -54,13 +56,17 @@ at::Tensor weight_tensor(const TorchScriptSource& source, ir::ValueId id) {
 
 class StageCloner {
  public:
-  StageCloner(const Model& model, const emit::StageLayout& stage)
+  // `tensor_rank` >= 0: that rank's cut of a tensor-parallel stage (tensor_rank_cut.h).
+  StageCloner(const Model& model, const emit::StageLayout& stage, int tensor_rank)
       : model_(model),
         source_(dynamic_cast<const TorchScriptSource&>(*model.source)),
         stage_(stage),
         module_(c10::QualifiedName("__torch__.rannc.Stage" + std::to_string(stage.id))),
         graph_(std::make_shared<Graph>()),
-        jit_(jit_values(model, source_)) {}
+        jit_(jit_values(model, source_)) {
+    if (tensor_rank >= 0 && stage.tensor_shard.degree > 1)
+      cut_.emplace(model.graph, stage.tensor_shard, tensor_rank);
+  }
 
   torch::jit::Module build() {
     self_ = graph_->addInput("self")->setType(module_.type());
@@ -88,11 +94,13 @@ class StageCloner {
     for (const auto& weight : stage_.params) {
       // A parameter the user froze stays frozen: only the model's trainable ones take gradients.
       auto tensor = weight_tensor(source_, weight.value);
+      if (cut_) tensor = cut_->weight(weight.value, tensor);
       module_.register_parameter(weight.stage_name, tensor.clone().requires_grad_(tensor.requires_grad()), false);
       attribute_of_[jit_.at(weight.value)] = weight.stage_name;
     }
     for (const auto& weight : stage_.buffers) {
-      module_.register_buffer(weight.stage_name, weight_tensor(source_, weight.value).clone());
+      auto tensor = weight_tensor(source_, weight.value);
+      module_.register_buffer(weight.stage_name, (cut_ ? cut_->weight(weight.value, tensor) : tensor).clone());
       attribute_of_[jit_.at(weight.value)] = weight.stage_name;
     }
   }
@@ -100,6 +108,11 @@ class StageCloner {
   void clone(const ir::Op& op) {
     Node* node = source_.nodes.at(static_cast<std::size_t>(op.source_node));
     if (!node->outputs().empty() && map_.count(node->outputs()[0])) return;  // a constant cloned on first use
+    if (cut_ && cut_->cuts(op.id)) {
+      auto outputs = cut_->clone(op, node, *graph_, [this](Value* v) { return mapped(v); });
+      for (std::size_t k = 0; k < node->outputs().size(); ++k) map_[node->outputs()[k]] = outputs.at(k);
+      return;
+    }
     Node* copy = graph_->insertNode(graph_->createClone(node, [this](Value* v) { return mapped(v); }));
     for (std::size_t k = 0; k < node->outputs().size(); ++k) map_[node->outputs()[k]] = copy->outputs()[k];
   }
@@ -153,6 +166,7 @@ class StageCloner {
   std::unordered_map<Value*, Value*> map_;
   std::unordered_map<Value*, std::string> attribute_of_;
   Value* self_ = nullptr;
+  std::optional<TensorRankCut> cut_;
 };
 
 at::Tensor attribute_tensor(const StageAttribute& attribute) {
@@ -174,8 +188,8 @@ at::Tensor attribute_tensor(const StageAttribute& attribute) {
 
 }  // namespace
 
-torch::jit::Module torchscript_stage_module(const Model& model, const emit::StageLayout& stage) {
-  return StageCloner(model, stage).build();
+torch::jit::Module torchscript_stage_module(const Model& model, const emit::StageLayout& stage, int tensor_rank) {
+  return StageCloner(model, stage, tensor_rank).build();
 }
 
 torch::jit::Module source_stage_module(const StageSource& stage, const std::string& class_name) {

@@ -5,6 +5,10 @@ gpt.trace.pt: the sample GPT of samples/sample_models.py (fused QKV split three 
 reshaped out of the hidden dim, a tied LM head), 2 layers, input tokens:2x32:int64.
 encoder_layer.trace.pt: torch's own nn.TransformerEncoderLayer, batch first (its MultiheadAttention
 views the projections as [seq, batch * heads, head_dim]), 4 heads, a 256-wide MLP, input x:4x6x64.
+gpt_odd_vocab.trace.pt: the sample GPT with a vocabulary of 1001 tokens, which no degree above 1 divides
+(tensor ranks hold slices one row apart, as torch.tensor_split cuts them), 2 layers, input tokens:8x32:int64.
+encoder.trace.pt: torch's nn.TransformerEncoder of 4 such layers (d_model 64, a 128-wide MLP) without
+dropout, for rannc-run's tensor-parallel training against one process, input x:8x16x64.
 Run with /usr/bin/python3 (the interpreter that has torch).
 """
 
@@ -32,6 +36,18 @@ class EncoderLayer(nn.Module):
         return self.layer(x)
 
 
+class Encoder(nn.Module):
+    """nn.TransformerEncoder without dropout, so that training is deterministic."""
+
+    def __init__(self):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, num_layers=4)
+
+    def forward(self, x):
+        return self.encoder(x)
+
+
 def save_traced(model, example, path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings about dropout's randomness
@@ -47,6 +63,9 @@ def main():
     torch.manual_seed(0)
     save_traced(Gpt(n_layers=2), (torch.zeros(2, 32, dtype=torch.long),), os.path.join(args.out, "gpt.trace.pt"))
     save_traced(EncoderLayer(), (torch.randn(4, 6, 64),), os.path.join(args.out, "encoder_layer.trace.pt"))
+    save_traced(Encoder(), (torch.randn(8, 16, 64),), os.path.join(args.out, "encoder.trace.pt"))
+    save_traced(Gpt(vocab=1001, n_layers=2), (torch.zeros(8, 32, dtype=torch.long),),
+                os.path.join(args.out, "gpt_odd_vocab.trace.pt"))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 through the tool, checked against those stored numbers rather than only against itself.
 
 usage: check_modern.py --partition BIN --fixtures DIR --model NAME --form FORM --check CHECK --out DIR
-           [--run BIN] [--stages K]
+           [--run BIN] [--stages K] [--tensor-parallel T]
        check_modern.py --fixtures DIR --check fixtures
 
 FORM is torchscript, onnx18, onnx20 or pt2 (the manifest's `exports`); CHECK one of:
@@ -22,7 +22,9 @@ FORM is torchscript, onnx18, onnx20 or pt2 (the manifest's `exports`); CHECK one
   train     2 stages under mpirun with rannc-run for the manifest's steps on its data folder, SGD at
             its lr: each step's loss within 1e-4 (relative) of PyTorch 2.6's stored losses. Without
             BatchNorm on 3 devices and 2 microbatches (one stage with 2 replicas); with it on 2
-            devices and one microbatch, so that every forward sees the whole batch as PyTorch's did
+            devices and one microbatch, so that every forward sees the whole batch as PyTorch's did.
+            With --tensor-parallel T: 2 stages of T tensor ranks each (--layout pp=2,dp=1,tp=T), every
+            stage splitting some region
 
 A TorchScript export that uses ops this build's libtorch lacks (aten::scaled_dot_product_attention
 on 1.13; the manifest lists each export's ops, this Python's torch says which are unknown, after
@@ -333,16 +335,32 @@ def check_stages(args, entry):
           f"(replicas {'/'.join(map(str, replicas))}) verified")
 
 
+def train_request(args, entry):
+    """The partition arguments and devices of the training check: 2 stages, or with
+    --tensor-parallel T, 2 stages of T tensor ranks each."""
+    if args.tensor_parallel > 1:
+        request = [a for spec in entry["inputs"] for a in ("--input", spec)]
+        request += ["--batch", str(entry["batch"]), "--layout", f"pp=2,dp=1,tp={args.tensor_parallel},m=2"]
+        return request, 2 * args.tensor_parallel
+    # BatchNorm: one microbatch and no replicas, so each forward normalises over the whole batch.
+    devices, microbatches = (2, 1) if entry["batch_norm"] else (3, 2)
+    return request_args(entry, microbatches, 2), devices
+
+
 def check_train(args, entry):
     if not args.run:
         fail("training", "--check train needs --run")
-    # BatchNorm: one microbatch and no replicas, so each forward normalises over the whole batch.
-    devices, microbatches = (2, 1) if entry["batch_norm"] else (3, 2)
     plan_dir = os.path.join(args.out, "plan")
+    request, devices = train_request(args, entry)
     # partition's own check kept: a stage file that cannot run fails here, named, not in mpirun.
-    if partition(args, request_args(entry, microbatches, 2), devices, plan_dir) is None:
+    if partition(args, request, devices, plan_dir) is None:
         return
     plan = load_plan(plan_dir)
+    if args.tensor_parallel > 1:
+        regions = [len(s.get("tensor_parallel", {}).get("regions", [])) for s in plan["stages"]]
+        if not all(regions):
+            fail("bad-plan", f"--tensor-parallel {args.tensor_parallel}: a stage splits no region: {regions}")
+        print(f"tensor-parallel regions per stage: {regions}")
     if plan["batch"]["global"] != entry["batch"]:
         fail("bad-plan", f"global batch {plan['batch']['global']}, the stored losses are of {entry['batch']}")
     report_path = os.path.join(args.out, "report.json")
@@ -397,6 +415,8 @@ def main():
     parser.add_argument("--form", choices=("torchscript", "onnx18", "onnx20", "pt2"))
     parser.add_argument("--check", required=True, choices=("fixtures", "plan", "stages", "train"))
     parser.add_argument("--stages", type=int, default=2)
+    parser.add_argument("--tensor-parallel", type=int, default=1, metavar="T",
+                        help="--check train: 2 stages, each split over T tensor-parallel ranks")
     parser.add_argument("--out")
     parser.add_argument("--timeout", type=int, default=300)
     args = parser.parse_args()

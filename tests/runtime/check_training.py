@@ -4,6 +4,7 @@ folder, and compare the loss of every step with single-process torch SGD (or Ada
 usage: check_training.py --partition BIN --run BIN --model PATH --out DIR [--np 4] [--steps 5]
            [--loss cross_entropy|mse] [--lr 0.05] [--seed 1] [--accumulate] [--tolerance 1e-4]
            [--expect-stages K] [--expect-replicas] [--expect-schedule NAME] [--expect-sharded] [--expect-offload] [--expect-selective]
+           [--expect-tensor-parallel T]
            [--recompute] [--offload] [--optimizer sgd|momentum|adam] [--bucket-kib N] [--weight-decay X]
            [--clip-grad-norm X] [--lr-schedule constant|linear|cosine] [--warmup-steps N] [--shuffle]
            [--data-steps X] [--accumulate-steps K] -- EXTRA_PARTITION_ARGS...
@@ -54,6 +55,19 @@ def partition(rannc, model, out_dir, gpus, extra, optimizer="sgd"):
         fail(f"{' '.join(command)}: exit {result.returncode}\n{result.stdout}{result.stderr}")
     with open(os.path.join(out_dir, "plan.json")) as f:
         return json.load(f)
+
+
+def check_tensor_parallel_plan(plan, degree):
+    """Every stage splits regions over `degree` devices and names one stage file per tensor rank."""
+    for stage in plan["stages"]:
+        split = stage.get("tensor_parallel", {})
+        if split.get("degree", 1) != degree or not split.get("regions"):
+            fail(f"expected stage {stage['id']} to split regions over {degree} devices: {split.get('degree', 1)}")
+        files = [f["file"] for f in split.get("files", [])]
+        if files != [f"stage_{stage['id']}_tp{r}.pt" for r in range(degree)]:
+            fail(f"expected one stage file per tensor rank of stage {stage['id']}: {files}")
+    print(f"tensor parallel: {degree} ranks per stage, regions per stage",
+          [len(s["tensor_parallel"]["regions"]) for s in plan["stages"]])
 
 
 def parse(parser):
@@ -243,6 +257,8 @@ def main():
     parser.add_argument("--expect-schedule")
     parser.add_argument("--expect-sharded", action="store_true", help="some stage has sharded optimizer state")
     parser.add_argument("--expect-offload", action="store_true", help="the planner offloads some stage")
+    parser.add_argument("--expect-tensor-parallel", type=int, metavar="T",
+                        help="every stage splits its layers over T devices, each rank loading its own stage file")
     parser.add_argument("--expect-selective", action="store_true",
                         help="every stage recomputes selectively, and rannc-run says it recomputes the whole forward")
     parser.add_argument("--optimizer", default="sgd", choices=training_reference.OPTIMIZERS)
@@ -274,6 +290,8 @@ def main():
         fail("expected a stage with sharded optimizer state, the plan has none")
     if args.expect_offload and not any(s["offload"] for s in plan["stages"]):
         fail("expected the planner to offload a stage, the plan offloads none")
+    if args.expect_tensor_parallel:
+        check_tensor_parallel_plan(plan, args.expect_tensor_parallel)
     if args.expect_selective and any(s["recompute"] != "selective" for s in plan["stages"]):
         fail(f"expected selective recomputation on every stage: {[s['recompute'] for s in plan['stages']]}")
 

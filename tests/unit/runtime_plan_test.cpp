@@ -9,6 +9,7 @@
 #include <map>
 
 #include "plan/plan_json.h"
+#include "plan/tensor_slices.h"
 #include "runtime/data_order.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/npy_file.h"
@@ -259,3 +260,99 @@ TEST_CASE("learning-rate schedules: warm-up from 0, then constant, linear or cos
   CHECK_THROWS_WITH(rannc::runtime::parse_lr_schedule("step"),
                     "--lr-schedule step: unknown (known: constant, linear, cosine)");
 }
+
+namespace rannc::runtime {
+namespace {
+
+// Two stages of tensor-parallel groups of 2 on one node of 8, in 2 pipelines: stage 0 on ranks
+// 0-3, stage 1 on 4-7; stage 1's weight is tied to stage 0's.
+nlohmann::json tensor_parallel_document() {
+  auto document = test::small_plan();
+  document["cluster"] = {{"gpus", 8}, {"nodes", 1}, {"gpus_per_node", 8}, {"mem_bytes", 1073741824}, {"device", "a100-80g"}};
+  document["unused_devices"] = {{"count", 0}, {"ranks", nlohmann::json::array()}, {"reason", ""}};
+  document["batch"] = {{"global", 16}, {"pipelines", 2}, {"microbatches", 2}, {"microbatch_size", 4}};
+  document["ranks"] = nlohmann::json::array();
+  auto& stages = document["stages"];
+  stages[0]["params"][0]["name"] = "fc2.weight";
+  stages[0]["params"][0]["shared_with"] = {1};
+  for (int s = 0; s < 2; ++s) {
+    stages[s]["replicas"] = 2;
+    stages[s]["replicas_per_pipeline"] = 1;
+    stages[s]["ranks"] = nlohmann::json::array();
+    for (auto* list : {&stages[s]["inputs"], &stages[s]["outputs"]})
+      for (auto& tensor : *list) tensor["shape"][0] = 4;
+    auto files = nlohmann::json::array();
+    for (int t = 0; t < 2; ++t) files.push_back({{"file", "stage_" + std::to_string(s) + "_tp" + std::to_string(t) + ".pt"}});
+    stages[s]["tensor_parallel"] = {{"degree", 2}, {"regions", nlohmann::json::array()}, {"weights", nlohmann::json::array()},
+                                    {"unsplit", nlohmann::json::array()}, {"files", files}};
+    for (int i = 0; i < 4; ++i) {
+      int rank = s * 4 + i;
+      stages[s]["ranks"].push_back(rank);
+      document["ranks"].push_back({{"rank", rank}, {"node", 0}, {"local_rank", rank}, {"stage", s}, {"replica", i},
+                                   {"tensor_rank", i % 2}});
+    }
+  }
+  return document;
+}
+
+}  // namespace
+
+TEST_CASE("tensor ranks: groups of consecutive ranks, their own files, gradients summed per tensor rank", "[runtime]") {
+  auto document = tensor_parallel_document();
+  auto plan = plan::from_json(document, "out/plan.json");
+  RankLayout layout(plan);
+  auto third = layout.placement(3);
+  CHECK(third.stage == 0);
+  CHECK(third.pipeline == 1);
+  CHECK(third.replica == 0);
+  CHECK(third.tensor_rank == 1);
+  CHECK(layout.rank_of(1, 1, 0, 1) == 7);
+  CHECK(layout.tensor_group(5) == std::vector<int>{4, 5});
+  CHECK(layout.tensor_group(2) == std::vector<int>{2, 3});
+  // Both ranks of a group read the same samples.
+  auto rows_0 = layout.step_rows(layout.placement(2)), rows_1 = layout.step_rows(layout.placement(3));
+  REQUIRE(rows_0.size() == rows_1.size());
+  for (std::size_t i = 0; i < rows_0.size(); ++i) CHECK((rows_0[i].begin == rows_1[i].begin && rows_0[i].length == 4));
+  // The tied weight: its copies of tensor rank 1 in both stages and both pipelines.
+  auto groups = layout.gradient_groups(0, 1);
+  REQUIRE(groups.size() == 1);
+  CHECK(groups[0].key == "stages 0,1 tensor rank 1");
+  CHECK(groups[0].ranks == std::vector<int>{1, 3, 5, 7});
+  CHECK(layout.gradient_groups(1, 0)[0].ranks == std::vector<int>{0, 2, 4, 6});
+  CHECK(plan.stage_path(plan.stages[1], 1) == "out/stage_1_tp1.pt");
+  CHECK(plan.stage_path(plan.stages[1]) == "out/stage_1.pt");
+}
+
+TEST_CASE("a tensor-parallel stage names one file per tensor rank, written back as read", "[runtime]") {
+  auto document = tensor_parallel_document();
+  auto plan = plan::from_json(document, "plan.json");
+  auto written = nlohmann::json::parse(plan::to_text(plan));
+  CHECK(written["stages"][1]["tensor_parallel"]["files"] == document["stages"][1]["tensor_parallel"]["files"]);
+  document["stages"][1]["tensor_parallel"]["files"].erase(1);
+  CHECK_THROWS_WITH(plan::from_json(document, "plan.json"),
+                    Catch::Contains("stages[1].tensor_parallel.files: 1 files for degree 2 (one per tensor rank)"));
+  document = tensor_parallel_document();
+  document["stages"][0]["tensor_parallel"]["files"][0]["sha256"] = "beef";
+  CHECK_THROWS_WITH(plan::from_json(document, "plan.json"), Catch::Contains("is not a SHA-256"));
+}
+
+TEST_CASE("tensor slices: tensor_split's cut, each part of a fused weight cut alike", "[runtime]") {
+  // 50257 rows over 4 ranks: 12565, 12564, 12564, 12564, end to end.
+  std::int64_t next = 0;
+  for (int rank = 0; rank < 4; ++rank) {
+    auto slice = plan::tensor_slice(50257, 4, rank);
+    CHECK(slice.begin == next);
+    CHECK(slice.length == (rank == 0 ? 12565 : 12564));
+    next = slice.begin + slice.length;
+  }
+  CHECK(next == 50257);
+  // A fused QKV of 3 x 8 rows over 2 ranks: rank 1 holds rows 4-7, 12-15 and 20-23.
+  auto slices = plan::weight_slices(24, 3, 2, 1);
+  REQUIRE(slices.size() == 3);
+  for (int g = 0; g < 3; ++g) {
+    CHECK(slices[g].begin == 8 * g + 4);
+    CHECK(slices[g].length == 4);
+  }
+}
+
+}  // namespace rannc::runtime

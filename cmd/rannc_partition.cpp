@@ -194,6 +194,10 @@ void add_request_options(CLI::App& app, PartitionOptions& p) {
                  "largest tensor-parallel degree, splitting layers over a node's devices (1: none; default: a node's "
                  "devices on a GPU, 1 on the cpu device)")
       ->group(kSearchGroup);
+  app.add_option("--sequence-parallel", p.sequence_parallel,
+                 "on (default: norms, residual adds and dropout between the split regions run on 1/T of the sequence "
+                 "of a tensor-parallel group, Megatron-LM's way) or off (whole on each of its devices)")
+      ->group(kSearchGroup);
   app.add_option("--optimizer", p.optimizer, "sgd, momentum or adam (default): optimizer state memory")->group(kSearchGroup);
   app.add_option("--precision", p.precision, "fp32 (default), bf16-mixed or fp16-mixed")->group(kSearchGroup);
   app.add_option("--attention", p.attention,

@@ -145,6 +145,9 @@ partition::PlanRequest plan_request(const PartitionOptions& options) {
   // runs on (the measured `cpu` preset) use neither unless forced.
   request.max_tensor_degree = request.cluster.device.measured_here ? 1 : request.cluster.gpus_per_node;
   request.max_interleave = request.cluster.device.measured_here ? 1 : partition::kInterleaveChunks.back();
+  if (options.sequence_parallel != "on" && options.sequence_parallel != "off")
+    throw InputError("--sequence-parallel '" + text_excerpt(options.sequence_parallel) + "': on or off");
+  request.sequence_parallel = options.sequence_parallel == "on";
   if (options.tensor_parallel) {
     if (*options.tensor_parallel < 1 || request.cluster.gpus_per_node % *options.tensor_parallel != 0)
       throw InputError("--tensor-parallel " + std::to_string(*options.tensor_parallel) + ": must divide the " +

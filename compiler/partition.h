@@ -31,6 +31,7 @@ struct PartitionOptions {
   // --tensor-parallel: the largest tensor-parallel degree (1: none); by default a node's devices
   // on a GPU, 1 on the CPU (plans rannc-run trains there).
   std::optional<int> tensor_parallel;
+  std::string sequence_parallel = "on";  // on or off: sequence parallelism with tensor parallelism
   std::string profile_db;
   ShardingOptions sharding;  // models with pooled embedding tables
   bool plan_only = false;  // write plan.json without stage files

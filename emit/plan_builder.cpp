@@ -86,8 +86,7 @@ plan::TensorParallel plan_tensor_parallel(const ir::Graph& graph, const partitio
       split.unsplit.push_back({{region.column_ops.begin(), region.column_ops.end()},
                                "its split dims (heads, features) have " + std::to_string(region.divisor) +
                                    " as greatest common divisor, which " + std::to_string(shard.degree) + " does not divide"});
-  for (auto op : found.sequence_ops)
-    if (in_stage(op)) split.sequence_ops.push_back(op);
+  split.sequence_ops.assign(shard.sequence_ops.begin(), shard.sequence_ops.end());
   for (const auto& rejected : found.rejected)
     if (!rejected.column_ops.empty() && in_stage(rejected.column_ops.front()))
       split.unsplit.push_back({{rejected.column_ops.begin(), rejected.column_ops.end()}, rejected.reason});

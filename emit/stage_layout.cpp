@@ -95,9 +95,11 @@ void assign_weights(const ir::Graph& graph, std::vector<StageLayout>& layouts) {
 void assign_tensor_shard(const partition::TensorRegions& found, int degree, StageLayout& layout) {
   if (degree <= 1) return;
   layout.tensor_shard.degree = degree;
+  auto in_stage = [&](ir::OpId op) { return std::binary_search(layout.ops.begin(), layout.ops.end(), op); };
   for (const auto& region : found.regions)
-    if (std::binary_search(layout.ops.begin(), layout.ops.end(), region.anchor()) && region.allows(degree))
-      layout.tensor_shard.regions.push_back(region);
+    if (in_stage(region.anchor()) && region.allows(degree)) layout.tensor_shard.regions.push_back(region);
+  for (auto op : found.sequence_ops)
+    if (in_stage(op)) layout.tensor_shard.sequence_ops.push_back(op);
   for (int rank = 0; rank < degree; ++rank)
     layout.tensor_shard.files.push_back("stage_" + std::to_string(layout.id) + "_tp" + std::to_string(rank) + ".pt");
 }

@@ -37,6 +37,8 @@ struct StageWeight {
 struct TensorShard {
   int degree = 1;  // 1: not split
   std::vector<partition::TensorRegion> regions;  // ascending by anchor
+  // The ops outside them that run on 1/degree of the sequence (TensorRegions::sequence_ops).
+  std::vector<ir::OpId> sequence_ops;
   std::vector<std::string> files;                // "stage_<id>_tp<rank>.pt", one per tensor rank
 };
 

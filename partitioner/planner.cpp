@@ -586,6 +586,7 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
   PlanResult result;
   auto start = Clock::now();
   result.partitioning.regions = find_tensor_regions(graph);
+  if (!request.sequence_parallel) result.partitioning.regions.sequence_ops.clear();
   // Every cost below, the bounds' included, is of the kernels the training stack runs.
   std::optional<cost::CostModel> fused;
   if (auto kernels = fused_kernels(graph, result.partitioning.regions, request.attention, request.elementwise);

@@ -56,6 +56,7 @@ struct PlanRequest {
   std::optional<int> pipelines;     // --layout dp=: force the count of pipeline replicas
   std::optional<int> tensor_degree; // --layout tp=: force every stage's tensor-parallel degree
   int max_tensor_degree = 1;        // --tensor-parallel: the largest degree the search considers
+  bool sequence_parallel = true;    // --sequence-parallel: TensorRegions::sequence_ops split with the regions
   std::optional<int> interleave;    // --layout vp=: force the model chunks per device group
   int max_interleave = 1;           // the most model chunks per device group the search considers
   int runners_up = 0;               // --explain: also keep this many simulated layouts that lost

@@ -2,6 +2,7 @@
 
 #include <ATen/ops/cat.h>
 
+#include <algorithm>
 #include <limits>
 #include <variant>
 
@@ -33,6 +34,42 @@ int normalised_dim(std::int64_t dim, std::size_t rank) {
 
 }  // namespace
 
+int SequenceValues::dim(Value* value) const {
+  auto it = dim_.find(value);
+  return it == dim_.end() ? -1 : it->second;
+}
+
+Value* SequenceValues::once(std::map<Value*, Value*>& made, Value* value, const std::function<Value*()>& make) {
+  auto [it, fresh] = made.emplace(value, nullptr);
+  if (fresh) it->second = make();
+  return it->second;
+}
+
+Value* SequenceValues::whole(Value* value, Graph& graph) {
+  int at = dim(value);
+  if (at < 0) return value;
+  return once(joined_, value, [&] { return graph.insert(op_symbol(tp::kJoin), {value, at}); });
+}
+
+Value* SequenceValues::split(Value* value, int at, Graph& graph) {
+  if (dim(value) >= 0) return value;
+  return once(split_, value, [&] {
+    Value* chunk = graph.insert(op_symbol(tp::kSplit), {value, at});
+    mark_split(chunk, at);
+    return chunk;
+  });
+}
+
+Value* SequenceValues::shared(Value* value, Graph& graph) {
+  return once(shared_, value, [&] { return graph.insert(op_symbol(tp::kCopy), {value}); });
+}
+
+Value* SequenceValues::region_input(Value* value, Graph& graph) {
+  int at = dim(value);
+  if (at < 0) return shared(value, graph);
+  return once(gathered_, value, [&] { return graph.insert(op_symbol(tp::kGather), {value, at}); });
+}
+
 TensorRankCut::TensorRankCut(const ir::Graph& graph, const emit::TensorShard& shard, int rank)
     : graph_(graph), shard_(shard), rank_(rank) {
   for (std::size_t r = 0; r < shard.regions.size(); ++r) {
@@ -41,11 +78,21 @@ TensorRankCut::TensorRankCut(const ir::Graph& graph, const emit::TensorShard& sh
     for (const auto& [value, dim] : region.split_values) split_dim_[value] = dim;
     for (const auto& weight : region.weights) weights_[weight.weight] = weight;
   }
+  // A sequence the degree does not divide stays whole (the sequence op runs whole).
+  for (auto op : shard.sequence_ops) {
+    const auto& shape = graph.value(graph.op(op).outputs.at(0)).type.shape;
+    if (shape.size() >= 2 && shape[1] % shard.degree == 0) sequence_ops_.insert(op);
+  }
 }
 
 int TensorRankCut::split_dim(ir::ValueId id) const {
   auto it = split_dim_.find(id);
   return it == split_dim_.end() ? -1 : it->second;
+}
+
+bool TensorRankCut::feeds_sequence_op(ir::ValueId id) const {
+  const auto& consumers = graph_.value(id).consumers;
+  return std::any_of(consumers.begin(), consumers.end(), [&](ir::OpId op) { return runs_split(op); });
 }
 
 at::Tensor TensorRankCut::weight(ir::ValueId id, const at::Tensor& whole) const {
@@ -59,15 +106,20 @@ at::Tensor TensorRankCut::weight(ir::ValueId id, const at::Tensor& whole) const 
 }
 
 std::vector<Value*> TensorRankCut::clone(const ir::Op& op, Node* node, Graph& graph, const Mapped& mapped) {
-  std::size_t r = region_of_op_.at(op.id);
-  const auto& region = shard_.regions[r];
+  if (region_of_op_.count(op.id)) return clone_region_op(op, node, graph, mapped);
+  if (runs_split(op.id)) return clone_sequence_op(op, node, graph, mapped);
+  return clone_whole_op(op, node, graph, mapped);
+}
+
+std::vector<Value*> TensorRankCut::clone_region_op(const ir::Op& op, Node* node, Graph& graph, const Mapped& mapped) {
+  const auto& region = shard_.regions[region_of_op_.at(op.id)];
   if (region.kind == plan::RegionKind::kVocabularyEmbedding) return vocabulary_lookup(op, node, graph, mapped);
   bool column = std::find(region.column_ops.begin(), region.column_ops.end(), op.id) != region.column_ops.end();
   std::size_t index = 0;
-  // The copy is inserted after what its cut inputs need (tp_copy, divided sizes, a None bias).
+  // The copy is inserted after what its cut inputs need (collectives, divided sizes, a None bias).
   Node* copy = graph.createClone(node, [&](Value* v) {
     bool reads_input = column && op.inputs.at(index++) == region.input;
-    return reads_input ? copied_input(region, mapped(v), graph) : mapped(v);
+    return reads_input ? sequence_.region_input(mapped(v), graph) : sequence_.whole(mapped(v), graph);
   });
   if (op.id == region.row_op) return reduce_row_op(op, copy, graph);
   cut_size_arguments(op, copy, graph);
@@ -75,12 +127,41 @@ std::vector<Value*> TensorRankCut::clone(const ir::Op& op, Node* node, Graph& gr
   return {copy->outputs().begin(), copy->outputs().end()};
 }
 
-// The region's input as its column ops read it: through tp_copy, once per region.
-Value* TensorRankCut::copied_input(const partition::TensorRegion& region, Value* input, Graph& graph) {
-  std::size_t r = static_cast<std::size_t>(&region - shard_.regions.data());
-  auto [it, fresh] = copied_.emplace(r, nullptr);
-  if (fresh) it->second = graph.insert(op_symbol(tp::kCopy), {input});
-  return it->second;
+// A sequence op on the rank's part of the sequence: each operand that runs along the sequence
+// (a [batch, sequence, ...] activation, a [sequence, features] position table) split along it,
+// the others (weights, biases, scalars) whole, their gradients summed over the group.
+std::vector<Value*> TensorRankCut::clone_sequence_op(const ir::Op& op, Node* node, Graph& graph, const Mapped& mapped) {
+  const auto& out = graph_.value(op.outputs.at(0)).type.shape;
+  std::size_t index = 0;
+  Node* copy = graph.createClone(node, [&](Value* v) {
+    const auto& operand = graph_.value(op.inputs.at(index++));
+    if (!operand.is_tensor()) return mapped(v);
+    const auto& shape = operand.type.shape;
+    int along = 1 - static_cast<int>(out.size()) + static_cast<int>(shape.size());  // its dim under the sequence
+    bool sequence = along >= 0 && shape.size() <= out.size() && shape[static_cast<std::size_t>(along)] == out[1];
+    return sequence ? sequence_.split(mapped(v), along, graph) : sequence_.shared(sequence_.whole(mapped(v), graph), graph);
+  });
+  graph.insertNode(copy);
+  for (Value* output : copy->outputs())
+    if (output->type()->kind() == c10::TypeKind::TensorType) sequence_.mark_split(output, 1);
+  return {copy->outputs().begin(), copy->outputs().end()};
+}
+
+// Any other op reads its inputs whole; a size query of a split value reads it where it is,
+// multiplying the sequence dim's size by the degree.
+std::vector<Value*> TensorRankCut::clone_whole_op(const ir::Op& op, Node* node, Graph& graph, const Mapped& mapped) {
+  auto size_dim = node->kind() == c10::aten::size && node->inputs().size() == 2 ? torch::jit::toIValue(node->input(1))
+                                                                                  : c10::nullopt;
+  Value* queried = size_dim && size_dim->isInt() ? mapped(node->input(0)) : nullptr;
+  if (queried && sequence_.dim(queried) >= 0) {
+    Node* copy = graph.insertNode(graph.createClone(node, mapped));
+    auto rank = graph_.value(op.inputs[0]).type.shape.size();
+    if (normalised_dim(size_dim->toInt(), rank) != sequence_.dim(queried)) return {copy->output()};
+    return {graph.insert(c10::aten::mul, {copy->output(), static_cast<std::int64_t>(shard_.degree)})};
+  }
+  Node* copy = graph.createClone(node, [&](Value* v) { return sequence_.whole(mapped(v), graph); });
+  graph.insertNode(copy);
+  return {copy->outputs().begin(), copy->outputs().end()};
 }
 
 // A size argument along the split dim becomes the rank's share: a reshape's or expand's entry
@@ -141,8 +222,18 @@ Value* TensorRankCut::divided_entry(Value* list, int entry, Graph& graph, const 
   return graph.insertNode(graph.createList(c10::IntType::get(), entries))->output();
 }
 
-// The row op's partial sums all-reduced, then its bias added once.
-std::vector<Value*> TensorRankCut::reduce_row_op(const ir::Op& op, Node* copy, Graph& graph) const {
+// The group's sum of a row op's partial sums: reduce-scattered along the sequence where sequence
+// ops read it, else all-reduced.
+Value* TensorRankCut::reduced(const ir::Op& op, Value* partial, Graph& graph) {
+  if (!feeds_sequence_op(op.outputs.at(0))) return graph.insert(op_symbol(tp::kReduce), {partial});
+  Value* chunk = graph.insert(op_symbol(tp::kReduceScatter), {partial, 1});
+  sequence_.mark_split(chunk, 1);
+  return chunk;
+}
+
+// The row op's partial sums summed over the group, then its bias added once (on the rank's part
+// of the sequence, its gradient summed over the group).
+std::vector<Value*> TensorRankCut::reduce_row_op(const ir::Op& op, Node* copy, Graph& graph) {
   Value* bias = nullptr;
   if (kind_is(copy, {"aten::linear"})) {
     if (copy->inputs().size() > 2 && copy->input(2)->type()->kind() != c10::TypeKind::NoneType) bias = copy->input(2);
@@ -152,15 +243,18 @@ std::vector<Value*> TensorRankCut::reduce_row_op(const ir::Op& op, Node* copy, G
                      "(plan with --tensor-parallel 1)");
   }
   graph.insertNode(copy);
-  Value* sum = graph.insert(op_symbol(tp::kReduce), {copy->output(0)});
-  if (bias) sum = graph.insert(c10::aten::add, {sum, bias});
-  return {sum};
+  Value* sum = reduced(op, copy->output(0), graph);
+  if (!bias) return {sum};
+  bool split = sequence_.dim(sum) >= 0;
+  Value* biased = graph.insert(c10::aten::add, {sum, split ? sequence_.shared(bias, graph) : bias});
+  if (split) sequence_.mark_split(biased, 1);
+  return {biased};
 }
 
 // Megatron-LM's VocabParallelEmbedding: ids outside the rank's rows look up row 0 and are zeroed,
 // and the group sums the rows.
 std::vector<Value*> TensorRankCut::vocabulary_lookup(const ir::Op& op, Node* node, Graph& graph,
-                                                     const Mapped& mapped) const {
+                                                     const Mapped& mapped) {
   if (!kind_is(node, {"aten::embedding"}) || node->inputs().size() < 2)
     throw InputError(op_text(op) + ": a vocabulary lookup of this kind is not cut for tensor ranks yet");
   const auto& table = graph_.value(op.inputs[0]);
@@ -183,7 +277,7 @@ std::vector<Value*> TensorRankCut::vocabulary_lookup(const ir::Op& op, Node* nod
   graph.insertNode(lookup);
   Value* rows = graph.insert(c10::aten::masked_fill,
                              {lookup->output(0), graph.insert(c10::aten::unsqueeze, {outside, -1}), 0.0});
-  return {graph.insert(op_symbol(tp::kReduce), {rows})};
+  return {reduced(op, rows, graph)};
 }
 
 }  // namespace rannc

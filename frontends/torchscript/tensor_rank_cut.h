@@ -3,19 +3,48 @@
 // heads), and the Megatron-LM collectives (torch_side/tensor_parallel_ops.h) at the region's
 // edges: tp_copy before the column ops (its backward all-reduces the input gradient), tp_reduce
 // after the row op (its bias added once, after the sum), and the vocabulary's masked lookup.
-// The vocabulary head's logits stay split for the runtime's parallel cross entropy.
+// The vocabulary head's logits stay split for the runtime's parallel cross entropy. With
+// sequence parallelism (the shard's sequence_ops), those ops run on the rank's 1/T of the
+// sequence: a region's input is all-gathered and its output reduce-scattered where sequence ops
+// read it, other readers of a split value get it all-gathered, and the weights the sequence ops
+// read are summed over the group in backward.
 #pragma once
 
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <functional>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "emit/stage_layout.h"
 #include "ir/graph.h"
 
 namespace rannc {
+
+// The values of a rank's stage file that hold 1/T of the sequence (sequence parallelism: the
+// stage's sequence ops and what they make, split along the sequence dim), and the collectives
+// that take a value between whole and split, each made once per value.
+class SequenceValues {
+ public:
+  int dim(torch::jit::Value* value) const;  // its sequence dim where split, else -1
+  void mark_split(torch::jit::Value* value, int dim) { dim_[value] = dim; }
+  // The value whole: a split one all-gathered (tp_join; backward takes the rank's chunk).
+  torch::jit::Value* whole(torch::jit::Value* value, torch::jit::Graph& graph);
+  // The value split along `dim`: a whole one cut to the rank's chunk (tp_split; backward gathers).
+  torch::jit::Value* split(torch::jit::Value* value, int dim, torch::jit::Graph& graph);
+  // A value read by every rank whose gradient each rank has in part: tp_copy sums it.
+  torch::jit::Value* shared(torch::jit::Value* value, torch::jit::Graph& graph);
+  // A region's input as its column ops read it: a split one all-gathered (tp_gather, backward
+  // reduce-scattered), a whole one through tp_copy (backward all-reduced).
+  torch::jit::Value* region_input(torch::jit::Value* value, torch::jit::Graph& graph);
+
+ private:
+  torch::jit::Value* once(std::map<torch::jit::Value*, torch::jit::Value*>& made, torch::jit::Value* value,
+                          const std::function<torch::jit::Value*()>& make);
+  std::map<torch::jit::Value*, int> dim_;
+  std::map<torch::jit::Value*, torch::jit::Value*> joined_, split_, shared_, gathered_;
+};
 
 class TensorRankCut {
  public:
@@ -26,28 +55,33 @@ class TensorRankCut {
   // The rank's part of weight `id`: `whole` when the shard does not split it.
   at::Tensor weight(ir::ValueId id, const at::Tensor& whole) const;
 
-  // Whether op `id` belongs to a region the stage splits (then `clone` cuts it).
-  bool cuts(ir::OpId id) const { return region_of_op_.count(id) != 0; }
-
-  // Appends `node` (op `op` of the model) to `graph` as the rank runs it, its inputs read
-  // through `mapped`; returns the values that stand for the node's outputs. InputError when
-  // the op cannot be cut (a size argument that is not a list or an integer, a product kind
-  // the cut does not know).
+  // Appends `node` (op `op` of the model, any op of the stage) to `graph` as the rank runs it,
+  // its inputs read through `mapped`; returns the values that stand for the node's outputs.
+  // InputError when the op cannot be cut (a size argument that is not a list or an integer, a
+  // product kind the cut does not know).
   std::vector<torch::jit::Value*> clone(const ir::Op& op, torch::jit::Node* node, torch::jit::Graph& graph,
                                         const Mapped& mapped);
+  // What the stage returns for an output: whole, as the next stage or the loss takes it.
+  torch::jit::Value* output(torch::jit::Value* value, torch::jit::Graph& graph) { return sequence_.whole(value, graph); }
 
  private:
-  const partition::TensorRegion& region_of(ir::OpId id) const { return shard_.regions[region_of_op_.at(id)]; }
   int split_dim(ir::ValueId id) const;
-  torch::jit::Value* copied_input(const partition::TensorRegion& region, torch::jit::Value* input,
-                                  torch::jit::Graph& graph);
+  bool runs_split(ir::OpId id) const { return sequence_ops_.count(id) != 0; }
+  bool feeds_sequence_op(ir::ValueId id) const;
+  std::vector<torch::jit::Value*> clone_region_op(const ir::Op& op, torch::jit::Node* node, torch::jit::Graph& graph,
+                                                  const Mapped& mapped);
+  std::vector<torch::jit::Value*> clone_sequence_op(const ir::Op& op, torch::jit::Node* node, torch::jit::Graph& graph,
+                                                    const Mapped& mapped);
+  std::vector<torch::jit::Value*> clone_whole_op(const ir::Op& op, torch::jit::Node* node, torch::jit::Graph& graph,
+                                                 const Mapped& mapped);
   void cut_size_arguments(const ir::Op& op, torch::jit::Node* copy, torch::jit::Graph& graph) const;
   torch::jit::Value* divided(torch::jit::Value* size, torch::jit::Graph& graph, const ir::Op& op) const;
   std::vector<torch::jit::Value*> list_entries(torch::jit::Value* list, torch::jit::Graph& graph, const ir::Op& op) const;
   torch::jit::Value* divided_entry(torch::jit::Value* list, int entry, torch::jit::Graph& graph, const ir::Op& op) const;
-  std::vector<torch::jit::Value*> reduce_row_op(const ir::Op& op, torch::jit::Node* copy, torch::jit::Graph& graph) const;
+  std::vector<torch::jit::Value*> reduce_row_op(const ir::Op& op, torch::jit::Node* copy, torch::jit::Graph& graph);
   std::vector<torch::jit::Value*> vocabulary_lookup(const ir::Op& op, torch::jit::Node* node, torch::jit::Graph& graph,
-                                                    const Mapped& mapped) const;
+                                                    const Mapped& mapped);
+  torch::jit::Value* reduced(const ir::Op& op, torch::jit::Value* partial, torch::jit::Graph& graph);
 
   const ir::Graph& graph_;
   const emit::TensorShard& shard_;
@@ -55,7 +89,8 @@ class TensorRankCut {
   std::map<ir::OpId, std::size_t> region_of_op_;
   std::map<ir::ValueId, int> split_dim_;
   std::map<ir::ValueId, partition::SplitWeight> weights_;
-  std::map<std::size_t, torch::jit::Value*> copied_;  // region -> its input through tp_copy
+  std::set<ir::OpId> sequence_ops_;  // those whose sequence the degree divides
+  SequenceValues sequence_;
 };
 
 }  // namespace rannc

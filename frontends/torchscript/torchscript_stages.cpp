@@ -78,7 +78,10 @@ class StageCloner {
     }
     for (auto op : stage_.ops) clone(model_.graph.op(op));
     std::vector<Value*> outputs;
-    for (const auto& output : stage_.outputs) outputs.push_back(mapped(jit_.at(output.value)));
+    for (const auto& output : stage_.outputs) {
+      Value* value = mapped(jit_.at(output.value));
+      outputs.push_back(cut_ ? cut_->output(value, *graph_) : value);
+    }
     graph_->registerOutput(graph_->insertNode(graph_->createTuple(outputs))->output());
     copy_mutated_inputs();
     make_types_generic();
@@ -108,7 +111,7 @@ class StageCloner {
   void clone(const ir::Op& op) {
     Node* node = source_.nodes.at(static_cast<std::size_t>(op.source_node));
     if (!node->outputs().empty() && map_.count(node->outputs()[0])) return;  // a constant cloned on first use
-    if (cut_ && cut_->cuts(op.id)) {
+    if (cut_) {
       auto outputs = cut_->clone(op, node, *graph_, [this](Value* v) { return mapped(v); });
       for (std::size_t k = 0; k < node->outputs().size(); ++k) map_[node->outputs()[k]] = outputs.at(k);
       return;

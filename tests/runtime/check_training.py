@@ -4,7 +4,7 @@ folder, and compare the loss of every step with single-process torch SGD (or Ada
 usage: check_training.py --partition BIN --run BIN --model PATH --out DIR [--np 4] [--steps 5]
            [--loss cross_entropy|mse] [--lr 0.05] [--seed 1] [--accumulate] [--tolerance 1e-4]
            [--expect-stages K] [--expect-replicas] [--expect-schedule NAME] [--expect-sharded] [--expect-offload] [--expect-selective]
-           [--expect-tensor-parallel T]
+           [--expect-tensor-parallel T] [--expect-sequence-parallel on|off]
            [--recompute] [--offload] [--optimizer sgd|momentum|adam] [--bucket-kib N] [--weight-decay X]
            [--clip-grad-norm X] [--lr-schedule constant|linear|cosine] [--warmup-steps N] [--shuffle]
            [--data-steps X] [--accumulate-steps K] -- EXTRA_PARTITION_ARGS...
@@ -57,9 +57,13 @@ def partition(rannc, model, out_dir, gpus, extra, optimizer="sgd"):
         return json.load(f)
 
 
-def check_tensor_parallel_plan(plan, degree):
-    """Every stage splits regions over `degree` devices and names one stage file per tensor rank."""
+def check_tensor_parallel_plan(plan, degree, sequence_parallel):
+    """Every stage splits regions over `degree` devices and names one stage file per tensor rank; with
+    sequence parallelism "on" every stage has sequence ops, with "off" none."""
     for stage in plan["stages"]:
+        has_sequence_ops = bool(stage.get("tensor_parallel", {}).get("sequence_ops"))
+        if sequence_parallel is not None and has_sequence_ops != (sequence_parallel == "on"):
+            fail(f"expected sequence parallelism {sequence_parallel} in stage {stage['id']}")
         split = stage.get("tensor_parallel", {})
         if split.get("degree", 1) != degree or not split.get("regions"):
             fail(f"expected stage {stage['id']} to split regions over {degree} devices: {split.get('degree', 1)}")
@@ -67,7 +71,8 @@ def check_tensor_parallel_plan(plan, degree):
         if files != [f"stage_{stage['id']}_tp{r}.pt" for r in range(degree)]:
             fail(f"expected one stage file per tensor rank of stage {stage['id']}: {files}")
     print(f"tensor parallel: {degree} ranks per stage, regions per stage",
-          [len(s["tensor_parallel"]["regions"]) for s in plan["stages"]])
+          [len(s["tensor_parallel"]["regions"]) for s in plan["stages"]], "sequence-parallel ops per stage",
+          [len(s["tensor_parallel"]["sequence_ops"]) for s in plan["stages"]])
 
 
 def parse(parser):
@@ -259,6 +264,8 @@ def main():
     parser.add_argument("--expect-offload", action="store_true", help="the planner offloads some stage")
     parser.add_argument("--expect-tensor-parallel", type=int, metavar="T",
                         help="every stage splits its layers over T devices, each rank loading its own stage file")
+    parser.add_argument("--expect-sequence-parallel", choices=("on", "off"),
+                        help="with --expect-tensor-parallel: every stage has sequence-parallel ops (on) or none (off)")
     parser.add_argument("--expect-selective", action="store_true",
                         help="every stage recomputes selectively, and rannc-run says it recomputes the whole forward")
     parser.add_argument("--optimizer", default="sgd", choices=training_reference.OPTIMIZERS)
@@ -291,7 +298,7 @@ def main():
     if args.expect_offload and not any(s["offload"] for s in plan["stages"]):
         fail("expected the planner to offload a stage, the plan offloads none")
     if args.expect_tensor_parallel:
-        check_tensor_parallel_plan(plan, args.expect_tensor_parallel)
+        check_tensor_parallel_plan(plan, args.expect_tensor_parallel, args.expect_sequence_parallel)
     if args.expect_selective and any(s["recompute"] != "selective" for s in plan["stages"]):
         fail(f"expected selective recomputation on every stage: {[s['recompute'] for s in plan['stages']]}")
 

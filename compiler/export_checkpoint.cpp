@@ -17,8 +17,12 @@ std::string run_export(const ExportOptions& options) {
   auto manifest = plan::read_checkpoint_manifest(folder);
   auto plan = plan::read_plan_file(plan::checked_checkpoint_file(folder, manifest, plan::kCheckpointPlanFile));
   TorchPlugin::ExportRequest request;
-  for (const auto& stage : plan.stages)
-    request.stage_files.push_back(plan::checked_checkpoint_file(folder, manifest, plan::stage_weights_file(stage.id)));
+  for (const auto& stage : plan.stages) {
+    TorchPlugin::ExportRequest::StageFiles files{{}, stage.tensor_parallel.weights};
+    for (int rank = 0; rank < stage.tensor_parallel.degree; ++rank)
+      files.files.push_back(plan::checked_checkpoint_file(folder, manifest, plan::stage_weights_file(stage, rank)));
+    request.stages.push_back(std::move(files));
+  }
   request.output = options.output;
   request.module_output = options.module_output;
   // A TorchScript model gives the state_dict its order and the entries no stage holds (a buffer

@@ -150,7 +150,13 @@ class TorchPlugin {
   // in its state_dict's order, with what no stage holds taken from it; with `module_output`,
   // the model with the merged values saved there.
   struct ExportRequest {
-    std::vector<std::string> stage_files;
+    // A stage's files: one, or one per tensor rank of a tensor-parallel stage, whose `split`
+    // weights join from the ranks' slices (plan/tensor_slices.h) and whose others are whole in each.
+    struct StageFiles {
+      std::vector<std::string> files;
+      std::vector<plan::TensorParallel::SplitWeight> split;
+    };
+    std::vector<StageFiles> stages;
     std::string model;  // empty: not TorchScript
     std::string output, module_output;
     // Not TorchScript: the model's state_dict names when its frontend knows them (a .pt2's

@@ -12,8 +12,8 @@
 namespace rannc::plan {
 namespace {
 
-constexpr const char* kFormat = "rannc-checkpoint";
-constexpr int kVersion = 1;
+constexpr const char* kManifestFormat = "rannc-checkpoint";
+constexpr int kManifestVersion = 1;
 constexpr std::uint64_t kMaxManifestBytes = std::uint64_t{16} << 20;
 
 std::string numbered(const char* pattern, int number) {
@@ -22,11 +22,19 @@ std::string numbered(const char* pattern, int number) {
   return name;
 }
 
+// "stage_<i>", or "stage_<i>_tp<t>" in a tensor-parallel stage.
+std::string stage_file_stem(const Stage& stage, int tensor_rank) {
+  auto stem = numbered("stage_%d", stage.id);
+  return stage.tensor_parallel.degree > 1 ? stem + numbered("_tp%d", tensor_rank) : stem;
+}
+
 }  // namespace
 
 std::string checkpoint_folder_name(int step) { return numbered("step_%08d", step); }
-std::string stage_weights_file(int stage) { return numbered("stage_%d.pt", stage); }
-std::string stage_optimizer_file(int stage) { return numbered("stage_%d.optimizer.pt", stage); }
+std::string stage_weights_file(const Stage& stage, int tensor_rank) { return stage_file_stem(stage, tensor_rank) + ".pt"; }
+std::string stage_optimizer_file(const Stage& stage, int tensor_rank) {
+  return stage_file_stem(stage, tensor_rank) + ".optimizer.pt";
+}
 std::string rank_state_file(int rank) { return numbered("rank_%d.pt", rank); }
 std::string rank_optimizer_file(int rank) { return numbered("rank_%d.optimizer.pt", rank); }
 
@@ -55,8 +63,8 @@ CheckpointManifest read_checkpoint_manifest(const std::string& folder) {
   check_json_depth(text, path);
   try {
     auto json = nlohmann::json::parse(text);
-    if (json.value("format", "") != kFormat || json.value("version", 0) != kVersion)
-      throw InputError(path + ": not a rannc-run checkpoint of format version " + std::to_string(kVersion));
+    if (json.value("format", "") != kManifestFormat || json.value("version", 0) != kManifestVersion)
+      throw InputError(path + ": not a rannc-run checkpoint of format version " + std::to_string(kManifestVersion));
     CheckpointManifest manifest;
     manifest.step = json.at("step").get<int>();
     manifest.plan_sha256 = json.at("plan_sha256").get<std::string>();
@@ -73,8 +81,8 @@ CheckpointManifest read_checkpoint_manifest(const std::string& folder) {
 }
 
 std::string checkpoint_manifest_json(const CheckpointManifest& manifest) {
-  nlohmann::json json = {{"format", kFormat},
-                         {"version", kVersion},
+  nlohmann::json json = {{"format", kManifestFormat},
+                         {"version", kManifestVersion},
                          {"step", manifest.step},
                          {"plan_sha256", manifest.plan_sha256},
                          {"model_sha256", manifest.model_sha256},

@@ -8,12 +8,16 @@
 // Files: stage_<i>.pt, the stage's weights and buffers by their model names (a state dict
 // torch.load reads); stage_<i>.optimizer.pt, its optimizer state when every replica holds all of
 // it; rank_<r>.pt, the rank's random state; rank_<r>.optimizer.pt, the rank's shards of a
-// stage with sharded optimizer state.
+// stage with sharded optimizer state. A tensor-parallel stage has both stage files once per
+// tensor rank, stage_<i>_tp<t>.pt and stage_<i>_tp<t>.optimizer.pt: the rank's slices of the
+// split weights (plan/tensor_slices.h), the other weights whole, and the state of those.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
+
+#include "plan/plan.h"
 
 namespace rannc::plan {
 
@@ -31,8 +35,10 @@ inline constexpr const char* kLatestCheckpointFile = "latest";
 inline constexpr const char* kCheckpointPlanFile = "plan.json";
 
 std::string checkpoint_folder_name(int step);  // "step_00000006"
-std::string stage_weights_file(int stage);
-std::string stage_optimizer_file(int stage);
+// What the stage's ranks of `tensor_rank` hold alike (every replica the same values): its
+// weights and buffers, and its optimizer state when replicated.
+std::string stage_weights_file(const Stage& stage, int tensor_rank);
+std::string stage_optimizer_file(const Stage& stage, int tensor_rank);
 std::string rank_state_file(int rank);
 std::string rank_optimizer_file(int rank);
 

@@ -61,11 +61,28 @@ void set_generator_state(const at::Tensor& state) {
 
 std::string short_sha(const std::string& sha) { return sha.substr(0, 12); }
 
+// A rank's files in a checkpoint: what the stage's ranks of its tensor rank share (the weights,
+// and the optimizer state when replicated), its shards of sharded state and its random state.
+struct RankFiles {
+  std::string weights, shared_optimizer, own_optimizer, random_state;
+  const std::string& optimizer(const StateSync& state) const { return state.replicated() ? shared_optimizer : own_optimizer; }
+};
+
+RankFiles rank_files(const plan::Plan& plan, Placement placement, int rank) {
+  const auto& stage = plan.stages.at(static_cast<std::size_t>(placement.stage));
+  return {plan::stage_weights_file(stage, placement.tensor_rank), plan::stage_optimizer_file(stage, placement.tensor_rank),
+          plan::rank_optimizer_file(rank), plan::rank_state_file(rank)};
+}
+
 }  // namespace
 
 CheckpointWriter::CheckpointWriter(const RunOptions& options, const plan::Plan& plan, std::string plan_sha256,
-                                   std::string optimizer, int stage)
-    : options_(options), plan_(plan), plan_sha256_(std::move(plan_sha256)), optimizer_(std::move(optimizer)), stage_(stage) {}
+                                   std::string optimizer, Placement placement)
+    : options_(options),
+      plan_(plan),
+      plan_sha256_(std::move(plan_sha256)),
+      optimizer_(std::move(optimizer)),
+      placement_(placement) {}
 
 bool CheckpointWriter::due(int steps_done) const {
   if (options_.save_dir.empty()) return false;
@@ -106,12 +123,12 @@ std::string CheckpointWriter::write_rank_files(const std::string& folder, int ra
     write_file_atomically((fs::path(folder) / file).string(), bytes, "the checkpoint");
     names += file + "\n";
   };
-  if (plan_.stages.at(static_cast<std::size_t>(stage_)).ranks.front() == rank) {
-    write(plan::stage_weights_file(stage_), state_dict_bytes(runner.state()));
-    if (state.replicated()) write(plan::stage_optimizer_file(stage_), state.optimizer_bytes());
-  }
-  write(plan::rank_state_file(rank), state_dict_bytes({{kGeneratorKey, generator_state()}}));
-  if (!state.replicated()) write(plan::rank_optimizer_file(rank), state.optimizer_bytes());
+  const auto files = rank_files(plan_, placement_, rank);
+  // The replicas of one tensor rank hold the same values: the first writes them.
+  bool first_replica = placement_.pipeline == 0 && placement_.replica == 0;
+  if (first_replica) write(files.weights, state_dict_bytes(runner.state()));
+  if (first_replica || !state.replicated()) write(files.optimizer(state), state.optimizer_bytes());
+  write(files.random_state, state_dict_bytes({{kGeneratorKey, generator_state()}}));
   return names;
 }
 
@@ -177,16 +194,18 @@ ResumePoint open_resume_point(const RunOptions& options, const plan::Plan& plan,
   return point;
 }
 
-void restore_stage(const ResumePoint& point, int stage, int rank, StageRunner& runner) {
-  auto weights = plan::checked_checkpoint_file(point.folder, point.manifest, plan::stage_weights_file(stage));
+void restore_stage(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank, StageRunner& runner) {
+  const auto files = rank_files(plan, placement, rank);
+  auto weights = plan::checked_checkpoint_file(point.folder, point.manifest, files.weights);
   runner.load_state(read_state_dict(weights, "checkpoint"), weights);
-  auto rank_file = plan::checked_checkpoint_file(point.folder, point.manifest, plan::rank_state_file(rank));
+  auto rank_file = plan::checked_checkpoint_file(point.folder, point.manifest, files.random_state);
   for (const auto& [name, tensor] : read_state_dict(rank_file, "checkpoint"))
     if (name == kGeneratorKey) set_generator_state(tensor);
 }
 
-void restore_optimizer(const ResumePoint& point, int stage, int rank, StateSync& state) {
-  auto file = state.replicated() ? plan::stage_optimizer_file(stage) : plan::rank_optimizer_file(rank);
+void restore_optimizer(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank,
+                       StateSync& state) {
+  auto file = rank_files(plan, placement, rank).optimizer(state);
   state.load_optimizer(plan::checked_checkpoint_file(point.folder, point.manifest, file));
 }
 

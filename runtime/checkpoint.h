@@ -1,7 +1,9 @@
 // rannc-run's checkpoints (plan/checkpoint.h has the folder's layout): --save writes one every
 // --save-every steps and after the last; --resume continues from one, with the same losses as a
-// run never stopped. One rank per stage (its first) writes the stage's weights, and its optimizer
-// state when replicated; every rank writes its random state, and its shards of sharded state.
+// run never stopped. One rank per stage and tensor rank (of the first replica of the first
+// pipeline) writes what the stage's ranks of that tensor rank hold alike: the weights (its slices
+// of the split ones), and the optimizer state when replicated; every rank writes its random state,
+// and its shards of sharded state.
 #pragma once
 
 #include <string>
@@ -9,6 +11,7 @@
 
 #include "plan/checkpoint.h"
 #include "plan/plan.h"
+#include "runtime/rank_layout.h"
 #include "runtime/run_options.h"
 
 namespace rannc::runtime {
@@ -20,9 +23,9 @@ class StateSync;
 class CheckpointWriter {
  public:
   // `plan_sha256`: of the plan file's bytes; `optimizer`: the one training runs. The manifest
-  // records both.
+  // records both. `placement`: this rank's.
   CheckpointWriter(const RunOptions& options, const plan::Plan& plan, std::string plan_sha256, std::string optimizer,
-                   int stage);
+                   Placement placement);
 
   // Whether a checkpoint is due once `steps_done` steps have trained.
   bool due(int steps_done) const;
@@ -39,7 +42,7 @@ class CheckpointWriter {
   RunOptions options_;
   const plan::Plan& plan_;
   std::string plan_sha256_, optimizer_;
-  int stage_;
+  Placement placement_;
 };
 
 // The checkpoint --resume names, checked against this run: the same plan (by SHA-256), model,
@@ -51,9 +54,11 @@ struct ResumePoint {
 ResumePoint open_resume_point(const RunOptions& options, const plan::Plan& plan, const std::string& plan_sha256,
                               const std::string& optimizer);
 
-// This rank's part: the stage's weights and buffers and the rank's random state (before the
-// optimizer is made: sharded state starts from the weights); then the optimizer state.
-void restore_stage(const ResumePoint& point, int stage, int rank, StageRunner& runner);
-void restore_optimizer(const ResumePoint& point, int stage, int rank, StateSync& state);
+// This rank's part (`placement` its place): the stage's weights and buffers of its tensor rank
+// and the rank's random state (before the optimizer is made: sharded state starts from the
+// weights); then the optimizer state.
+void restore_stage(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank, StageRunner& runner);
+void restore_optimizer(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank,
+                       StateSync& state);
 
 }  // namespace rannc::runtime

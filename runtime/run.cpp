@@ -155,9 +155,9 @@ void use_device(const DeviceChoice& choice) {
 }
 
 // What of tensor parallelism this rannc-run trains: one degree in every stage, each stage cut
-// into its tensor ranks' files, no checkpoints yet. The sequence-parallel ops run whole on every
-// rank of a group: the same losses, more activation memory than planned.
-void check_tensor_parallel(const plan::Plan& plan, const RunOptions& options, const MpiWorld& world) {
+// into its tensor ranks' files. The sequence-parallel ops run whole on every rank of a group: the
+// same losses, more activation memory than planned.
+void check_tensor_parallel(const plan::Plan& plan, const MpiWorld& world) {
   int degree = plan.stages.front().tensor_parallel.degree;
   bool sequence_ops = false;
   for (const auto& stage : plan.stages) {
@@ -173,9 +173,6 @@ void check_tensor_parallel(const plan::Plan& plan, const RunOptions& options, co
     sequence_ops = sequence_ops || !split.sequence_ops.empty();
   }
   if (degree == 1) return;
-  if (!options.save_dir.empty() || !options.resume_dir.empty() || !options.init_path.empty())
-    throw InputError(plan.path + ": checkpoints of tensor-parallel plans (--save, --resume, --init) are not written or "
-                     "read by rannc-run yet");
   if (sequence_ops && world.rank() == 0)
     std::cerr << "rannc-run: the plan runs norms and residual adds sequence-parallel; this rannc-run runs them whole on "
                  "every rank of a tensor-parallel group\n";
@@ -195,7 +192,7 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   if (plan.elementwise == plan::Fusion::kFused)
     throw InputError(plan.path + ": planned for fused elementwise kernels (--elementwise fused), which rannc-run does not "
                      "run: partition again without --elementwise");
-  check_tensor_parallel(plan, options, world);
+  check_tensor_parallel(plan, world);
   for (const auto& stage : plan.stages) {
     // The same losses either way; the stage keeps less than predicted and takes longer.
     if (stage.recompute == plan::Recompute::kSelective && world.rank() == 0)
@@ -230,11 +227,11 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   use_device(setup->device);
   setup->runner = std::make_unique<StageRunner>(plan, stage, torch_device(setup->device), setup->placement.tensor_rank);
   if (!options.init_path.empty())
-    setup->runner->load_state(read_state_dict(options.init_path, "--init"), "--init " + options.init_path);
+    setup->runner->load_model_state(read_state_dict(options.init_path, "--init"), "--init " + options.init_path);
   if (!options.resume_dir.empty()) {
     setup->resume = open_resume_point(options, plan, setup->plan_sha256,
                                       std::string(plan::optimizer_name(setup->optimizer.kind)));
-    restore_stage(*setup->resume, stage.id, world.rank(), *setup->runner);
+    restore_stage(*setup->resume, plan, setup->placement, world.rank(), *setup->runner);
   }
   if (stage.id == setup->loss.stage)
     setup->runner->set_loss(
@@ -365,9 +362,9 @@ int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
   }
   StateSync state(setup.runner->parameters(), groups, communicator, setup.optimizer, options.bucket_kib * 1024);
   const int first_step = setup.resume ? setup.resume->manifest.step : 0;
-  if (setup.resume) restore_optimizer(*setup.resume, setup.placement.stage, world.rank(), state);
+  if (setup.resume) restore_optimizer(*setup.resume, setup.plan, setup.placement, world.rank(), state);
   CheckpointWriter checkpoints(options, setup.plan, setup.plan_sha256, std::string(plan::optimizer_name(setup.optimizer.kind)),
-                               setup.placement.stage);
+                               setup.placement);
   std::unique_ptr<EmbeddingExchange> embeddings;
   if (setup.plan.sharding) embeddings = std::make_unique<EmbeddingExchange>(setup.plan, world.rank(), communicator, setup.optimizer);
   Trainer trainer(setup.plan, *setup.layout, world.rank(), *setup.runner, *setup.data, communicator, state,

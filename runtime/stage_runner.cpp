@@ -5,7 +5,10 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
+#include <algorithm>
+
 #include "torch_side/device_constants.h"
+#include "torch_side/tensor_rank_slices.h"
 #include "torch_side/torch_error.h"
 #include "torch_side/torch_version.h"
 
@@ -83,6 +86,7 @@ class Autocast {
 
 StageRunner::StageRunner(const plan::Plan& plan, const plan::Stage& stage, c10::Device device, int tensor_rank)
     : stage_(stage),
+      tensor_rank_(tensor_rank),
       device_(device),
       module_(load_stage(plan.stage_path(stage, tensor_rank), device)),
       bf16_autocast_(plan.precision == plan::Precision::kBf16Mixed) {
@@ -210,6 +214,29 @@ void StageRunner::load_state(const TensorDict& tensors, const std::string& sourc
   for (std::size_t i = 0; i < params_.size(); ++i) set(stage_.params[i], params_[i], true);
   // A state_dict leaves out the buffers registered as not persistent: those keep their values.
   for (const auto& buffer : stage_.buffers) set(buffer, module_->attr(buffer.stage_name).toTensor(), false);
+}
+
+void StageRunner::load_model_state(const TensorDict& tensors, const std::string& source) {
+  TensorDict held;
+  for (const auto& [name, tensor] : tensors) held.emplace_back(name, rank_part(name, tensor, source));
+  load_state(held, source);
+}
+
+at::Tensor StageRunner::rank_part(const std::string& name, const at::Tensor& whole, const std::string& source) const {
+  const auto& splits = stage_.tensor_parallel.weights;
+  auto split = std::find_if(splits.begin(), splits.end(), [&](const auto& weight) { return weight.name == name; });
+  auto param = std::find_if(stage_.params.begin(), stage_.params.end(), [&](const auto& weight) { return weight.name == name; });
+  if (split == splits.end() || param == stage_.params.end()) return whole;
+  const auto& held = params_.at(static_cast<std::size_t>(param - stage_.params.begin()));
+  // Checked here, where the whole shape is known: load_state would name only the slices'.
+  bool splits_so = whole.dim() > split->dim && whole.size(split->dim) % split->groups == 0;
+  auto part = splits_so ? rank_slices(whole, *split, stage_.tensor_parallel.degree, tensor_rank_) : at::Tensor();
+  if (!splits_so || part.sizes() != held.sizes()) {
+    throw InputError(source + ": '" + name + "' has shape " + c10::str(whole.sizes()) + ", whose slices along dim " +
+                     std::to_string(split->dim) + " are not the " + c10::str(held.sizes()) + " tensor rank " +
+                     std::to_string(tensor_rank_) + " of " + std::to_string(stage_.tensor_parallel.degree) + " holds");
+  }
+  return part;
 }
 
 void StageRunner::zero_gradients() {

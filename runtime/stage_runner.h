@@ -69,6 +69,9 @@ class StageRunner {
   // must hold each weight by name with its shape (a buffer it lacks keeps its value); InputError
   // naming `source` and the tensor otherwise.
   void load_state(const TensorDict& tensors, const std::string& source);
+  // The same from the whole model's state_dict (--init): a tensor-parallel stage takes its tensor
+  // rank's slices of the split weights (plan/tensor_slices.h).
+  void load_model_state(const TensorDict& tensors, const std::string& source);
 
   std::int64_t offload_bytes() const { return offload_bytes_; }  // copied between host and device so far
 
@@ -79,11 +82,14 @@ class StageRunner {
   };
 
   std::vector<at::Tensor> run_forward(const std::vector<at::Tensor>& inputs);
+  // The whole model's tensor `name` as this rank holds it: its slices of a split weight, else whole.
+  at::Tensor rank_part(const std::string& name, const at::Tensor& whole, const std::string& source) const;
   // Whether backward runs the forward again: for selective recomputation too, whose attention
   // cores this runner does not recompute apart yet.
   bool recomputes() const { return stage_.recompute != plan::Recompute::kNone; }
 
   const plan::Stage& stage_;
+  int tensor_rank_;
   c10::Device device_;
   std::unique_ptr<torch::jit::Module> module_;
   std::vector<at::Tensor> params_;  // the trainable parameters the optimizer updates (host copies when offloaded)

@@ -7,18 +7,39 @@
 #include "support/atomic_file.h"
 #include "support/error.h"
 #include "torch_side/state_dict_file.h"
+#include "torch_side/tensor_rank_slices.h"
 #include "torch_side/torch_error.h"
 
 namespace rannc {
 namespace {
 
+at::Tensor* split_weight(TensorDict& tensors, const std::string& name, const std::string& file) {
+  auto found = std::find_if(tensors.begin(), tensors.end(), [&](const auto& named) { return named.first == name; });
+  if (found == tensors.end()) throw InputError(file + ": has no '" + name + "', a split weight of its stage");
+  return &found->second;
+}
+
+// A stage's tensors, whole: a tensor-parallel stage's split weights joined from its tensor ranks'
+// files, its other tensors from the first (every rank of the group holds the same).
+TensorDict stage_tensors(const TorchPlugin::ExportRequest::StageFiles& stage) {
+  std::vector<TensorDict> ranks;
+  for (const auto& file : stage.files) ranks.push_back(read_state_dict(file, "checkpoint"));
+  TensorDict whole = ranks.front();
+  for (const auto& split : stage.split) {
+    std::vector<at::Tensor> slices;
+    for (std::size_t r = 0; r < ranks.size(); ++r) slices.push_back(*split_weight(ranks[r], split.name, stage.files[r]));
+    *split_weight(whole, split.name, stage.files.front()) = joined_slices(slices, split);
+  }
+  return whole;
+}
+
 // The stages' tensors in stage order. A tied weight is in each stage that uses it, the same after
 // every step (its gradients are summed over all holders), so the first copy stands for all.
-TensorDict merged_stages(const std::vector<std::string>& files) {
+TensorDict merged_stages(const std::vector<TorchPlugin::ExportRequest::StageFiles>& stages) {
   TensorDict merged;
   std::set<std::string> seen;
-  for (const auto& file : files)
-    for (auto& [name, tensor] : read_state_dict(file, "checkpoint"))
+  for (const auto& stage : stages)
+    for (auto& [name, tensor] : stage_tensors(stage))
       if (seen.insert(name).second) merged.emplace_back(name, tensor);
   return merged;
 }
@@ -62,7 +83,7 @@ ExportedCheckpoint export_checkpoint(const TorchPlugin::ExportRequest& request) 
   auto& result = exported.result;
   TensorDict state;
   if (request.model.empty()) {
-    state = merged_stages(request.stage_files);
+    state = merged_stages(request.stages);
     if (!request.state_dict_names.empty()) state = only_named(std::move(state), request.state_dict_names, result);
     for (const auto& [alias, held_as] : request.state_dict_aliases) {
       auto held = std::find_if(state.begin(), state.end(), [&](const auto& entry) { return entry.first == held_as; });
@@ -71,7 +92,7 @@ ExportedCheckpoint export_checkpoint(const TorchPlugin::ExportRequest& request) 
     }
     result.trained = static_cast<int>(state.size());
   } else {
-    auto stages = merged_stages(request.stage_files);
+    auto stages = merged_stages(request.stages);
     std::map<std::string, at::Tensor> merged(stages.begin(), stages.end());
     auto model = load_model(request.model);
     state = module_state(model);

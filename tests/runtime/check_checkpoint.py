@@ -2,19 +2,23 @@
 goes back to PyTorch, and training starts from a PyTorch state_dict.
 
 usage: check_checkpoint.py --partition BIN --run BIN --model PATH --sample NAME --samples DIR --out DIR
-           --other-plan "PARTITION_ARGS" [--np 4] [--recompute] [--expect-sharded] -- EXTRA_PARTITION_ARGS...
+           --other-plan "PARTITION_ARGS" [--np 4] [--recompute] [--expect-sharded] [--expect-tensor-parallel T]
+           -- EXTRA_PARTITION_ARGS...
 
 Adam, constant learning rate, on a --data folder of STEPS + 1 steps:
-1. straight: STEPS steps with --save S1 --save-every STEPS; the losses L.
+1. straight: STEPS steps with --save S1 --save-every STEPS; the losses L. Each checkpoint holds one
+   weights file per stage, or per tensor rank of a tensor-parallel stage (its slices).
 2. killed: the same run with --save S2 --save-every 3, SIGKILLed (the whole job) as soon as rank 0
    prints step 3, so S2/latest names step 3 (or a later multiple of 3 on a slow machine); then
    --resume S2 to STEPS: its steps equal L's exactly (the same plan, data and state).
-3. export: `rannc-partition export S1 -o sd.pt [--module trained.pt]`; the sample's own nn.Module
+3. export: `rannc-partition export S1 -o sd.pt [--module trained.pt]` (a tensor-parallel stage's
+   slices joined); the sample's own nn.Module
    loads sd.pt with strict load_state_dict (and, for a TorchScript model, gives trained.pt's
    outputs); its loss on the data of step STEPS equals rannc-run's (a run of STEPS + 1 steps resumed
    from S1) within 1e-5.
 4. init: the sample's nn.Module with other weights, saved by torch.save(model.state_dict()); rannc-run
-   --init starts from it: its first two losses are those of that model trained in PyTorch, 1e-5.
+   --init starts from it (each tensor rank from its slices): its first two losses are those of that
+   model trained in PyTorch, 1e-5.
 5. refusals, each exit 2 with one line: --resume with another plan ("another plan"), a checkpoint
    file changed since ("changed since"), --init of a state_dict without the model's weights ("has no").
 6. a full disk (a tmpfs of 1.5 checkpoints; skipped where none can be mounted): the checkpoint at
@@ -40,6 +44,28 @@ import training_reference
 STEPS = 12
 SAVE_EVERY = 3
 RUN_ARGS = ("--loss", "cross_entropy", "--optimizer", "adam", "--lr", 0.01, "--seed", 1)
+
+
+def degree_of(stage):
+    return stage.get("tensor_parallel", {}).get("degree", 1)
+
+
+def weights_files(plan):
+    """The checkpoint's weights files: stage_<s>.pt, or stage_<s>_tp<t>.pt per tensor rank."""
+    names = []
+    for stage in plan["stages"]:
+        degree = degree_of(stage)
+        names += ([f"stage_{stage['id']}.pt"] if degree == 1 else
+                  [f"stage_{stage['id']}_tp{t}.pt" for t in range(degree)])
+    return names
+
+
+def check_weights_files(plan, save_dir):
+    folder = os.path.join(save_dir, f"step_{STEPS:08d}")
+    held = sorted(name for name in os.listdir(folder) if name.startswith("stage_") and ".optimizer." not in name)
+    if held != sorted(weights_files(plan)):
+        fail(f"{folder}: expected the weights files {sorted(weights_files(plan))}, it holds {held}")
+    print("weights files:", held)
 
 
 def losses_of(report_path):
@@ -102,11 +128,11 @@ def killed_run(args, plan_path, data_dir, save_dir):
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    if not step3.wait(300):
+    reader.join(300)  # the output ends when the job is killed at step 3, or ends on its own
+    if not step3.is_set():
         kill_job(job)
-        fail("rank 0 printed no 'step 3' line within 300 s:\n" + "".join(printed))
+        fail("rank 0 printed no 'step 3' line within 300 s, or the job ended before it:\n" + "".join(printed))
     job.wait()
-    reader.join(10)
     return [line for line in printed if line.startswith("step ")]
 
 
@@ -205,7 +231,7 @@ def check_init(args, plan_path, data_dir, plan):
     expect_refusal(args, plan_path, data_dir, "has no", "--init", os.path.join(args.out, "unrelated.pt"))
 
 
-def check_refusals(args, plan_path, data_dir):
+def check_refusals(args, plan_path, data_dir, plan):
     other_dir = os.path.join(args.out, "other_plan")
     partition(args.partition, args.model, other_dir, args.np, args.other_plan, "adam")
     status, output = train(args, os.path.join(other_dir, "plan.json"), data_dir, STEPS, "--resume",
@@ -216,7 +242,8 @@ def check_refusals(args, plan_path, data_dir):
     copy = os.path.join(args.out, "changed")
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(os.path.join(args.out, "straight", f"step_{SAVE_EVERY * (STEPS // SAVE_EVERY):08d}"), copy)
-    with open(os.path.join(copy, "stage_0.pt"), "r+b") as f:
+    changed = weights_files(plan)[degree_of(plan["stages"][0]) - 1]  # stage 0's last tensor rank's
+    with open(os.path.join(copy, changed), "r+b") as f:
         f.seek(100)
         byte = f.read(1)
         f.seek(100)
@@ -274,6 +301,8 @@ def main():
     parser.add_argument("--np", type=int, default=4)
     parser.add_argument("--recompute", action="store_true", help="set recompute on every stage of the plan")
     parser.add_argument("--expect-sharded", action="store_true")
+    parser.add_argument("--expect-tensor-parallel", type=int, default=0, metavar="T",
+                        help="every stage split over T tensor ranks")
     parser.add_argument("--other-plan", required=True, help="partition arguments of another plan of the model")
     args = parse(parser)
     args.other_plan = args.other_plan.split()
@@ -285,6 +314,8 @@ def main():
     print("plan:", describe(plan))
     if args.expect_sharded and all(s.get("state_sharding", "none") == "none" for s in plan["stages"]):
         fail("expected a stage with sharded optimizer state, the plan has none")
+    if args.expect_tensor_parallel and any(degree_of(s) != args.expect_tensor_parallel for s in plan["stages"]):
+        fail(f"expected every stage over {args.expect_tensor_parallel} tensor ranks: {[degree_of(s) for s in plan['stages']]}")
     args.ranks = len(plan["ranks"])
     training_reference.make_data(plan, STEPS + 1, "cross_entropy", data_dir, 1)
 
@@ -292,10 +323,11 @@ def main():
     shutil.rmtree(save_dir, ignore_errors=True)
     straight = train_ok(args, plan_path, data_dir, STEPS, "--save", save_dir, "--save-every", SAVE_EVERY,
                         report=os.path.join(args.out, "straight.json"))
+    check_weights_files(plan, save_dir)
     check_resume(args, plan_path, data_dir, straight)
     check_export(args, plan_path, data_dir, plan)
     check_init(args, plan_path, data_dir, plan)
-    check_refusals(args, plan_path, data_dir)
+    check_refusals(args, plan_path, data_dir, plan)
     check_full_disk(args, plan_path, data_dir, straight)
     print("OK")
 

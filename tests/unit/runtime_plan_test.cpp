@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 
+#include "plan/checkpoint.h"
 #include "plan/plan_json.h"
 #include "plan/tensor_slices.h"
 #include "runtime/data_order.h"
@@ -334,6 +335,15 @@ TEST_CASE("a tensor-parallel stage names one file per tensor rank, written back 
   document = tensor_parallel_document();
   document["stages"][0]["tensor_parallel"]["files"][0]["sha256"] = "beef";
   CHECK_THROWS_WITH(plan::from_json(document, "plan.json"), Catch::Contains("is not a SHA-256"));
+}
+
+TEST_CASE("checkpoint files: a tensor-parallel stage's once per tensor rank, other stages' once", "[runtime]") {
+  auto plan = plan::from_json(tensor_parallel_document(), "plan.json");
+  CHECK(plan::stage_weights_file(plan.stages[1], 1) == "stage_1_tp1.pt");
+  CHECK(plan::stage_optimizer_file(plan.stages[1], 0) == "stage_1_tp0.optimizer.pt");
+  plan.stages[1].tensor_parallel.degree = 1;
+  CHECK(plan::stage_weights_file(plan.stages[1], 0) == "stage_1.pt");
+  CHECK(plan::stage_optimizer_file(plan.stages[1], 0) == "stage_1.optimizer.pt");
 }
 
 TEST_CASE("tensor slices: tensor_split's cut, each part of a fused weight cut alike", "[runtime]") {

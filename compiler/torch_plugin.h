@@ -134,6 +134,15 @@ class TorchPlugin {
     bool builds_up = false;
     std::string not_located;  // why no op is named, when beyond and none is
   };
+  // The tensor ranks' stage files (plan::TensorParallel::files) chained as well, the ranks of a
+  // group as threads of one process: the model outputs and gradients joined from the ranks' slices
+  // against the model, and what every rank computes whole (replicated weights' gradients, outputs
+  // other than split logits) on ranks 1.. against rank 0's. Their problems are the report's.
+  struct TensorRankCheck {
+    int degree = 0;           // 0: not chained
+    std::string not_chained;  // why not, where stages have rank files
+    std::vector<Difference> outputs, gradients, across_ranks;
+  };
   struct VerifyReport {
     std::int64_t samples = 0;       // one pipeline's share of the global batch
     std::int64_t reference_chunk = 0;  // samples per reference forward (see torch_verify.cpp)
@@ -142,6 +151,7 @@ class TorchPlugin {
     std::string note;                   // how the plan had to be adapted to be comparable, if it was
     std::string skipped;                // why nothing was compared (skip_random), else empty
     Float64Check float64;
+    TensorRankCheck tensor_ranks;
   };
   virtual VerifyReport verify(const VerifyRequest& request) = 0;
 

@@ -113,6 +113,58 @@ std::string float64_off(const Model& model, std::int64_t limit, const std::strin
          human_bytes(static_cast<double>(limit));
 }
 
+// The tensor ranks' files (TorchPlugin::TensorRankCheck) summed up: against the model, and what
+// each rank computes whole against rank 0's.
+struct RankFiles {
+  const TorchPlugin::TensorRankCheck& check;
+  Summary outputs = summarize(check.outputs), gradients = summarize(check.gradients),
+          across_ranks = summarize(check.across_ranks);
+  const Difference* worst() const {
+    const Difference* worst = nullptr;
+    for (const auto* summary : {&outputs, &gradients, &across_ranks})
+      if (summary->worst && (!worst || summary->max_rel() > worst->max_rel)) worst = summary->worst;
+    return worst;
+  }
+  double max_rel() const { return worst() ? worst()->max_rel : 0.0; }
+};
+
+// "tensor     rank files of 2 tensor ranks chained too: 1 outputs max rel 0, 52 gradients max
+// rel 9.19e-08, 27 across ranks max rel 0   worst: gradient w (rank files)", or why they were not.
+std::string rank_files_line(const RankFiles& ranks) {
+  if (ranks.check.degree == 0) return "tensor     rank files not chained: " + ranks.check.not_chained + "\n";
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "tensor     rank files of %d tensor ranks chained too: %zu outputs max rel %.3g, %zu gradients max rel "
+                "%.3g, %zu across ranks max rel %.3g%s%s\n",
+                ranks.check.degree, ranks.outputs.compared, ranks.outputs.max_rel(), ranks.gradients.compared,
+                ranks.gradients.max_rel(), ranks.across_ranks.compared, ranks.across_ranks.max_rel(),
+                ranks.worst() ? "   worst: " : "", ranks.worst() ? ranks.worst()->what.c_str() : "");
+  return line;
+}
+
+// The same for partition's check line: ", the files of 2 tensor ranks too (within 1.2e-07)".
+std::string rank_files_text(const RankFiles& ranks) {
+  if (ranks.check.degree == 0)
+    return ranks.check.not_chained.empty() ? "" : ", the tensor ranks' files not (" + ranks.check.not_chained + ")";
+  char text[128];
+  std::snprintf(text, sizeof text, ", the files of %d tensor ranks too (within %.3g)", ranks.check.degree, ranks.max_rel());
+  return text;
+}
+
+nlohmann::json rank_files_json(const RankFiles& ranks) {
+  if (ranks.check.degree == 0) return {{"chained", false}, {"reason", ranks.check.not_chained}};
+  return {{"chained", true},
+          {"degree", ranks.check.degree},
+          {"outputs", summary_json(ranks.outputs)},
+          {"gradients", summary_json(ranks.gradients)},
+          {"across_ranks", summary_json(ranks.across_ranks)}};
+}
+
+// Whether the plan has rank files to report on: chained, or why not.
+bool has_rank_files(const TorchPlugin::TensorRankCheck& check) {
+  return check.degree > 0 || !check.not_chained.empty();
+}
+
 struct Float64Verdict {
   const TorchPlugin::Float64Check& check;
   double tolerance;
@@ -204,15 +256,17 @@ VerifyOutcome run_verify(const VerifyOptions& options) {
 
   VerifyOutcome outcome;
   auto outputs = summarize(report.outputs), gradients = summarize(report.gradients);
-  double max_rel = std::max(outputs.max_rel(), gradients.max_rel());
+  RankFiles ranks{report.tensor_ranks};
+  double max_rel = std::max({outputs.max_rel(), gradients.max_rel(), ranks.max_rel()});
   outcome.passed = report.problems.empty() && !report.outputs.empty() && max_rel <= options.tolerance;
 
   std::ostringstream text;
   text << "verify     " << plan.path << ": " << plan.stages.size() << " stage(s), " << plan.batch.microbatches
        << " microbatch(es) of " << plan.batch.microbatch_size << " (" << report.samples
        << " samples; the model runs on chunks of " << report.reference_chunk << ")\n"
-       << summary_line("outputs", outputs) << summary_line("gradients", gradients)
-       << "reference  " << reference_text(float64) << "\n";
+       << summary_line("outputs", outputs) << summary_line("gradients", gradients);
+  if (has_rank_files(report.tensor_ranks)) text << rank_files_line(ranks);
+  text << "reference  " << reference_text(float64) << "\n";
   if (!report.note.empty()) text << "note       " << report.note << "\n";
   if (float64.differs() && !float64.fails()) text << "warning    " << departure_text(float64) << "\n";
   if (auto note = model.source->reference_note(); !note.empty()) text << "note       " << note << "\n";
@@ -237,6 +291,7 @@ VerifyOutcome run_verify(const VerifyOptions& options) {
                      {"problems", report.problems},
                      {"note", report.note},
                      {"reference", reference_json(float64)}};
+  if (has_rank_files(report.tensor_ranks)) outcome.summary["tensor_ranks"] = rank_files_json(ranks);
   return outcome;
 }
 
@@ -281,8 +336,10 @@ StageCheck check_stage_files(const Model& model, const plan::Plan& plan, double 
     return check;
   }
   auto outputs = summarize(report.outputs), gradients = summarize(report.gradients);
+  RankFiles ranks{report.tensor_ranks};
   const auto* worst = outputs.max_rel() >= gradients.max_rel() ? outputs.worst : gradients.worst;
-  double max_rel = std::max(outputs.max_rel(), gradients.max_rel());
+  if (ranks.max_rel() > std::max(outputs.max_rel(), gradients.max_rel())) worst = ranks.worst();
+  double max_rel = std::max({outputs.max_rel(), gradients.max_rel(), ranks.max_rel()});
   std::string advice = " (plan.json not written; --no-check writes it anyway)";
   if (!report.problems.empty()) {
     throw Error(ExitStatus::kBadInput, model.path + ": the stage files do not reproduce the model: " +
@@ -296,12 +353,14 @@ StageCheck check_stage_files(const Model& model, const plan::Plan& plan, double 
   }
   char line[256];
   std::snprintf(line, sizeof line, "stage files match the model: %zu outputs and %zu gradients within %.3g relative on %lld samples",
-                outputs.compared, gradients.compared, max_rel, static_cast<long long>(report.samples));
+                outputs.compared, gradients.compared, std::max(outputs.max_rel(), gradients.max_rel()),
+                static_cast<long long>(report.samples));
   Float64Verdict float64{report.float64, request.float64_tolerance};
   check.compared = true;
-  check.line = line + std::string("; ") + check_reference_text(float64);
+  check.line = line + rank_files_text(ranks) + "; " + check_reference_text(float64);
   check.summary = {{"compared", true}, {"samples", report.samples}, {"outputs", summary_json(outputs)},
                    {"gradients", summary_json(gradients)}, {"reference", reference_json(float64)}};
+  if (has_rank_files(report.tensor_ranks)) check.summary["tensor_ranks"] = rank_files_json(ranks);
   return check;
 }
 

@@ -30,10 +30,11 @@ struct VerifyOutcome {
 // Throws InputError for an unreadable or mismatched plan, model or stage file.
 VerifyOutcome run_verify(const VerifyOptions& options);
 
-// partition's check of the stage files it has just written, before plan.json names them: the
-// plan is chained on a small workload (at most two microbatches, one sample per replica slice of
-// the widest stage) against `model`. Throws Error when a stage file differs from the model, with
-// the worst tensor; a model with random ops in training mode is not compared (`line` says so).
+// partition's check of the stage files it has just written, before plan.json names them (the
+// tensor ranks' files too, as verify chains them): the plan is chained on a small workload (at
+// most two microbatches, one sample per replica slice of the widest stage) against `model`.
+// Throws Error when a stage file differs from the model, with the worst tensor; a model with
+// random ops in training mode is not compared (`line` says so).
 // The model in float32 differing from float64 (when its weights in float64 take at most
 // `float64_limit_bytes`) is a warning in `line`: the stage files compute what the model does.
 struct StageCheck {

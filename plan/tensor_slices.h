@@ -2,8 +2,12 @@
 // runtime's vocabulary-parallel cross entropy and the tests that add the slices up all follow.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "plan/plan.h"
 
 namespace rannc::plan {
 
@@ -32,6 +36,17 @@ inline std::vector<DimSlice> weight_slices(std::int64_t size, int groups, int de
     slices.push_back(slice);
   }
   return slices;
+}
+
+// Whether output `o` of `stage` is a vocabulary head's logits, which stay split along their last
+// dim over the stage's tensor-parallel group (rank r holds its tensor_slice of the classes): the
+// stage's first model output, where the stage splits the output layer that makes it.
+inline bool split_logits(const Stage& stage, std::size_t o) {
+  const auto& regions = stage.tensor_parallel.regions;
+  bool head = std::any_of(regions.begin(), regions.end(),
+                          [](const TensorParallel::Region& region) { return region.kind == RegionKind::kVocabularyHead; });
+  auto first = std::find_if(stage.outputs.begin(), stage.outputs.end(), [](const Tensor& t) { return t.model_output; });
+  return head && first != stage.outputs.end() && static_cast<std::size_t>(first - stage.outputs.begin()) == o;
 }
 
 }  // namespace rannc::plan

@@ -4,8 +4,6 @@
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/mse_loss.h>
 
-#include <algorithm>
-
 #include "plan/tensor_slices.h"
 #include "support/error.h"
 #include "torch_side/tensor_parallel_ops.h"
@@ -44,10 +42,7 @@ LossPlan plan_loss(const plan::Plan& plan, const std::string& loss_option) {
                      "' does not have its batch along dim 0");
   }
   loss.kind = loss_option;
-  const auto& regions = plan.stages[loss.stage].tensor_parallel.regions;
-  loss.split_classes = std::any_of(regions.begin(), regions.end(), [](const plan::TensorParallel::Region& region) {
-    return region.kind == plan::RegionKind::kVocabularyHead;
-  });
+  loss.split_classes = plan::split_logits(plan.stages[loss.stage], static_cast<std::size_t>(loss.output));
   if (loss.split_classes && loss.kind != "cross_entropy")
     throw InputError("--loss " + loss.kind + ": the model's output '" + output.name +
                      "' is split by vocabulary over a tensor-parallel group, whose loss is the parallel cross entropy "

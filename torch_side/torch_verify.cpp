@@ -13,6 +13,13 @@
 // on chunks of the smallest such slice, and stages whose slices are larger are cut to it here
 // (replicas are data parallelism; what is checked is the stage files). A value without a batch
 // dim that one stage sends another (a batch statistic) cannot come from several replica slices.
+//
+// A tensor-parallel stage's files of each tensor rank are chained as well, as rannc-run runs
+// them: every rank of a group on the same samples, the ranks as threads of one process, each
+// with its group (tensor_parallel_threads.h: in memory, so the plugin needs no c10d and nothing
+// waits on sockets). The ranks' outputs and gradients join into the model's (split logits along
+// the classes, split weights from their slices); what every rank computes whole is rank 0's,
+// and ranks 1.. are compared with it.
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
@@ -28,13 +35,17 @@
 #include "emit/index_bound.h"
 #include "frontends/torchscript/torchscript_stages.h"
 #include "ir/op_kinds.h"
+#include "plan/tensor_slices.h"
 #include "support/error.h"
+#include "torch_side/tensor_parallel_threads.h"
+#include "torch_side/tensor_rank_slices.h"
 
 namespace rannc {
 namespace {
 
 using Tensors = std::vector<at::Tensor>;
 using Report = TorchPlugin::VerifyReport;
+using Difference = TorchPlugin::Difference;
 
 at::Tensor slice(const at::Tensor& t, int batch_dim, std::int64_t begin, std::int64_t length) {
   return batch_dim < 0 ? t : t.narrow(batch_dim, begin, length);
@@ -300,11 +311,13 @@ class Reference {
 };
 
 // The plan's stages chained over the microbatches, each cut into per-replica slices (no larger
-// than the reference chunk, see the top of the file).
+// than the reference chunk, see the top of the file). With a `tensor_rank`, the modules are that
+// rank's files of the stages that have them (TensorRanks runs one Pipeline per rank).
 class Pipeline {
  public:
-  Pipeline(const plan::Plan& plan, std::vector<torch::jit::Module> modules, std::int64_t chunk)
-      : plan_(plan), modules_(std::move(modules)), chunk_(chunk), consumers_(plan.stages.size()) {
+  Pipeline(const plan::Plan& plan, std::vector<torch::jit::Module> modules, std::int64_t chunk, int tensor_rank = -1)
+      : plan_(plan), modules_(std::move(modules)), chunk_(chunk), tensor_rank_(tensor_rank),
+        consumers_(plan.stages.size()), logits_slices_(plan.stages.size()) {
     check_weight_names();
     for (const auto& stage : plan.stages) {
       consumers_[stage.id].resize(stage.outputs.size());
@@ -312,23 +325,34 @@ class Pipeline {
         const auto& input = stage.inputs[i];
         if (input.from_stage >= 0) consumers_[input.from_stage][input.from_output].push_back({stage.id, static_cast<int>(i)});
       }
+      for (std::size_t o = 0; o < stage.outputs.size(); ++o) logits_slices_[stage.id].push_back(logits_slice(stage, o));
     }
   }
 
   RunResult run(const Workload& work) {
+    RunResult result{run_microbatches(work), {}};
+    for (const auto& stage : plan_.stages)
+      for (const auto& param : stage.params) accumulate(result.gradients[param.name], weight(stage, param).grad());
+    return result;
+  }
+
+  // Forward and backward of every microbatch: the model outputs, by name, one piece per replica
+  // slice or microbatch (see RunResult); the gradients stay in the weights.
+  std::map<std::string, Tensors> run_microbatches(const Workload& work) {
     RunResult result;
     for (std::int64_t m = 0; m < plan_.batch.microbatches; ++m) run_microbatch(work, m * work.microbatch, result);
-    for (std::size_t s = 0; s < plan_.stages.size(); ++s) {
-      for (const auto& param : plan_.stages[s].params)
-        accumulate(result.gradients[param.name], modules_[s].attr(param.stage_name).toTensor().grad());
-    }
-    return result;
+    return std::move(result.outputs);
+  }
+
+  at::Tensor weight(const plan::Stage& stage, const plan::Weight& param) const {
+    return modules_[stage.id].attr(param.stage_name).toTensor();
   }
 
  private:
   struct Consumer {
     int stage = 0, input = 0;
   };
+  using LogitsSlices = std::vector<std::optional<plan::DimSlice>>;  // per output of a stage
   // One microbatch in flight: per stage, per replica, the leaves fed in and the outputs.
   struct Microbatch {
     std::vector<std::vector<Tensors>> inputs, outputs;  // [stage][replica][index]
@@ -341,27 +365,41 @@ class Pipeline {
   }
   int slices(const plan::Stage& stage) const { return static_cast<int>(plan_.batch.microbatch_size / slice_length(stage)); }
 
+  // This tensor rank's slice of the classes where output o of `stage` is split logits.
+  std::optional<plan::DimSlice> logits_slice(const plan::Stage& stage, std::size_t o) const {
+    if (tensor_rank_ < 0 || stage.tensor_parallel.files.empty() || !plan::split_logits(stage, o)) return std::nullopt;
+    return plan::tensor_slice(stage.outputs[o].shape.back(), stage.tensor_parallel.degree, tensor_rank_);
+  }
+
+  // The file this pipeline runs of `stage`, as errors name it.
+  const std::string& file_of(const plan::Stage& stage) const {
+    const auto& files = stage.tensor_parallel.files;
+    return tensor_rank_ < 0 || files.empty() ? stage.file : files[static_cast<std::size_t>(tensor_rank_)].file;
+  }
+
   void check_weight_names() const {
     for (const auto& stage : plan_.stages) {
       for (const auto* list : {&stage.params, &stage.buffers})
         for (const auto& weight : *list)
           if (!modules_[stage.id].hasattr(weight.stage_name)) {
             throw InputError(plan_.path + ": stages[" + std::to_string(stage.id) + "]: weight " + weight.name + " is '" +
-                             weight.stage_name + "', which " + stage.file + " does not have");
+                             weight.stage_name + "', which " + file_of(stage) + " does not have");
           }
     }
   }
 
-  // Tensors in and out of a stage must be what the plan says, or nothing after this can be trusted.
+  // Tensors in and out of a stage must be what the plan says (split logits: this rank's slice of
+  // the classes), or nothing after this can be trusted.
   void check_tensors(const plan::Stage& stage, const Tensors& tensors, const std::vector<plan::Tensor>& planned,
-                     const char* role, std::int64_t length) const {
-    std::string what = plan_.path + ": stage " + std::to_string(stage.id) + " (" + stage.file + ")";
+                     const char* role, std::int64_t length, const LogitsSlices* logits = nullptr) const {
+    std::string what = plan_.path + ": stage " + std::to_string(stage.id) + " (" + file_of(stage) + ")";
     if (tensors.size() != planned.size()) {
       throw InputError(what + " has " + std::to_string(tensors.size()) + " " + role + "s; the plan lists " +
                        std::to_string(planned.size()));
     }
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       auto shape = with_batch(planned[i].shape, planned[i].batch_dim, length);
+      if (logits && (*logits)[i]) shape.back() = (*logits)[i]->length;
       if (tensors[i].scalar_type() != scalar_type_of(planned[i]) || tensors[i].sizes().vec() != shape) {
         throw InputError(what + " has " + std::string(c10::toString(tensors[i].scalar_type())) + " " +
                          c10::str(tensors[i].sizes()) + " as " + role + " " + std::to_string(i) + " '" + planned[i].name +
@@ -371,7 +409,7 @@ class Pipeline {
   }
 
   void check_outputs(const plan::Stage& stage, const Tensors& outputs, std::int64_t length) const {
-    check_tensors(stage, outputs, stage.outputs, "output", length);
+    check_tensors(stage, outputs, stage.outputs, "output", length, &logits_slices_[stage.id]);
     for (std::size_t o = 0; o < outputs.size(); ++o) {
       const auto& planned = stage.outputs[o];
       bool sent = !consumers_[stage.id][o].empty();
@@ -399,7 +437,7 @@ class Pipeline {
   void forward(const Workload& work, std::int64_t first_sample, const plan::Stage& stage, Microbatch& mb,
                RunResult& result) {
     auto length = slice_length(stage);
-    std::string what = "stage " + std::to_string(stage.id) + " (" + stage.file + ")";
+    std::string what = "stage " + std::to_string(stage.id) + " (" + file_of(stage) + ")";
     for (int j = 0; j < slices(stage); ++j) {
       Tensors leaves;
       for (const auto& input : stage.inputs)
@@ -433,6 +471,8 @@ class Pipeline {
     auto length = slice_length(stage);
     at::Tensor grad;
     if (output.model_output) grad = seed_for(work, output.name, output.batch_dim, first_sample + j * length, length);
+    if (const auto& classes = logits_slices_[stage.id][o]; classes && grad.defined())
+      grad = grad.narrow(-1, classes->begin, classes->length);
     for (const auto& consumer : consumers_[stage.id][o]) {
       const auto& sent = mb.joined_input_grads[consumer.stage][consumer.input];
       if (sent.defined()) accumulate(grad, slice(sent, output.batch_dim, j * length, length));
@@ -461,7 +501,9 @@ class Pipeline {
   const plan::Plan& plan_;
   std::vector<torch::jit::Module> modules_;
   std::int64_t chunk_;
+  int tensor_rank_;  // -1: the whole stage files
   std::vector<std::vector<std::vector<Consumer>>> consumers_;  // [stage][output] -> readers
+  std::vector<LogitsSlices> logits_slices_;                     // [stage][output]
 };
 
 // Pieces in sample order: joined along the batch dim, or stacked when they have none.
@@ -494,17 +536,22 @@ TorchPlugin::Difference compare(const std::string& what, const Tensors& ours, co
   return {what, max_abs, scale > 0 ? max_abs / scale : max_abs};
 }
 
-void compare_outputs(const plan::Plan& plan, const RunResult& ours, const RunResult& reference, Report& report) {
+// After the names of the tensor ranks' files' outputs and gradients in the report, to tell them
+// from the stage files' (no suffix).
+constexpr const char* kRankFiles = " (rank files)";
+
+void compare_outputs(const plan::Plan& plan, const RunResult& ours, const RunResult& reference,
+                     std::vector<Difference>& differences, std::vector<std::string>& problems, const char* of = "") {
   for (const auto& [name, output] : model_outputs(plan)) {
     if (!reference.outputs.count(name)) {
-      report.problems.push_back("output " + name + ": the plan has it, the model does not return it");
+      problems.push_back("output " + name + of + ": the plan has it, the model does not return it");
       continue;
     }
-    report.outputs.push_back(compare("output " + name, ours.outputs.at(name), reference.outputs.at(name),
-                                     output->batch_dim, report.problems));
+    differences.push_back(compare("output " + name + of, ours.outputs.at(name), reference.outputs.at(name),
+                                  output->batch_dim, problems));
   }
   for (const auto& [name, values] : reference.outputs)
-    if (!ours.outputs.count(name)) report.problems.push_back("output " + name + ": no stage returns it");
+    if (!ours.outputs.count(name)) problems.push_back("output " + name + of + ": no stage returns it");
 }
 
 
@@ -516,30 +563,34 @@ double largest_magnitude(const std::map<std::string, at::Tensor>& gradients) {
   return largest;
 }
 
-void compare_gradients(const RunResult& ours, const RunResult& reference, double floor_fraction, Report& report) {
-  double floor = floor_fraction * largest_magnitude(reference.gradients);
+// `floor`: see TorchPlugin::VerifyRequest::gradient_floor.
+void compare_gradients(const RunResult& ours, const RunResult& reference, double floor,
+                       std::vector<Difference>& differences, std::vector<std::string>& problems, const char* of = "") {
   for (const auto& [name, grad] : reference.gradients) {
     auto it = ours.gradients.find(name);
     if (it == ours.gradients.end()) {
-      if (grad.defined()) report.problems.push_back("gradient " + name + ": the model has one, no stage holds the parameter");
+      if (grad.defined()) problems.push_back("gradient " + name + of + ": the model has one, no stage holds the parameter");
       continue;
     }
     auto zero_if_undefined = [&](const at::Tensor& g) { return g.defined() ? g : at::zeros_like(it->second.defined() ? it->second : grad); };
     if (!grad.defined() && !it->second.defined()) continue;  // a frozen parameter
-    report.gradients.push_back(compare("gradient " + name, {zero_if_undefined(it->second)}, {zero_if_undefined(grad)}, -1,
-                                       report.problems, floor));
+    differences.push_back(compare("gradient " + name + of, {zero_if_undefined(it->second)}, {zero_if_undefined(grad)}, -1,
+                                  problems, floor));
   }
   bool any_gradient = std::any_of(reference.gradients.begin(), reference.gradients.end(),
                                   [](const auto& entry) { return entry.second.defined(); });
-  if (any_gradient && report.gradients.empty()) report.problems.push_back("no gradient reached any parameter of the stages");
+  if (any_gradient && differences.empty())
+    problems.push_back(std::string("no gradient reached any parameter of the stages") + of);
   for (const auto& [name, grad] : ours.gradients)
-    if (!reference.gradients.count(name)) report.problems.push_back("gradient " + name + ": a stage holds it, the model has no such parameter");
+    if (!reference.gradients.count(name))
+      problems.push_back("gradient " + name + of + ": a stage holds it, the model has no such parameter");
 }
 
-std::vector<torch::jit::Module> load_stages(const plan::Plan& plan) {
+// The stage files, or those tensor rank `tensor_rank` runs (Plan::stage_path).
+std::vector<torch::jit::Module> load_stages(const plan::Plan& plan, int tensor_rank = -1) {
   std::vector<torch::jit::Module> modules;
   for (const auto& stage : plan.stages) {
-    auto path = plan.stage_path(stage);
+    auto path = tensor_rank < 0 ? plan.stage_path(stage) : plan.stage_path(stage, tensor_rank);
     try {
       modules.push_back(torch::jit::load(path));
     } catch (const std::exception& e) {
@@ -548,6 +599,135 @@ std::vector<torch::jit::Module> load_stages(const plan::Plan& plan) {
   }
   return modules;
 }
+
+// The degree of the stages that have tensor ranks' files (0: none), or 0 with `why_not` where
+// they differ: one group of threads runs one degree, as rannc-run trains one.
+int rank_file_degree(const plan::Plan& plan, std::string& why_not) {
+  std::set<int> degrees;
+  for (const auto& stage : plan.stages)
+    if (!stage.tensor_parallel.files.empty()) degrees.insert(stage.tensor_parallel.degree);
+  if (degrees.size() <= 1) return degrees.empty() ? 0 : *degrees.begin();
+  why_not = "stages split " + std::to_string(*degrees.begin()) + " and " + std::to_string(*degrees.rbegin()) +
+            " ways, and one group of threads runs one degree";
+  return 0;
+}
+
+// "gradient w in stage 1, tensor rank 2 against rank 0"
+std::string against_rank_0(const std::string& what, int rank) {
+  return what + ", tensor rank " + std::to_string(rank) + " against rank 0";
+}
+
+// The tensor ranks' files chained (TorchPlugin::TensorRankCheck): a Pipeline per rank, the ranks
+// run as threads of one group (tensor_parallel_threads.h), each on the whole workload, as every
+// rank of a group runs its replica's samples. What they compute joins into what the model does.
+class TensorRanks {
+ public:
+  TensorRanks(const plan::Plan& plan, int degree, std::int64_t chunk) : plan_(plan) {
+    for (int r = 0; r < degree; ++r) pipelines_.emplace_back(plan, load_stages(plan, r), chunk, r);
+  }
+
+  // A rank's error naming its file passes as it is; others (ranks calling different collectives,
+  // a backward failing) get the plan's name.
+  void run(const Workload& work) {
+    outputs_.resize(pipelines_.size());
+    try {
+      tp::run_ranks_as_threads(degree(), [&](int rank) {
+        torch::jit::setGraphExecutorOptimize(false);  // as verify_stages sets it, on this thread too
+        outputs_[static_cast<std::size_t>(rank)] = pipelines_[static_cast<std::size_t>(rank)].run_microbatches(work);
+      });
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw InputError(plan_.path + ": the files of " + std::to_string(degree()) +
+                       " tensor ranks, chained as threads: " + torch_message(e));
+    }
+  }
+
+  // The joined outputs and gradients against the model's; what each rank computes whole against
+  // rank 0's. `floor`: see compare_gradients.
+  void compare_with(const RunResult& reference, double floor, Report& report) const {
+    auto& check = report.tensor_ranks;
+    check.degree = degree();
+    RunResult joined{joined_outputs(check.across_ranks, report.problems),
+                     joined_gradients(floor, check.across_ranks, report.problems)};
+    compare_outputs(plan_, joined, reference, check.outputs, report.problems, kRankFiles);
+    compare_gradients(joined, reference, floor, check.gradients, report.problems, kRankFiles);
+  }
+
+ private:
+  int degree() const { return static_cast<int>(pipelines_.size()); }
+
+  std::set<std::string> split_logits_names() const {
+    std::set<std::string> names;
+    for (const auto& stage : plan_.stages)
+      for (std::size_t o = 0; o < stage.outputs.size(); ++o)
+        if (!stage.tensor_parallel.files.empty() && plan::split_logits(stage, o)) names.insert(stage.outputs[o].name);
+    return names;
+  }
+
+  // Split logits joined along the classes, the other outputs rank 0's.
+  std::map<std::string, Tensors> joined_outputs(std::vector<Difference>& across, std::vector<std::string>& problems) const {
+    auto planned = model_outputs(plan_);
+    auto split = split_logits_names();
+    std::map<std::string, Tensors> joined;
+    for (const auto& [name, pieces] : outputs_.front()) {
+      auto& whole = joined[name];
+      for (std::size_t i = 0; i < pieces.size(); ++i) {
+        Tensors ranks;
+        for (const auto& rank : outputs_) ranks.push_back(rank.at(name).at(i));
+        whole.push_back(split.count(name) ? at::cat(ranks, -1) : ranks.front());
+      }
+      if (split.count(name)) continue;
+      int batch_dim = planned.count(name) ? planned.at(name)->batch_dim : -1;
+      for (int r = 1; r < degree(); ++r)
+        across.push_back(compare(against_rank_0("output " + name, r), outputs_[static_cast<std::size_t>(r)].at(name),
+                                 pieces, batch_dim, problems));
+    }
+    return joined;
+  }
+
+  // Each weight's gradient summed over the stages that hold it, a stage's joined from the
+  // ranks' slices where it splits the weight, else rank 0's.
+  std::map<std::string, at::Tensor> joined_gradients(double floor, std::vector<Difference>& across,
+                                                     std::vector<std::string>& problems) const {
+    std::map<std::string, at::Tensor> gradients;
+    for (const auto& stage : plan_.stages) {
+      std::map<std::string, const plan::TensorParallel::SplitWeight*> split;
+      if (!stage.tensor_parallel.files.empty())
+        for (const auto& weight : stage.tensor_parallel.weights) split[weight.name] = &weight;
+      for (const auto& param : stage.params) {
+        auto& sum = gradients[param.name];
+        auto ranks = rank_gradients(stage, param);
+        if (ranks.empty()) continue;
+        if (auto it = split.find(param.name); it != split.end()) {
+          accumulate(sum, joined_slices(ranks, *it->second));
+          continue;
+        }
+        std::string what = "gradient " + param.name + " in stage " + std::to_string(stage.id);
+        for (int r = 1; r < degree(); ++r)
+          across.push_back(compare(against_rank_0(what, r), {ranks[static_cast<std::size_t>(r)]}, {ranks.front()}, -1,
+                                   problems, floor));
+        accumulate(sum, ranks.front());
+      }
+    }
+    return gradients;
+  }
+
+  // Each rank's gradient of `param`: none where no rank has one (a frozen weight), zeros where
+  // only some have.
+  Tensors rank_gradients(const plan::Stage& stage, const plan::Weight& param) const {
+    Tensors grads;
+    for (const auto& pipeline : pipelines_) grads.push_back(pipeline.weight(stage, param).grad());
+    if (std::none_of(grads.begin(), grads.end(), [](const at::Tensor& g) { return g.defined(); })) return {};
+    for (std::size_t r = 0; r < grads.size(); ++r)
+      if (!grads[r].defined()) grads[r] = at::zeros_like(pipelines_[r].weight(stage, param));
+    return grads;
+  }
+
+  const plan::Plan& plan_;
+  std::vector<Pipeline> pipelines_;
+  std::vector<std::map<std::string, Tensors>> outputs_;  // [rank]: Pipeline::run_microbatches
+};
 
 // compare() for the float64 check: where only float32 is not finite the difference is infinite;
 // where float64 is not, `float64_not_finite` is set (no verdict).
@@ -636,10 +816,17 @@ TorchPlugin::VerifyReport verify_stages(const TorchPlugin::VerifyRequest& reques
   auto work = make_workload(request, report.reference_chunk);
   report.samples = work.samples;
   auto ours = Pipeline(plan, std::move(modules), report.reference_chunk).run(work);
+  std::optional<TensorRanks> ranks;
+  if (int degree = rank_file_degree(plan, report.tensor_ranks.not_chained)) {
+    ranks.emplace(plan, degree, report.reference_chunk);
+    ranks->run(work);
+  }
   Reference model(request);
   auto reference = model.run(work);
-  compare_outputs(plan, ours, reference, report);
-  compare_gradients(ours, reference, request.gradient_floor, report);
+  compare_outputs(plan, ours, reference, report.outputs, report.problems);
+  double floor = request.gradient_floor * largest_magnitude(reference.gradients);
+  compare_gradients(ours, reference, floor, report.gradients, report.problems);
+  if (ranks) ranks->compare_with(reference, floor, report);
   report.float64 = check_against_float64(request, work, model, reference);
   return report;
 }

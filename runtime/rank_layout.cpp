@@ -36,9 +36,10 @@ void check_batch_reduced_sends(const plan::Plan& plan) {
 }  // namespace
 
 // A stage's ranks are its tensor-parallel groups one after another (consecutive ranks), the
-// groups its replicas in pipeline order.
+// groups its replicas in pipeline order. A rank is placed by its device group's first stage.
 RankLayout::RankLayout(const plan::Plan& plan) : plan_(plan), placements_(plan.ranks.size()) {
-  for (const auto& stage : plan.stages) {
+  for (int first = 0; first < plan.pipeline_stages(); ++first) {
+    const auto& stage = plan.stages[static_cast<std::size_t>(first)];
     int degree = stage.tensor_parallel.degree, per_pipeline = stage.replicas_per_pipeline;
     for (std::size_t i = 0; i < stage.ranks.size(); ++i) {
       int group = static_cast<int>(i) / degree;
@@ -53,6 +54,31 @@ int RankLayout::rank_of(int stage, int pipeline, int replica, int tensor_rank) c
   const auto& s = plan_.stages.at(static_cast<std::size_t>(stage));
   int group = pipeline * s.replicas_per_pipeline + replica;
   return s.ranks.at(static_cast<std::size_t>(group * s.tensor_parallel.degree + tensor_rank));
+}
+
+std::vector<int> RankLayout::stages_of(int rank) const {
+  std::vector<int> stages;
+  for (int stage = placement(rank).stage; stage < plan_.stage_count(); stage += plan_.pipeline_stages())
+    stages.push_back(stage);
+  return stages;
+}
+
+std::vector<GradientGroup> RankLayout::rank_gradient_groups(int rank) const {
+  std::map<std::string, GradientGroup> by_key;
+  int offset = 0;  // the chunk's first parameter among the rank's
+  for (int stage : stages_of(rank)) {
+    for (auto group : gradient_groups(stage, placement(rank).tensor_rank)) {
+      for (int& weight : group.weights) weight += offset;
+      // Its copies would each be summed with the other ranks' alone, not with each other.
+      if (!by_key.emplace(group.key, group).second)
+        throw InputError(plan_.path + ": rank " + std::to_string(rank) + " holds a weight tied between two of its " +
+                         "model chunks (" + group.key + "), which rannc-run does not train yet");
+    }
+    offset += static_cast<int>(plan_.stages[static_cast<std::size_t>(stage)].params.size());
+  }
+  std::vector<GradientGroup> groups;
+  for (auto& [key, group] : by_key) groups.push_back(std::move(group));
+  return groups;
 }
 
 std::vector<int> RankLayout::tensor_group(int rank) const {

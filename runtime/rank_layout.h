@@ -60,6 +60,9 @@ class RankLayout {
   int rank_of(int stage, int pipeline, int replica, int tensor_rank = 0) const;
   // The ranks of a rank's tensor-parallel group, ascending (itself alone without one).
   std::vector<int> tensor_group(int rank) const;
+  // The stages a rank runs, in model order: its device group's first stage, and with interleave
+  // v > 1 the v - 1 stages p, 2p, ... after it (its model chunks).
+  std::vector<int> stages_of(int rank) const;
   int world_size() const { return static_cast<int>(placements_.size()); }
 
   // The samples of one microbatch that a replica of `stage` handles.
@@ -79,6 +82,10 @@ class RankLayout {
   // The gradient groups a stage's ranks of one tensor rank belong to, in one global order (by
   // key): each tensor rank holds its own slices, and sums them with the ranks of its tensor rank.
   std::vector<GradientGroup> gradient_groups(int stage, int tensor_rank = 0) const;
+  // The gradient groups of all of a rank's stages, in the global order (by key), their weights
+  // indexing the rank's parameters as its chunks list them one after another. InputError for a
+  // weight tied between two of its chunks.
+  std::vector<GradientGroup> rank_gradient_groups(int rank) const;
 
  private:
   std::vector<Piece> pieces(SampleRange mine, bool mine_sends, int other, bool batched) const;

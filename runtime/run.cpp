@@ -46,11 +46,19 @@ struct RankSetup {
   std::unique_ptr<TrainingData> data;
   DeviceChoice device;
   DeviceFacts device_facts;               // what chose `device`; the report gives its node place
-  std::unique_ptr<StageRunner> runner;
+  std::unique_ptr<StageRunner> runner;    // its (first) stage
+  std::vector<std::unique_ptr<StageRunner>> later_chunks;  // interleaved: its other model chunks
   OptimizerSettings optimizer;
   std::string plan_sha256;                // the manifest of a checkpoint records it
   std::optional<ResumePoint> resume;      // --resume's checkpoint
 };
+
+// The rank's stages' runners, in model order (RankLayout::stages_of).
+std::vector<StageRunner*> runners_of(RankSetup& setup) {
+  std::vector<StageRunner*> runners{setup.runner.get()};
+  for (auto& chunk : setup.later_chunks) runners.push_back(chunk.get());
+  return runners;
+}
 
 std::vector<SampleSpec> sample_specs(const plan::Plan& plan, const LossPlan& loss) {
   std::vector<SampleSpec> specs;
@@ -77,14 +85,17 @@ void check_sharded_options(const RunOptions& options) {
   if (unsupported) throw InputError(std::string(unsupported) + " is not supported with a sharded plan of embedding tables yet");
 }
 
-std::vector<std::string> needed_arrays(const plan::Plan& plan, const plan::Stage& stage, const LossPlan& loss) {
+std::vector<std::string> needed_arrays(const plan::Plan& plan, const std::vector<int>& stages, const LossPlan& loss) {
   std::vector<std::string> names;
-  for (const auto& input : stage.inputs)
-    if (input.model_input) names.push_back(*input.model_input);
+  for (int stage : stages)
+    for (const auto& input : plan.stages[static_cast<std::size_t>(stage)].inputs)
+      if (input.model_input && std::find(names.begin(), names.end(), *input.model_input) == names.end())
+        names.push_back(*input.model_input);
   if (plan.sharding && plan.sharding->files)
     for (const auto& name : plan.sharding->files->index_inputs)
       if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
-  if (loss.target && stage.id == loss.stage) names.push_back(loss.target->name);
+  if (loss.target && std::find(stages.begin(), stages.end(), loss.stage) != stages.end())
+    names.push_back(loss.target->name);
   return names;
 }
 
@@ -155,11 +166,9 @@ void use_device(const DeviceChoice& choice) {
 }
 
 // What of tensor parallelism this rannc-run trains: one degree in every stage, each stage cut
-// into its tensor ranks' files. The sequence-parallel ops run whole on every rank of a group: the
-// same losses, more activation memory than planned.
-void check_tensor_parallel(const plan::Plan& plan, const MpiWorld& world) {
+// into its tensor ranks' files.
+void check_tensor_parallel(const plan::Plan& plan) {
   int degree = plan.stages.front().tensor_parallel.degree;
-  bool sequence_ops = false;
   for (const auto& stage : plan.stages) {
     const auto& split = stage.tensor_parallel;
     if (split.degree != degree)
@@ -170,12 +179,7 @@ void check_tensor_parallel(const plan::Plan& plan, const MpiWorld& world) {
       throw InputError(plan.path + ": stage " + std::to_string(stage.id) +
                        " is tensor-parallel but has no stage file per tensor rank (a TorchScript model's stages are cut; "
                        "this model's are not yet): plan with --tensor-parallel 1");
-    sequence_ops = sequence_ops || !split.sequence_ops.empty();
   }
-  if (degree == 1) return;
-  if (sequence_ops && world.rank() == 0)
-    std::cerr << "rannc-run: the plan runs norms and residual adds sequence-parallel; this rannc-run runs them whole on "
-                 "every rank of a tensor-parallel group\n";
 }
 
 std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& world) {
@@ -183,16 +187,16 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   setup->plan = plan::read_plan_file(options.plan_path);
   const auto& plan = setup->plan;
   if (plan.sharding) check_sharded_options(options);
-  if (plan.interleave > 1)
-    throw InputError(plan.path + ": interleaved stages (" + std::to_string(plan.interleave) +
-                     " model chunks per rank) are not run by rannc-run yet");
+  if (plan.interleave > 1 && (!options.save_dir.empty() || !options.resume_dir.empty() || !options.init_path.empty()))
+    throw InputError(plan.path + ": checkpoints of interleaved plans (" + std::to_string(plan.interleave) +
+                     " model chunks per rank; --save, --resume, --init) are not written or read by rannc-run yet");
   if (plan.attention == plan::Fusion::kFused)
     throw InputError(plan.path + ": planned for fused attention kernels (--attention fused), which rannc-run does not run: "
                      "partition again without --attention");
   if (plan.elementwise == plan::Fusion::kFused)
     throw InputError(plan.path + ": planned for fused elementwise kernels (--elementwise fused), which rannc-run does not "
                      "run: partition again without --elementwise");
-  check_tensor_parallel(plan, world);
+  check_tensor_parallel(plan);
   for (const auto& stage : plan.stages) {
     // The same losses either way; the stage keeps less than predicted and takes longer.
     if (stage.recompute == plan::Recompute::kSelective && world.rank() == 0)
@@ -215,9 +219,12 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   setup->placement = setup->layout->placement(world.rank());
   setup->loss = plan_loss(plan, options.loss);
   const auto& stage = plan.stages.at(static_cast<std::size_t>(setup->placement.stage));
-  plan::check_stage_file(plan, stage);  // the file this rank loads is the one partition wrote
+  const auto chunks = setup->layout->stages_of(world.rank());
+  // The files this rank loads are the ones partition wrote.
+  for (int chunk : chunks) plan::check_stage_file(plan, plan.stages[static_cast<std::size_t>(chunk)]);
   setup->data = std::make_unique<TrainingData>(options, plan.batch.global, sample_specs(plan, setup->loss),
-                                               needed_arrays(plan, stage, setup->loss), setup->layout->step_rows(setup->placement));
+                                               needed_arrays(plan, chunks, setup->loss),
+                                               setup->layout->step_rows(setup->placement));
   setup->optimizer = optimizer_settings(options, plan);
   if (options.bucket_kib < 1 || options.bucket_kib > (std::int64_t{1} << 30))
     throw InputError("--bucket-kib " + std::to_string(options.bucket_kib) + ": must be 1 to 2^30 (1 TiB)");
@@ -233,9 +240,13 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
                                       std::string(plan::optimizer_name(setup->optimizer.kind)));
     restore_stage(*setup->resume, plan, setup->placement, world.rank(), *setup->runner);
   }
-  if (stage.id == setup->loss.stage)
-    setup->runner->set_loss(
-        loss_function(setup->loss, plan, *setup->layout, setup->placement, *setup->data, options.accumulate_steps));
+  for (std::size_t c = 1; c < chunks.size(); ++c)
+    setup->later_chunks.push_back(std::make_unique<StageRunner>(plan, plan.stages[static_cast<std::size_t>(chunks[c])],
+                                                                torch_device(setup->device), setup->placement.tensor_rank));
+  for (StageRunner* runner : runners_of(*setup))
+    if (runner->stage_id() == setup->loss.stage)
+      runner->set_loss(
+          loss_function(setup->loss, plan, *setup->layout, setup->placement, *setup->data, options.accumulate_steps));
   return setup;
 }
 
@@ -339,7 +350,7 @@ std::string loss_text(double loss) { return std::isnan(loss) ? "nan" : loss > 0 
 // not be written. Every rank sees the same loss (summed over the world) and the same checkpoint
 // outcome, so all stop at the same step and exit alike.
 int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
-  auto groups = setup.layout->gradient_groups(setup.placement.stage, setup.placement.tensor_rank);
+  auto groups = setup.layout->rank_gradient_groups(world.rank());
   // NCCL only when every rank can use it; a rank on the CPU or sharing its GPU makes it Gloo for all.
   CommSettings comm{setup.runner->device(), false};
   comm.nccl = world.max(setup.device.nccl ? 0 : 1) == 0;
@@ -360,14 +371,18 @@ int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
       where += (where.empty() ? "" : "; ") + (ranks_by_where.size() > 1 ? "ranks " + ranges_text(ranks) + " on " : "") + text;
     where += ", " + communicator.backend_text();
   }
-  StateSync state(setup.runner->parameters(), groups, communicator, setup.optimizer, options.bucket_kib * 1024);
+  // Every chunk's parameters, in the order rank_gradient_groups indexes them.
+  std::vector<at::Tensor> params;
+  for (StageRunner* runner : runners_of(setup))
+    params.insert(params.end(), runner->parameters().begin(), runner->parameters().end());
+  StateSync state(params, groups, communicator, setup.optimizer, options.bucket_kib * 1024);
   const int first_step = setup.resume ? setup.resume->manifest.step : 0;
   if (setup.resume) restore_optimizer(*setup.resume, setup.plan, setup.placement, world.rank(), state);
   CheckpointWriter checkpoints(options, setup.plan, setup.plan_sha256, std::string(plan::optimizer_name(setup.optimizer.kind)),
                                setup.placement);
   std::unique_ptr<EmbeddingExchange> embeddings;
   if (setup.plan.sharding) embeddings = std::make_unique<EmbeddingExchange>(setup.plan, world.rank(), communicator, setup.optimizer);
-  Trainer trainer(setup.plan, *setup.layout, world.rank(), *setup.runner, *setup.data, communicator, state,
+  Trainer trainer(setup.plan, *setup.layout, world.rank(), runners_of(setup), *setup.data, communicator, state,
                   options.accumulate_steps, embeddings.get());
   if (world.rank() == 0) std::cout << "rannc-run: " << describe(setup.plan, options.accumulate_steps, where) << std::endl;
   if (world.rank() == 0 && setup.plan.precision == plan::Precision::kFp16Mixed)

@@ -35,6 +35,7 @@ class StageRunner {
   ~StageRunner();
 
   void set_loss(LossFunction loss) { loss_ = std::move(loss); }
+  int stage_id() const { return stage_.id; }
 
   // Where the stage computes: inputs and output gradients are moved there; outputs and input
   // gradients are there.

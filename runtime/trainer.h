@@ -1,12 +1,12 @@
-// One rank's training steps: the stage's passes in schedule order, activations and their
-// gradients exchanged with the neighbouring stages' replicas, then the state synchronisation
-// (gradients summed over the ranks that hold the same weights, and the optimizer step).
+// One rank's training steps: its stages' passes in schedule order (one stage, or with interleaved
+// 1F1B its v model chunks), activations and their gradients exchanged with the neighbouring
+// stages' replicas, then the state synchronisation (gradients summed over the ranks that hold the
+// same weights, and the optimizer step).
 #pragma once
 
-#include <optional>
-
-#include "runtime/embedding_exchange.h"
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -14,6 +14,7 @@
 #include "plan/plan_json.h"
 #include "plan/schedule.h"
 #include "runtime/communicator.h"
+#include "runtime/embedding_exchange.h"
 #include "runtime/rank_layout.h"
 #include "runtime/stage_runner.h"
 #include "runtime/state_sync.h"
@@ -43,8 +44,9 @@ class Trainer {
  public:
   // Each step runs `accumulate_steps` global batches (data steps step * accumulate_steps + k),
   // whose gradients add up before the optimizer steps.
+  // `runners`: the rank's stages (RankLayout::stages_of), in that order.
   // `embeddings`: a sharded plan's tables, whose pooled rows some stage inputs are (else null).
-  Trainer(const plan::Plan& plan, const RankLayout& layout, int rank, StageRunner& runner, TrainingData& data,
+  Trainer(const plan::Plan& plan, const RankLayout& layout, int rank, std::vector<StageRunner*> runners, TrainingData& data,
           Communicator& communicator, StateSync& state, int accumulate_steps, EmbeddingExchange* embeddings = nullptr);
 
   // Every rank runs the same steps; the loss comes back on every rank.
@@ -56,6 +58,19 @@ class Trainer {
     int stage, input;  // the stage input an output of this stage feeds
   };
 
+  // One of the rank's stages (a model chunk), with the stage inputs each of its outputs feeds.
+  struct Chunk {
+    const plan::Stage* stage;
+    StageRunner* runner;
+    std::vector<std::vector<Consumer>> consumers;  // per output
+  };
+
+  // What a message's tag says: the stage whose pass takes it, and that pass.
+  struct Tagged {
+    int stage;
+    plan::PassTask task;
+  };
+
   // A piece of a tensor a pass receives.
   struct Incoming {
     std::size_t slot;   // the stage input (forward pass) or output (backward pass) it is part of
@@ -65,29 +80,30 @@ class Trainer {
   };
 
   void run_passes(at::Tensor& loss_sum);
+  void run_pass(const plan::PassTask& task, std::vector<Incoming>& ready, at::Tensor& loss_sum,
+                const std::function<void()>& start_next);
   std::vector<Incoming> start_receives(const plan::PassTask& task);
   at::Tensor finish_receive(Incoming& piece, const plan::PassTask& task);
-  std::vector<at::Tensor> gather_inputs(const plan::PassTask& task, std::vector<Incoming>& incoming);
-  void send_outputs(int microbatch, const std::vector<at::Tensor>& outputs);
-  std::vector<at::Tensor> gather_output_grads(const plan::PassTask& task, std::vector<Incoming>& incoming);
-  void send_input_grads(int microbatch, const std::vector<at::Tensor>& grads);
-  int tag(int microbatch, int input, plan::Pass pass) const;
-  plan::PassTask pass_of_tag(int tag) const;  // the pass and microbatch a tag was made for
+  std::vector<at::Tensor> gather_inputs(const Chunk& chunk, const plan::PassTask& task, std::vector<Incoming>& incoming);
+  void send_outputs(const Chunk& chunk, int microbatch, const std::vector<at::Tensor>& outputs);
+  std::vector<at::Tensor> gather_output_grads(const Chunk& chunk, const plan::PassTask& task,
+                                              std::vector<Incoming>& incoming);
+  void send_input_grads(const Chunk& chunk, int microbatch, const std::vector<at::Tensor>& grads);
+  int tag(int stage, int microbatch, int input, plan::Pass pass) const;
+  Tagged tagged(int tag) const;  // what a tag was made for
 
   const plan::Plan& plan_;
   const RankLayout& layout_;
-  const plan::Stage& stage_;
   int rank_;
   Placement placement_;
-  StageRunner& runner_;
+  std::vector<Chunk> chunks_;  // the rank's stages, in model order
   TrainingData& data_;
   Communicator& communicator_;
   StateSync& state_;
   int accumulate_steps_;
   EmbeddingExchange* embeddings_;
   std::vector<plan::PassTask> tasks_;
-  std::vector<std::vector<Consumer>> consumers_;  // per output of this stage
-  // Per stage, per pass and microbatch: the index of that pass in the stage's order.
+  // Per stage, per pass and microbatch: the index of that pass in its device group's order.
   std::vector<std::vector<std::vector<int>>> pass_position_;
   int tag_stride_ = 1;
   int steps_run_ = 0;

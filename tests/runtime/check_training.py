@@ -4,7 +4,7 @@ folder, and compare the loss of every step with single-process torch SGD (or Ada
 usage: check_training.py --partition BIN --run BIN --model PATH --out DIR [--np 4] [--steps 5]
            [--loss cross_entropy|mse] [--lr 0.05] [--seed 1] [--accumulate] [--tolerance 1e-4]
            [--expect-stages K] [--expect-replicas] [--expect-schedule NAME] [--expect-sharded] [--expect-offload] [--expect-selective]
-           [--expect-tensor-parallel T] [--expect-sequence-parallel on|off]
+           [--expect-tensor-parallel T] [--expect-sequence-parallel on|off] [--expect-interleave V]
            [--recompute] [--offload] [--optimizer sgd|momentum|adam] [--bucket-kib N] [--weight-decay X]
            [--clip-grad-norm X] [--lr-schedule constant|linear|cosine] [--warmup-steps N] [--shuffle]
            [--data-steps X] [--accumulate-steps K] -- EXTRA_PARTITION_ARGS...
@@ -58,15 +58,18 @@ def partition(rannc, model, out_dir, gpus, extra, optimizer="sgd"):
 
 
 def check_tensor_parallel_plan(plan, degree, sequence_parallel):
-    """Every stage splits regions over `degree` devices and names one stage file per tensor rank; with
-    sequence parallelism "on" every stage has sequence ops, with "off" none."""
+    """Every stage runs on groups of `degree` devices and names one stage file per tensor rank, and some
+    stage splits regions; with sequence parallelism "on" some stage has sequence ops, with "off" none."""
+    split_stages = [s for s in plan["stages"] if s.get("tensor_parallel", {}).get("regions")]
+    if not split_stages:
+        fail(f"expected some stage to split regions over {degree} devices, none does")
+    sequence_ops = any(s.get("tensor_parallel", {}).get("sequence_ops") for s in plan["stages"])
+    if sequence_parallel is not None and sequence_ops != (sequence_parallel == "on"):
+        fail(f"expected sequence parallelism {sequence_parallel}, the plan's sequence ops say otherwise")
     for stage in plan["stages"]:
-        has_sequence_ops = bool(stage.get("tensor_parallel", {}).get("sequence_ops"))
-        if sequence_parallel is not None and has_sequence_ops != (sequence_parallel == "on"):
-            fail(f"expected sequence parallelism {sequence_parallel} in stage {stage['id']}")
         split = stage.get("tensor_parallel", {})
-        if split.get("degree", 1) != degree or not split.get("regions"):
-            fail(f"expected stage {stage['id']} to split regions over {degree} devices: {split.get('degree', 1)}")
+        if split.get("degree", 1) != degree:
+            fail(f"expected stage {stage['id']} on groups of {degree} devices: {split.get('degree', 1)}")
         files = [f["file"] for f in split.get("files", [])]
         if files != [f"stage_{stage['id']}_tp{r}.pt" for r in range(degree)]:
             fail(f"expected one stage file per tensor rank of stage {stage['id']}: {files}")
@@ -176,18 +179,24 @@ def check_offload_bytes(report, plan, steps):
 
 
 def check_data_bytes(report, plan, steps, data_dir):
-    """Each rank reads from --data exactly its rows of the arrays its stage takes: per step, its
-    replica's share of its pipeline's samples (B / pipelines / replicas), of each model input the
-    stage consumes, and of the target on the stage whose output the loss is taken of."""
+    """Each rank reads from --data exactly its rows of the arrays its stages take (its device group's
+    model chunks in an interleaved plan): per step, its replica's share of its pipeline's samples
+    (B / pipelines / replicas), of each model input the stages consume, and of the target where
+    the stage whose output the loss is taken of runs."""
     loss_stage = next(s["id"] for s in plan["stages"] if any(o.get("model_output") for o in s["outputs"]))
     batch = plan["batch"]
+    groups = len(plan["stages"]) // plan.get("interleave", 1)
     for rank in report["ranks"]:
         stage = plan["stages"][rank["stage"]]
-        names = [i["source"]["model_input"] for i in stage["inputs"] if "model_input" in i.get("source", {})]
+        chunks = plan["stages"][rank["stage"]::groups]
+        names = []
+        for chunk in chunks:
+            names += [i["source"]["model_input"] for i in chunk["inputs"]
+                      if "model_input" in i.get("source", {}) and i["source"]["model_input"] not in names]
         # A sharded plan's ranks also read the inputs its tables' ids come from.
         files = plan.get("sharding", {}).get("files")
         names += [n for n in files["indices"]["inputs"] if n not in names] if files else []
-        if stage["id"] == loss_stage and os.path.exists(os.path.join(data_dir, "target.npy")):
+        if loss_stage in [c["id"] for c in chunks] and os.path.exists(os.path.join(data_dir, "target.npy")):
             names.append("target")
         samples = batch["global"] // batch["pipelines"] // stage["replicas_per_pipeline"]
         row_bytes = 0
@@ -268,6 +277,8 @@ def main():
                         help="with --expect-tensor-parallel: every stage has sequence-parallel ops (on) or none (off)")
     parser.add_argument("--expect-selective", action="store_true",
                         help="every stage recomputes selectively, and rannc-run says it recomputes the whole forward")
+    parser.add_argument("--expect-interleave", type=int, metavar="V",
+                        help="the plan runs V model chunks on each device group (interleaved 1F1B)")
     parser.add_argument("--optimizer", default="sgd", choices=training_reference.OPTIMIZERS)
     parser.add_argument("--bucket-kib", type=int, help="rannc-run's gradient bucket of sharded state")
     parser.add_argument("--weight-decay", type=float, default=0.0)
@@ -299,6 +310,8 @@ def main():
         fail("expected the planner to offload a stage, the plan offloads none")
     if args.expect_tensor_parallel:
         check_tensor_parallel_plan(plan, args.expect_tensor_parallel, args.expect_sequence_parallel)
+    if args.expect_interleave and plan.get("interleave", 1) != args.expect_interleave:
+        fail(f"expected {args.expect_interleave} model chunks per device group, the plan has {plan.get('interleave', 1)}")
     if args.expect_selective and any(s["recompute"] != "selective" for s in plan["stages"]):
         fail(f"expected selective recomputation on every stage: {[s['recompute'] for s in plan['stages']]}")
 

@@ -366,3 +366,27 @@ TEST_CASE("tensor slices: tensor_split's cut, each part of a fused weight cut al
 }
 
 }  // namespace rannc::runtime
+
+namespace rannc::runtime {
+
+TEST_CASE("interleaved: a rank runs its device group's chunks, their gradient groups together", "[runtime]") {
+  auto document = test::interleaved_plan();
+  auto plan = plan::from_json(document, "plan.json");
+  RankLayout layout(plan);
+  // Ranks are placed by their group's first stage, not by a later chunk.
+  CHECK(layout.placement(0).stage == 0);
+  CHECK(layout.placement(2).stage == 1);
+  CHECK(layout.placement(2).replica == 1);
+  CHECK(layout.stages_of(0) == std::vector<int>{0, 2});
+  CHECK(layout.stages_of(1) == std::vector<int>{1, 3});
+  // Rank 1 holds stage 1's fc2.weight (tied to stage 0: "stages 0,1") then stage 3's fc4.weight.
+  auto groups = layout.rank_gradient_groups(1);
+  REQUIRE(groups.size() == 2);
+  CHECK(groups[0].key == "stages 0,1");
+  CHECK(groups[0].weights == std::vector<int>{0});
+  CHECK(groups[1].key == "stages 3");
+  CHECK(groups[1].weights == std::vector<int>{1});
+  CHECK(groups[1].ranks == std::vector<int>{1, 2});
+}
+
+}  // namespace rannc::runtime

@@ -68,10 +68,13 @@ LossFunction loss_function(const LossPlan& loss, const plan::Plan& plan, const R
   double samples = static_cast<double>(plan.batch.global) * accumulate_steps;
   double global_terms = samples * static_cast<double>(loss.elements_per_sample);
   const auto& stage = plan.stages[static_cast<std::size_t>(loss.stage)];
-  // The first class of this rank's slice, cut as the output layer's weight is.
-  std::int64_t first_class = plan::tensor_slice(stage.outputs[static_cast<std::size_t>(loss.output)].shape.back(),
-                                                stage.tensor_parallel.degree, placement.tensor_rank)
-                                 .begin;
+  // Split classes: the first of this rank's slice, cut as the output layer's weight is (a
+  // split output has its classes last; a scalar loss has no dims).
+  std::int64_t first_class = 0;
+  if (loss.split_classes)
+    first_class = plan::tensor_slice(stage.outputs[static_cast<std::size_t>(loss.output)].shape.back(),
+                                     stage.tensor_parallel.degree, placement.tensor_rank)
+                      .begin;
   return [&loss, &data, slice, global_terms, samples, first_class](
              const std::vector<at::Tensor>& outputs, int microbatch) -> at::Tensor {
     // In fp32 when autocast computed the output in bf16, as torch.autocast's cross entropy does.

@@ -139,16 +139,21 @@ std::vector<ShardBucket> shard_buckets(std::int64_t elements, int ranks, std::in
 }
 
 std::vector<GradientGroup> RankLayout::gradient_groups(int stage, int tensor_rank) const {
-  const auto& params = plan_.stages.at(static_cast<std::size_t>(stage)).params;
-  // Weights that share the same set of holding stages are summed over the same ranks.
-  std::map<std::set<int>, std::vector<int>> by_holders;
+  const auto& held = plan_.stages.at(static_cast<std::size_t>(stage));
+  const auto& params = held.params;
+  const auto& split = held.tensor_parallel.weights;
+  // Weights that share the same set of holding stages are summed over the same ranks; in a
+  // tensor-parallel stage, those the group splits apart from those each of its ranks holds whole.
+  std::map<std::pair<std::set<int>, bool>, std::vector<int>> by_holders;
   for (std::size_t i = 0; i < params.size(); ++i) {
     std::set<int> holders(params[i].shared_with.begin(), params[i].shared_with.end());
     holders.insert(stage);
-    by_holders[holders].push_back(static_cast<int>(i));
+    bool whole = std::none_of(split.begin(), split.end(), [&](const auto& w) { return w.name == params[i].name; });
+    by_holders[{holders, whole}].push_back(static_cast<int>(i));
   }
   std::vector<GradientGroup> groups;
-  for (auto& [holders, weights] : by_holders) {
+  for (auto& [holding, weights] : by_holders) {
+    const auto& [holders, whole] = holding;
     GradientGroup group;
     group.key = "stages";
     std::set<int> ranks;
@@ -160,8 +165,11 @@ std::vector<GradientGroup> RankLayout::gradient_groups(int stage, int tensor_ran
         ranks.insert(holder.ranks[i]);
       group.sharded = group.sharded || holder.state_sharding != plan::StateSharding::kNone;
     }
-    if (plan_.stages.at(static_cast<std::size_t>(stage)).tensor_parallel.degree > 1)
-      group.key += " tensor rank " + std::to_string(tensor_rank);
+    if (held.tensor_parallel.degree > 1) {
+      group.key += " tensor rank " + std::to_string(tensor_rank) + (whole ? ", whole" : "");
+      // Every rank of the tensor group holds the same whole weights: one of them counts them.
+      group.counted_in_norm = !whole || tensor_rank == 0;
+    }
     group.ranks.assign(ranks.begin(), ranks.end());
     group.sharded = group.sharded && group.ranks.size() > 1;
     // Every holder lists its copies in the same order, so the summed buffers line up.

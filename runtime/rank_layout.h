@@ -39,6 +39,9 @@ struct GradientGroup {
   // The ranks split the optimizer state of these weights (any holding stage shards its state,
   // and there is more than one rank): each steps its shard of every bucket.
   bool sharded = false;
+  // Whether these ranks count the weights in the global gradient norm: not on tensor ranks
+  // 1.. for weights every rank of a tensor-parallel group holds whole (rank 0 counts them).
+  bool counted_in_norm = true;
 };
 
 // A bucket of a sharded group's weights, laid end to end in group order: elements

@@ -46,6 +46,7 @@ struct RankSetup {
   std::unique_ptr<TrainingData> data;
   DeviceChoice device;
   DeviceFacts device_facts;               // what chose `device`; the report gives its node place
+  std::vector<GradientGroup> gradient_groups;  // of all its stages (RankLayout::rank_gradient_groups)
   std::unique_ptr<StageRunner> runner;    // its (first) stage
   std::vector<std::unique_ptr<StageRunner>> later_chunks;  // interleaved: its other model chunks
   OptimizerSettings optimizer;
@@ -217,6 +218,8 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   for (const auto& stage : plan.stages) plan::check_stage_file(plan, stage, /*check_sha256=*/false);
   setup->layout = std::make_unique<RankLayout>(plan);
   setup->placement = setup->layout->placement(world.rank());
+  setup->gradient_groups = setup->layout->rank_gradient_groups(world.rank());
+  check_messages(plan);
   setup->loss = plan_loss(plan, options.loss);
   const auto& stage = plan.stages.at(static_cast<std::size_t>(setup->placement.stage));
   const auto chunks = setup->layout->stages_of(world.rank());
@@ -350,7 +353,7 @@ std::string loss_text(double loss) { return std::isnan(loss) ? "nan" : loss > 0 
 // not be written. Every rank sees the same loss (summed over the world) and the same checkpoint
 // outcome, so all stop at the same step and exit alike.
 int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
-  auto groups = setup.layout->rank_gradient_groups(world.rank());
+  const auto& groups = setup.gradient_groups;
   // NCCL only when every rank can use it; a rank on the CPU or sharing its GPU makes it Gloo for all.
   CommSettings comm{setup.runner->device(), false};
   comm.nccl = world.max(setup.device.nccl ? 0 : 1) == 0;

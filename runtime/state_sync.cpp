@@ -93,10 +93,11 @@ StateSync::StateSync(std::vector<at::Tensor> params, std::vector<GradientGroup> 
   for (const auto& shard : shards_) stepped_.push_back(shard.master);
   // A whole group's summed gradients are on each of its ranks: the first one counts them.
   for (const auto& group : groups_) {
-    if (group.sharded || group.ranks.front() != communicator.rank()) continue;
+    if (group.sharded || !group.counted_in_norm || group.ranks.front() != communicator.rank()) continue;
     for (int w : group.weights) counted_.push_back(params_.at(static_cast<std::size_t>(w)));
   }
-  for (const auto& shard : shards_) counted_.push_back(shard.master);
+  for (const auto& shard : shards_)
+    if (groups_.at(static_cast<std::size_t>(shard.group)).counted_in_norm) counted_.push_back(shard.master);
   optimizer_ = make_optimizer(stepped_, settings);
 }
 

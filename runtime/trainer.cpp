@@ -88,10 +88,23 @@ Trainer::Trainer(const plan::Plan& plan, const RankLayout& layout, int rank, std
           chunk.consumers.at(static_cast<std::size_t>(input.from_output)).push_back({stage.id, static_cast<int>(k)});
     }
   }
-  std::int64_t tags = std::int64_t{2} * plan.stage_count() * plan.batch.microbatches * tag_stride_;
+}
+
+void check_messages(const plan::Plan& plan) {
+  std::size_t inputs = 1;
+  for (const auto& stage : plan.stages) inputs = std::max(inputs, stage.inputs.size());
+  std::int64_t tags = std::int64_t{2} * plan.stage_count() * plan.batch.microbatches * static_cast<std::int64_t>(inputs);
   if (tags > std::numeric_limits<int>::max())
     throw InputError(plan.path + ": " + std::to_string(tags) + " message tags (stages x microbatches x inputs x 2) "
                      "exceed what a tag holds");
+  // A rank's chunks would send to the rank itself, which Gloo and NCCL do not take.
+  int groups = plan.pipeline_stages();
+  for (const auto& stage : plan.stages)
+    for (const auto& input : stage.inputs)
+      if (input.from_stage >= 0 && input.from_stage % groups == stage.id % groups)
+        throw InputError(plan.path + ": stage " + std::to_string(stage.id) + " reads '" + input.name + "' from stage " +
+                         std::to_string(input.from_stage) + ", which runs on the same device group (interleave " +
+                         std::to_string(plan.interleave) + "): rannc-run does not pass tensors between a rank's chunks yet");
 }
 
 // Messages between two ranks are told apart by the stage input they carry (forward) or carry the

@@ -40,6 +40,10 @@ struct RankRecord {
   std::optional<ExchangeRecord> embeddings;  // sharded plans: the embedding exchange's bytes and time
 };
 
+// Refuses, in one line, a plan whose messages rannc-run cannot tell apart (more tags than an int
+// holds) or cannot send (between two model chunks of one rank).
+void check_messages(const plan::Plan& plan);
+
 class Trainer {
  public:
   // Each step runs `accumulate_steps` global batches (data steps step * accumulate_steps + k),

@@ -317,8 +317,18 @@ TEST_CASE("tensor ranks: groups of consecutive ranks, their own files, gradients
   // The tied weight: its copies of tensor rank 1 in both stages and both pipelines.
   auto groups = layout.gradient_groups(0, 1);
   REQUIRE(groups.size() == 1);
-  CHECK(groups[0].key == "stages 0,1 tensor rank 1");
+  CHECK(groups[0].key == "stages 0,1 tensor rank 1, whole");
   CHECK(groups[0].ranks == std::vector<int>{1, 3, 5, 7});
+  CHECK_FALSE(groups[0].counted_in_norm);  // rank 0 of the tensor group counts the whole weights
+  CHECK(layout.gradient_groups(0, 0)[0].counted_in_norm);
+  // A weight the group splits: its slices are grouped and counted apart, by every tensor rank.
+  document["stages"][0]["tensor_parallel"]["weights"] = {{{"name", "fc2.weight"}, {"dim", 0}}};
+  document["stages"][1]["tensor_parallel"]["weights"] = {{{"name", "fc2.weight"}, {"dim", 0}}};
+  auto split_plan = plan::from_json(document, "out/plan.json");
+  auto split_groups = RankLayout(split_plan).gradient_groups(0, 1);
+  REQUIRE(split_groups.size() == 1);
+  CHECK(split_groups[0].key == "stages 0,1 tensor rank 1");
+  CHECK(split_groups[0].counted_in_norm);
   CHECK(layout.gradient_groups(1, 0)[0].ranks == std::vector<int>{0, 2, 4, 6});
   CHECK(plan.stage_path(plan.stages[1], 1) == "out/stage_1_tp1.pt");
   CHECK(plan.stage_path(plan.stages[1]) == "out/stage_1.pt");

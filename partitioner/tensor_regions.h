@@ -90,7 +90,7 @@ struct TensorRegions {
   // [op]: the region an op belongs to, -1 for a replicated op.
   std::vector<int> region_of_op;
   // Sequence parallelism (Korthikanti et al., 2022), on with every degree t > 1 as Megatron-LM
-  // runs it: the ops outside the regions that work on each position of the sequence alone (layer
+  // runs it (the planner clears them for --sequence-parallel off): the ops outside the regions that work on each position of the sequence alone (layer
   // and RMS norms, residual adds, biases, dropout, activations on [batch, sequence, ...] tensors)
   // run on 1/t of the sequence on each device of the group, and each region's all-reduce becomes
   // a reduce-scatter and an all-gather of as many bytes. Ascending; empty without regions.

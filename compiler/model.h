@@ -32,16 +32,16 @@ class ModelSource {
 
   // A stage as generated TorchScript source, for a model that has no TorchScript module of its
   // own (ONNX, .pt2); nullopt for a TorchScript model, whose stages the plugin clones from it.
-  virtual std::optional<StageSource> stage_source(const Model& model, const emit::StageLayout& stage) const {
-    (void)model, (void)stage;
+  // With `tensor_rank` >= 0, a stage of tensor-parallel degree > 1 as that rank runs it
+  // (compiler/source_rank_cut.h); -1, the whole stage.
+  virtual std::optional<StageSource> stage_source(const Model& model, const emit::StageLayout& stage,
+                                                  int tensor_rank = -1) const {
+    (void)model, (void)stage, (void)tensor_rank;
     return std::nullopt;
   }
   // How verify's reference relates to the original: "" when the reference is the model itself
   // (TorchScript), else a note that the whole model runs through the same generated mapping.
   virtual std::string reference_note() const { return ""; }
-  // Whether the plugin cuts this model's tensor-parallel stages into one file per tensor rank
-  // (emit::TensorShard): TorchScript models, whose stages it clones; generated sources not yet.
-  virtual bool cuts_tensor_shards() const { return false; }
 };
 
 struct LoadOptions {

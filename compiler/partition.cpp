@@ -409,8 +409,6 @@ PartitionReport run_partition(const PartitionOptions& options) {
     options.progress.done("planned the free layout to compare with");
   }
   auto layouts = emit::stage_layouts(model.graph, result);
-  if (!model.source->cuts_tensor_shards())
-    for (auto& layout : layouts) layout.tensor_shard.files.clear();
   // The model's absolute path, so that the plan finds it from any working directory.
   emit::ModelFacts facts{std::filesystem::canonical(options.model_path).string(), sha256_of_file(options.model_path),
                          std::string(model_format_name(model.format)), model.batch};

@@ -10,29 +10,15 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "plan/tensor_collectives.h"
+
 namespace torch::jit {
 struct Resolver;
 }  // namespace torch::jit
 
 namespace rannc::tp {
 
-// The operators' qualified names, the one place the stage writer takes them from. In a stage
-// file's TorchScript, torch.ops.rannc.tp_copy(x) and so on.
-// Before a column-parallel op: forward the identity, backward the gradient summed over the group.
-inline constexpr const char* kCopy = "rannc::tp_copy";
-// After a row-parallel op: forward the sum over the group, backward the identity.
-inline constexpr const char* kReduce = "rannc::tp_reduce";
-// Entering a sequence-parallel region's tensor-parallel ops, (x, dim): forward all-gather along
-// dim, backward reduce-scatter.
-inline constexpr const char* kGather = "rannc::tp_gather";
-// Leaving them for sequence-parallel ops, (x, dim): forward reduce-scatter along dim, backward all-gather.
-inline constexpr const char* kReduceScatter = "rannc::tp_reduce_scatter";
-// Entering sequence-parallel ops from a whole tensor, (x, dim): forward this rank's chunk along
-// dim, backward all-gather.
-inline constexpr const char* kSplit = "rannc::tp_split";
-// Leaving sequence-parallel ops to a whole tensor, (x, dim): forward all-gather along dim,
-// backward this rank's chunk of the gradient.
-inline constexpr const char* kJoin = "rannc::tp_join";
+// The operators' names (tp::kCopy, ...) are plan/tensor_collectives.h's.
 
 // For TorchScript source compiled with Module::define or CompilationUnit::define, whose default
 // resolver knows only aten's operators (torch.<op>): this one knows those and torch.ops.<namespace>.<op>,

@@ -20,8 +20,9 @@ class OnnxModelSource : public ModelSource {
  public:
   explicit OnnxModelSource(std::shared_ptr<const onnx::ModelProto> proto) : proto_(std::move(proto)) {}
   const onnx::ModelProto& proto() const { return *proto_; }
-  std::optional<StageSource> stage_source(const Model& model, const emit::StageLayout& stage) const override {
-    return onnx_stage_source(model.path, *proto_, model.graph, stage);
+  std::optional<StageSource> stage_source(const Model& model, const emit::StageLayout& stage,
+                                          int tensor_rank) const override {
+    return onnx_stage_source(model.path, *proto_, model.graph, stage, tensor_rank);
   }
   std::string reference_note() const override {
     return "ONNX: the reference is the whole model through the same op mapping, so this checks the partition; the "

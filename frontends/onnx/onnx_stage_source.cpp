@@ -15,6 +15,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "compiler/source_rank_cut.h"
 #include "support/error.h"
 #include "support/format.h"
 #include "support/input_file.h"
@@ -257,6 +258,20 @@ class Node {
   [[noreturn]] void unsupported(const std::string& why) const;
   StageEmitter& emitter() const { return e_; }
 
+  // A tensor rank's cut (source_rank_cut.h) of a region op's size arguments along the split dim:
+  // the entry of its shape that is the rank's share (-1: none; ONNX's 0 and 1 keep the input's
+  // dim, already the share), the dim along which its input is split (-1: none), and whether an
+  // axis is that dim. Off where the stage is written whole.
+  int divided_entry() const;
+  int input_split_dim() const;
+  bool cuts_split_dim(std::int64_t axis) const;
+  const SourceRankCut& cut() const;
+  std::optional<int> output_rank(int i) const;
+  // A size along the split dim (a literal, or an expression) as the rank's share.
+  std::string divided(const std::optional<std::vector<std::int64_t>>& known, std::size_t k,
+                      const std::string& expr) const;
+  [[noreturn]] void not_cut(const std::string& why) const;
+
  private:
   StageEmitter& e_;
   const onnx::NodeProto& node_;
@@ -266,11 +281,15 @@ class Node {
 
 using Mapping = std::function<void(const Node&)>;
 const std::map<std::string, Mapping>& mappings();
+std::string gemm_product(const Node& n);
+std::string shape_range(const Node& n);
 
 class StageEmitter {
  public:
-  StageEmitter(const std::string& path, const onnx::ModelProto& model, const ir::Graph& graph, const emit::StageLayout& stage)
+  StageEmitter(const std::string& path, const onnx::ModelProto& model, const ir::Graph& graph, const emit::StageLayout& stage,
+               int tensor_rank)
       : path_(path), model_(model), graph_(graph), stage_(stage) {
+    if (tensor_rank >= 0 && stage.tensor_shard.degree > 1) cut_.emplace(graph, stage.tensor_shard, tensor_rank);
     index_constants();
     for (const auto& import : model.opset_import()) {
       if (import.domain().empty() || import.domain() == "ai.onnx") opset_ = static_cast<int>(import.version());
@@ -284,7 +303,7 @@ class StageEmitter {
     for (const auto& input : stage_.inputs) args.push_back(bind(input.value) + ": Tensor");
     for (auto id : stage_.ops) emit_op(id);
     for (const auto& output : stage_.outputs) {
-      returns.push_back(expr(output.value));
+      returns.push_back(cut_ ? cut_->output(vars_.expr(output.value), writer(body_)) : expr(output.value));
       types.push_back("Tensor");
     }
     std::string tuple = returns.size() == 1 ? "(" + returns[0] + ",)" : "(" + join(returns) + ")";
@@ -302,8 +321,14 @@ class StageEmitter {
   void line(const std::string& text) { body_ += "    " + text + "\n"; }
   std::string temp(const std::string& prefix) { return prefix + std::to_string(temps_++); }
 
-  std::string expr(ir::ValueId id) const { return vars_.expr(id); }
+  // What reads a value: its variable or attribute, as the op being written reads it on a tensor rank.
+  std::string expr(ir::ValueId id) {
+    if (auto it = substituted_.find(id); it != substituted_.end()) return it->second;
+    if (!cut_ || !cut_->writing()) return vars_.expr(id);
+    return cut_->read(id, vars_.expr(id), writer(prelude_));
+  }
   std::string bind(ir::ValueId id) { return vars_.bind(id); }
+  const SourceRankCut* cut() const { return cut_ ? &*cut_ : nullptr; }
 
   const TensorProto* constant(const std::string& name) const {
     auto it = constants_by_name_.find(name);
@@ -408,6 +433,7 @@ class StageEmitter {
                                    std::to_string(it->second->data_type()) + ", which TorchScript has no tensor type for");
       source.attributes.push_back(
           {weight.stage_name, trainable, *dtype, dims_of(*it->second), tensor_bytes(*it->second, *dtype, path_)});
+      if (cut_) cut_->cut_weight(weight.value, source.attributes.back());
       vars_.add_weight(weight.value, weight.stage_name);
     };
     for (const auto& weight : stage_.params) add(weight, true);
@@ -430,8 +456,69 @@ class StageEmitter {
       throw InputError(path_ + ": ONNX op '" + type + "' (node " + node_label(node, index) +
                        ") has no TorchScript mapping; plan with --plan-only");
     }
-    mapping->second(view);
+    if (cut_) emit_cut_op(op, view, mapping->second);
+    else mapping->second(view);
     if (++ops_since_break_ >= kInlineChain) break_inline_chain(op);
+  }
+
+  // Lines into `text`, indented as the forward's body; fresh variables.
+  SourceRankCut::Writer writer(std::string& text) {
+    return {[&text](const std::string& line) { text += "    " + line + "\n"; }, [this] { return temp("_tp"); }};
+  }
+
+  // An op as a tensor rank runs it (source_rank_cut.h). The collectives its inputs need go before
+  // its lines, whichever line of a mapping first reads them.
+  void emit_cut_op(const ir::Op& op, const Node& view, const Mapping& mapping) {
+    cut_->write_op(op, body_, prelude_, vars_, [&] {
+      switch (cut_->role(op.id)) {
+        case emit::RankOp::kVocabularyLookup: vocabulary_lookup(op, view, mapping); break;
+        case emit::RankOp::kRowOp: row_op(op, view, mapping); break;
+        case emit::RankOp::kWhole:
+          if (!size_query(op, view)) mapping(view);
+          break;
+        case emit::RankOp::kRegion:
+        case emit::RankOp::kSequence: mapping(view); break;
+      }
+    });
+    substituted_.clear();
+  }
+
+  // The vocabulary embedding (a Gather of the table's rows): the rank's rows looked up, the
+  // others zeroed, the group's sum.
+  void vocabulary_lookup(const ir::Op& op, const Node& view, const Mapping& mapping) {
+    if (view.proto().op_type() != "Gather" || view.attr_int("axis", 0) != 0) view.not_cut("is no lookup of a table's rows");
+    auto lookup = cut_->vocabulary_ids(op, view.in(1), writer(prelude_));
+    substituted_[op.inputs.at(1)] = lookup.local;
+    mapping(view);
+    cut_->sum_vocabulary_rows(op, view.out(0), lookup, writer(body_));
+  }
+
+  // A row op: its partial sums summed over the group, a Gemm's C added once after the sum.
+  void row_op(const ir::Op& op, const Node& view, const Mapping& mapping) {
+    const auto& type = view.proto().op_type();
+    if (type != "MatMul" && type != "Gemm") view.not_cut("is a row-parallel product of a kind the cut does not know");
+    std::string bias;
+    if (type == "Gemm" && view.has(2)) {
+      double beta = view.attr_float("beta", 1.0);
+      bias = beta == 1.0 ? view.in(2) : "torch.mul(" + view.in(2) + ", " + float_literal(beta) + ")";
+      view.assign(0, gemm_product(view));
+    } else {
+      mapping(view);
+    }
+    cut_->sum(op, view.out(0), bias, writer(body_));
+  }
+
+  // Shape of a value split along the sequence reads it where it is, that dim times the degree.
+  bool size_query(const ir::Op& op, const Node& view) {
+    if (view.proto().op_type() != "Shape") return false;
+    std::string x = vars_.expr(op.inputs.at(0));
+    int dim = cut_->sequence_dim(x);
+    if (dim < 0) return false;
+    std::string sizes = temp("_l"), at = "[" + std::to_string(dim) + "]";
+    line(sizes + ": List[int] = " + x + ".size()");
+    line(sizes + at + " = " + sizes + at + " * " + std::to_string(cut_->degree()));
+    view.assign(0, "torch.tensor(" + sizes + shape_range(view) + ", dtype=4)");
+    return true;
   }
 
   // libtorch's interpreter emits a value that is used once, right after it is made, inline into
@@ -471,6 +558,9 @@ class StageEmitter {
   std::deque<TensorProto> synthesized_;  // Constant nodes' value_int(s)/value_float(s) as tensors
   std::vector<StageAttribute> constants_;
   std::string body_;
+  std::optional<SourceRankCut> cut_;  // set where the stage is written for one tensor rank
+  std::string prelude_;               // under a cut, the collectives an op's inputs need
+  std::map<ir::ValueId, std::string> substituted_;  // the op's inputs it reads as other variables
   int temps_ = 0;
   int ops_since_break_ = 0;
 };
@@ -570,6 +660,41 @@ void Node::unsupported(const std::string& why) const {
                    ") " + why + ", which has no TorchScript mapping; plan with --plan-only");
 }
 
+// A region op on a tensor rank: what its cut is, and off where it is none.
+int Node::divided_entry() const {
+  const auto* cut = e_.cut();
+  return cut && cut->role(op_.id) == emit::RankOp::kRegion ? cut->share().divided_shape_entry(op_) : -1;
+}
+
+int Node::input_split_dim() const {
+  const auto* cut = e_.cut();
+  if (!cut || cut->role(op_.id) != emit::RankOp::kRegion || op_.inputs.empty()) return -1;
+  return cut->share().split_dim(op_.inputs[0]);
+}
+
+bool Node::cuts_split_dim(std::int64_t axis) const {
+  return input_split_dim() >= 0 && e_.cut()->share().cuts_split_dim(op_, axis);
+}
+
+const SourceRankCut& Node::cut() const { return *e_.cut(); }
+
+std::optional<int> Node::output_rank(int i) const {
+  const auto& value = e_.graph().value(op_.outputs.at(static_cast<std::size_t>(i)));
+  if (!value.is_tensor() || !value.type.rank_known) return std::nullopt;
+  return static_cast<int>(value.type.shape.size());
+}
+
+std::string Node::divided(const std::optional<std::vector<std::int64_t>>& known, std::size_t k,
+                          const std::string& expr) const {
+  return known ? int_literal(cut().divided(known->at(k))) : cut().divided(expr);
+}
+
+void Node::not_cut(const std::string& why) const {
+  throw InputError(e_.path() + ": ONNX op '" + node_.op_type() + "' (node " + StageEmitter::node_label(node_, index_) +
+                   ") of a tensor-parallel region " + why + ", so its stage cannot be cut for tensor ranks; plan with "
+                   "--tensor-parallel 1");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The mappings, one per ONNX op type
 // ---------------------------------------------------------------------------------------------
@@ -656,15 +781,15 @@ void map_constant(const Node& n) {
   n.assign(0, n.emitter().constant_expr(*tensor));
 }
 
-// Shape is computed from the tensor at run time: it must follow the microbatch size.
-void map_shape(const Node& n) {
-  std::string range;
-  if (n.attr("start") || n.attr("end")) {
-    range = "[" + (n.attr("start") ? std::to_string(n.attr_int("start", 0)) : "") + ":" +
-            (n.attr("end") ? std::to_string(n.attr_int("end", 0)) : "") + "]";
-  }
-  n.assign(0, "torch.tensor(" + n.in(0) + ".size()" + range + ", dtype=4)");
+// Shape's start and end as a Python slice of the sizes ("[1:]"), "" for all of them.
+std::string shape_range(const Node& n) {
+  if (!n.attr("start") && !n.attr("end")) return "";
+  return "[" + (n.attr("start") ? std::to_string(n.attr_int("start", 0)) : "") + ":" +
+         (n.attr("end") ? std::to_string(n.attr_int("end", 0)) : "") + "]";
 }
+
+// Shape is computed from the tensor at run time: it must follow the microbatch size.
+void map_shape(const Node& n) { n.assign(0, "torch.tensor(" + n.in(0) + ".size()" + shape_range(n) + ", dtype=4)"); }
 
 void map_size(const Node& n) { n.assign(0, "torch.tensor(" + n.in(0) + ".numel(), dtype=4)"); }
 
@@ -746,16 +871,24 @@ void map_reshape(const Node& n) {
   auto data = n.in(0);
   bool copy_zeros = n.attr_int("allowzero", 0) == 0;
   auto known = n.known_ints(1);
+  int divided = n.divided_entry();
   if (known && !known->empty()) {
     std::vector<std::string> items;
     for (std::size_t i = 0; i < known->size(); ++i) {
-      bool copy = copy_zeros && (*known)[i] == 0;
-      items.push_back(copy ? data + ".size(" + std::to_string(i) + ")" : int_literal((*known)[i]));
+      auto size = (*known)[i];
+      bool copy = copy_zeros && size == 0;
+      if (static_cast<int>(i) == divided && size > 0) size = n.cut().divided(size);
+      items.push_back(copy ? data + ".size(" + std::to_string(i) + ")" : int_literal(size));
     }
     n.assign(0, data + ".reshape([" + join(items) + "])");
     return;
   }
   std::string shape = n.int_list(1);
+  if (divided >= 0) {
+    std::string entry = shape + "[" + std::to_string(divided) + "]";
+    n.line("if " + entry + " > 0:");
+    n.line("    " + entry + " = " + n.cut().divided(entry));
+  }
   if (copy_zeros) {
     std::string i = n.temp("_i");
     n.line("for " + i + " in range(len(" + shape + ")):");
@@ -814,14 +947,26 @@ void map_concat(const Node& n) {
 }
 
 // Split sizes: the second input (opset 13+), the attribute (older), else equal parts, the last
-// one smaller (opset 18's num_outputs).
+// one smaller (opset 18's num_outputs). On a tensor rank, sizes along the split dim are divided
+// (equal parts follow the rank's share of the dim by themselves).
 void map_split(const Node& n) {
   auto x = n.in(0);
+  bool cut = n.cuts_split_dim(n.attr_int("axis", 0));
   auto axis = std::to_string(n.attr_int("axis", 0));
   std::string parts = n.temp("_s"), call;
-  if (n.has(1)) {
-    call = "torch.split_with_sizes(" + x + ", " + n.int_list(1) + ", " + axis + ")";
-  } else if (auto sizes = n.attr_ints("split")) {
+  auto sizes = n.has(1) ? n.known_ints(1) : n.attr_ints("split");
+  if (sizes && sizes->empty() && n.has(1)) sizes.reset();  // read at run time, as an empty constant has no type
+  if (sizes && cut)
+    for (auto& size : *sizes) size = n.cut().divided(size);
+  if (n.has(1) && !sizes) {
+    std::string list = n.int_list(1);
+    if (cut) {
+      std::string i = n.temp("_i"), entry = list + "[" + i + "]";
+      n.line("for " + i + " in range(len(" + list + ")):");
+      n.line("    " + entry + " = " + n.cut().divided(entry));
+    }
+    call = "torch.split_with_sizes(" + x + ", " + list + ", " + axis + ")";
+  } else if (sizes) {
     call = "torch.split_with_sizes(" + x + ", " + int_list_literal(*sizes) + ", " + axis + ")";
   } else {
     auto count = std::to_string(n.outputs());
@@ -866,6 +1011,14 @@ void map_slice_at_run_time(const Node& n) {
   else n.line(axes + ": List[int] = [" + k + " for " + k + " in range(len(" + starts + "))]");
   if (n.has(4)) n.line(steps + ": List[int] = " + n.int_list(4));
   else n.line(steps + ": List[int] = [1 for " + k + " in range(len(" + starts + "))]");
+  if (int split = n.input_split_dim(); split >= 0) {
+    // A tensor rank's bounds along the split dim are its share.
+    n.line("for " + k + " in range(len(" + axes + ")):");
+    n.line("    if " + axes + "[" + k + "] == " + std::to_string(split) + " or " + axes + "[" + k + "] == " +
+           std::to_string(split) + " - " + x + ".dim():");
+    for (const auto& bounds : {starts, ends})
+      n.line("        " + bounds + "[" + k + "] = " + n.cut().divided(bounds + "[" + k + "]"));
+  }
   n.line(y + " = " + x);
   n.line("for " + k + " in range(len(" + axes + ")):");
   n.line("    " + a + " = " + axes + "[" + k + "]");
@@ -906,6 +1059,10 @@ void map_slice(const Node& n) {
   for (std::size_t k = 0; k < count; ++k) {
     auto step = steps ? steps->at(k) : 1;
     if (step == 0) n.unsupported("has a step of 0");
+    if (n.cuts_split_dim(axes ? axes->at(k) : static_cast<std::int64_t>(k))) {
+      starts[k] = n.divided(known_starts, k, starts[k]);
+      ends[k] = n.divided(known_ends, k, ends[k]);
+    }
     auto axis = n.axis(axes ? axes->at(k) : static_cast<std::int64_t>(k), 0);
     if (step > 0) {
       expr = "torch.slice(" + expr + ", " + axis + ", " + starts[k] + ", " + ends[k] + ", " + std::to_string(step) + ")";
@@ -924,6 +1081,15 @@ void map_expand(const Node& n) {
   auto x = n.in(0);
   std::string shape = n.temp("_l"), offset = n.temp("_o"), i = n.temp("_i");
   n.line(shape + ": List[int] = " + n.in(1) + ".tolist()");
+  if (int divided = n.divided_entry(); divided >= 0) {
+    // On a tensor rank, the entry at the split dim of the output, where it is not a broadcast 1.
+    auto rank = n.output_rank(0);
+    if (!rank) n.not_cut("expands to a shape of unknown rank");
+    std::string at = n.temp("_k"), entry = shape + "[" + at + "]";
+    n.line(at + " = len(" + shape + ") - " + std::to_string(*rank - divided));
+    n.line("if " + at + " >= 0 and " + entry + " > 1:");
+    n.line("    " + entry + " = " + n.cut().divided(entry));
+  }
   n.line(offset + " = len(" + shape + ") - " + x + ".dim()");
   n.line("for " + i + " in range(len(" + shape + ")):");
   n.line("    if " + shape + "[" + i + "] == 1 and " + i + " >= " + offset + ":");
@@ -941,14 +1107,21 @@ void map_range(const Node& n) {
                   ".dtype, device=" + start + ".device)");
 }
 
+std::string gemm_operand(const Node& n, int i, const char* transposed) {
+  return n.attr_int(transposed, 0) ? "torch.t(" + n.in(i) + ")" : n.in(i);
+}
+
+// alpha A B, without C.
+std::string gemm_product(const Node& n) {
+  std::string product = "torch.mm(" + gemm_operand(n, 0, "transA") + ", " + gemm_operand(n, 1, "transB") + ")";
+  double alpha = n.attr_float("alpha", 1.0);
+  return alpha == 1.0 ? product : "torch.mul(" + product + ", " + float_literal(alpha) + ")";
+}
+
 void map_gemm(const Node& n) {
-  auto a = n.attr_int("transA", 0) ? "torch.t(" + n.in(0) + ")" : n.in(0);
-  auto b = n.attr_int("transB", 0) ? "torch.t(" + n.in(1) + ")" : n.in(1);
+  if (!n.has(2)) return n.assign(0, gemm_product(n));
+  auto a = gemm_operand(n, 0, "transA"), b = gemm_operand(n, 1, "transB");
   double alpha = n.attr_float("alpha", 1.0), beta = n.attr_float("beta", 1.0);
-  if (!n.has(2)) {
-    std::string product = "torch.mm(" + a + ", " + b + ")";
-    return n.assign(0, alpha == 1.0 ? product : "torch.mul(" + product + ", " + float_literal(alpha) + ")");
-  }
   std::string scale;
   if (beta != 1.0) scale += ", beta=" + float_literal(beta);
   if (alpha != 1.0) scale += ", alpha=" + float_literal(alpha);
@@ -1988,8 +2161,8 @@ const std::map<std::string, Mapping>& mappings() {
 }  // namespace
 
 StageSource onnx_stage_source(const std::string& model_path, const onnx::ModelProto& model, const ir::Graph& graph,
-                              const emit::StageLayout& stage) {
-  return StageEmitter(model_path, model, graph, stage).run();
+                              const emit::StageLayout& stage, int tensor_rank) {
+  return StageEmitter(model_path, model, graph, stage, tensor_rank).run();
 }
 
 }  // namespace rannc

@@ -18,9 +18,11 @@ class ModelProto;
 
 namespace rannc {
 
-// Throws InputError naming the model and the first ONNX op type (with its node name) that has
-// no mapping, or a weight whose data is not available (external data that was not loaded).
+// With `tensor_rank` >= 0, a stage of tensor-parallel degree > 1 as that rank runs it
+// (compiler/source_rank_cut.h). Throws InputError naming the model and the first ONNX op type
+// (with its node name) that has no mapping, or that a tensor rank's cut does not know, or a weight
+// whose data is not available (external data that was not loaded).
 StageSource onnx_stage_source(const std::string& model_path, const onnx::ModelProto& model, const ir::Graph& graph,
-                              const emit::StageLayout& stage);
+                              const emit::StageLayout& stage, int tensor_rank = -1);
 
 }  // namespace rannc

@@ -30,7 +30,8 @@ class Pt2ModelSource : public ModelSource {
   // program().nodes.size() + i is mutations[i] (its value, its buffer).
   std::vector<std::pair<std::string, std::string>> mutations;
 
-  std::optional<StageSource> stage_source(const Model& model, const emit::StageLayout& stage) const override;
+  std::optional<StageSource> stage_source(const Model& model, const emit::StageLayout& stage,
+                                          int tensor_rank) const override;
   std::string reference_note() const override;
 
  private:

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "compiler/source_rank_cut.h"
 #include "compiler/torch_plugin.h"
 #include "emit/stage_layout.h"
 #include "frontends/pt2/pt2_frontend.h"
@@ -77,8 +78,10 @@ const std::map<std::string, Composition>& compositions();
 class Pt2StageEmitter {
  public:
   Pt2StageEmitter(const Model& model, const Pt2ModelSource& source, const emit::StageLayout& stage,
-                  const std::set<std::string>& missing_ops)
-      : model_(model), graph_(model.graph), source_(source), stage_(stage), missing_(missing_ops) {}
+                  const std::set<std::string>& missing_ops, int tensor_rank)
+      : model_(model), graph_(model.graph), source_(source), stage_(stage), missing_(missing_ops) {
+    if (tensor_rank >= 0 && stage.tensor_shard.degree > 1) cut_.emplace(graph_, stage.tensor_shard, tensor_rank);
+  }
 
   StageSource run() {
     StageSource out;
@@ -88,7 +91,7 @@ class Pt2StageEmitter {
     copy_inputs_written_in_place();
     for (auto id : stage_.ops) emit_op(id);
     for (const auto& output : stage_.outputs) {
-      returns.push_back(expr(output.value));
+      returns.push_back(cut_ ? cut_->output(vars_.expr(output.value), writer(body_)) : expr(output.value));
       types.push_back("Tensor");
     }
     std::string tuple = returns.size() == 1 ? "(" + returns[0] + ",)" : "(" + join(returns) + ")";
@@ -110,6 +113,7 @@ class Pt2StageEmitter {
     return nullptr;
   }
   std::string arg(const pt2::Node& node, const std::string& name, const std::string& fallback) {
+    if (auto it = replaced_.find(name); it != replaced_.end()) return it->second;
     const auto* found = find(node, name);
     return found ? render(*found) : fallback;
   }
@@ -192,7 +196,11 @@ class Pt2StageEmitter {
     return "[" + join(items) + "]";
   }
 
-  std::string expr(ir::ValueId id) const { return vars_.expr(id); }
+  // What reads a value: its variable or attribute, as the op being written reads it on a tensor rank.
+  std::string expr(ir::ValueId id) {
+    if (!cut_ || !cut_->writing()) return vars_.expr(id);
+    return cut_->read(id, vars_.expr(id), writer(prelude_));
+  }
   std::string bind(ir::ValueId id) { return vars_.bind(id); }
 
   void assign(const Argument& out, const std::string& value) {
@@ -219,6 +227,7 @@ class Pt2StageEmitter {
     auto add = [&](const emit::StageWeight& weight, bool trainable) {
       const auto& stored = stored_weight(model_, source_, weight.value);
       out.attributes.push_back({weight.stage_name, trainable, stored.dtype, stored.dims, stored.data});
+      if (cut_) cut_->cut_weight(weight.value, out.attributes.back());
       vars_.add_weight(weight.value, weight.stage_name);
     };
     for (const auto& weight : stage_.params) add(weight, true);
@@ -260,7 +269,151 @@ class Pt2StageEmitter {
       line("_ = torch.copy_(" + expr(source_.value_ids.at(buffer)) + ", " + expr(source_.value_ids.at(value)) + ")");
       return;
     }
-    emit_node(nodes[index]);
+    if (cut_) emit_cut_node(op, nodes[index]);
+    else emit_node(nodes[index]);
+  }
+
+  // Lines into `text`, indented as the forward's body; fresh variables.
+  SourceRankCut::Writer writer(std::string& text) {
+    return {[&text](const std::string& line) { text += "    " + line + "\n"; }, [this] { return temp(); }};
+  }
+
+  // A node as a tensor rank runs it (source_rank_cut.h). The collectives its inputs need go
+  // before its lines, whichever line first reads them.
+  void emit_cut_node(const ir::Op& op, const pt2::Node& node) {
+    cut_->write_op(op, body_, prelude_, vars_, [&] {
+      switch (cut_->role(op.id)) {
+        case emit::RankOp::kVocabularyLookup: vocabulary_lookup(op, node); break;
+        case emit::RankOp::kRowOp: row_op(op, node); break;
+        case emit::RankOp::kRegion:
+          cut_size_arguments(op, node);
+          emit_node(node);
+          break;
+        case emit::RankOp::kWhole:
+          if (!size_query(op, node)) emit_node(node);
+          break;
+        case emit::RankOp::kSequence: emit_node(node); break;
+      }
+    });
+    replaced_.clear();
+  }
+
+  std::string qualified_name(const pt2::Node& node) const {
+    auto call = aten_call(node.target);
+    return call ? call->first + "::" + call->second : node.target;
+  }
+
+  [[noreturn]] void not_cut(const ir::Op& op, const pt2::Node& node, const std::string& why) const {
+    throw InputError(model_.path + ": op '" + qualified_name(node) + "' (op " + std::to_string(op.id) +
+                     ") of a tensor-parallel region " + why + ", so its stage cannot be cut for tensor ranks; plan with "
+                     "--tensor-parallel 1");
+  }
+
+  // The output variable of a node written, the one the cut rewrites.
+  std::string output_variable(const ir::Op& op) const { return *vars_.variable(op.outputs.at(0)); }
+
+  // Megatron-LM's VocabParallelEmbedding: the rank's rows looked up, the others zeroed, the group's sum.
+  void vocabulary_lookup(const ir::Op& op, const pt2::Node& node) {
+    if (qualified_name(node) != "aten::embedding" || !find(node, "indices"))
+      not_cut(op, node, "is no lookup of a table's rows");
+    auto lookup = cut_->vocabulary_ids(op, render(*find(node, "indices")), writer(prelude_));
+    replaced_["indices"] = lookup.local;
+    if (const auto* padding = find(node, "padding_idx"); padding && padding->kind != "as_none") {
+      if (padding->kind != "as_int") not_cut(op, node, "has a padding index computed at run time");
+      auto row = cut_->share().local_padding_row(op.inputs.at(0), padding->value.get<std::int64_t>());
+      replaced_["padding_idx"] = std::to_string(row);
+    }
+    emit_node(node);
+    cut_->sum_vocabulary_rows(op, output_variable(op), lookup, writer(body_));
+  }
+
+  // A row op: its partial sums summed over the group, a linear's bias added once after the sum.
+  void row_op(const ir::Op& op, const pt2::Node& node) {
+    auto kind = qualified_name(node);
+    if (kind != "aten::linear" && kind != "aten::matmul" && kind != "aten::mm")
+      not_cut(op, node, "is a row-parallel product of a kind the cut does not know");
+    std::string bias = kind == "aten::linear" ? arg(node, "bias", "None") : "None";
+    if (bias != "None") replaced_["bias"] = "None";
+    emit_node(node);
+    cut_->sum(op, output_variable(op), bias == "None" ? "" : bias, writer(body_));
+  }
+
+  // A region's size arguments along the split dim as the rank's share: a view's, reshape's or
+  // expand's shape entry at its output's split dim, a split's sizes and a slice's or narrow's
+  // bounds along its input's.
+  void cut_size_arguments(const ir::Op& op, const pt2::Node& node) {
+    auto kind = qualified_name(node);
+    static const std::map<std::string, std::string> kShapes = {
+        {"aten::view", "size"}, {"aten::_unsafe_view", "size"}, {"aten::reshape", "shape"}, {"aten::expand", "size"}};
+    static const std::map<std::string, std::vector<std::string>> kSizes = {
+        {"aten::split", {"split_size"}}, {"aten::split_with_sizes", {"split_sizes"}},
+        {"aten::slice", {"start", "end"}}, {"aten::narrow", {"start", "length"}}};
+    if (auto shape = kShapes.find(kind); shape != kShapes.end()) {
+      int entry = cut_->share().divided_shape_entry(op);
+      const auto* list = find(node, shape->second);
+      if (entry >= 0 && list) replaced_[shape->second] = divided_entry(op, node, *list, entry);
+      return;
+    }
+    auto sizes = kSizes.find(kind);
+    if (sizes == kSizes.end()) return;
+    const auto* dim = find(node, "dim");
+    std::int64_t along = dim && dim->kind == "as_int" ? dim->value.get<std::int64_t>() : 0;
+    if (!cut_->share().cuts_split_dim(op, along)) return;
+    for (const auto& name : sizes->second)
+      if (const auto* size = find(node, name)) replaced_[name] = divided(op, node, *size);
+  }
+
+  // A SymInt (or int) list with entry `entry` divided (-1, an inferred size, stays).
+  std::string divided_entry(const ir::Op& op, const pt2::Node& node, const Argument& list, int entry) {
+    if (!list.value.is_array() || entry >= static_cast<int>(list.value.size()))
+      not_cut(op, node, "has a shape shorter than its split dim");
+    std::vector<std::string> items;
+    for (std::size_t i = 0; i < list.value.size(); ++i) {
+      const auto& item = list.value[i];
+      Argument one{list.kind == "as_ints" ? "as_int" : "as_sym_int", item};
+      items.push_back(static_cast<int>(i) == entry && known_int(one) != -1 ? divided(op, node, one) : render(one));
+    }
+    return "[" + join(items) + "]";
+  }
+
+  // An int or SymInt size (each of a list) as the rank's share; None (a slice's open end) stays.
+  std::string divided(const ir::Op& op, const pt2::Node& node, const Argument& size) {
+    const auto& v = size.value;
+    if (size.kind == "as_none" || (size.kind == "as_sym_int" && v.contains("as_none"))) return "None";
+    if (size.kind == "as_ints" || size.kind == "as_sym_ints") {
+      std::vector<std::string> items;
+      for (const auto& item : v) items.push_back(divided(op, node, {size.kind == "as_ints" ? "as_int" : "as_sym_int", item}));
+      return "[" + join(items) + "]";
+    }
+    if (auto known = known_int(size)) return std::to_string(cut_->divided(*known));
+    if (size.kind == "as_sym_int" && v.contains("as_name")) return cut_->divided(render(size));
+    not_cut(op, node, "has a size argument of kind '" + size.kind + "'");
+  }
+
+  // An int or SymInt argument's value where it is a number.
+  static std::optional<std::int64_t> known_int(const Argument& size) {
+    const auto& v = size.value;
+    if (size.kind == "as_int" && v.is_number()) return v.get<std::int64_t>();
+    if (size.kind == "as_sym_int" && v.is_object() && v.contains("as_int")) return v["as_int"].get<std::int64_t>();
+    return std::nullopt;
+  }
+
+  // A size query of a value split along the sequence reads it where it is, that dim times the degree.
+  bool size_query(const ir::Op& op, const pt2::Node& node) {
+    if (node.target != "torch.ops.aten.sym_size.int" || op.inputs.empty()) return false;
+    std::string x = vars_.expr(op.inputs[0]);
+    int split = cut_->sequence_dim(x);
+    if (split < 0) return false;
+    replaced_["self"] = x;
+    emit_node(node);
+    const auto* dim = find(node, "dim");
+    auto rank = static_cast<std::int64_t>(graph_.value(op.inputs[0]).type.shape.size());
+    std::int64_t at = dim && dim->kind == "as_int" ? dim->value.get<std::int64_t>() : -1;
+    if ((at < 0 ? at + rank : at) == split) {
+      auto out = output_variable(op);
+      line(out + " = " + out + " * " + std::to_string(cut_->degree()));
+    }
+    return true;
   }
 
   void emit_node(const pt2::Node& node) {
@@ -283,7 +436,8 @@ class Pt2StageEmitter {
         if (auto d = device(); !d.empty()) args.push_back(input.name + "=" + d);
         continue;
       }
-      auto text = render(input.arg);
+      auto replaced = replaced_.find(input.name);
+      auto text = replaced != replaced_.end() ? replaced->second : render(input.arg);
       args.push_back(i == 0 || positional ? text : input.name + "=" + text);
     }
     // TorchScript resolves `torch.<op>` to aten's builtins and `ops.<namespace>.<op>` to the others.
@@ -311,6 +465,9 @@ class Pt2StageEmitter {
   StageVariables vars_{graph_, stage_.id};
   std::string body_;
   int temps_ = 0;
+  std::optional<SourceRankCut> cut_;  // set where the stage is written for one tensor rank
+  std::string prelude_;               // under a cut, the collectives a node's inputs need
+  std::map<std::string, std::string> replaced_;  // the node's arguments written otherwise, by schema name
 };
 
 // --- compositions of ops an older libtorch lacks, with the results of PyTorch's math path ---
@@ -405,14 +562,15 @@ std::set<std::string> missing_operators(const Model& model, const Pt2ModelSource
 
 }  // namespace
 
-std::optional<StageSource> Pt2ModelSource::stage_source(const Model& model, const emit::StageLayout& stage) const {
+std::optional<StageSource> Pt2ModelSource::stage_source(const Model& model, const emit::StageLayout& stage,
+                                                        int tensor_rank) const {
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
   // The weights first: a shape-only or damaged archive is refused before libtorch is loaded.
   for (const auto* weights : {&stage.params, &stage.buffers})
     for (const auto& weight : *weights) Pt2StageEmitter::stored_weight(model, *this, weight.value);
   if (!missing_ops_) missing_ops_ = missing_operators(model, *this);
-  return Pt2StageEmitter(model, *this, stage, *missing_ops_).run();
+  return Pt2StageEmitter(model, *this, stage, *missing_ops_, tensor_rank).run();
 }
 
 std::string Pt2ModelSource::reference_note() const {

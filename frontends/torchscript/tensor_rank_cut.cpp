@@ -2,13 +2,9 @@
 
 #include <ATen/ops/cat.h>
 
-#include <algorithm>
-#include <limits>
 #include <variant>
 
-#include "plan/tensor_slices.h"
 #include "support/error.h"
-#include "torch_side/tensor_parallel_ops.h"
 
 namespace rannc {
 namespace {
@@ -28,120 +24,65 @@ bool kind_is(const Node* node, std::initializer_list<const char*> kinds) {
 // "aten::reshape (op 12)": how errors name an op.
 std::string op_text(const ir::Op& op) { return op.kind + " (op " + std::to_string(op.id) + ")"; }
 
+// The collectives as nodes inserted into `graph`.
+SequenceValues::Insert collectives(Graph& graph) {
+  return [&graph](const char* op, Value* const& value, int dim) {
+    if (dim < 0) return graph.insert(op_symbol(op), {value});
+    return graph.insert(op_symbol(op), {value, dim});
+  };
+}
+
 int normalised_dim(std::int64_t dim, std::size_t rank) {
   return static_cast<int>(dim < 0 ? dim + static_cast<std::int64_t>(rank) : dim);
 }
 
 }  // namespace
 
-int SequenceValues::dim(Value* value) const {
-  auto it = dim_.find(value);
-  return it == dim_.end() ? -1 : it->second;
-}
-
-Value* SequenceValues::once(std::map<Value*, Value*>& made, Value* value, const std::function<Value*()>& make) {
-  auto [it, fresh] = made.emplace(value, nullptr);
-  if (fresh) it->second = make();
-  return it->second;
-}
-
-Value* SequenceValues::whole(Value* value, Graph& graph) {
-  int at = dim(value);
-  if (at < 0) return value;
-  return once(joined_, value, [&] { return graph.insert(op_symbol(tp::kJoin), {value, at}); });
-}
-
-Value* SequenceValues::split(Value* value, int at, Graph& graph) {
-  if (dim(value) >= 0) return value;
-  return once(split_, value, [&] {
-    Value* chunk = graph.insert(op_symbol(tp::kSplit), {value, at});
-    mark_split(chunk, at);
-    return chunk;
-  });
-}
-
-Value* SequenceValues::shared(Value* value, Graph& graph) {
-  return once(shared_, value, [&] { return graph.insert(op_symbol(tp::kCopy), {value}); });
-}
-
-Value* SequenceValues::region_input(Value* value, Graph& graph) {
-  int at = dim(value);
-  if (at < 0) return shared(value, graph);
-  return once(gathered_, value, [&] { return graph.insert(op_symbol(tp::kGather), {value, at}); });
-}
-
 TensorRankCut::TensorRankCut(const ir::Graph& graph, const emit::TensorShard& shard, int rank)
-    : graph_(graph), shard_(shard), rank_(rank) {
-  for (std::size_t r = 0; r < shard.regions.size(); ++r) {
-    const auto& region = shard.regions[r];
-    for (auto op : region.ops) region_of_op_[op] = r;
-    for (const auto& [value, dim] : region.split_values) split_dim_[value] = dim;
-    for (const auto& weight : region.weights) weights_[weight.weight] = weight;
-  }
-  // A sequence the degree does not divide stays whole (the sequence op runs whole).
-  for (auto op : shard.sequence_ops) {
-    const auto& shape = graph.value(graph.op(op).outputs.at(0)).type.shape;
-    if (shape.size() >= 2 && shape[1] % shard.degree == 0) sequence_ops_.insert(op);
-  }
-}
-
-int TensorRankCut::split_dim(ir::ValueId id) const {
-  auto it = split_dim_.find(id);
-  return it == split_dim_.end() ? -1 : it->second;
-}
-
-bool TensorRankCut::feeds_sequence_op(ir::ValueId id) const {
-  const auto& consumers = graph_.value(id).consumers;
-  return std::any_of(consumers.begin(), consumers.end(), [&](ir::OpId op) { return runs_split(op); });
-}
+    : graph_(graph), share_(graph, shard, rank) {}
 
 at::Tensor TensorRankCut::weight(ir::ValueId id, const at::Tensor& whole) const {
-  auto it = weights_.find(id);
-  if (it == weights_.end()) return whole;
-  const auto& split = it->second;
+  const auto* split = share_.split_weight(id);
+  if (!split) return whole;
   std::vector<at::Tensor> parts;
-  for (const auto& slice : plan::weight_slices(whole.size(split.dim), split.groups, shard_.degree, rank_))
-    parts.push_back(whole.narrow(split.dim, slice.begin, slice.length));
-  return at::cat(parts, split.dim).contiguous();
+  for (const auto& slice : share_.weight_slices(*split, whole.size(split->dim)))
+    parts.push_back(whole.narrow(split->dim, slice.begin, slice.length));
+  return at::cat(parts, split->dim).contiguous();
 }
 
 std::vector<Value*> TensorRankCut::clone(const ir::Op& op, Node* node, Graph& graph, const Mapped& mapped) {
-  if (region_of_op_.count(op.id)) return clone_region_op(op, node, graph, mapped);
-  if (runs_split(op.id)) return clone_sequence_op(op, node, graph, mapped);
+  switch (share_.role(op.id)) {
+    case emit::RankOp::kVocabularyLookup: return vocabulary_lookup(op, node, graph, mapped);
+    case emit::RankOp::kRegion:
+    case emit::RankOp::kRowOp: return clone_region_op(op, node, graph, mapped);
+    case emit::RankOp::kSequence: return clone_sequence_op(op, node, graph, mapped);
+    case emit::RankOp::kWhole: break;
+  }
   return clone_whole_op(op, node, graph, mapped);
 }
 
-std::vector<Value*> TensorRankCut::clone_region_op(const ir::Op& op, Node* node, Graph& graph, const Mapped& mapped) {
-  const auto& region = shard_.regions[region_of_op_.at(op.id)];
-  if (region.kind == plan::RegionKind::kVocabularyEmbedding) return vocabulary_lookup(op, node, graph, mapped);
-  bool column = std::find(region.column_ops.begin(), region.column_ops.end(), op.id) != region.column_ops.end();
+Value* TensorRankCut::output(Value* value, Graph& graph) { return sequence_.whole(value, collectives(graph)); }
+
+// A copy of the node reading each input as the rank does (TensorRankShare::operand), not yet
+// inserted: it goes after what its cut inputs need (collectives, divided sizes, a None bias).
+Node* TensorRankCut::clone_reading(const ir::Op& op, Node* node, Graph& graph, const Mapped& mapped) {
   std::size_t index = 0;
-  // The copy is inserted after what its cut inputs need (collectives, divided sizes, a None bias).
-  Node* copy = graph.createClone(node, [&](Value* v) {
-    bool reads_input = column && op.inputs.at(index++) == region.input;
-    return reads_input ? sequence_.region_input(mapped(v), graph) : sequence_.whole(mapped(v), graph);
+  return graph.createClone(node, [&](Value* v) {
+    return sequence_.read(mapped(v), share_.operand(op, op.inputs.at(index++)), collectives(graph));
   });
-  if (op.id == region.row_op) return reduce_row_op(op, copy, graph);
+}
+
+std::vector<Value*> TensorRankCut::clone_region_op(const ir::Op& op, Node* node, Graph& graph, const Mapped& mapped) {
+  Node* copy = clone_reading(op, node, graph, mapped);
+  if (share_.role(op.id) == emit::RankOp::kRowOp) return reduce_row_op(op, copy, graph);
   cut_size_arguments(op, copy, graph);
   graph.insertNode(copy);
   return {copy->outputs().begin(), copy->outputs().end()};
 }
 
-// A sequence op on the rank's part of the sequence: each operand that runs along the sequence
-// (a [batch, sequence, ...] activation, a [sequence, features] position table) split along it,
-// the others (weights, biases, scalars) whole, their gradients summed over the group.
+// A sequence op on the rank's part of the sequence: its outputs are split along it.
 std::vector<Value*> TensorRankCut::clone_sequence_op(const ir::Op& op, Node* node, Graph& graph, const Mapped& mapped) {
-  const auto& out = graph_.value(op.outputs.at(0)).type.shape;
-  std::size_t index = 0;
-  Node* copy = graph.createClone(node, [&](Value* v) {
-    const auto& operand = graph_.value(op.inputs.at(index++));
-    if (!operand.is_tensor()) return mapped(v);
-    const auto& shape = operand.type.shape;
-    int along = 1 - static_cast<int>(out.size()) + static_cast<int>(shape.size());  // its dim under the sequence
-    bool sequence = along >= 0 && shape.size() <= out.size() && shape[static_cast<std::size_t>(along)] == out[1];
-    return sequence ? sequence_.split(mapped(v), along, graph) : sequence_.shared(sequence_.whole(mapped(v), graph), graph);
-  });
-  graph.insertNode(copy);
+  Node* copy = graph.insertNode(clone_reading(op, node, graph, mapped));
   for (Value* output : copy->outputs())
     if (output->type()->kind() == c10::TypeKind::TensorType) sequence_.mark_split(output, 1);
   return {copy->outputs().begin(), copy->outputs().end()};
@@ -157,9 +98,9 @@ std::vector<Value*> TensorRankCut::clone_whole_op(const ir::Op& op, Node* node, 
     Node* copy = graph.insertNode(graph.createClone(node, mapped));
     auto rank = graph_.value(op.inputs[0]).type.shape.size();
     if (normalised_dim(size_dim->toInt(), rank) != sequence_.dim(queried)) return {copy->output()};
-    return {graph.insert(c10::aten::mul, {copy->output(), static_cast<std::int64_t>(shard_.degree)})};
+    return {graph.insert(c10::aten::mul, {copy->output(), static_cast<std::int64_t>(share_.degree())})};
   }
-  Node* copy = graph.createClone(node, [&](Value* v) { return sequence_.whole(mapped(v), graph); });
+  Node* copy = graph.createClone(node, [&](Value* v) { return sequence_.whole(mapped(v), collectives(graph)); });
   graph.insertNode(copy);
   return {copy->outputs().begin(), copy->outputs().end()};
 }
@@ -168,17 +109,17 @@ std::vector<Value*> TensorRankCut::clone_whole_op(const ir::Op& op, Node* node, 
 // at its output's split dim, a split's section size and a slice's bounds along its input's.
 void TensorRankCut::cut_size_arguments(const ir::Op& op, Node* copy, Graph& graph) const {
   if (kind_is(copy, {"aten::reshape", "aten::view", "aten::expand"})) {
-    int dim = op.outputs.empty() ? -1 : split_dim(op.outputs[0]);
+    int dim = share_.divided_shape_entry(op);
     if (dim >= 0) copy->replaceInput(1, divided_entry(copy->input(1), dim, graph, op));
     return;
   }
-  bool sized = kind_is(copy, {"aten::split", "aten::split_with_sizes", "aten::slice", "aten::narrow"});
-  if (!sized || op.inputs.empty() || split_dim(op.inputs[0]) < 0) return;
-  auto dim_literal = graph_.value(op.inputs.at(kind_is(copy, {"aten::split", "aten::split_with_sizes"}) ? 2 : 1)).literal;
-  auto rank = graph_.value(op.inputs[0]).type.shape.size();
-  const auto* dim = std::get_if<std::int64_t>(&dim_literal);
-  if (!dim || normalised_dim(*dim, rank) != split_dim(op.inputs[0])) return;
-  if (kind_is(copy, {"aten::split", "aten::split_with_sizes"})) {
+  bool split = kind_is(copy, {"aten::split", "aten::split_with_sizes"});
+  if (!split && !kind_is(copy, {"aten::slice", "aten::narrow"})) return;
+  std::size_t dim_input = split ? 2 : 1;
+  if (op.inputs.size() <= dim_input) return;
+  const auto* dim = std::get_if<std::int64_t>(&graph_.value(op.inputs[dim_input]).literal);
+  if (!dim || !share_.cuts_split_dim(op, *dim)) return;
+  if (split) {
     copy->replaceInput(1, divided(copy->input(1), graph, op));
   } else {  // slice(x, dim, start, end, step), narrow(x, dim, start, length)
     copy->replaceInput(2, divided(copy->input(2), graph, op));
@@ -194,11 +135,9 @@ Value* TensorRankCut::divided(Value* size, Graph& graph, const ir::Op& op) const
     return graph.insertNode(graph.createList(c10::IntType::get(), entries))->output();
   }
   auto constant = torch::jit::toIValue(size);
-  if (!constant) return graph.insert(c10::aten::floordiv, {size, static_cast<std::int64_t>(shard_.degree)});
+  if (!constant) return graph.insert(c10::aten::floordiv, {size, static_cast<std::int64_t>(share_.degree())});
   if (!constant->isInt()) throw InputError(op_text(op) + ": a size argument that is not an integer");
-  // A slice to the end (INT64_MAX) stays one.
-  if (constant->toInt() == std::numeric_limits<std::int64_t>::max()) return size;
-  return graph.insertConstant(constant->toInt() / shard_.degree);
+  return graph.insertConstant(share_.divided(constant->toInt()));
 }
 
 // The values of an int list: a ListConstruct's inputs, or a constant's entries as constants.
@@ -225,10 +164,7 @@ Value* TensorRankCut::divided_entry(Value* list, int entry, Graph& graph, const 
 // The group's sum of a row op's partial sums: reduce-scattered along the sequence where sequence
 // ops read it, else all-reduced.
 Value* TensorRankCut::reduced(const ir::Op& op, Value* partial, Graph& graph) {
-  if (!feeds_sequence_op(op.outputs.at(0))) return graph.insert(op_symbol(tp::kReduce), {partial});
-  Value* chunk = graph.insert(op_symbol(tp::kReduceScatter), {partial, 1});
-  sequence_.mark_split(chunk, 1);
-  return chunk;
+  return sequence_.sum(partial, share_.scatters(op.outputs.at(0)), collectives(graph));
 }
 
 // The row op's partial sums summed over the group, then its bias added once (on the rank's part
@@ -246,7 +182,7 @@ std::vector<Value*> TensorRankCut::reduce_row_op(const ir::Op& op, Node* copy, G
   Value* sum = reduced(op, copy->output(0), graph);
   if (!bias) return {sum};
   bool split = sequence_.dim(sum) >= 0;
-  Value* biased = graph.insert(c10::aten::add, {sum, split ? sequence_.shared(bias, graph) : bias});
+  Value* biased = graph.insert(c10::aten::add, {sum, split ? sequence_.shared(bias, collectives(graph)) : bias});
   if (split) sequence_.mark_split(biased, 1);
   return {biased};
 }
@@ -257,8 +193,7 @@ std::vector<Value*> TensorRankCut::vocabulary_lookup(const ir::Op& op, Node* nod
                                                      const Mapped& mapped) {
   if (!kind_is(node, {"aten::embedding"}) || node->inputs().size() < 2)
     throw InputError(op_text(op) + ": a vocabulary lookup of this kind is not cut for tensor ranks yet");
-  const auto& table = graph_.value(op.inputs[0]);
-  auto slice = plan::tensor_slice(table.type.shape.at(0), shard_.degree, rank_);
+  auto slice = share_.vocabulary_rows(op.inputs[0]);
   Value* ids = mapped(node->input(1));
   Value* outside = graph.insert(c10::aten::logical_or, {graph.insert(c10::aten::lt, {ids, slice.begin}),
                                                         graph.insert(c10::aten::ge, {ids, slice.begin + slice.length})});
@@ -270,9 +205,7 @@ std::vector<Value*> TensorRankCut::vocabulary_lookup(const ir::Op& op, Node* nod
     auto padding = torch::jit::toIValue(lookup->input(2));
     if (!padding || !padding->isInt())
       throw InputError(op_text(op) + ": a lookup whose padding index is computed at run time");
-    std::int64_t row = padding->toInt() - slice.begin;
-    bool here = padding->toInt() >= 0 && row >= 0 && row < slice.length;
-    lookup->replaceInput(2, graph.insertConstant(here ? row : std::int64_t{-1}));
+    lookup->replaceInput(2, graph.insertConstant(share_.local_padding_row(op.inputs[0], padding->toInt())));
   }
   graph.insertNode(lookup);
   Value* rows = graph.insert(c10::aten::masked_fill,

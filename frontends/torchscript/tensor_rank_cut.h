@@ -13,38 +13,17 @@
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <functional>
-#include <map>
-#include <set>
 #include <vector>
 
 #include "emit/stage_layout.h"
+#include "emit/tensor_rank_share.h"
 #include "ir/graph.h"
 
 namespace rannc {
 
-// The values of a rank's stage file that hold 1/T of the sequence (sequence parallelism: the
-// stage's sequence ops and what they make, split along the sequence dim), and the collectives
-// that take a value between whole and split, each made once per value.
-class SequenceValues {
- public:
-  int dim(torch::jit::Value* value) const;  // its sequence dim where split, else -1
-  void mark_split(torch::jit::Value* value, int dim) { dim_[value] = dim; }
-  // The value whole: a split one all-gathered (tp_join; backward takes the rank's chunk).
-  torch::jit::Value* whole(torch::jit::Value* value, torch::jit::Graph& graph);
-  // The value split along `dim`: a whole one cut to the rank's chunk (tp_split; backward gathers).
-  torch::jit::Value* split(torch::jit::Value* value, int dim, torch::jit::Graph& graph);
-  // A value read by every rank whose gradient each rank has in part: tp_copy sums it.
-  torch::jit::Value* shared(torch::jit::Value* value, torch::jit::Graph& graph);
-  // A region's input as its column ops read it: a split one all-gathered (tp_gather, backward
-  // reduce-scattered), a whole one through tp_copy (backward all-reduced).
-  torch::jit::Value* region_input(torch::jit::Value* value, torch::jit::Graph& graph);
-
- private:
-  torch::jit::Value* once(std::map<torch::jit::Value*, torch::jit::Value*>& made, torch::jit::Value* value,
-                          const std::function<torch::jit::Value*()>& make);
-  std::map<torch::jit::Value*, int> dim_;
-  std::map<torch::jit::Value*, torch::jit::Value*> joined_, split_, shared_, gathered_;
-};
+// The values of a rank's stage file that hold 1/T of the sequence, and the collectives that take a
+// value between whole and split (emit/tensor_rank_share.h).
+using SequenceValues = emit::SequenceValues<torch::jit::Value*>;
 
 class TensorRankCut {
  public:
@@ -62,12 +41,11 @@ class TensorRankCut {
   std::vector<torch::jit::Value*> clone(const ir::Op& op, torch::jit::Node* node, torch::jit::Graph& graph,
                                         const Mapped& mapped);
   // What the stage returns for an output: whole, as the next stage or the loss takes it.
-  torch::jit::Value* output(torch::jit::Value* value, torch::jit::Graph& graph) { return sequence_.whole(value, graph); }
+  torch::jit::Value* output(torch::jit::Value* value, torch::jit::Graph& graph);
 
  private:
-  int split_dim(ir::ValueId id) const;
-  bool runs_split(ir::OpId id) const { return sequence_ops_.count(id) != 0; }
-  bool feeds_sequence_op(ir::ValueId id) const;
+  torch::jit::Node* clone_reading(const ir::Op& op, torch::jit::Node* node, torch::jit::Graph& graph,
+                                  const Mapped& mapped);
   std::vector<torch::jit::Value*> clone_region_op(const ir::Op& op, torch::jit::Node* node, torch::jit::Graph& graph,
                                                   const Mapped& mapped);
   std::vector<torch::jit::Value*> clone_sequence_op(const ir::Op& op, torch::jit::Node* node, torch::jit::Graph& graph,
@@ -84,12 +62,7 @@ class TensorRankCut {
   torch::jit::Value* reduced(const ir::Op& op, torch::jit::Value* partial, torch::jit::Graph& graph);
 
   const ir::Graph& graph_;
-  const emit::TensorShard& shard_;
-  int rank_;
-  std::map<ir::OpId, std::size_t> region_of_op_;
-  std::map<ir::ValueId, int> split_dim_;
-  std::map<ir::ValueId, partition::SplitWeight> weights_;
-  std::set<ir::OpId> sequence_ops_;  // those whose sequence the degree divides
+  emit::TensorRankShare share_;
   SequenceValues sequence_;
 };
 

@@ -33,8 +33,6 @@ class TorchScriptSource : public ModelSource {
   std::vector<Weight> weights;
   // The example inputs' specs, in the order of the graph's model inputs.
   std::vector<InputSpec> specs;
-
-  bool cuts_tensor_shards() const override { return true; }
 };
 
 

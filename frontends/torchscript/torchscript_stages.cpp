@@ -16,6 +16,7 @@
 #include "frontends/torchscript/tensor_rank_cut.h"
 #include "frontends/torchscript/torchscript_source.h"
 #include "support/error.h"
+#include "torch_side/tensor_parallel_ops.h"
 
 namespace rannc {
 namespace {
@@ -205,7 +206,8 @@ torch::jit::Module source_stage_module(const StageSource& stage, const std::stri
       module.register_buffer(attribute.stage_name, tensor);
     }
   }
-  module.define(stage.forward);
+  // The resolver knows torch.ops.rannc.*, which a tensor rank's stage calls.
+  module.define(stage.forward, tp::script_resolver());
   return module;
 }
 

@@ -15,7 +15,8 @@ namespace rannc {
 // (tensor_rank_cut.h); -1: the whole stage.
 torch::jit::Module torchscript_stage_module(const Model& model, const emit::StageLayout& stage, int tensor_rank = -1);
 
-// A stage from generated source: the attributes registered, then forward defined.
+// A stage from generated source: the attributes registered, then forward defined (torch.ops.rannc.*
+// resolved: a tensor rank's stage calls the group's collectives).
 torch::jit::Module source_stage_module(const StageSource& stage, const std::string& class_name);
 
 }  // namespace rannc

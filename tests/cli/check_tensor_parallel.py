@@ -16,9 +16,10 @@ usage: check_tensor_parallel.py RANNC RANNC_RUN SHAPE_ONLY_DIR SAMPLES_DIR
    no slower than op by op, and no forced degree, chunk count or recomputation is faster.
 3. A model without a splittable region (ResNet-50) plans byte for byte the same stages with
    --tensor-parallel 8 and 1.
-4. rannc-run refuses a tensor-parallel plan of an ONNX model (whose stages are not cut per tensor
-   rank yet) with one line naming the stage, an interleaved one with one line naming its chunks,
-   and a fused-attention one with one line saying so.
+4. A --plan-only plan of the shape-only ONNX model, interleaved or not, names each tensor rank's
+   stage file without a SHA-256, and verify refuses it in one line: the files are not written
+   (partition without --plan-only says in one line that the model has no weights to write them
+   from). rannc-run refuses a fused-attention plan with one line saying so.
 """
 import json
 import os
@@ -105,6 +106,22 @@ def check_vocabulary(stage, split, first, last):
         assert table == [{"name": "embeddings.word.weight", "dim": 0}], split["weights"]
 
 
+NOT_WRITTEN = "is missing (write the stage files with the partition verb)"
+
+
+def check_unwritten_rank_files(rannc, out, plan_json):
+    """A --plan-only plan names each tensor rank's stage file it would write, without a SHA-256, and
+    verify refuses it in one line: its files are not written."""
+    for stage in plan_json["stages"]:
+        split = stage["tensor_parallel"]
+        files = split.get("files", [])
+        assert [f["file"] for f in files] == [f"stage_{stage['id']}_tp{r}.pt" for r in range(split["degree"])], files
+        assert not any("sha256" in f for f in files), files
+    refused = run([rannc, "verify", os.path.join(out, "plan.json")])
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode != 0 and len(lines) == 1 and NOT_WRITTEN in lines[0], refused.stderr
+
+
 def refused_once(rannc_run, out, why):
     refused = run([rannc_run, os.path.join(out, "plan.json")])
     lines = refused.stderr.strip().splitlines()
@@ -140,9 +157,12 @@ def main():
             step = forced["predicted"]["iteration_ms"]
             assert step >= free_ms * (1 - 1e-9), f"forced pp={pp},dp={dp},tp={tp} simulates {step} < free {free_ms}"
             print(f"pp={pp} dp={dp} tp={tp}: step {step:.1f} ms ({step / free_ms:.2f}x the free plan)")
-        # An ONNX model's stages are not cut per tensor rank yet: its plan names no rank files.
-        assert all("files" not in s["tensor_parallel"] for s in forced["stages"]), "an ONNX plan names rank files"
-        refused_once(rannc_run, out, "has no stage file per tensor rank")
+        # The tensor ranks' stage files are named, not written: a shape-only model has no weights.
+        check_unwritten_rank_files(rannc, out, forced)
+        unwritable = run([rannc, gpt, *common, "--layout", "pp=8,dp=4,tp=2", "-o", os.path.join(out, "weights")])
+        lines = unwritable.stderr.strip().splitlines()
+        assert unwritable.returncode != 0 and len(lines) == 1 and "plan with --plan-only" in lines[0], unwritable.stderr
+        print("partition without --plan-only: " + lines[0])
 
         for pp, dp, tp, vp in ((8, 1, 8, 2), (4, 2, 8, 3), (8, 2, 4, 2)):
             forced = plan(rannc, gpt, out, *common, "--layout", f"pp={pp},dp={dp},tp={tp},vp={vp}")
@@ -155,7 +175,8 @@ def main():
             step = forced["predicted"]["iteration_ms"]
             assert step >= free_ms * (1 - 1e-9), f"forced pp={pp},dp={dp},tp={tp},vp={vp} simulates {step} < free {free_ms}"
             print(f"pp={pp} dp={dp} tp={tp} vp={vp}: step {step:.1f} ms ({step / free_ms:.2f}x the free plan)")
-        refused_once(rannc_run, out, "interleaved stages")
+        # rannc-run trains interleaved plans (tests/runtime); this one's files are not written.
+        check_unwritten_rank_files(rannc, out, forced)
 
         written = {"full": True, "none": False, "selective": "selective"}
         for recompute in ("full", "none", "selective"):

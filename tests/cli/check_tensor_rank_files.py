@@ -1,12 +1,14 @@
 """The stage files of a tensor-parallel plan's ranks hold each weight of the model exactly once per
-tensor-parallel group: partition a TorchScript model with --layout pp=P,dp=1,tp=T, load every
-rank's stage file (stage_<s>_tp<r>.pt, the collectives' library loaded first) and check, for
-every parameter and buffer the plan gives a stage, against the model's own state_dict:
+tensor-parallel group: partition a TorchScript or ONNX model with --layout pp=P,dp=1,tp=T, load
+every rank's stage file (stage_<s>_tp<r>.pt, the collectives' library loaded first) and check, for
+every parameter and buffer the plan gives a stage, against the model's own state_dict (an ONNX
+model's: its initializers by name):
 - a weight the plan splits (tensor_parallel.weights: dim, groups) is, on rank r, slice r of each of
   its `groups` parts along `dim` as torch.tensor_split cuts it; the ranks' slices put back
   together are the model's tensor, and their elements add up to its numel (none twice, none lost);
 - any other weight is the model's tensor whole on every rank;
-- a rank's file holds nothing else, and its file's SHA-256 is the plan's.
+- a rank's file holds nothing else but the constants an ONNX stage holds as buffers (c0, c1, ...),
+  the same on every rank, and its file's SHA-256 is the plan's.
 
 usage: check_tensor_rank_files.py --partition BIN --ops-library PATH --model PATH --out DIR
            --tensor-parallel T [--stages P] -- PARTITION_ARGS...
@@ -15,9 +17,11 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import zipfile
 
 import torch
 
@@ -60,8 +64,12 @@ def check_stage(stage, model_state, out, degree):
     weights = stage["params"] + stage.get("buffers", [])
     held = {w["stage_name"] for w in weights}
     for r, state in enumerate(ranks):
-        if set(state) != held:
+        constants = {name for name in set(state) - held if re.fullmatch(r"c\d+", name)}
+        if set(state) - constants != held:
             fail(f"stage {stage['id']} rank {r} holds {sorted(set(state) ^ held)} beyond or short of the plan's weights")
+        for name in constants:
+            if not torch.equal(state[name], ranks[0].get(name)):
+                fail(f"stage {stage['id']} rank {r}: constant {name} is not rank 0's")
     checked = 0
     for weight in weights:
         whole = model_state[weight["name"]]
@@ -86,6 +94,15 @@ def check_stage(stage, model_state, out, degree):
     return checked, len(weights)
 
 
+def model_state_dict(path):
+    """A TorchScript archive's state_dict (a zip file), else an ONNX model's initializers by name."""
+    if zipfile.is_zipfile(path):
+        return torch.jit.load(path).state_dict()
+    import onnx
+    from onnx import numpy_helper
+    return {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in onnx.load(path).graph.initializer}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partition", required=True)
@@ -100,7 +117,7 @@ def main():
     args.extra = argv[cut + 1:]
     torch.ops.load_library(args.ops_library)
     plan = partition(args)
-    model_state = torch.jit.load(args.model).state_dict()
+    model_state = model_state_dict(args.model)
     split_total = weights_total = 0
     for stage in plan["stages"]:
         if stage.get("tensor_parallel", {}).get("degree", 1) != args.tensor_parallel:

@@ -9,6 +9,9 @@ gpt_odd_vocab.trace.pt: the sample GPT with a vocabulary of 1001 tokens, which n
 (tensor ranks hold slices one row apart, as torch.tensor_split cuts them), 2 layers, input tokens:8x32:int64.
 encoder.trace.pt: torch's nn.TransformerEncoder of 4 such layers (d_model 64, a 128-wide MLP) without
 dropout, for rannc-run's tensor-parallel training against one process, input x:8x16x64.
+fused_mlp.trace.pt and fused_mlp.onnx: two pre-norm SwiGLU MLP blocks whose gate and up projections
+are one linear cut in halves by slicing (ONNX Slice along the split dim, a fused weight of 2 parts),
+for the tensor ranks' cut of ONNX stages against the trace, input x:8x8x32.
 Run with /usr/bin/python3 (the interpreter that has torch).
 """
 
@@ -48,6 +51,22 @@ class Encoder(nn.Module):
         return self.encoder(x)
 
 
+class FusedMlp(nn.Module):
+    """x + down(silu(gate) * up) after a LayerNorm, gate and up the halves of one linear."""
+
+    def __init__(self, d=32, hidden=64):
+        super().__init__()
+        self.hidden = hidden
+        self.norm = nn.LayerNorm(d)
+        self.gate_up = nn.Linear(d, 2 * hidden)
+        self.down = nn.Linear(hidden, d)
+
+    def forward(self, x):
+        gate_up = self.gate_up(self.norm(x))
+        gate, up = gate_up[:, :, :self.hidden], gate_up[:, :, self.hidden:]
+        return x + self.down(torch.sigmoid(gate) * gate * up)
+
+
 def save_traced(model, example, path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings about dropout's randomness
@@ -66,6 +85,13 @@ def main():
     save_traced(Encoder(), (torch.randn(8, 16, 64),), os.path.join(args.out, "encoder.trace.pt"))
     save_traced(Gpt(vocab=1001, n_layers=2), (torch.zeros(8, 32, dtype=torch.long),),
                 os.path.join(args.out, "gpt_odd_vocab.trace.pt"))
+    fused = nn.Sequential(FusedMlp(), FusedMlp()).train()
+    example = torch.randn(8, 8, 32)
+    save_traced(fused, (example,), os.path.join(args.out, "fused_mlp.trace.pt"))
+    torch.onnx.export(fused, (example,), os.path.join(args.out, "fused_mlp.onnx"), opset_version=17,
+                      do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING, input_names=["x"],
+                      dynamic_axes={"x": {0: "batch"}})
+    print("wrote", os.path.join(args.out, "fused_mlp.onnx"))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """rannc-run trains as one process would: partition a model, run the plan under mpirun on a data
 folder, and compare the loss of every step with single-process torch SGD (or Adam) on the same data.
 
-usage: check_training.py --partition BIN --run BIN --model PATH --out DIR [--np 4] [--steps 5]
+usage: check_training.py --partition BIN --run BIN --model PATH [--reference-model PATH] --out DIR [--np 4] [--steps 5]
            [--loss cross_entropy|mse] [--lr 0.05] [--seed 1] [--accumulate] [--tolerance 1e-4]
            [--expect-stages K] [--expect-replicas] [--expect-schedule NAME] [--expect-sharded] [--expect-offload] [--expect-selective]
            [--expect-tensor-parallel T] [--expect-sequence-parallel on|off] [--expect-interleave V]
@@ -258,6 +258,8 @@ def main():
     parser.add_argument("--partition", required=True)
     parser.add_argument("--run", required=True)
     parser.add_argument("--model", required=True)
+    parser.add_argument("--reference-model",
+                        help="TorchScript of the same module with the same weights, for the reference (an ONNX --model)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--np", type=int, default=4, help="devices to plan for")
     parser.add_argument("--steps", type=int, default=5)
@@ -275,10 +277,10 @@ def main():
                         help="every stage splits its layers over T devices, each rank loading its own stage file")
     parser.add_argument("--expect-sequence-parallel", choices=("on", "off"),
                         help="with --expect-tensor-parallel: every stage has sequence-parallel ops (on) or none (off)")
-    parser.add_argument("--expect-selective", action="store_true",
-                        help="every stage recomputes selectively, and rannc-run says it recomputes the whole forward")
     parser.add_argument("--expect-interleave", type=int, metavar="V",
                         help="the plan runs V model chunks on each device group (interleaved 1F1B)")
+    parser.add_argument("--expect-selective", action="store_true",
+                        help="every stage recomputes selectively, and rannc-run says it recomputes the whole forward")
     parser.add_argument("--optimizer", default="sgd", choices=training_reference.OPTIMIZERS)
     parser.add_argument("--bucket-kib", type=int, help="rannc-run's gradient bucket of sharded state")
     parser.add_argument("--weight-decay", type=float, default=0.0)
@@ -308,10 +310,10 @@ def main():
         fail("expected a stage with sharded optimizer state, the plan has none")
     if args.expect_offload and not any(s["offload"] for s in plan["stages"]):
         fail("expected the planner to offload a stage, the plan offloads none")
-    if args.expect_tensor_parallel:
-        check_tensor_parallel_plan(plan, args.expect_tensor_parallel, args.expect_sequence_parallel)
     if args.expect_interleave and plan.get("interleave", 1) != args.expect_interleave:
         fail(f"expected {args.expect_interleave} model chunks per device group, the plan has {plan.get('interleave', 1)}")
+    if args.expect_tensor_parallel:
+        check_tensor_parallel_plan(plan, args.expect_tensor_parallel, args.expect_sequence_parallel)
     if args.expect_selective and any(s["recompute"] != "selective" for s in plan["stages"]):
         fail(f"expected selective recomputation on every stage: {[s['recompute'] for s in plan['stages']]}")
 
@@ -367,7 +369,7 @@ def main():
     check_data_bytes(report, plan, args.steps * args.accumulate_steps, data_dir)
 
     start = time.monotonic()
-    model = os.path.abspath(args.model)
+    model = os.path.abspath(args.reference_model or args.model)
     training = dict(weight_decay=args.weight_decay, clip_grad_norm=args.clip_grad_norm, schedule=args.lr_schedule,
                     warmup_steps=args.warmup_steps, shuffle_seed=args.seed if args.shuffle else None,
                     bf16_autocast=plan["precision"] == "bf16-mixed")

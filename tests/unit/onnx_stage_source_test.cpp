@@ -4,10 +4,12 @@
 #include <cstring>
 #include <fstream>
 
+#include "compiler/input_spec.h"
 #include "frontends/onnx/onnx_frontend.h"
 #include "frontends/onnx/onnx_stage_source.h"
 #include "emit/stage_layout.h"
 #include "onnx_builders.h"
+#include "partitioner/tensor_regions.h"
 #include "support/error.h"
 
 using namespace rannc;
@@ -33,17 +35,42 @@ void add_int_attr(onnx::NodeProto* node, const std::string& name, std::int64_t v
   attr->set_i(value);
 }
 
+// nn.Linear as exported: Gemm(input, <name>.weight [out, in], <name>.bias [out], transB=1).
+void add_linear(onnx::GraphProto* graph, const std::string& name, const std::string& input, const std::string& output,
+                std::int64_t in, std::int64_t out) {
+  *graph->add_initializer() = float_tensor(name + ".weight", {out, in});
+  *graph->add_initializer() = float_tensor(name + ".bias", {out});
+  add_int_attr(add_node(graph, "Gemm", {input, name + ".weight", name + ".bias"}, {output}), "transB", 1);
+}
+
 // y = Relu(Gemm(x, W, B, transB=1)), x: [batch, 4], W: [3, 4].
 onnx::ModelProto tiny_mlp() {
   auto model = empty_model();
   auto* graph = model.mutable_graph();
   add_value_info(graph->mutable_input(), "x", {"batch", "4"});
   add_value_info(graph->mutable_output(), "y", {"batch", "3"});
-  *graph->add_initializer() = float_tensor("fc.weight", {3, 4});
-  *graph->add_initializer() = float_tensor("fc.bias", {3});
-  add_int_attr(add_node(graph, "Gemm", {"x", "fc.weight", "fc.bias"}, {"onnx::Relu_7"}), "transB", 1);
+  add_linear(graph, "fc", "x", "onnx::Relu_7", 4, 3);
   add_node(graph, "Relu", {"onnx::Relu_7"}, {"y"});
   return model;
+}
+
+// y = Gemm(Relu(Gemm(x, W1, B1, transB=1)), W2, B2, transB=1), x: [2, 4], W1: [6, 4], W2: [4, 6]:
+// a column-parallel Gemm and a row-parallel one with its bias.
+onnx::ModelProto two_layer_mlp() {
+  auto model = empty_model();
+  auto* graph = model.mutable_graph();
+  add_value_info(graph->mutable_input(), "x", {"2", "4"});
+  add_value_info(graph->mutable_output(), "y", {"2", "4"});
+  add_linear(graph, "fc1", "x", "h", 4, 6);
+  add_node(graph, "Relu", {"h"}, {"r"});
+  add_linear(graph, "fc2", "r", "y", 6, 4);
+  return model;
+}
+
+float element(const StageAttribute& attribute, std::size_t i) {
+  float value;
+  std::memcpy(&value, attribute.data.data() + i * sizeof(float), sizeof(float));
+  return value;
 }
 
 struct Stage {
@@ -208,4 +235,31 @@ TEST_CASE("a weight the stage reads but its layout lacks is an internal error") 
   auto stage = whole_model(file);
   stage.layout.params.pop_back();
   CHECK_THROWS_AS(stage.source(), std::logic_error);
+}
+
+TEST_CASE("an ONNX stage cut for a tensor rank holds its slices and sums the row op's partial products") {
+  ModelFile file(two_layer_mlp());
+  auto stage = whole_model(file);
+  auto regions = partition::find_tensor_regions(stage.model.graph);
+  REQUIRE(regions.regions.size() == 1);
+  stage.layout.tensor_shard = {2, regions.regions, {}, {"stage_0_tp0.pt", "stage_0_tp1.pt"}};
+  auto source = onnx_stage_source(stage.model.path, stage.proto(), stage.model.graph, stage.layout, 1);
+
+  // The column op reads x through tp_copy; the row op's product is summed, then its bias added once.
+  CHECK_THAT(source.forward, Catch::Contains(" = torch.ops.rannc.tp_copy(v_x)\n"));
+  CHECK_THAT(source.forward, Catch::Contains("    v_y = torch.mm(v_r, torch.t(self.p2))\n"));
+  CHECK_THAT(source.forward, Catch::Contains(" = torch.ops.rannc.tp_reduce(v_y)\n"));
+  CHECK_THAT(source.forward, Catch::Contains(", self.p3)\n"));
+  REQUIRE(source.attributes.size() == 4);
+  // Rank 1's rows 3..5 of fc1 (element i of a weight is i / 2) and of its bias; columns 3..5 of fc2.
+  const auto& fc1 = source.attributes[0];
+  CHECK(fc1.dims == std::vector<std::int64_t>{3, 4});
+  CHECK(element(fc1, 0) == 0.5f * 12);
+  CHECK(source.attributes[1].dims == std::vector<std::int64_t>{3});
+  CHECK(element(source.attributes[1], 0) == 0.5f * 3);
+  const auto& fc2 = source.attributes[2];
+  CHECK(fc2.dims == std::vector<std::int64_t>{4, 3});
+  CHECK(element(fc2, 0) == 0.5f * 3);
+  CHECK(element(fc2, 3) == 0.5f * 9);
+  CHECK(source.attributes[3].dims == std::vector<std::int64_t>{4});  // the row op's bias: whole
 }

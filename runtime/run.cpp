@@ -178,8 +178,8 @@ void check_tensor_parallel(const plan::Plan& plan) {
                        "; rannc-run trains plans whose stages share one tensor-parallel degree (--layout ...,tp=T)");
     if (split.degree > 1 && split.files.empty())
       throw InputError(plan.path + ": stage " + std::to_string(stage.id) +
-                       " is tensor-parallel but has no stage file per tensor rank (a TorchScript model's stages are cut; "
-                       "this model's are not yet): plan with --tensor-parallel 1");
+                       " is tensor-parallel but names no stage file per tensor rank (tensor_parallel.files): "
+                       "partition the model again");
   }
 }
 

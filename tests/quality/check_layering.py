@@ -6,8 +6,10 @@
 1. Includes go only to the same folder or an earlier one in LAYERS.
 2. Torch headers (torch/, ATen/, c10/, caffe2/) appear only in torch_side/ and runtime/.
 3. What rannc-run compiles in (cmd/rannc_run.cpp and runtime/, with every header they reach)
-   stays within support/, ir/, plan/, runtime/, cmd/, the header-only files of torch_side/ and
-   its state-dict file format (torch_side/state_dict_file, which checkpoints share with export).
+   stays within support/, ir/, plan/, runtime/, cmd/, the header-only files of torch_side/, its
+   state-dict file format (torch_side/state_dict_file, which checkpoints share with export), its
+   CPU/GPU differences and the tensor-parallel collectives (torch_side/tensor_parallel_ops, the
+   library both rannc-run and the plugin load).
 4. rannc-run links only the runtime's, plan's, IR's, support's and the state-dict format's libraries and needs no METIS,
    ONNX or protobuf; rannc-partition needs no libtorch (it loads the torch plugin on demand).
 """
@@ -19,8 +21,9 @@ import sys
 LAYERS = ["support", "ir", "plan", "cost_model", "partitioner", "sharding", "emit", "compiler", "torch_side", "runtime", "cmd"]
 TORCH_FOLDERS = {"torch_side", "runtime"}
 RUNTIME_FOLDERS = {"support", "ir", "plan", "runtime", "cmd"}
-# Compiled into librannc_state_dict.a and librannc_accelerator.a (the CPU/GPU differences).
-RUNTIME_SHARED_TORCH = {"torch_side/state_dict_file.h", "torch_side/accelerator.h"}
+# Compiled into librannc_state_dict.a, librannc_accelerator.a (the CPU/GPU differences) and
+# librannc_tensor_parallel.so (the collectives the tensor ranks' stage files call).
+RUNTIME_SHARED_TORCH = {"torch_side/state_dict_file.h", "torch_side/accelerator.h", "torch_side/tensor_parallel_ops.h"}
 RUNTIME_ARCHIVES = {"librannc_runtime.a", "librannc_runtime_core.a", "librannc_plan.a", "librannc_ir.a",
                     "librannc_support.a", "librannc_state_dict.a", "librannc_accelerator.a"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+([<"])([^>"]+)[>"]', re.M)

@@ -33,9 +33,18 @@ OperandRead TensorRankShare::operand(const ir::Op& op, ir::ValueId input) const 
   switch (role(op.id)) {
     case RankOp::kRegion:
     case RankOp::kRowOp: {
-      const auto& region = shard_.regions[region_of_op_.at(op.id)];
+      std::size_t r = region_of_op_.at(op.id);
+      const auto& region = shard_.regions[r];
       bool column = std::find(region.column_ops.begin(), region.column_ops.end(), op.id) != region.column_ops.end();
-      return {column && input == region.input ? Kind::kRegionInput : Kind::kWhole};
+      if (column && input == region.input) return {Kind::kRegionInput};
+      // A tensor from outside the region that it reads whole (a learnable scale, a norm's weight
+      // over head_dim) gets from each rank the gradient of its part of the region only: summed
+      // over the group. Not the row op's bias, added once after the sum.
+      const auto& operand = graph_.value(input);
+      auto producer = region_of_op_.find(operand.producer);
+      bool from_outside = producer == region_of_op_.end() || producer->second != r;
+      bool partial = operand.is_tensor() && from_outside && split_dim(input) < 0 && !split_weight(input);
+      return {partial && role(op.id) != RankOp::kRowOp ? Kind::kShared : Kind::kWhole};
     }
     case RankOp::kSequence: {
       // An operand that runs along the sequence (a [batch, sequence, ...] activation, a

@@ -7,6 +7,7 @@ encoder_layer.trace.pt: torch's own nn.TransformerEncoderLayer, batch first (its
 views the projections as [seq, batch * heads, head_dim]), 4 heads, a 256-wide MLP, input x:4x6x64.
 gpt_odd_vocab.trace.pt: the sample GPT with a vocabulary of 1001 tokens, which no degree above 1 divides
 (tensor ranks hold slices one row apart, as torch.tensor_split cuts them), 2 layers, input tokens:8x32:int64.
+scaled_mlp.trace.pt: an MLP whose hidden activations a learnable scalar scales inside its region, input x:8x16x32.
 encoder.trace.pt: torch's nn.TransformerEncoder of 4 such layers (d_model 64, a 128-wide MLP) without
 dropout, for rannc-run's tensor-parallel training against one process, input x:8x16x64.
 fused_mlp.trace.pt and fused_mlp.onnx: two pre-norm SwiGLU MLP blocks whose gate and up projections
@@ -67,6 +68,20 @@ class FusedMlp(nn.Module):
         return x + self.down(torch.sigmoid(gate) * gate * up)
 
 
+class ScaledMlp(nn.Module):
+    """An MLP whose hidden activations a learnable scalar scales: a weight its tensor-parallel region
+    reads whole, whose gradient each rank has only in part."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(32, 128)
+        self.fc2 = nn.Linear(128, 32)
+        self.alpha = nn.Parameter(torch.full((1,), 0.5))
+
+    def forward(self, x):
+        return self.fc2(torch.nn.functional.gelu(self.fc1(x)) * self.alpha)
+
+
 def save_traced(model, example, path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings about dropout's randomness
@@ -83,6 +98,7 @@ def main():
     save_traced(Gpt(n_layers=2), (torch.zeros(2, 32, dtype=torch.long),), os.path.join(args.out, "gpt.trace.pt"))
     save_traced(EncoderLayer(), (torch.randn(4, 6, 64),), os.path.join(args.out, "encoder_layer.trace.pt"))
     save_traced(Encoder(), (torch.randn(8, 16, 64),), os.path.join(args.out, "encoder.trace.pt"))
+    save_traced(ScaledMlp(), (torch.randn(8, 16, 32),), os.path.join(args.out, "scaled_mlp.trace.pt"))
     save_traced(Gpt(vocab=1001, n_layers=2), (torch.zeros(8, 32, dtype=torch.long),),
                 os.path.join(args.out, "gpt_odd_vocab.trace.pt"))
     fused = nn.Sequential(FusedMlp(), FusedMlp()).train()

@@ -15,13 +15,17 @@
 
 namespace rannc {
 
+// The slices of `whole` along `dim`, one after another (plan::weight_slices gives a rank's).
+inline at::Tensor sliced(const at::Tensor& whole, int dim, const std::vector<plan::DimSlice>& slices) {
+  std::vector<at::Tensor> parts;
+  for (const auto& slice : slices) parts.push_back(whole.narrow(dim, slice.begin, slice.length));
+  return at::cat(parts, dim).contiguous();
+}
+
 // Rank `rank` of `degree`'s slices of `whole` along the split dim, in part order.
 inline at::Tensor rank_slices(const at::Tensor& whole, const plan::TensorParallel::SplitWeight& split, int degree,
                               int rank) {
-  std::vector<at::Tensor> parts;
-  for (const auto& slice : plan::weight_slices(whole.size(split.dim), split.groups, degree, rank))
-    parts.push_back(whole.narrow(split.dim, slice.begin, slice.length));
-  return at::cat(parts, split.dim).contiguous();
+  return sliced(whole, split.dim, plan::weight_slices(whole.size(split.dim), split.groups, degree, rank));
 }
 
 // The whole weight from each tensor rank's slices (`ranks`, in rank order): the dim is as long as

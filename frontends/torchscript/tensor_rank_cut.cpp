@@ -1,10 +1,9 @@
 #include "frontends/torchscript/tensor_rank_cut.h"
 
-#include <ATen/ops/cat.h>
-
 #include <variant>
 
 #include "support/error.h"
+#include "torch_side/tensor_rank_slices.h"
 
 namespace rannc {
 namespace {
@@ -44,10 +43,7 @@ TensorRankCut::TensorRankCut(const ir::Graph& graph, const emit::TensorShard& sh
 at::Tensor TensorRankCut::weight(ir::ValueId id, const at::Tensor& whole) const {
   const auto* split = share_.split_weight(id);
   if (!split) return whole;
-  std::vector<at::Tensor> parts;
-  for (const auto& slice : share_.weight_slices(*split, whole.size(split->dim)))
-    parts.push_back(whole.narrow(split->dim, slice.begin, slice.length));
-  return at::cat(parts, split->dim).contiguous();
+  return sliced(whole, split->dim, share_.weight_slices(*split, whole.size(split->dim)));
 }
 
 std::vector<Value*> TensorRankCut::clone(const ir::Op& op, Node* node, Graph& graph, const Mapped& mapped) {

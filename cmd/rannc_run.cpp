@@ -51,7 +51,7 @@ void add_options(CLI::App& app, rannc::runtime::RunOptions& options) {
                  "folder of .npy files: one per model input (NAME.npy) and target.npy, dim 0 = steps x global batch "
                  "(default: random inputs from --seed)")->group(data);
   app.add_flag("--shuffle", options.shuffle, "take --data's rows in an order drawn per epoch from --seed")->group(data);
-  app.add_option("--seed", options.seed, "seed of random inputs and targets, and of --shuffle's order (default 0)")->group(data);
+  app.add_option("--seed", options.seed, "seed of random inputs and targets, of --shuffle's order and, with the rank, of the stages' dropout (default 0)")->group(data);
 
   const std::string checkpoints = "Checkpoints";
   app.add_option("--save", options.save_dir,

@@ -38,6 +38,43 @@ struct StageSource {
   // the stage's inputs in StageLayout order and returns the tuple of its outputs in order.
   std::string forward;
   std::vector<StageAttribute> attributes;
+  // Selective recomputation: the lines of `forward` (0-based, the def line 0) that each of the
+  // layout's recomputed_cores was written on; the plugin moves what they compile to into a method
+  // of the core's own (frontends/torchscript/core_outlining.h).
+  std::vector<std::vector<int>> core_lines;
+};
+
+// Which lines of a forward a stage's attention cores are written on (StageSource::core_lines),
+// counted as the writer appends to its body (the forward's lines after the def line): before()
+// before it writes each op, written() after.
+class CoreLines {
+ public:
+  explicit CoreLines(const std::vector<std::vector<ir::OpId>>& cores) : lines_(cores.size()) {
+    for (std::size_t k = 0; k < cores.size(); ++k)
+      for (auto op : cores[k]) core_of_op_[op] = k;
+  }
+
+  void before(const std::string& body) { count(body); }
+  // `body` now ends with the lines of op `id`.
+  void written(ir::OpId id, const std::string& body) {
+    int first = lines_so_far_ + 1;
+    count(body);
+    auto core = core_of_op_.find(id);
+    if (core == core_of_op_.end()) return;
+    for (int line = first; line <= lines_so_far_; ++line) lines_[core->second].push_back(line);
+  }
+
+  const std::vector<std::vector<int>>& lines() const { return lines_; }
+
+ private:
+  void count(const std::string& body) {
+    for (; counted_ < body.size(); ++counted_) lines_so_far_ += body[counted_] == '\n';
+  }
+
+  std::map<ir::OpId, std::size_t> core_of_op_;
+  std::vector<std::vector<int>> lines_;
+  std::size_t counted_ = 0;  // characters of the body counted so far
+  int lines_so_far_ = 0;
 };
 
 // The variable a value named `name` is bound to in generated source, a valid and readable

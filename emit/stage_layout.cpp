@@ -104,6 +104,16 @@ void assign_tensor_shard(const partition::TensorRegions& found, int degree, Stag
     layout.tensor_shard.files.push_back("stage_" + std::to_string(layout.id) + "_tp" + std::to_string(rank) + ".pt");
 }
 
+// A selective stage's attention cores: those of every region whose core it computes whole.
+void assign_recomputed_cores(const partition::TensorRegions& found, plan::Recompute recompute, StageLayout& layout) {
+  if (recompute != plan::Recompute::kSelective) return;
+  auto in_stage = [&](ir::OpId op) { return std::binary_search(layout.ops.begin(), layout.ops.end(), op); };
+  for (const auto& region : found.regions) {
+    const auto& core = region.attention_core;
+    if (!core.empty() && std::all_of(core.begin(), core.end(), in_stage)) layout.recomputed_cores.push_back(core);
+  }
+}
+
 }  // namespace
 
 std::vector<StageLayout> stage_layouts(const ir::Graph& graph, const partition::PlanResult& result) {
@@ -115,8 +125,11 @@ std::vector<StageLayout> stage_layouts(const ir::Graph& graph, const partition::
   auto stage_of_unit = assign_units(graph, result, layouts);
   assign_tensors(result, stage_of_unit, layouts);
   assign_weights(graph, layouts);
-  for (auto& layout : layouts)
-    assign_tensor_shard(result.partitioning.regions, result.pipeline.stages[layout.id].option.tensor_degree, layout);
+  for (auto& layout : layouts) {
+    const auto& option = result.pipeline.stages[layout.id].option;
+    assign_tensor_shard(result.partitioning.regions, option.tensor_degree, layout);
+    assign_recomputed_cores(result.partitioning.regions, option.recompute, layout);
+  }
   return layouts;
 }
 

@@ -50,6 +50,10 @@ struct StageLayout {
   std::vector<StageOutput> outputs; // forward's returned tuple, ascending value id
   std::vector<StageWeight> params, buffers;
   TensorShard tensor_shard;
+  // Selective recomputation (plan::Recompute::kSelective): the attention cores of the stage
+  // (TensorRegion::attention_core, each ascending), which its files run as methods of their own
+  // that backward runs again (torch_side/recompute_cores.h). Empty for other stages.
+  std::vector<std::vector<ir::OpId>> recomputed_cores;
 };
 
 std::vector<StageLayout> stage_layouts(const ir::Graph& graph, const partition::PlanResult& result);

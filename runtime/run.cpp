@@ -183,6 +183,13 @@ void check_tensor_parallel(const plan::Plan& plan) {
   }
 }
 
+// Random ops of the stage files (dropout) draw from libtorch's generators, which libtorch seeds
+// anew in every process: seeded from --seed and the rank, a run draws the same masks each time it
+// runs, and each rank masks its own.
+void seed_random_ops(std::uint64_t seed, int rank) {
+  at::manual_seed(seed * 1000003u + static_cast<std::uint64_t>(rank) + 1);
+}
+
 std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& world) {
   auto setup = std::make_unique<RankSetup>();
   setup->plan = plan::read_plan_file(options.plan_path);
@@ -198,12 +205,6 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
     throw InputError(plan.path + ": planned for fused elementwise kernels (--elementwise fused), which rannc-run does not "
                      "run: partition again without --elementwise");
   check_tensor_parallel(plan);
-  for (const auto& stage : plan.stages) {
-    // The same losses either way; the stage keeps less than predicted and takes longer.
-    if (stage.recompute == plan::Recompute::kSelective && world.rank() == 0)
-      std::cerr << "rannc-run: stage " << stage.id
-                << " plans selective recomputation; this rannc-run recomputes the stage's whole forward instead\n";
-  }
   if (static_cast<int>(plan.ranks.size()) != world.size()) {
     throw InputError(plan.path + ": the plan has " + std::to_string(plan.ranks.size()) + " ranks, but " +
                      std::to_string(world.size()) + " were started (run mpirun -np " + std::to_string(plan.ranks.size()) +
@@ -235,6 +236,7 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   setup->plan_sha256 = sha256_of_file(options.plan_path);
   setup->device = device_for_rank(options, plan, world, setup->device_facts);
   use_device(setup->device);
+  seed_random_ops(options.seed, world.rank());
   setup->runner = std::make_unique<StageRunner>(plan, stage, torch_device(setup->device), setup->placement.tensor_rank);
   if (!options.init_path.empty())
     setup->runner->load_model_state(read_state_dict(options.init_path, "--init"), "--init " + options.init_path);

@@ -1,16 +1,17 @@
 #include "runtime/stage_runner.h"
 
-#include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
 #include <algorithm>
+#include <optional>
 
+#include "torch_side/autocast_scope.h"
 #include "torch_side/device_constants.h"
+#include "torch_side/recompute_cores.h"
 #include "torch_side/tensor_rank_slices.h"
 #include "torch_side/torch_error.h"
-#include "torch_side/torch_version.h"
 
 namespace rannc::runtime {
 namespace {
@@ -37,51 +38,6 @@ at::Tensor stage_parameter(const torch::jit::Module& module, const std::string& 
   return module.attr(weight.stage_name).toTensor();
 }
 
-// The plan's bf16-mixed precision: ops run under libtorch's autocast for the device, which
-// computes the matrix products and convolutions in bfloat16 from the fp32 weights (the master
-// copy the optimizer steps), as torch.autocast(device, dtype=torch.bfloat16) does. Backward runs
-// outside, through the casts autograd recorded. libtorch 2.4 made the autocast state per device
-// type; before, the CPU and CUDA had calls of their own.
-class Autocast {
- public:
-  Autocast(bool on, const c10::Device& device) : on_(on), type_(device.type()) {
-    if (!on_) return;
-#if RANNC_TORCH_AT_LEAST(2, 4)
-    was_enabled_ = at::autocast::is_autocast_enabled(type_);
-    was_dtype_ = at::autocast::get_autocast_dtype(type_);
-    at::autocast::set_autocast_enabled(type_, true);
-    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
-#else
-    if (type_ != c10::DeviceType::CPU) throw std::runtime_error("bf16-mixed on a GPU needs libtorch 2.4 or later");
-    was_enabled_ = at::autocast::is_cpu_enabled();
-    was_dtype_ = at::autocast::get_autocast_cpu_dtype();
-    at::autocast::set_cpu_enabled(true);
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-#endif
-    at::autocast::increment_nesting();
-  }
-  ~Autocast() {
-    if (!on_) return;
-    // The weights' casts are cached while autocast is on; they must not outlive this forward.
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-#if RANNC_TORCH_AT_LEAST(2, 4)
-    at::autocast::set_autocast_enabled(type_, was_enabled_);
-    at::autocast::set_autocast_dtype(type_, was_dtype_);
-#else
-    at::autocast::set_cpu_enabled(was_enabled_);
-    at::autocast::set_autocast_cpu_dtype(was_dtype_);
-#endif
-  }
-  Autocast(const Autocast&) = delete;
-  Autocast& operator=(const Autocast&) = delete;
-
- private:
-  bool on_;
-  c10::DeviceType type_;
-  bool was_enabled_ = false;
-  at::ScalarType was_dtype_ = at::kBFloat16;
-};
-
 }  // namespace
 
 StageRunner::StageRunner(const plan::Plan& plan, const plan::Stage& stage, c10::Device device, int tensor_rank)
@@ -103,7 +59,15 @@ StageRunner::~StageRunner() = default;
 
 std::vector<at::Tensor> StageRunner::run_forward(const std::vector<at::Tensor>& inputs) {
   std::vector<c10::IValue> args(inputs.begin(), inputs.end());
-  Autocast autocast(bf16_autocast_, device_);
+  // A selective stage's file calls its attention cores through rannc::recompute_core, which
+  // checkpoints them in this scope: they keep only their inputs until backward runs them again.
+  std::optional<tp::CoreRecomputation> cores;
+  if (stage_.recompute == plan::Recompute::kSelective) cores.emplace();
+  // The plan's bf16-mixed precision: ops run under libtorch's autocast for the device, which
+  // computes the matrix products and convolutions in bfloat16 from the fp32 weights (the master
+  // copy the optimizer steps), as torch.autocast(device, dtype=torch.bfloat16) does. Backward runs
+  // outside, through the casts autograd recorded.
+  AutocastScope autocast(bf16_autocast_, device_.type());
   auto result = module_->forward(args);
   std::vector<at::Tensor> outputs;
   for (const auto& element : result.toTupleRef().elements()) outputs.push_back(element.toTensor());
@@ -146,6 +110,7 @@ std::vector<at::Tensor> StageRunner::forward(int microbatch, std::vector<at::Ten
   Microbatch state;
   if (recomputes()) {
     at::NoGradGuard no_grad;
+    state.random_state = tp::random_state(device_);  // dropout draws the same masks in backward
     state.outputs = run_forward(inputs);
     if (loss_) add_loss(loss_(state.outputs, microbatch));
   } else {
@@ -167,6 +132,7 @@ std::vector<at::Tensor> StageRunner::backward(int microbatch, const std::vector<
   if (node.empty()) throw std::logic_error("backward of microbatch " + std::to_string(microbatch) + " before its forward");
   auto& state = node.mapped();
   if (recomputes()) {
+    tp::ReplayedRandomState replayed(device_, state.random_state);
     state.outputs = run_forward(state.inputs);
     if (loss_) state.loss = loss_(state.outputs, microbatch);
   }

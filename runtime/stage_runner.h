@@ -42,7 +42,8 @@ class StageRunner {
   const c10::Device& device() const { return device_; }
 
   // Runs the forward pass of a microbatch on its inputs and keeps what backward needs (all
-  // activations, or only the inputs when the stage recomputes). Returns the outputs, and adds
+  // activations; only the inputs under full recomputation; all but the attention cores' under
+  // selective recomputation). Returns the outputs, and adds
   // the microbatch's loss to `loss_sum` (a detached scalar on the device, made at the first)
   // when the stage has a loss: read once at the step's end, since reading it here would make
   // the host wait for the forward's kernels before it issues anything more.
@@ -80,14 +81,15 @@ class StageRunner {
   struct Microbatch {
     std::vector<at::Tensor> inputs, outputs;
     at::Tensor loss;
+    at::Tensor random_state;  // full recomputation: the generator's state before the forward
   };
 
   std::vector<at::Tensor> run_forward(const std::vector<at::Tensor>& inputs);
   // The whole model's tensor `name` as this rank holds it: its slices of a split weight, else whole.
   at::Tensor rank_part(const std::string& name, const at::Tensor& whole, const std::string& source) const;
-  // Whether backward runs the forward again: for selective recomputation too, whose attention
-  // cores this runner does not recompute apart yet.
-  bool recomputes() const { return stage_.recompute != plan::Recompute::kNone; }
+  // Whether backward runs the whole forward again (full recomputation). A selective stage's
+  // forward keeps its activations but its attention cores' (torch_side/recompute_cores.h).
+  bool recomputes() const { return stage_.recompute == plan::Recompute::kFull; }
 
   const plan::Stage& stage_;
   int tensor_rank_;

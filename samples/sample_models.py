@@ -76,8 +76,12 @@ class SelfAttention(nn.Module):
         scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
-        y = torch.matmul(torch.softmax(scores, dim=-1), v)
+        y = self.attend(scores, v)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+    def attend(self, scores, v):
+        """The attention weights' product with V (a subclass may add dropout to the weights)."""
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
 
 
 class GptBlock(nn.Module):

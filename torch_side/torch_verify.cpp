@@ -136,15 +136,24 @@ std::map<std::string, const plan::Tensor*> model_outputs(const plan::Plan& plan)
   return outputs;
 }
 
+// The nodes of every method of a stage module: forward, and the attention cores a selective
+// stage runs as methods of their own (torch_side/recompute_cores.h).
+std::vector<torch::jit::Node*> stage_nodes(const torch::jit::Module& module) {
+  std::vector<torch::jit::Node*> nodes;
+  for (const auto& method : module.get_methods())
+    for (auto* node : method.graph()->nodes()) nodes.push_back(node);
+  return nodes;
+}
+
 bool mixes_samples(const torch::jit::Module& module) {
-  for (const auto* node : module.get_method("forward").graph()->nodes())
+  for (const auto* node : stage_nodes(module))
     if (ir::has_op_trait(node->kind().toQualString(), ir::op_trait::kBatchStatistics)) return true;
   return false;
 }
 
 // A random op in training mode makes every run differ: no comparison could pass. Returns why.
 std::optional<std::string> random_op(const plan::Stage& stage, const torch::jit::Module& module) {
-  for (auto* node : module.get_method("forward").graph()->nodes()) {
+  for (auto* node : stage_nodes(module)) {
     std::string kind = node->kind().toQualString();
     bool random = ir::has_op_trait(kind, ir::op_trait::kRandom);
     if (ir::has_op_trait(kind, ir::op_trait::kDropout) && node->inputs().size() >= 3) {

@@ -301,7 +301,12 @@ class StageEmitter {
     add_weights(source);
     std::vector<std::string> args, returns, types;
     for (const auto& input : stage_.inputs) args.push_back(bind(input.value) + ": Tensor");
-    for (auto id : stage_.ops) emit_op(id);
+    CoreLines core_lines(stage_.recomputed_cores);
+    for (auto id : stage_.ops) {
+      core_lines.before(body_);
+      emit_op(id);
+      core_lines.written(id, body_);
+    }
     for (const auto& output : stage_.outputs) {
       returns.push_back(cut_ ? cut_->output(vars_.expr(output.value), writer(body_)) : expr(output.value));
       types.push_back("Tensor");
@@ -311,6 +316,7 @@ class StageEmitter {
                          (types.empty() ? "()" : join(types)) + "]:\n";
     source.forward = header + body_ + "    return " + tuple + "\n";
     for (auto& constant : constants_) source.attributes.push_back(std::move(constant));
+    source.core_lines = core_lines.lines();
     return source;
   }
 

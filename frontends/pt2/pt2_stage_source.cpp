@@ -89,7 +89,12 @@ class Pt2StageEmitter {
     std::vector<std::string> args, returns, types;
     for (const auto& input : stage_.inputs) args.push_back(bind(input.value) + ": Tensor");
     copy_inputs_written_in_place();
-    for (auto id : stage_.ops) emit_op(id);
+    CoreLines core_lines(stage_.recomputed_cores);
+    for (auto id : stage_.ops) {
+      core_lines.before(body_);
+      emit_op(id);
+      core_lines.written(id, body_);
+    }
     for (const auto& output : stage_.outputs) {
       returns.push_back(cut_ ? cut_->output(vars_.expr(output.value), writer(body_)) : expr(output.value));
       types.push_back("Tensor");
@@ -97,6 +102,7 @@ class Pt2StageEmitter {
     std::string tuple = returns.size() == 1 ? "(" + returns[0] + ",)" : "(" + join(returns) + ")";
     out.forward = "def forward(self" + std::string(args.empty() ? "" : ", ") + join(args) + ") -> Tuple[" +
                   (types.empty() ? "()" : join(types)) + "]:\n" + body_ + "    return " + tuple + "\n";
+    out.core_lines = core_lines.lines();
     return out;
   }
 

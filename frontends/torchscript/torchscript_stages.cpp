@@ -12,6 +12,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "frontends/torchscript/core_outlining.h"
 #include "frontends/torchscript/in_place_writers.h"
 #include "frontends/torchscript/tensor_rank_cut.h"
 #include "frontends/torchscript/torchscript_source.h"
@@ -67,6 +68,8 @@ class StageCloner {
         jit_(jit_values(model, source_)) {
     if (tensor_rank >= 0 && stage.tensor_shard.degree > 1)
       cut_.emplace(model.graph, stage.tensor_shard, tensor_rank);
+    for (std::size_t k = 0; k < stage.recomputed_cores.size(); ++k)
+      for (auto op : stage.recomputed_cores[k]) core_of_op_[op] = static_cast<int>(k);
   }
 
   torch::jit::Module build() {
@@ -77,7 +80,14 @@ class StageCloner {
       Value* original = jit_.at(input.value);
       map_[original] = graph_->addInput(identifier(model_.graph.value(input.value).name, names));
     }
-    for (auto op : stage_.ops) clone(model_.graph.op(op));
+    std::vector<std::vector<Node*>> cores(stage_.recomputed_cores.size());
+    for (auto op : stage_.ops) {
+      Node* last = graph_->return_node()->prev();
+      clone(model_.graph.op(op));
+      if (auto core = core_of_op_.find(op); core != core_of_op_.end())
+        for (Node* node = last->next(); node != graph_->return_node(); node = node->next())
+          cores[core->second].push_back(node);
+    }
     std::vector<Value*> outputs;
     for (const auto& output : stage_.outputs) {
       Value* value = mapped(jit_.at(output.value));
@@ -86,6 +96,7 @@ class StageCloner {
     graph_->registerOutput(graph_->insertNode(graph_->createTuple(outputs))->output());
     copy_mutated_inputs();
     make_types_generic();
+    outline_cores(module_, *graph_, cores);
     graph_->lint();
     auto* forward = module_._ivalue()->compilation_unit()->create_function(
         c10::QualifiedName(*module_.type()->name(), "forward"), graph_);
@@ -171,6 +182,7 @@ class StageCloner {
   std::unordered_map<Value*, std::string> attribute_of_;
   Value* self_ = nullptr;
   std::optional<TensorRankCut> cut_;
+  std::unordered_map<ir::OpId, int> core_of_op_;  // the recomputed core each op of one belongs to
 };
 
 at::Tensor attribute_tensor(const StageAttribute& attribute) {
@@ -208,6 +220,10 @@ torch::jit::Module source_stage_module(const StageSource& stage, const std::stri
   }
   // The resolver knows torch.ops.rannc.*, which a tensor rank's stage calls.
   module.define(stage.forward, tp::script_resolver());
+  if (!stage.core_lines.empty()) {
+    auto forward = module.get_method("forward").graph();
+    outline_cores(module, *forward, nodes_on_lines(*forward, stage.core_lines));
+  }
   return module;
 }
 

@@ -10,6 +10,9 @@ gpt_odd_vocab.trace.pt: the sample GPT with a vocabulary of 1001 tokens, which n
 scaled_mlp.trace.pt: an MLP whose hidden activations a learnable scalar scales inside its region, input x:8x16x32.
 encoder.trace.pt: torch's nn.TransformerEncoder of 4 such layers (d_model 64, a 128-wide MLP) without
 dropout, for rannc-run's tensor-parallel training against one process, input x:8x16x64.
+gpt_attention_dropout.trace.pt: the sample GPT (4 layers, width 64, 4 heads, a vocabulary of 1024) on a
+sequence of 128, with dropout (p=0.1) on its attention weights, inside each attention core: selective
+recomputation must draw the same masks again, and frees activations that stand out, input tokens:8x128:int64.
 fused_mlp.trace.pt and fused_mlp.onnx: two pre-norm SwiGLU MLP blocks whose gate and up projections
 are one linear cut in halves by slicing (ONNX Slice along the split dim, a fused weight of 2 parts),
 for the tensor ranks' cut of ONNX stages against the trace, input x:8x8x32.
@@ -25,7 +28,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "samples"))
-from sample_models import Gpt  # noqa: E402
+from sample_models import Gpt, SelfAttention  # noqa: E402
 
 
 class EncoderLayer(nn.Module):
@@ -50,6 +53,22 @@ class Encoder(nn.Module):
 
     def forward(self, x):
         return self.encoder(x)
+
+
+class DropoutAttention(SelfAttention):
+    """The sample's attention with dropout on the attention weights, between the softmax and the
+    product with V."""
+
+    def attend(self, scores, v):
+        return torch.matmul(nn.functional.dropout(torch.softmax(scores, dim=-1), 0.1, self.training), v)
+
+
+def attention_dropout_gpt():
+    # A sequence of 128 over a width of 64: the cores' [batch, heads, 128, 128] activations stand out.
+    model = Gpt(vocab=1024, d_model=64, n_layers=4, n_heads=4, max_len=128)
+    for block in model.blocks:
+        block.attn.__class__ = DropoutAttention  # the same weights, attention dropout added
+    return model
 
 
 class FusedMlp(nn.Module):
@@ -108,6 +127,8 @@ def main():
                       do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING, input_names=["x"],
                       dynamic_axes={"x": {0: "batch"}})
     print("wrote", os.path.join(args.out, "fused_mlp.onnx"))
+    save_traced(attention_dropout_gpt(), (torch.zeros(8, 128, dtype=torch.long),),
+                os.path.join(args.out, "gpt_attention_dropout.trace.pt"))
 
 
 if __name__ == "__main__":

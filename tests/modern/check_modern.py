@@ -3,7 +3,7 @@
 through the tool, checked against those stored numbers rather than only against itself.
 
 usage: check_modern.py --partition BIN --fixtures DIR --model NAME --form FORM --check CHECK --out DIR
-           [--run BIN] [--stages K] [--tensor-parallel T]
+           [--run BIN] [--stages K] [--tensor-parallel T] [--recompute selective]
        check_modern.py --fixtures DIR --check fixtures
 
 FORM is torchscript, onnx18, onnx20 or pt2 (the manifest's `exports`); CHECK one of:
@@ -24,7 +24,8 @@ FORM is torchscript, onnx18, onnx20 or pt2 (the manifest's `exports`); CHECK one
             BatchNorm on 3 devices and 2 microbatches (one stage with 2 replicas); with it on 2
             devices and one microbatch, so that every forward sees the whole batch as PyTorch's did.
             With --tensor-parallel T: 2 stages of T tensor ranks each (--layout pp=2,dp=1,tp=T), every
-            stage splitting some region
+            stage splitting some region. With --recompute selective: every stage recomputes its
+            attention cores, and its files call some through torch.ops.rannc.recompute_core
 
 A TorchScript export that uses ops this build's libtorch lacks (aten::scaled_dot_product_attention
 on 1.13; the manifest lists each export's ops, this Python's torch says which are unknown, after
@@ -45,6 +46,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN_TOLERANCE = 1e-4  # issue 29: rannc-run's losses within 1e-4 of PyTorch 2.6's
@@ -341,10 +343,32 @@ def train_request(args, entry):
     if args.tensor_parallel > 1:
         request = [a for spec in entry["inputs"] for a in ("--input", spec)]
         request += ["--batch", str(entry["batch"]), "--layout", f"pp=2,dp=1,tp={args.tensor_parallel},m=2"]
+        request += ["--recompute", args.recompute] if args.recompute else []
         return request, 2 * args.tensor_parallel
     # BatchNorm: one microbatch and no replicas, so each forward normalises over the whole batch.
     devices, microbatches = (2, 1) if entry["batch_norm"] else (3, 2)
     return request_args(entry, microbatches, 2), devices
+
+
+def check_recomputed_cores(plan, plan_dir):
+    """Every stage recomputes selectively, and the stage files call attention cores through
+    torch.ops.rannc.recompute_core (each file of a stage as many)."""
+    calls = []
+    for stage in plan["stages"]:
+        if stage["recompute"] != "selective":
+            fail("bad-plan", f"stage {stage['id']} recomputes {stage['recompute']}, not selectively")
+        files = [stage["file"]] + [f["file"] for f in stage.get("tensor_parallel", {}).get("files", [])]
+        counts = set()
+        for name in files:
+            with zipfile.ZipFile(os.path.join(plan_dir, name)) as archive:
+                code = "".join(archive.read(n).decode() for n in archive.namelist() if n.endswith(".py"))
+            counts.add(code.count("ops.rannc.recompute_core("))
+        if len(counts) != 1:
+            fail("bad-plan", f"stage {stage['id']}: its files call different numbers of attention cores {counts}")
+        calls.append(counts.pop())
+    if not any(calls):
+        fail("bad-plan", "no stage file calls an attention core through rannc::recompute_core")
+    print(f"attention cores recomputed per stage: {calls}")
 
 
 def check_train(args, entry):
@@ -361,6 +385,8 @@ def check_train(args, entry):
         if not all(regions):
             fail("bad-plan", f"--tensor-parallel {args.tensor_parallel}: a stage splits no region: {regions}")
         print(f"tensor-parallel regions per stage: {regions}")
+    if args.recompute:
+        check_recomputed_cores(plan, plan_dir)
     if plan["batch"]["global"] != entry["batch"]:
         fail("bad-plan", f"global batch {plan['batch']['global']}, the stored losses are of {entry['batch']}")
     report_path = os.path.join(args.out, "report.json")
@@ -417,6 +443,8 @@ def main():
     parser.add_argument("--stages", type=int, default=2)
     parser.add_argument("--tensor-parallel", type=int, default=1, metavar="T",
                         help="--check train: 2 stages, each split over T tensor-parallel ranks")
+    parser.add_argument("--recompute", choices=("selective",),
+                        help="--check train: plan selective recomputation on every stage")
     parser.add_argument("--out")
     parser.add_argument("--timeout", type=int, default=300)
     args = parser.parse_args()

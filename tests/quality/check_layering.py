@@ -8,8 +8,9 @@
 3. What rannc-run compiles in (cmd/rannc_run.cpp and runtime/, with every header they reach)
    stays within support/, ir/, plan/, runtime/, cmd/, the header-only files of torch_side/, its
    state-dict file format (torch_side/state_dict_file, which checkpoints share with export), its
-   CPU/GPU differences and the tensor-parallel collectives (torch_side/tensor_parallel_ops, the
-   library both rannc-run and the plugin load).
+   CPU/GPU differences and the tensor-parallel collectives and the attention cores' checkpoint
+   (torch_side/tensor_parallel_ops, torch_side/recompute_cores: the library both rannc-run and the
+   plugin load).
 4. rannc-run links only the runtime's, plan's, IR's, support's and the state-dict format's libraries and needs no METIS,
    ONNX or protobuf; rannc-partition needs no libtorch (it loads the torch plugin on demand).
 """
@@ -22,8 +23,10 @@ LAYERS = ["support", "ir", "plan", "cost_model", "partitioner", "sharding", "emi
 TORCH_FOLDERS = {"torch_side", "runtime"}
 RUNTIME_FOLDERS = {"support", "ir", "plan", "runtime", "cmd"}
 # Compiled into librannc_state_dict.a, librannc_accelerator.a (the CPU/GPU differences) and
-# librannc_tensor_parallel.so (the collectives the tensor ranks' stage files call).
-RUNTIME_SHARED_TORCH = {"torch_side/state_dict_file.h", "torch_side/accelerator.h", "torch_side/tensor_parallel_ops.h"}
+# librannc_tensor_parallel.so (the collectives the tensor ranks' stage files call, and the checkpoint
+# of the attention cores that selective stages call).
+RUNTIME_SHARED_TORCH = {"torch_side/state_dict_file.h", "torch_side/accelerator.h", "torch_side/tensor_parallel_ops.h",
+                        "torch_side/recompute_cores.h"}
 RUNTIME_ARCHIVES = {"librannc_runtime.a", "librannc_runtime_core.a", "librannc_plan.a", "librannc_ir.a",
                     "librannc_support.a", "librannc_state_dict.a", "librannc_accelerator.a"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+([<"])([^>"]+)[>"]', re.M)

@@ -4,7 +4,7 @@ folder, and compare the loss of every step with single-process torch SGD (or Ada
 usage: check_training.py --partition BIN --run BIN --model PATH [--reference-model PATH] --out DIR [--np 4] [--steps 5]
            [--loss cross_entropy|mse] [--lr 0.05] [--seed 1] [--accumulate] [--tolerance 1e-4]
            [--expect-stages K] [--expect-replicas] [--expect-schedule NAME] [--expect-sharded] [--expect-offload] [--expect-selective]
-           [--expect-tensor-parallel T] [--expect-sequence-parallel on|off] [--expect-interleave V]
+           [--expect-tensor-parallel T] [--expect-sequence-parallel on|off] [--expect-interleave V] [--expect-core-memory] [--dropout]
            [--recompute] [--offload] [--optimizer sgd|momentum|adam] [--bucket-kib N] [--weight-decay X]
            [--clip-grad-norm X] [--lr-schedule constant|linear|cosine] [--warmup-steps N] [--shuffle]
            [--data-steps X] [--accumulate-steps K] -- EXTRA_PARTITION_ARGS...
@@ -34,6 +34,7 @@ import sys
 import time
 
 import training_reference  # first: it sets OMP_NUM_THREADS before numpy or torch start OpenMP
+import selective_recompute  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -130,6 +131,58 @@ def set_stage_flags(plan_path, recompute, offload):
     with open(plan_path, "w") as f:
         json.dump(plan, f, indent=1)
     return plan
+
+
+def train(args, plan_path, data_dir, report_path, log_path):
+    """Runs the plan under mpirun; returns rank 0's output, its step lines matched and the report."""
+    for stale in (report_path, log_path):
+        if os.path.exists(stale):
+            os.remove(stale)
+    with open(plan_path) as f:
+        ranks = len(json.load(f)["ranks"])
+    command = mpirun_command(ranks, args.run, plan_path, "--steps", args.steps,
+                             "--data", data_dir, "--loss", args.loss, "--optimizer", args.optimizer, "--lr", args.lr,
+                             "--seed", args.seed, "--report", report_path, "--log", log_path,
+                             *(["--bucket-kib", args.bucket_kib] if args.bucket_kib else []),
+                             "--weight-decay", args.weight_decay, "--clip-grad-norm", args.clip_grad_norm,
+                             "--lr-schedule", args.lr_schedule, "--warmup-steps", args.warmup_steps,
+                             "--accumulate-steps", args.accumulate_steps, *(["--shuffle"] if args.shuffle else []))
+    print("run:", " ".join(command), flush=True)
+    status, output, seconds = run_job(command, 600)
+    if status != 0:
+        fail(f"rannc-run: {'timed out after 600 s' if status is None else f'exit {status}'}\n{output}")
+    print(f"rannc-run: {seconds:.1f} s")
+    printed = [STEP_LINE.match(line.strip()) for line in output.splitlines() if line.startswith("step ")]
+    if any(m is None for m in printed) or [int(m.group(1)) for m in printed] != list(range(args.steps)):
+        fail(f"rank 0 must print 'step N loss X ms Y lr R samples/s S eta E s' for steps 0..{args.steps - 1}; "
+             f"output:\n{output}")
+    try:
+        with open(report_path) as f:
+            report = json.load(f)
+    except (OSError, ValueError) as error:
+        fail(f"report {report_path}: {error}")
+    return output, printed, report
+
+
+def relative(a, b):
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def check_against(report, printed, reference, frozen, args):
+    """Each step's loss is within relative --tolerance of the reference's (frozen: the reference
+    without updates, shown beside it), and rank 0 printed the loss the report holds."""
+    bad = []
+    print(f"{'step':>4} | {'rannc-run':>12} | {'reference':>12} | {'rel diff':>9} | {'tolerance':>9} | {'no update':>12}")
+    for step, (entry, want, line) in enumerate(zip(report["steps"], reference, printed)):
+        got, shown = float(entry["loss"]), float(line.group(2))
+        still = f"{frozen[step]:>12.6f}" if frozen else f"{'':>12}"
+        print(f"{step:>4} | {got:>12.6f} | {want:>12.6f} | {relative(got, want):>9.2e} | {args.tolerance:>9.1e} | {still}")
+        if not relative(got, want) < args.tolerance:  # NaN fails too
+            bad.append(step)
+        if not abs(shown - got) <= 1e-5 * abs(got) + 1e-6:
+            fail(f"step {step}: rank 0 printed loss {shown}, the report says {got}")
+    if bad:
+        fail(f"steps {bad}: the loss differs from the reference beyond the tolerance")
 
 
 def check_report(report, plan, steps):
@@ -280,7 +333,15 @@ def main():
     parser.add_argument("--expect-interleave", type=int, metavar="V",
                         help="the plan runs V model chunks on each device group (interleaved 1F1B)")
     parser.add_argument("--expect-selective", action="store_true",
-                        help="every stage recomputes selectively, and rannc-run says it recomputes the whole forward")
+                        help="every stage recomputes selectively, its files call their attention cores through "
+                             "rannc::recompute_core, and the plan trained with recompute off and full gives the same "
+                             "losses with more and less peak memory (selective_recompute.py)")
+    parser.add_argument("--expect-core-memory", action="store_true",
+                        help="with --expect-selective: the selective run's peak memory lies between the full and "
+                             "no-recompute runs' on every rank with attention cores")
+    parser.add_argument("--dropout", action="store_true",
+                        help="with --expect-selective: the attention cores draw dropout, so the reference is the "
+                             "plan trained without recomputation, not one process")
     parser.add_argument("--optimizer", default="sgd", choices=training_reference.OPTIMIZERS)
     parser.add_argument("--bucket-kib", type=int, help="rannc-run's gradient bucket of sharded state")
     parser.add_argument("--weight-decay", type=float, default=0.0)
@@ -324,36 +385,9 @@ def main():
     training_reference.make_data(plan, args.steps, args.loss, data_dir, args.seed, rows=data_rows)
     report_path = os.path.join(args.out, "report.json")
     log_path = os.path.join(args.out, "log.jsonl")
-    for stale in (report_path, log_path):
-        if os.path.exists(stale):
-            os.remove(stale)
-    ranks = len(plan["ranks"])
-    command = mpirun_command(ranks, args.run, os.path.join(plan_dir, "plan.json"), "--steps", args.steps,
-                             "--data", data_dir, "--loss", args.loss, "--optimizer", args.optimizer, "--lr", args.lr,
-                             "--seed", args.seed, "--report", report_path, "--log", log_path,
-                             *(["--bucket-kib", args.bucket_kib] if args.bucket_kib else []),
-                             "--weight-decay", args.weight_decay, "--clip-grad-norm", args.clip_grad_norm,
-                             "--lr-schedule", args.lr_schedule, "--warmup-steps", args.warmup_steps,
-                             "--accumulate-steps", args.accumulate_steps, *(["--shuffle"] if args.shuffle else []))
-    print("run:", " ".join(command), flush=True)
-    status, output, seconds = run_job(command, 600)
-    if status != 0:
-        fail(f"rannc-run: {'timed out after 600 s' if status is None else f'exit {status}'}\n{output}")
-    print(f"rannc-run: {seconds:.1f} s")
+    output, printed, report = train(args, os.path.join(plan_dir, "plan.json"), data_dir, report_path, log_path)
     if args.expect_selective:
-        notes = [line for line in output.splitlines() if "plans selective recomputation" in line]
-        if len(notes) != len(plan["stages"]):
-            fail(f"expected one line per stage saying selective recomputation runs as full:\n{output}")
-        print(notes[0])
-    printed = [STEP_LINE.match(line.strip()) for line in output.splitlines() if line.startswith("step ")]
-    if any(m is None for m in printed) or [int(m.group(1)) for m in printed] != list(range(args.steps)):
-        fail(f"rank 0 must print 'step N loss X ms Y lr R samples/s S eta E s' for steps 0..{args.steps - 1}; "
-             f"output:\n{output}")
-    try:
-        with open(report_path) as f:
-            report = json.load(f)
-    except (OSError, ValueError) as error:
-        fail(f"report {report_path}: {error}")
+        cores = selective_recompute.check_files(plan, plan_dir, output, args.dropout)
     check_report(report, plan, args.steps)
     check_progress(printed, log_path, report, plan, args)
     if args.expect_sharded:
@@ -367,6 +401,14 @@ def main():
         fail(f"offload: every rank must report copied bytes, the report has {[r.get('offload_bytes') for r in report['ranks']]}")
     check_offload_bytes(report, plan, args.steps)
     check_data_bytes(report, plan, args.steps * args.accumulate_steps, data_dir)
+
+    if args.expect_selective:
+        variants = selective_recompute.compare_variants(args, plan, plan_dir, data_dir, report, train, cores)
+    if args.dropout:
+        # Dropout masks no single process draws alike: the plan trained keeping every activation is the reference.
+        check_against(report, printed, variants["none"], None, args)
+        print(f"OK: {args.steps} steps match the run without recomputation")
+        return
 
     start = time.monotonic()
     model = os.path.abspath(args.reference_model or args.model)
@@ -384,24 +426,10 @@ def main():
                                                  bf16_autocast=training["bf16_autocast"])
     print(f"reference: {time.monotonic() - start:.1f} s")
 
-    def rel(a, b):
-        return abs(a - b) / max(abs(b), 1e-12)
-
-    bad = []
-    print(f"{'step':>4} | {'rannc-run':>12} | {'reference':>12} | {'rel diff':>9} | {'tolerance':>9} | {'no update':>12}")
-    for step, (entry, want, line, still) in enumerate(zip(report["steps"], reference, printed, frozen)):
-        got, shown = float(entry["loss"]), float(line.group(2))
-        print(f"{step:>4} | {got:>12.6f} | {want:>12.6f} | {rel(got, want):>9.2e} | {args.tolerance:>9.1e} | "
-              f"{still:>12.6f}")
-        if not rel(got, want) < args.tolerance:  # NaN fails too
-            bad.append(step)
-        if not abs(shown - got) <= 1e-5 * abs(got) + 1e-6:
-            fail(f"step {step}: rank 0 printed loss {shown}, the report says {got}")
-    if bad:
-        fail(f"steps {bad}: the loss differs from the reference beyond the tolerance")
+    check_against(report, printed, reference, frozen, args)
     if training["bf16_autocast"]:
         check_bf16(report, reference, model, data_dir, reference_plan, args)
-    if max(rel(a, b) for a, b in zip(reference, frozen)) < 10 * args.tolerance:
+    if max(relative(a, b) for a, b in zip(reference, frozen)) < 10 * args.tolerance:
         fail("the updates change the reference losses by less than 10x the tolerance at every step, too little "
              "to tell a run that never updates; raise --lr")
     print(f"OK: {args.steps} steps match the reference")

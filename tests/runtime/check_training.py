@@ -4,7 +4,7 @@ folder, and compare the loss of every step with single-process torch SGD (or Ada
 usage: check_training.py --partition BIN --run BIN --model PATH [--reference-model PATH] --out DIR [--np 4] [--steps 5]
            [--loss cross_entropy|mse] [--lr 0.05] [--seed 1] [--accumulate] [--tolerance 1e-4]
            [--expect-stages K] [--expect-replicas] [--expect-schedule NAME] [--expect-sharded] [--expect-offload] [--expect-selective]
-           [--expect-tensor-parallel T] [--expect-sequence-parallel on|off] [--expect-interleave V] [--expect-core-memory] [--dropout]
+           [--expect-tensor-parallel T] [--expect-sequence-parallel on|off] [--expect-interleave V] [--expect-memory-within LOW] [--expect-core-memory] [--dropout]
            [--recompute] [--offload] [--optimizer sgd|momentum|adam] [--bucket-kib N] [--weight-decay X]
            [--clip-grad-norm X] [--lr-schedule constant|linear|cosine] [--warmup-steps N] [--shuffle]
            [--data-steps X] [--accumulate-steps K] -- EXTRA_PARTITION_ARGS...
@@ -16,7 +16,9 @@ rank read from --data exactly its rows of its stage's arrays (data_bytes); each 
 loss is within relative --tolerance of the reference (--accumulate: the reference forwards the plan's
 microbatches one by one, for BatchNorm; always for a bf16-mixed plan, see cut_like_the_plan()); and the updates are visible at that tolerance (the
 reference without updates differs by 10x the tolerance at some step), so a run that never steps
-cannot pass.
+cannot pass. --expect-selective: the stage files call their attention cores through
+rannc::recompute_core, and the plan trained again with recompute off and full gives the same losses
+(selective_recompute.py; --dropout makes the run without recomputation the reference).
 
 The reference runs on one thread like each rank and adds gradients in the runtime's order (see
 training_reference.py): the ResNet-50 sample's gradients change by a few percent when its weights
@@ -35,6 +37,7 @@ import time
 
 import training_reference  # first: it sets OMP_NUM_THREADS before numpy or torch start OpenMP
 import selective_recompute  # noqa: E402
+from plan_memory import device_memory  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -203,6 +206,15 @@ def check_report(report, plan, steps):
                 fail(f"report rank {entry['rank']}: {key} {entry.get(key)}")
 
 
+def check_memory(report, plan, low):
+    """Each rank's measured peak is at most the plan's prediction for its device and at least `low` of it."""
+    ratios = {r["rank"]: r["peak_mem_bytes"] / device_memory(plan, r["stage"]) for r in report["ranks"]}
+    print("peak memory / predicted per rank:", {rank: round(ratio, 3) for rank, ratio in sorted(ratios.items())})
+    missed = {rank: round(ratio, 3) for rank, ratio in ratios.items() if not low <= ratio <= 1}
+    if missed:
+        fail(f"ranks whose peak memory is not within [{low}, 1] of the plan's prediction: {missed}")
+
+
 def check_progress(printed, log_path, report, plan, args):
     """Each step's printed and logged learning rate is the schedule's; the log's losses are the report's."""
     try:
@@ -342,6 +354,9 @@ def main():
     parser.add_argument("--dropout", action="store_true",
                         help="with --expect-selective: the attention cores draw dropout, so the reference is the "
                              "plan trained without recomputation, not one process")
+    parser.add_argument("--expect-memory-within", type=float, metavar="LOW",
+                        help="every rank's peak tensor memory is at most the plan's prediction for its device and "
+                             "at least LOW of it")
     parser.add_argument("--optimizer", default="sgd", choices=training_reference.OPTIMIZERS)
     parser.add_argument("--bucket-kib", type=int, help="rannc-run's gradient bucket of sharded state")
     parser.add_argument("--weight-decay", type=float, default=0.0)
@@ -390,6 +405,8 @@ def main():
         cores = selective_recompute.check_files(plan, plan_dir, output, args.dropout)
     check_report(report, plan, args.steps)
     check_progress(printed, log_path, report, plan, args)
+    if args.expect_memory_within is not None:
+        check_memory(report, plan, args.expect_memory_within)
     if args.expect_sharded:
         check_sharded_state(report, plan)
     if args.clip_grad_norm > 0:

@@ -104,7 +104,8 @@ std::string predicted_text(const Model& model, const CostQuery& query) {
       << human_ms(e.bwd_ms) << ")\n"
       << "  memory   " << human_bytes(e.memory.total()) << "  (weights " << human_bytes(e.memory.weights) << ", grads "
       << human_bytes(e.memory.grads) << ", optimizer " << human_bytes(e.memory.optimizer) << ", activations "
-      << human_bytes(e.memory.activations) << ", workspace " << human_bytes(e.memory.workspace) << ")\n";
+      << human_bytes(e.memory.activations) << ", workspace " << human_bytes(e.memory.workspace) << "; then the optimizer step "
+      << human_bytes(e.memory.step_buffers) << ")\n";
   return out.str();
 }
 

@@ -123,6 +123,23 @@ double optimizer_step_bytes(const StageFootprint& footprint, const StateLayout& 
   return 2 * 4 * largest;
 }
 
+// What summing the gradients over the replicas allocates: the allreduce's one flat copy of every
+// gradient (of the weights shared with other stages alone, without replicas), or the
+// reduce-scatter's bucket copy and the all-gather's bucket of sharded state (one bucket in flight
+// at a time). Freed before the optimizer steps.
+double gradient_sum_bytes(const StageFootprint& footprint, const StateLayout& state) {
+  double grad_bytes = footprint.param_elements * kGradientElementBytes;
+  if (state.sharded()) return 2 * std::min(kBucketBytes, grad_bytes);
+  return state.replicas > 1 ? grad_bytes : footprint.shared_param_elements * kGradientElementBytes;
+}
+
+// The loss reads the stage's model outputs in fp32 (autocast computes it in fp32 under mixed
+// precision): it keeps its log-probabilities for backward, and its backward makes their gradient
+// and the outputs' gradient.
+double loss_kept_bytes(const StageFootprint& footprint, plan::Precision precision) {
+  return footprint.final_output_bytes / activation_byte_scale(precision);
+}
+
 }  // namespace
 
 double host_memory_bytes(double param_elements, plan::Optimizer optimizer, const StateLayout& layout) {
@@ -144,6 +161,8 @@ ParamStateBytes param_state_bytes(plan::Optimizer optimizer, plan::Precision pre
   }
   const double shard = layout.sharded() ? 1.0 / layout.replicas : 1.0;
   const double master = 4;
+  // Sharded: the gradient of this replica's shard of the master weights, which the reduce-scatter fills.
+  if (layout.sharded()) bytes.grads += kGradientElementBytes * shard;
   // In fp32 the working weights are the master, unless a shard of the master is kept beside them.
   if (precision == plan::Precision::kFp32 && !layout.sharded()) bytes.weights = master;
   else bytes.weights = working_weight_bytes(precision) + master * shard;
@@ -216,7 +235,7 @@ StageFootprint whole_model_footprint(const ir::Graph& graph, const ActivationMem
   for (auto id : graph.values_with_role(ir::ValueRole::kModelInput)) {
     footprint.input_bytes += stored_bytes(graph.value(id), precision);
   }
-  for (auto id : graph.model_outputs()) footprint.output_bytes += stored_bytes(graph.value(id), precision);
+  for (auto id : graph.model_outputs()) footprint.final_output_bytes += stored_bytes(graph.value(id), precision);
   for (std::size_t i = 0; i < activations.kept_bytes.size(); ++i) {
     footprint.kept_bytes += activations.kept_bytes[i];
     footprint.workspace_bytes = std::max(footprint.workspace_bytes, activations.workspace_bytes[i]);
@@ -255,36 +274,42 @@ plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, const StageP
 
 plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_flight, plan::Recompute recompute, const StateLayout& state,
                              plan::Optimizer optimizer, plan::Precision precision) {
-  ParamStateBytes bytes = param_state_bytes(optimizer, precision, state);
+  // The shared weights' state is split over the copies of every stage holding them.
+  StateLayout shared_state = state;
+  shared_state.replicas = std::max(state.replicas, state.shared_replicas);
+  const ParamStateBytes own = param_state_bytes(optimizer, precision, state);
+  const ParamStateBytes shared = param_state_bytes(optimizer, precision, shared_state);
+  const double own_elements = footprint.param_elements - footprint.shared_param_elements;
+  auto state_bytes = [&](double ParamStateBytes::*part) {
+    return own_elements * own.*part + footprint.shared_param_elements * shared.*part;
+  };
   plan::MemoryBreakdown memory;
-  memory.weights = footprint.param_elements * bytes.weights + footprint.buffer_bytes;
-  memory.grads = footprint.param_elements * bytes.grads;
-  memory.optimizer = footprint.param_elements * bytes.optimizer;
+  memory.weights = state_bytes(&ParamStateBytes::weights) + footprint.buffer_bytes;
+  memory.grads = state_bytes(&ParamStateBytes::grads);
+  memory.optimizer = state_bytes(&ParamStateBytes::optimizer);
   memory.activations = in_flight * footprint.input_bytes;
+  // Each microbatch's model outputs and what the loss keeps of them, until its backward.
+  const double loss_bytes = footprint.final_output_bytes + loss_kept_bytes(footprint, precision);
   switch (recompute) {
     case plan::Recompute::kNone:
-      memory.activations += in_flight * (footprint.kept_bytes + footprint.held_output_bytes);
+      memory.activations += in_flight * (footprint.kept_bytes + footprint.held_output_bytes + loss_bytes);
       break;
     case plan::Recompute::kSelective:
-      memory.activations += in_flight * (footprint.kept_bytes - footprint.core_kept_bytes + footprint.held_output_bytes) +
+      memory.activations += in_flight * (footprint.kept_bytes - footprint.core_kept_bytes + footprint.held_output_bytes + loss_bytes) +
                             footprint.largest_core_bytes;
       break;
     case plan::Recompute::kFull:
-      memory.activations += footprint.kept_bytes;
+      memory.activations += footprint.kept_bytes + loss_bytes;
       break;
   }
-  memory.workspace =
-      std::max(footprint.workspace_bytes + footprint.tied_grad_bytes, optimizer_step_bytes(footprint, state, optimizer));
+  memory.workspace = std::max(footprint.workspace_bytes + footprint.tied_grad_bytes, 2 * loss_kept_bytes(footprint, precision));
   // Double-buffered sends and receives of one microbatch, and the next pass's receive, which
   // starts before this pass computes so that its transfer overlaps the computation.
   memory.comm_buffers = 2 * (footprint.input_bytes + footprint.output_bytes) + footprint.pass_receive_bytes;
-  if (state.sharded()) {
-    // The reduce-scatter's send and receive buckets, and this replica's shard of the sum.
-    memory.comm_buffers += 2 * std::min(kBucketBytes, memory.grads) + memory.grads / state.replicas;
-  } else if (state.replicas > 1) {
-    // The allreduce sums one flat copy of every gradient.
-    memory.comm_buffers += memory.grads;
-  }
+  // The stage's inputs stay while it steps: the data rows of the step, the embedding exchange's
+  // pooled rows.
+  memory.step_buffers = std::max(gradient_sum_bytes(footprint, state), optimizer_step_bytes(footprint, state, optimizer)) +
+                        footprint.input_bytes;
   return memory;
 }
 
@@ -297,6 +322,8 @@ plan::MemoryBreakdown chunks_memory(const std::vector<plan::MemoryBreakdown>& ch
     memory.activations += chunk.activations;
     memory.comm_buffers += chunk.comm_buffers;
     memory.workspace = std::max(memory.workspace, chunk.workspace);
+    // One step sums every chunk's gradients: their flat copies are alive together.
+    memory.step_buffers += chunk.step_buffers;
   }
   return memory;
 }

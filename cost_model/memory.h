@@ -21,6 +21,9 @@ struct StateLayout {
   int replicas = 1;
   plan::StateSharding sharding = plan::StateSharding::kNone;
   bool offload = false;
+  // The copies that split the state of the weights shared with other stages when sharded: every
+  // holding stage's replicas (0: `replicas`, the least it can be).
+  int shared_replicas = 0;
   bool sharded() const { return replicas > 1 && sharding != plan::StateSharding::kNone; }
 };
 
@@ -28,7 +31,8 @@ struct StateLayout {
 // of the weights beside the fp32 master (2 + 4), gradients accumulated in fp32 (4). Optimizer
 // state in fp32: momentum 4, Adam 8 (two moments), SGD none. Sharded state: each replica keeps
 // 1/R of the optimizer state and of the fp32 master weights, beside its full working copy of
-// the weights (16-bit, or fp32 when training in fp32) and its full gradients.
+// the weights (16-bit, or fp32 when training in fp32) and its full gradients, plus the gradient
+// of its shard of the master (what the reduce-scatter fills).
 struct ParamStateBytes {
   double weights = 0, grads = 0, optimizer = 0;
   double total() const { return weights + grads + optimizer; }
@@ -79,7 +83,10 @@ struct StageFootprint {
   // the most of one core (alive while it is recomputed).
   double core_kept_bytes = 0, largest_core_bytes = 0;
   double input_bytes = 0;      // tensors the stage receives (model inputs or earlier stages' outputs)
-  double output_bytes = 0;     // tensors the stage sends on
+  double output_bytes = 0;     // tensors the stage sends to later stages
+  // The model outputs the stage makes, which the loss reads where they are (never sent): held
+  // from forward to backward like the outputs sent, beside what the loss keeps of them.
+  double final_output_bytes = 0;
   // Outputs sent to later stages that no op keeps for backward: rannc-run holds each
   // microbatch's until its backward (they are the roots autograd starts from), except under
   // recomputation. (Those an op keeps are in kept_bytes already.)
@@ -92,6 +99,10 @@ struct StageFootprint {
   // backward the first waits in autograd's buffer for the others. A tie split over stages is two
   // weights, each with one gradient.
   double tied_grad_bytes = 0;
+  // Of param_elements, those of the weights the stage shares with other stages (a tied embedding
+  // and output layer): the step sums their gradients between the stages from a flat copy, as it
+  // sums replicas', and sharded state splits them over every stage's copies.
+  double shared_param_elements = 0;
 };
 
 // The largest gradient of a weight that two or more of `ops` read.
@@ -114,11 +125,11 @@ int microbatches_in_flight(const StagePlacement& placement);
 
 // Full recomputation keeps only the stage inputs of each microbatch in flight, and the
 // activations of the one microbatch being recomputed; selective recomputation keeps everything
-// but the attention cores, and one core while it is recomputed. The workspace also covers the optimizer step's
-// temporaries (Adam: two of the largest tensor it steps). Communication: double-buffered sends
-// and receives of one microbatch, plus the next pass's receive (started early to overlap); when
-// replicated, the flat copy of the gradients the allreduce sums, or with sharded state the
-// gradient shard plus two buckets of the reduce-scatter.
+// but the attention cores, and one core while it is recomputed. Communication: double-buffered
+// sends and receives of one microbatch, plus the next pass's receive (started early to overlap).
+// The step's buffers, after the passes' are freed: when replicated, the flat copy of the gradients
+// the allreduce sums, or with sharded state two buckets of the reduce-scatter and all-gather; then
+// the optimizer's temporaries (Adam: two of the largest tensor it steps).
 plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, const StagePlacement& placement, plan::Optimizer optimizer,
                              plan::Precision precision);
 // The same with the microbatches in flight given directly (the partitioner's form).
@@ -127,7 +138,8 @@ plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_fligh
 
 // The memory of a device holding several model chunks (interleaved 1F1B), from each chunk's own
 // stage_memory at its microbatches in flight: state, activations and communication buffers add
-// up; the workspace of one pass (or optimizer step) at a time is the largest chunk's.
+// up, and so do the step's buffers (one step sums every chunk's gradients); the workspace of one
+// pass at a time is the largest chunk's.
 plan::MemoryBreakdown chunks_memory(const std::vector<plan::MemoryBreakdown>& chunks);
 
 }  // namespace rannc::cost

@@ -132,6 +132,7 @@ void add_collectives(const ir::Graph& graph, const std::vector<int>& block_of_op
   split.fwd_collectives.assign(blocks, 0);
   split.bwd_collectives.assign(blocks, 0);
   split.cuts_region_before.assign(blocks + 1, false);
+  split.final_output_saved_bytes.assign(blocks, 0);
   auto block = [&](ir::OpId op) { return block_of_op[static_cast<std::size_t>(op)]; };
   for (const auto& region : regions.regions) {
     if (!region.allows(split.degree)) continue;
@@ -145,6 +146,10 @@ void add_collectives(const ir::Graph& graph, const std::vector<int>& block_of_op
     if (region.kind == plan::RegionKind::kVocabularyHead) {
       split.fwd_reduced_bytes[block(region.anchor())] += cross_entropy_reduced_bytes(graph.value(region.output));
       split.fwd_collectives[block(region.anchor())] += 3;
+      const auto& logits = graph.value(region.output);
+      if (logits.consumers.empty())
+        split.final_output_saved_bytes[block(region.anchor())] +=
+            cost::stored_bytes(logits, precision) * (1 - 1.0 / split.degree);
     }
     if (region.input != ir::kNoId) {
       split.bwd_reduced_bytes[block(region.column_ops.front())] += cost::stored_bytes(graph.value(region.input), precision);
@@ -323,6 +328,7 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
     for (int begin = 0; begin < count_; ++begin)
       for (int end = begin + 1; end <= count_; ++end) cell(table, begin, end) += cell(table, begin, end - 1);
     split_kept_prefix_.push_back(prefix_sums(split.kept_bytes, count_));
+    split_final_output_saved_prefix_.push_back(prefix_sums(split.final_output_saved_bytes, count_));
   }
   // Tensors produced before begin (or model inputs) and read in the range.
   for (const auto& tensor : blocks.tensors) {
@@ -393,6 +399,36 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
       for (int end = begin + 1; end <= count_; ++end) cell(*table, begin, end) += cell(*table, begin, end - 1);
   }
   kept_prefix_ = prefix_sums(blocks.kept_bytes, count_);
+  shared_param_elements_.push_back(shared_params(blocks, 1));
+  for (const auto& split : blocks.splits) shared_param_elements_.push_back(shared_params(blocks, split.degree));
+}
+
+// A range shares a weight when it holds some but not all of the blocks that read it.
+std::vector<double> RangeTable::shared_params(const BlockCosts& blocks, int degree) const {
+  std::vector<double> table(static_cast<std::size_t>(count_) * static_cast<std::size_t>(count_ + 1), 0.0);
+  for (const auto& weight : blocks.weights) {
+    if (weight.blocks.size() < 2 || weight.param_elements == 0) continue;
+    double elements = weight.splits(degree) ? weight.param_elements / degree : weight.param_elements;
+    for (int begin = 0; begin < count_; ++begin)
+      for (int end = begin + 1; end <= count_; ++end) {
+        auto first = std::lower_bound(weight.blocks.begin(), weight.blocks.end(), begin);
+        bool holds = first != weight.blocks.end() && *first < end;
+        bool holds_all = weight.blocks.front() >= begin && weight.blocks.back() < end;
+        if (holds && !holds_all) table[static_cast<std::size_t>(begin * (count_ + 1) + end)] += elements;
+      }
+  }
+  return table;
+}
+
+double RangeTable::final_output_bytes(int begin, int end, int degree) const {
+  double whole = at(final_output_bytes_, begin, end);
+  if (degree == 1) return whole;
+  const auto& saved = split_final_output_saved_prefix_.at(split_index(degree));
+  return whole - (saved[end] - saved[begin]);
+}
+
+double RangeTable::shared_param_elements(int begin, int end, int degree) const {
+  return at(shared_param_elements_.at(degree == 1 ? 0 : 1 + split_index(degree)), begin, end);
 }
 
 std::size_t RangeTable::split_index(int degree) const {

@@ -48,6 +48,9 @@ struct BlockCosts {
     // in backward (where its column ops are).
     std::vector<double> fwd_reduced_bytes, bwd_reduced_bytes;
     std::vector<int> fwd_collectives, bwd_collectives;
+    // [block]: what each device holds less of the model outputs made there: the output layer's
+    // logits stay split by vocabulary, 1/t on each device.
+    std::vector<double> final_output_saved_bytes;
     // [block]: whether a region split at this degree has ops both before the block and in it.
     // No stage of this degree starts or ends there: a region runs whole inside one stage.
     std::vector<bool> cuts_region_before;
@@ -119,7 +122,12 @@ class RangeTable {
   // Tensors produced in the range and read after it, or model outputs.
   double sent_bytes(int begin, int end) const { return at(sent_bytes_, begin, end); }
   // The model outputs among them that no later block reads: the loss takes them where they are.
-  double final_output_bytes(int begin, int end) const { return at(final_output_bytes_, begin, end); }
+  // Per device at a degree (1 or a costed one): split logits are 1/t each.
+  double final_output_bytes(int begin, int end, int degree = 1) const;
+  // The elements of the weights the range shares with blocks outside it (a tied embedding and
+  // output layer in two stages), per device at a degree: their gradients are summed between the
+  // stages each step, and sharded state splits them over every stage's copies.
+  double shared_param_elements(int begin, int end, int degree) const;
   // The others that some op keeps for backward (counted in kept_bytes already).
   double saved_sent_bytes(int begin, int end) const { return at(saved_sent_bytes_, begin, end); }
   double kept_bytes(int begin, int end) const { return kept_prefix_[end] - kept_prefix_[begin]; }
@@ -137,11 +145,14 @@ class RangeTable {
  private:
   double at(const std::vector<double>& table, int begin, int end) const { return table[begin * (count_ + 1) + end]; }
   std::size_t split_index(int degree) const;  // into split_degrees_
+  std::vector<double> shared_params(const BlockCosts& blocks, int degree) const;
   int count_;
   std::vector<int> split_degrees_;
   // [split]: elements that split at its degree, in full (a table like param_elements_); kept
   // bytes per device, as prefix sums.
-  std::vector<std::vector<double>> split_param_elements_, split_kept_prefix_;
+  std::vector<std::vector<double>> split_param_elements_, split_kept_prefix_, split_final_output_saved_prefix_;
+  // [0: degree 1, 1 + split index]: the tables of shared_param_elements.
+  std::vector<std::vector<double>> shared_param_elements_;
   // [0: degree 1, 1 + split index]: BlockCosts::Cores as prefix sums and running maxima tables,
   // and the largest weight per device as running maxima.
   std::vector<std::vector<double>> core_kept_prefix_, largest_core_, largest_param_elements_;

@@ -480,15 +480,37 @@ PlacedPipeline place(const SearchContext& context, const ConfigChoice& choice, s
   return placed;
 }
 
+// For each stage, the copies over which sharded state splits the weights it shares with other
+// stages (rannc-run's gradient group of a tied weight spans every holder): the least such count
+// over its shared weights; 0 where it shares none.
+std::vector<int> shared_weight_replicas(const BlockCosts& blocks, const PlacedPipeline& placed) {
+  std::vector<int> shared(placed.stages.size(), 0);
+  auto holds = [](const BlockCosts::Weight& weight, const StageOption& option) {
+    auto first = std::lower_bound(weight.blocks.begin(), weight.blocks.end(), option.begin);
+    return first != weight.blocks.end() && *first < option.end;
+  };
+  for (const auto& weight : blocks.weights) {
+    if (weight.blocks.size() < 2 || weight.param_elements == 0) continue;
+    int holders = 0, holding_stages = 0;
+    for (const auto& stage : placed.stages)
+      if (holds(weight, stage.option)) holders += placed.config.pipelines * stage.option.replicas, ++holding_stages;
+    if (holding_stages < 2) continue;
+    for (std::size_t s = 0; s < placed.stages.size(); ++s)
+      if (holds(weight, placed.stages[s].option)) shared[s] = shared[s] == 0 ? holders : std::min(shared[s], holders);
+  }
+  return shared;
+}
+
 // The memory of every rank and the predictions, from the placed pipeline's simulation.
 void predict(const SearchContext& context, const StepBounds& bounds, PlacedPipeline& placed) {
   const cost::Cluster& cluster = *context.cluster;
   StageOptions options(context, placed.config);
   const std::size_t groups = placed.stages.size() / static_cast<std::size_t>(placed.config.chunks);
+  const std::vector<int> shared_replicas = shared_weight_replicas(*context.blocks, placed);
   for (std::size_t s = 0; s < placed.stages.size(); ++s) {
     auto& stage = placed.stages[s];
     stage.in_flight = placed.simulation.max_in_flight[s];
-    stage.memory = options.memory(stage.option, stage.in_flight);
+    stage.memory = options.memory(stage.option, stage.in_flight, shared_replicas[s]);
   }
   for (std::size_t s = 0; s < groups; ++s) {
     // A device's memory: its group's chunks together (one stage without interleaving).

@@ -242,8 +242,10 @@ cost::StageFootprint StageOptions::footprint(int begin, int end, int replicas, i
   footprint.core_kept_bytes = ranges.core_kept_bytes(begin, end, tensor_degree) * fraction;
   footprint.largest_core_bytes = ranges.largest_core_bytes(begin, end, tensor_degree) * fraction;
   footprint.input_bytes = (ranges.received_bytes(begin, end) + ranges.model_input_bytes(begin, end)) * fraction;
-  footprint.output_bytes = ranges.sent_bytes(begin, end) * fraction;
   const double sent_to_stages = ranges.sent_bytes(begin, end) - ranges.final_output_bytes(begin, end);
+  footprint.output_bytes = sent_to_stages * fraction;
+  footprint.final_output_bytes = ranges.final_output_bytes(begin, end, tensor_degree) * fraction;
+  footprint.shared_param_elements = ranges.shared_param_elements(begin, end, tensor_degree);
   footprint.held_output_bytes = (sent_to_stages - ranges.saved_sent_bytes(begin, end)) * fraction;
   footprint.pass_receive_bytes = std::max(ranges.received_bytes(begin, end), sent_to_stages) * fraction;
   return footprint;
@@ -284,21 +286,29 @@ StageOptions::RangeStage StageOptions::range_stage(int begin, int end, int repli
   return stage;
 }
 
-// Memory grows linearly with the microbatches in flight (cost::stage_memory): the largest count
-// that fits, up to `most`, from the line through 1 and 2, checked against the model itself so
-// that rounding never makes it differ from the largest n with fits(n). 0: not even one fits.
+// Memory never shrinks with more microbatches in flight (cost::stage_memory: the passes' memory
+// grows linearly, the optimizer step's does not): the largest count that fits, up to `most`, by
+// bisection, probing first where the line through 1 and 2 meets the limit, which is the answer
+// whenever the passes outweigh the step. 0: not even one fits.
 template <typename Total>
 int most_that_fit(int most, double limit, Total total) {
   auto fits = [&](int n) { return total(n) <= limit; };
   const double one = total(1);
   if (!(one <= limit)) return 0;  // fits(1)
-  if (most <= 1) return 1;
-  double per_microbatch = total(2) - one;
-  int n = most;
-  if (per_microbatch > 0) n = static_cast<int>(std::clamp(1 + std::floor((limit - one) / per_microbatch), 1.0, double(most)));
-  while (n < most && fits(n + 1)) ++n;
-  while (n > 1 && !fits(n)) --n;
-  return n;
+  int low = 1, high = most;       // fits(low); the answer lies in [low, high]
+  double per_microbatch = most > 1 ? total(2) - one : 0;
+  if (per_microbatch > 0) {
+    int guess = static_cast<int>(std::clamp(1 + std::floor((limit - one) / per_microbatch), 1.0, double(most)));
+    if (fits(guess)) low = guess;
+    else high = guess - 1;
+    if (low < high && !fits(low + 1)) high = low;
+  }
+  while (low < high) {
+    int middle = low + (high - low + 1) / 2;
+    if (fits(middle)) low = middle;
+    else high = middle - 1;
+  }
+  return low;
 }
 
 std::optional<StageOption> StageOptions::evaluate(const RangeStage& range, plan::Recompute recompute,
@@ -408,12 +418,12 @@ std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replic
                   sharding, offload);
 }
 
-plan::MemoryBreakdown StageOptions::memory(const StageOption& option, int in_flight) const {
+plan::MemoryBreakdown StageOptions::memory(const StageOption& option, int in_flight, int shared_replicas) const {
   RangeWork work = range_work(option.begin, option.end, option.replicas, option.tensor_degree);
   const RangeStage range = range_stage(option.begin, option.end, option.replicas, option.tensor_degree, work);
-  return cost::stage_memory(range.footprint, in_flight, option.recompute,
-                            state_layout(option.replicas, option.sharding, option.offload), context_.optimizer,
-                            context_.precision);
+  cost::StateLayout state = state_layout(option.replicas, option.sharding, option.offload);
+  state.shared_replicas = shared_replicas;
+  return cost::stage_memory(range.footprint, in_flight, option.recompute, state, context_.optimizer, context_.precision);
 }
 
 std::optional<PipelineSolution> evaluate_pipeline(const StageOptions& options, std::vector<StageOption> stages) {

@@ -142,7 +142,9 @@ class StageOptions {
   // The tensor-parallel degrees a stage may take: 1, and each costed degree that divides both a
   // node's devices and the pipeline's (so that a group never spans nodes), or the forced one.
   const std::vector<int>& tensor_degrees() const { return tensor_degrees_; }
-  plan::MemoryBreakdown memory(const StageOption& option, int in_flight) const;
+  // `shared_replicas`: the copies of every stage holding the weights the option's stage shares
+  // with others (0: only its own, the search's conservative count).
+  plan::MemoryBreakdown memory(const StageOption& option, int in_flight, int shared_replicas = 0) const;
   int block_count() const { return static_cast<int>(by_begin_.size()); }
   // The work of one microbatch spread evenly over the pipeline's devices: the longest stage time
   // is never shorter (splitting a microbatch over r replicas never makes the work smaller:

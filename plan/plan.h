@@ -6,6 +6,7 @@
 // by the cost model for one training step.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -41,10 +42,15 @@ struct Weight {
   std::vector<int> shared_with;  // other stages holding the same (tied) weight
 };
 
-// Memory of one device, by what it holds.
+// Memory of one device, by what it holds. The training state (weights, gradients, optimizer
+// state) stays all step; the passes' memory (activations, workspace, comm_buffers) is freed after
+// the last backward, before the optimizer step allocates its own (step_buffers: the flat gradient
+// copy the allreduce sums or the reduce-scatter's buckets, and the optimizer's temporaries), so
+// the peak is the larger of the two.
 struct MemoryBreakdown {
-  double weights = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0, comm_buffers = 0;
-  double total() const { return weights + grads + optimizer + activations + workspace + comm_buffers; }
+  double weights = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0, comm_buffers = 0, step_buffers = 0;
+  double passes() const { return activations + workspace + comm_buffers; }
+  double total() const { return weights + grads + optimizer + std::max(passes(), step_buffers); }
 };
 
 struct StagePrediction {

@@ -35,7 +35,7 @@ inline void to_json(nlohmann::json& json, Recompute recompute) {
 // Throws InputError naming the field when a number is NaN or infinite (JSON cannot hold it).
 nlohmann::json to_json(const Plan& plan);
 // A memory breakdown as plan.json writes it: {"weights", "grads", "optimizer", "activations",
-// "workspace", "comm_buffers", "total"} in bytes.
+// "workspace", "comm_buffers", "step_buffers", "total"} in bytes.
 nlohmann::json memory_to_json(const MemoryBreakdown& memory);
 // The step prediction as plan.json writes it; show and the partition summary print the same.
 nlohmann::json prediction_to_json(const Prediction& predicted);

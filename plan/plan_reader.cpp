@@ -381,6 +381,8 @@ MemoryBreakdown read_memory(const Field& memory) {
   m.activations = memory["activations"].non_negative();
   m.workspace = memory["workspace"].non_negative();
   m.comm_buffers = memory["comm_buffers"].non_negative();
+  // Absent from plans written before the step's buffers were told apart from the passes'.
+  if (auto step = memory.find("step_buffers")) m.step_buffers = step->non_negative();
   if (auto total = memory.find("total")) total->non_negative();  // derived from the others; only checked
   return m;
 }

@@ -210,7 +210,7 @@ json memory_to_json(const MemoryBreakdown& m) {
   return {{"weights", stable_number(m.weights)},     {"grads", stable_number(m.grads)},
           {"optimizer", stable_number(m.optimizer)}, {"activations", stable_number(m.activations)},
           {"workspace", stable_number(m.workspace)}, {"comm_buffers", stable_number(m.comm_buffers)},
-          {"total", stable_number(m.total())}};
+          {"step_buffers", stable_number(m.step_buffers)}, {"total", stable_number(m.total())}};
 }
 
 json prediction_to_json(const Prediction& p) {

@@ -64,7 +64,7 @@ cost::StageFootprint dense_footprint(const ir::Graph& graph, const std::vector<i
     }
   }
   for (auto v : inputs) footprint.input_bytes += input_bytes(graph, v, tables, evaluated_batch, costs.precision()) * fraction;
-  for (auto v : graph.model_outputs()) footprint.output_bytes += cost::stored_bytes(graph.value(v), costs.precision()) * fraction;
+  for (auto v : graph.model_outputs()) footprint.final_output_bytes += cost::stored_bytes(graph.value(v), costs.precision()) * fraction;
   footprint.tied_grad_bytes = cost::largest_tied_grad_bytes(graph, ops);
   return footprint;
 }
@@ -91,7 +91,11 @@ DensePart dense_part(const ir::Graph& graph, const std::vector<EmbeddingTable>& 
   dense.memory = cost::stage_memory(footprint, 1, plan::Recompute::kNone, state, optimizer, costs.precision());
   // The one dense stage sends and receives nothing between stages (its inputs, which its
   // activations count, come from the data and the embedding exchange): no transfer buffers.
-  dense.memory.comm_buffers -= 2 * (footprint.input_bytes + footprint.output_bytes);
+  dense.memory.comm_buffers -= 2 * footprint.input_bytes;
+  // The embedding exchange holds the pooled rows and their gradients until the tables step, after
+  // the dense part's step: its flat gradient copy adds to the passes' memory instead of following it.
+  dense.memory.comm_buffers += dense.memory.step_buffers;
+  dense.memory.step_buffers = 0;
   return dense;
 }
 

@@ -141,7 +141,8 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     at::Tensor shifted = x - max.unsqueeze(1);  // exp of this cannot overflow
     auto [column, held] = targets_in_slice(target, vocab_begin, x.size(1));
     at::Tensor target_logit = shifted.gather(1, column).squeeze(1).masked_fill(held.logical_not(), 0);
-    at::Tensor softmax = shifted.exp();
+    // In place, as every later step: the loss holds one fp32 copy of the rank's logits.
+    at::Tensor softmax = shifted.exp_();
     // One all-reduce for the three per-row sums: exponentials, the target's logit, its holders.
     at::Tensor sums = at::stack({softmax.sum(1), target_logit, held.to(x.scalar_type())});
     group.all_reduce_sum(sums);
@@ -154,12 +155,13 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     return (sums[0].log() - sums[1]).sum();
   }
 
-  // (softmax - one_hot) restricted to the slice: the one is on the rank holding the target.
+  // (softmax - one_hot) restricted to the slice: the one is on the rank holding the target. Made
+  // in one new tensor (no one-hot matrix), since the logits are the largest tensor of a language model.
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
     const at::Tensor& softmax = saved[0];
-    at::Tensor one_hot = at::zeros_like(softmax).scatter_(1, saved[1], saved[2].to(softmax.dtype()).unsqueeze(1));
-    at::Tensor grad = (softmax - one_hot) * grads[0];
+    at::Tensor grad = softmax * grads[0];
+    grad.scatter_add_(1, saved[1], (saved[2].to(softmax.dtype()) * -grads[0]).unsqueeze(1));
     return {grad.to(ctx->saved_data["dtype"].toScalarType()), at::Tensor(), at::Tensor()};
   }
 };

@@ -45,8 +45,9 @@ def main():
         problems.append(f"fp32 SGD state is not 4+4 bytes per parameter: {m32}")
     if madam["optimizer"] != 8 * params:
         problems.append(f"Adam state is not 8 bytes per parameter: {madam['optimizer']}")
-    if abs(m16["activations"] - m32["activations"] / 2) > 0.05 * m32["activations"]:
-        problems.append(f"bf16 activations {m16['activations']} are not half of fp32's {m32['activations']}")
+    # Half, but for what the loss keeps of the logits: it reads them in fp32 under autocast.
+    if not m32["activations"] / 2 <= m16["activations"] < 0.75 * m32["activations"]:
+        problems.append(f"bf16 activations {m16['activations']} are not about half of fp32's {m32['activations']}")
 
     # A stack with fused kernels keeps fewer activations and takes less time; the report says so.
     for flags in (["--attention", "fused"], ["--elementwise", "fused"]):

@@ -17,7 +17,7 @@ import sys
 def main():
     binary, samples, out = sys.argv[1:4]
     good = os.path.join(out, "good")
-    subprocess.run([binary, os.path.join(samples, "gpt.onnx"), "--gpus", "8", "--batch", "64", "--mem", "40M", "-o", good],
+    subprocess.run([binary, os.path.join(samples, "gpt.onnx"), "--gpus", "8", "--batch", "64", "--mem", "36M", "-o", good],
                    check=True, capture_output=True, timeout=300)
     with open(os.path.join(good, "plan.json")) as f:
         text = f.read()

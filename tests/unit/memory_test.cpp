@@ -114,6 +114,8 @@ TEST_CASE("stage memory: state, in-flight activations, recomputation, buffers", 
   CHECK(m.activations == 3 * (200 + 5000 + 250));  // inputs, saved tensors and outputs held for backward
   CHECK(m.workspace == 700);
   CHECK(m.comm_buffers == 2 * (200 + 300) + 250);  // and the next pass's receive, started early
+  CHECK(m.step_buffers == 200);  // the inputs, which stay while it steps (Adam's temporaries: no weight given)
+  CHECK(m.total() == 4100 + 4000 + 8000 + m.activations + 700 + m.comm_buffers);
   p.recompute = plan::Recompute::kFull;
   auto recomputed = cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32);
   CHECK(recomputed.activations == 3 * 200 + 5000);  // outputs are not held: backward recomputes them
@@ -127,7 +129,14 @@ TEST_CASE("stage memory: state, in-flight activations, recomputation, buffers", 
   p.recompute = plan::Recompute::kFull;
   p.state.replicas = 2;
   auto replicated = cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32);
-  CHECK(replicated.comm_buffers == 2 * (200 + 300) + 250 + 4000);  // the flat copy the allreduce sums
+  CHECK(replicated.comm_buffers == 2 * (200 + 300) + 250);
+  CHECK(replicated.step_buffers == 4000 + 200);  // the flat copy the allreduce sums, after the passes
+  // The passes' memory is freed before the step's: the peak is the state plus the larger.
+  CHECK(replicated.passes() == replicated.activations + 700 + replicated.comm_buffers);
+  CHECK(replicated.total() == 4100 + 4000 + 8000 + std::max(replicated.passes(), 4200.0));
+  f.kept_bytes = 0;
+  f.input_bytes = 0;
+  CHECK(cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32).total() == 4100 + 4000 + 8000 + 4000);
 }
 
 TEST_CASE("sharded state: each of R replicas keeps 1/R of the optimizer state and master weights", "[memory]") {
@@ -135,7 +144,7 @@ TEST_CASE("sharded state: each of R replicas keeps 1/R of the optimizer state an
   // Mixed precision: the 16-bit working copy whole, the fp32 master and Adam's moments split.
   auto mixed = cost::param_state_bytes(plan::Optimizer::kAdam, plan::Precision::kBf16Mixed, four);
   CHECK(mixed.weights == 2 + 1);
-  CHECK(mixed.grads == 4);
+  CHECK(mixed.grads == 4 + 1);  // and the gradient of its shard of the master, which the reduce-scatter fills
   CHECK(mixed.optimizer == 2);
   // fp32: the working weights are the master, so the shard of the master is a copy beside them.
   auto fp32 = cost::param_state_bytes(plan::Optimizer::kAdam, plan::Precision::kFp32, four);
@@ -151,12 +160,24 @@ TEST_CASE("sharded state: each of R replicas keeps 1/R of the optimizer state an
   cost::StagePlacement p;
   p.state = four;
   auto m = cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32);
-  // Two reduce-scatter buckets and this replica's quarter of the summed gradients.
+  CHECK(m.grads == Approx(4e9 + 4e9 / 4));  // the gradients and this replica's quarter of their sum
+  // The reduce-scatter's bucket and the all-gather's, larger than Adam's two temporaries of the
+  // chunk of a bucket it steps.
   const double bucket = static_cast<double>(plan::kGradientBucketBytes);
-  CHECK(m.comm_buffers == Approx(2 * bucket + 4e9 / 4));
-  // Adam steps each bucket's chunk: two temporaries of its size.
-  CHECK(m.workspace == Approx(2 * 4 * (bucket / 4 / 4 + 1)));
-  CHECK(m.total() == Approx(5e9 + 4e9 + 2e9 + m.comm_buffers + m.workspace));
+  CHECK(m.step_buffers == Approx(2 * bucket));
+  CHECK(m.comm_buffers == 0);
+  CHECK(m.total() == Approx(5e9 + 5e9 + 2e9 + 2 * bucket));
+
+  // A tied table of 1e8 elements that another stage's 4 copies hold too: its state splits 8 ways.
+  f.shared_param_elements = 1e8;
+  p.state.shared_replicas = 8;
+  auto tied = cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32);
+  CHECK(tied.weights == Approx(9e8 * 5 + 1e8 * (4 + 0.5)));
+  CHECK(tied.grads == Approx(9e8 * 5 + 1e8 * (4 + 0.5)));
+  CHECK(tied.optimizer == Approx(9e8 * 2 + 1e8 * 1));
+  p.state.sharding = plan::StateSharding::kNone;  // unsharded, the holders change nothing
+  auto whole = cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32);
+  CHECK(whole.optimizer == Approx(8e9));
 }
 
 TEST_CASE("Adam's step needs two temporaries of the largest weight, SGD steps in place", "[memory]") {
@@ -165,10 +186,17 @@ TEST_CASE("Adam's step needs two temporaries of the largest weight, SGD steps in
   f.largest_param_elements = 600;
   f.workspace_bytes = 100;
   cost::StagePlacement p;
-  CHECK(cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32).workspace == 2 * 4 * 600);
-  CHECK(cost::stage_memory(f, p, plan::Optimizer::kSgd, plan::Precision::kFp32).workspace == 100);
+  CHECK(cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32).step_buffers == 2 * 4 * 600);
+  CHECK(cost::stage_memory(f, p, plan::Optimizer::kSgd, plan::Precision::kFp32).step_buffers == 0);
+  CHECK(cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32).workspace == 100);
   f.workspace_bytes = 10000;  // the backward's workspace is the larger: the step comes after it
-  CHECK(cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32).workspace == 10000);
+  CHECK(cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32).total() == 1000 * 16 + 10000);
+  // Replicated, the allreduce's flat copy is freed before Adam steps: the larger of the two counts.
+  f.workspace_bytes = 0;
+  p.state.replicas = 2;
+  CHECK(cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32).step_buffers == 2 * 4 * 600);
+  f.largest_param_elements = 100;
+  CHECK(cost::stage_memory(f, p, plan::Optimizer::kAdam, plan::Precision::kFp32).step_buffers == 4 * 1000);
 }
 
 TEST_CASE("a weight several ops of a stage read waits with one gradient while the next is made", "[memory]") {

@@ -498,12 +498,16 @@ TEST_CASE("ranges tell what they receive and send from the model outputs the los
   config.microbatches = 2;
   config.microbatch_size = 8;  // the evaluated batch: bytes as stored
   StageOptions options(context, config);
-  auto comm_buffers = [&](int begin, int end) { return options.memory(*options.evaluate(begin, end, 1, plan::Recompute::kNone), 1).comm_buffers; };
+  auto memory = [&](int begin, int end) { return options.memory(*options.evaluate(begin, end, 1, plan::Recompute::kNone), 1); };
+  auto comm_buffers = [&](int begin, int end) { return memory(begin, end).comm_buffers; };
   CHECK(comm_buffers(0, 1) == 2 * 100 + 100);
-  CHECK(comm_buffers(1, 2) == 2 * (100 + 20) + 100);      // the logits' gradient comes from the loss
+  CHECK(comm_buffers(1, 2) == 2 * 100 + 100);            // the logits are not sent: the loss reads them
   CHECK(comm_buffers(2, 4) == 2 * (100 + 7) + 100);
-  CHECK(comm_buffers(0, 2) == 2 * (100 + 20) + 100);      // the gradient of what block 3 reads comes back
+  CHECK(comm_buffers(0, 2) == 2 * 100 + 100);            // the gradient of what block 3 reads comes back
   CHECK(comm_buffers(3, 4) == 2 * (100 + 7) + 107);      // both its inputs come from earlier stages
+  // The logits are held until backward, beside the loss's log-probabilities (fp32 here).
+  CHECK(memory(1, 2).activations == 100 + ranges.kept_bytes(1, 2) + 20 + 20);
+  CHECK(memory(0, 1).activations == ranges.kept_bytes(0, 1) + 100);  // what it sends, held as backward's root
 }
 
 TEST_CASE("a range counts a tied weight's waiting gradient only when it holds two of its reads", "[stage_search]") {
@@ -518,6 +522,12 @@ TEST_CASE("a range counts a tied weight's waiting gradient only when it holds tw
   CHECK(ranges.largest_tied_grad_bytes(1, 4) == 40);
   CHECK(ranges.largest_tied_grad_bytes(0, 4) == 400);
   CHECK(ranges.largest_tied_grad_bytes(3, 4) == 40);
+  // The tie's gradient is summed between the stages holding a part of its reads, from a flat copy.
+  CHECK(ranges.shared_param_elements(0, 1, 1) == 100);
+  CHECK(ranges.shared_param_elements(1, 4, 1) == 100);
+  CHECK(ranges.shared_param_elements(0, 3, 1) == 0);  // both reads: summed in place by autograd
+  CHECK(ranges.shared_param_elements(1, 2, 1) == 0);  // neither
+  CHECK(ranges.shared_param_elements(3, 4, 1) == 0);  // the weight only block 3 reads
 }
 
 namespace {

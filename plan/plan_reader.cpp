@@ -324,6 +324,7 @@ TensorParallel read_tensor_parallel(const Field& field, const Plan& plan, const 
     TensorParallel::Region entry;
     if (auto kind = region.find("kind")) entry.kind = read_choice(*kind, parse_region_kind);
     entry.column_ops = read_op_ids(region["column_ops"]);
+    if (entry.column_ops.empty()) region["column_ops"].fail("no column ops: a split region starts with one");
     // The vocabulary head has no row op: its logits stay split for the cross entropy.
     if (entry.kind != RegionKind::kVocabularyHead) entry.row_op = region["row_op"].small();
     entry.ops = read_op_ids(region["ops"]);

@@ -58,7 +58,8 @@ def check_plan(plan, expected_params, gpus, limit=None):
     seen_params = {}
     for index, stage in enumerate(stages):
         check(stage["id"] == index and stage["file"] == f"stage_{index}.pt", "stage ids and files")
-        check(stage["replicas"] == len(stage["ranks"]), "replicas = ranks of the stage")
+        degree = stage.get("tensor_parallel", {}).get("degree", 1)
+        check(stage["replicas"] * degree == len(stage["ranks"]), "replicas x tensor degree = ranks of the stage")
         for rank in stage["ranks"]:
             check(ranks[rank]["stage"] == index, f"rank {rank} placed on stage {index}")
             check(ranks[rank]["node"] == rank // cluster["gpus_per_node"], "node of a rank")

@@ -411,10 +411,8 @@ std::vector<double> RangeTable::shared_params(const BlockCosts& blocks, int degr
     double elements = weight.splits(degree) ? weight.param_elements / degree : weight.param_elements;
     for (int begin = 0; begin < count_; ++begin)
       for (int end = begin + 1; end <= count_; ++end) {
-        auto first = std::lower_bound(weight.blocks.begin(), weight.blocks.end(), begin);
-        bool holds = first != weight.blocks.end() && *first < end;
         bool holds_all = weight.blocks.front() >= begin && weight.blocks.back() < end;
-        if (holds && !holds_all) table[static_cast<std::size_t>(begin * (count_ + 1) + end)] += elements;
+        if (weight.read_in(begin, end) && !holds_all) table[static_cast<std::size_t>(begin * (count_ + 1) + end)] += elements;
       }
   }
   return table;

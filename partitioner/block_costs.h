@@ -3,6 +3,7 @@
 // together. Built from a model by block_costs(); tests fill it directly.
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
 #include "cost_model/cost_model.h"
@@ -68,6 +69,11 @@ struct BlockCosts {
     // split_unevenly any t up to it (a vocabulary's slices, counted as 1/t each).
     std::int64_t split_divisor = 0;
     bool split_unevenly = false;
+    // Whether a block in [begin, end) reads it: a stage of those blocks holds it.
+    bool read_in(int begin, int end) const {
+      auto first = std::lower_bound(blocks.begin(), blocks.end(), begin);
+      return first != blocks.end() && *first < end;
+    }
     bool splits(int degree) const {
       return split_divisor > 0 && (split_unevenly ? degree <= split_divisor : split_divisor % degree == 0);
     }

@@ -486,8 +486,7 @@ PlacedPipeline place(const SearchContext& context, const ConfigChoice& choice, s
 std::vector<int> shared_weight_replicas(const BlockCosts& blocks, const PlacedPipeline& placed) {
   std::vector<int> shared(placed.stages.size(), 0);
   auto holds = [](const BlockCosts::Weight& weight, const StageOption& option) {
-    auto first = std::lower_bound(weight.blocks.begin(), weight.blocks.end(), option.begin);
-    return first != weight.blocks.end() && *first < option.end;
+    return weight.read_in(option.begin, option.end);
   };
   for (const auto& weight : blocks.weights) {
     if (weight.blocks.size() < 2 || weight.param_elements == 0) continue;

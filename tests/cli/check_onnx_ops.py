@@ -969,8 +969,11 @@ def check_hand_case(rannc, out_dir, name):
         dims = [2 * BATCH] + [d.dim_value for d in i.type.tensor_type.shape.dim[1:]]
         arrays[i.name] = rng.standard_normal(dims)
     inputs = {n: torch.tensor(a, dtype=torch.float32) for n, a in arrays.items()}
-    with torch.no_grad():
-        ours, _ = chain(plan, os.path.join(out_dir, "plan"), inputs, [o.name for o in graph.output])
+    # With gradients recorded, as training runs the stages: PyTorch 2.6's oneDNN LSTM kernel for
+    # inference (no_grad) gives cell states 0.68 off torch's own loop on some x86 CPUs (AMD EPYC
+    # with AVX-512), while the kernel for training agrees within 1e-7.
+    ours, _ = chain(plan, os.path.join(out_dir, "plan"), inputs, [o.name for o in graph.output])
+    ours = [o.detach() for o in ours]
     want = reference(*[arrays[i.name].astype(np.float32).astype(np.float64) for i in graph.input])
     if len(ours) != len(want):
         fail(f"{len(ours)} model outputs, the reference has {len(want)}")

@@ -299,7 +299,8 @@ plan::MemoryBreakdown stage_memory(const StageFootprint& footprint, int in_fligh
                             footprint.largest_core_bytes;
       break;
     case plan::Recompute::kFull:
-      memory.activations += footprint.kept_bytes + loss_bytes;
+      // The microbatch computed again: what it keeps, and its outputs until their gradients come.
+      memory.activations += footprint.kept_bytes + footprint.held_output_bytes + loss_bytes;
       break;
   }
   memory.workspace = std::max(footprint.workspace_bytes + footprint.tied_grad_bytes, 2 * loss_kept_bytes(footprint, precision));

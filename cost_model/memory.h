@@ -88,8 +88,8 @@ struct StageFootprint {
   // from forward to backward like the outputs sent, beside what the loss keeps of them.
   double final_output_bytes = 0;
   // Outputs sent to later stages that no op keeps for backward: rannc-run holds each
-  // microbatch's until its backward (they are the roots autograd starts from), except under
-  // recomputation. (Those an op keeps are in kept_bytes already.)
+  // microbatch's until its backward (they are the roots autograd starts from); under full
+  // recomputation only the recomputed microbatch's. (Those an op keeps are in kept_bytes already.)
   double held_output_bytes = 0;
   // The most one pass receives from other stages: the inputs they compute, or the gradients of
   // what it sends them. rannc-run starts that receive before the pass ahead of it computes.

@@ -121,6 +121,18 @@ double cross_entropy_reduced_bytes(const ir::Value& logits) {
   return kReductions * kFloatBytes * static_cast<double>(logits.type.numel()) / static_cast<double>(shape.back());
 }
 
+// Marks the boundaries between blocks that the ops span: no stage that must hold them whole
+// starts or ends there. cut_before has one entry per block boundary.
+void mark_cuts(const std::vector<ir::OpId>& ops, const std::vector<int>& block_of_op, std::vector<bool>& cut_before) {
+  if (ops.empty()) return;
+  int low = static_cast<int>(cut_before.size()), high = 0;
+  for (auto op : ops) {
+    int block = block_of_op[static_cast<std::size_t>(op)];
+    low = std::min(low, block), high = std::max(high, block);
+  }
+  for (int b = low + 1; b <= high; ++b) cut_before[static_cast<std::size_t>(b)] = true;
+}
+
 // Each region's all-reduces, in the blocks of the ops that need them: a row op's output in
 // forward and the column ops' input gradient in backward; the output layer's cross entropy
 // instead of a row op, and no gradient for an embedding's token ids.
@@ -136,9 +148,7 @@ void add_collectives(const ir::Graph& graph, const std::vector<int>& block_of_op
   auto block = [&](ir::OpId op) { return block_of_op[static_cast<std::size_t>(op)]; };
   for (const auto& region : regions.regions) {
     if (!region.allows(split.degree)) continue;
-    int low = blocks, high = 0;
-    for (auto op : region.ops) low = std::min(low, block(op)), high = std::max(high, block(op));
-    for (int b = low + 1; b <= high; ++b) split.cuts_region_before[b] = true;
+    mark_cuts(region.ops, block_of_op, split.cuts_region_before);
     if (region.row_op != ir::kNoId) {
       split.fwd_reduced_bytes[block(region.row_op)] += cost::stored_bytes(graph.value(region.output), precision);
       split.fwd_collectives[block(region.row_op)] += 1;
@@ -285,6 +295,8 @@ BlockCosts block_costs(const ir::Graph& graph, const UnitGraph& units, const Blo
   std::vector<int> block_of_op(graph.ops().size(), 0);
   for (int block = 0; block < static_cast<int>(ops.size()); ++block)
     for (auto op : ops[block]) block_of_op[static_cast<std::size_t>(op)] = block;
+  result.cuts_core_before.assign(ops.size() + 1, false);
+  for (const auto& region : regions.regions) mark_cuts(region.attention_core, block_of_op, result.cuts_core_before);
   for (int degree : degrees) {
     if (degree <= 1 || !regions.allows_degree(degree)) continue;
     BlockTables tables = cost_blocks(graph, ops, costs, activations, regions, recomputed_core, degree, result);

@@ -35,6 +35,14 @@ struct BlockCosts {
     std::vector<double> largest_bytes;
   };
   Cores cores;
+  // [block + 1]: whether an attention core (the whole TensorRegion::attention_core, the product
+  // with V included, as a stage file's core_<k> method runs it) has ops both before the block and
+  // in it. A selective stage does not start or end there: rannc-run recomputes only the cores a
+  // stage holds whole. Empty in tests without cores.
+  std::vector<bool> cuts_core_before;
+  bool cuts_core(int block) const {
+    return !cuts_core_before.empty() && cuts_core_before[static_cast<std::size_t>(block)];
+  }
 
   // The blocks under tensor parallelism of one degree t > 1 (partitioner/tensor_regions.h): the
   // ops of each region that allows t do 1/t of their work and keep 1/t of their activations;

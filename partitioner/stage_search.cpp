@@ -315,6 +315,9 @@ std::optional<StageOption> StageOptions::evaluate(const RangeStage& range, plan:
                                                   plan::StateSharding sharding, bool offload) const {
   if (!allows(sharding, range.replicas)) return std::nullopt;
   if (offload && (!can_offload() || sharding != plan::StateSharding::kNone)) return std::nullopt;
+  if (recompute == plan::Recompute::kSelective &&
+      (context_.blocks->cuts_core(range.begin) || context_.blocks->cuts_core(range.end)))
+    return std::nullopt;
   const cost::StageFootprint& stage = range.footprint;
   const cost::Cluster& cluster = *context_.cluster;
   StageOption option;

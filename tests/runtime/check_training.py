@@ -37,7 +37,7 @@ import time
 
 import training_reference  # first: it sets OMP_NUM_THREADS before numpy or torch start OpenMP
 import selective_recompute  # noqa: E402
-from plan_memory import device_memory  # noqa: E402
+from plan_memory import memory_misses  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -208,9 +208,7 @@ def check_report(report, plan, steps):
 
 def check_memory(report, plan, low):
     """Each rank's measured peak is at most the plan's prediction for its device and at least `low` of it."""
-    ratios = {r["rank"]: r["peak_mem_bytes"] / device_memory(plan, r["stage"]) for r in report["ranks"]}
-    print("peak memory / predicted per rank:", {rank: round(ratio, 3) for rank, ratio in sorted(ratios.items())})
-    missed = {rank: round(ratio, 3) for rank, ratio in ratios.items() if not low <= ratio <= 1}
+    missed = memory_misses(report, plan, low)
     if missed:
         fail(f"ranks whose peak memory is not within [{low}, 1] of the plan's prediction: {missed}")
 
@@ -372,6 +370,8 @@ def main():
     parser.add_argument("--recompute", action="store_true", help="set recompute on every stage of the plan")
     parser.add_argument("--offload", action="store_true", help="set offload on every stage of the plan")
     args = parse(parser)
+    if args.dropout and not args.expect_selective:
+        parser.error("--dropout compares with the run without recomputation, which only --expect-selective trains")
 
     plan_dir, data_dir = os.path.join(args.out, "plan"), os.path.join(args.out, "data")
     plan = partition(args.partition, args.model, plan_dir, args.np, args.extra, args.optimizer)

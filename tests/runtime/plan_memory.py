@@ -1,5 +1,6 @@
 """The memory a plan predicts for each device, as rannc-partition computes it (cost::chunks_memory):
-one stage's `mem_bytes`, or with interleave v > 1 the device group's chunks together."""
+one stage's `mem_bytes`, or with interleave v > 1 the device group's chunks together; and the
+check of rannc-run's measured peaks against it."""
 
 
 def device_memory(plan, stage_id):
@@ -18,3 +19,11 @@ def device_memory(plan, stage_id):
 
     passes = total("activations") + total("comm_buffers") + max(m["workspace"] for m in parts)
     return total("weights") + total("grads") + total("optimizer") + max(passes, total("step_buffers")) + host
+
+
+def memory_misses(report, plan, low):
+    """Each rank's measured peak over the plan's prediction for its device, printed; returns the
+    ranks whose ratio is not within [low, 1] (a peak above the prediction, or far below it)."""
+    ratios = {r["rank"]: r["peak_mem_bytes"] / device_memory(plan, r["stage"]) for r in report["ranks"]}
+    print("peak memory / predicted per rank:", {rank: round(ratio, 3) for rank, ratio in sorted(ratios.items())})
+    return {rank: round(ratio, 3) for rank, ratio in ratios.items() if not low <= ratio <= 1}

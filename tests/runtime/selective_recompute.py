@@ -2,8 +2,10 @@
 and nothing else.
 
 check_files: each stage file (and each tensor rank's) calls its attention cores through
-torch.ops.rannc.recompute_core (torch_side/recompute_cores.h), every file of a stage as many, and
-rannc-run says nothing about running selective stages as full recomputation.
+torch.ops.rannc.recompute_core (torch_side/recompute_cores.h), every file of a stage as many, no
+stage's forward computes a softmax itself (the planner starts and ends no selective stage inside a
+core, which its file could not run again), and rannc-run says nothing about running selective
+stages as full recomputation.
 
 compare_variants: the same plan, data and files trained again with every stage's recompute set to
 false (every activation kept) and to true (the whole forward run again in backward). The three runs'
@@ -37,10 +39,20 @@ def saved_code(path):
         return "".join(archive.read(name).decode() for name in archive.namelist() if name.endswith(".py"))
 
 
+def forward_code(code):
+    """The forward method of a saved module's source, without its other methods."""
+    start = code.index("def forward(")
+    end = code.find("\n  def ", start)
+    return code[start:] if end < 0 else code[start:end]
+
+
 def check_files(plan, plan_dir, output, dropout):
     cores = {}
     for stage in plan["stages"]:
         codes = [saved_code(os.path.join(plan_dir, name)) for name in stage_files(stage)]
+        if any("torch.softmax(" in forward_code(code) for code in codes):
+            fail(f"stage {stage['id']}: its forward computes a softmax outside the cores it recomputes "
+                 "(a stage boundary inside an attention core?)")
         counts = [code.count(CORE_CALL) for code in codes]
         if len(set(counts)) != 1:
             fail(f"stage {stage['id']}: its files {stage_files(stage)} call {counts} attention cores through "

@@ -69,6 +69,10 @@ void add_cores(std::mt19937& rng, BlockCosts& blocks) {
     blocks.cores.kept_bytes.push_back(kept_share * blocks.kept_bytes[b]);
     blocks.cores.largest_bytes.push_back(blocks.cores.kept_bytes.back() * (unit(rng) < 0.5 ? 1 : 0.5));
   }
+  // Some cores span two blocks: no selective stage starts or ends between them.
+  blocks.cuts_core_before.assign(blocks.fwd_ms.size() + 1, false);
+  for (std::size_t b = 1; b < blocks.fwd_ms.size(); ++b)
+    blocks.cuts_core_before[b] = blocks.cores.kept_bytes[b - 1] > 0 && blocks.cores.kept_bytes[b] > 0 && unit(rng) < 0.5;
 }
 
 // Tensor parallelism of degrees 2 and 4 over the blocks: a random share of each block's work,
@@ -305,6 +309,10 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
     for (const auto& stage : found->stages) {
       with_recompute += stage.recompute == plan::Recompute::kFull;
       selective += stage.recompute == plan::Recompute::kSelective;
+      if (stage.recompute == plan::Recompute::kSelective) {
+        CHECK_FALSE(instance.blocks.cuts_core(stage.begin));
+        CHECK_FALSE(instance.blocks.cuts_core(stage.end));
+      }
       replicated += stage.replicas > 1;
       sharded += stage.sharding != plan::StateSharding::kNone;
       offloaded += stage.offload;

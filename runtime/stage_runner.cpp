@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "runtime/memory_tracker.h"
 #include "torch_side/autocast_scope.h"
 #include "torch_side/device_constants.h"
 #include "torch_side/recompute_cores.h"
@@ -23,7 +24,14 @@ std::unique_ptr<torch::jit::Module> load_stage(const std::string& path, const c1
   // shapes and profile every call.
   torch::jit::setGraphExecutorOptimize(false);
   try {
-    auto module = std::make_unique<torch::jit::Module>(torch::jit::load(path, device));
+    std::unique_ptr<torch::jit::Module> module;
+    {
+      // The source and debug records the module keeps are the program's memory, not tensors.
+      UncountedAllocations loading;
+      module = std::make_unique<torch::jit::Module>(torch::jit::load(path, device));
+    }
+    for (const auto& attribute : module->named_attributes(/*recurse=*/true))
+      if (attribute.value.isTensor()) count_tensor_memory(attribute.value.toTensor());
     retarget_device_constants(*module, device);
     return module;
   } catch (const c10::Error& e) {

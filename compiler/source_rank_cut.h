@@ -47,6 +47,12 @@ class SourceRankCut {
   std::string output(const std::string& variable, const Writer& writer);
   // The sequence dim along which `variable` holds the rank's part, -1 where it is whole.
   int sequence_dim(const std::string& variable) const { return sequence_.dim(variable); }
+  // The dim along which `variable`, the rank's `value`, holds its part: the sequence's, or a
+  // region's split dim; -1 where it is whole.
+  int split_dim(ir::ValueId value, const std::string& variable) const {
+    int dim = sequence_.dim(variable);
+    return dim >= 0 ? dim : share_.split_dim(value);
+  }
 
   // `variable`, which holds the partial sums of a row op or the vocabulary lookup `op`, becomes
   // their sum over the group, with `bias` (an expression; "" for none) added once after it.

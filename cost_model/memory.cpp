@@ -54,17 +54,22 @@ std::vector<ir::ValueId> saved_operands(const ir::Op& op, const std::vector<bool
 // counted with the model state.
 std::vector<ir::ValueId> saved_values(const ir::Graph& graph, const ir::Op& op, const std::vector<bool>& requires_grad) {
   std::vector<ir::ValueId> saved;
+  auto keep = [&](ir::ValueId candidate) {
+    for (auto id : tensors_behind(graph, candidate)) {
+      const auto& value = graph.value(id);
+      if (value.is_tensor() && value.batch_dependent) saved.push_back(storage_owner(graph, id));
+    }
+  };
+  // masked_fill and where keep their bool condition (one mask read by every layer is kept once).
+  if (ir::has_op_trait(op.kind, ir::op_trait::kSavesCondition))
+    for (auto id : op.inputs)
+      if (graph.value(id).is_tensor() && graph.value(id).type.dtype == ir::DType::kBool) keep(id);
   auto saved_kind = saved_for_backward(graph, op);
   if (saved_kind == SavedForBackward::kNothing) return saved;
   std::vector<ir::ValueId> candidates = saved_kind == SavedForBackward::kInputs ? op.inputs : op.outputs;
   if (saved_kind == SavedForBackward::kInputs && op.inputs.size() == 2 && ir::has_op_trait(op.kind, ir::op_trait::kSavesForOtherOperand))
     candidates = saved_operands(op, requires_grad);
-  for (auto candidate : candidates) {
-    for (auto id : tensors_behind(graph, candidate)) {
-      const auto& value = graph.value(id);
-      if (value.is_tensor() && value.batch_dependent) saved.push_back(storage_owner(graph, id));
-    }
-  }
+  for (auto candidate : candidates) keep(candidate);
   return saved;
 }
 
@@ -174,6 +179,7 @@ ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<boo
                                    const std::vector<FusedKernel>& fused) {
   ActivationMemory memory;
   memory.kept_bytes.assign(graph.ops().size(), 0);
+  memory.fixed_kept_bytes.assign(graph.ops().size(), 0);
   memory.workspace_bytes.assign(graph.ops().size(), 0);
   memory.weight_grad_bytes.assign(graph.ops().size(), 0);
   const std::vector<bool> internal = kernel_internal_values(graph, fused);
@@ -214,7 +220,10 @@ ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<boo
   for (const auto& value : graph.values()) {
     // Model inputs are kept by the stage that receives them (StageFootprint::input_bytes).
     if (!kept[static_cast<std::size_t>(value.id)] || value.producer == ir::kNoId) continue;
-    memory.kept_bytes[static_cast<std::size_t>(value.producer)] += stored_bytes(value, precision);
+    // A tensor without a batch dim (a causal mask cut to the sequence, rotary tables) is made
+    // again by every microbatch's forward, at its one size.
+    auto& kept_bytes = value.type.batch_dim >= 0 ? memory.kept_bytes : memory.fixed_kept_bytes;
+    kept_bytes[static_cast<std::size_t>(value.producer)] += stored_bytes(value, precision);
   }
   for (const auto& kernel : fused)
     if (!kernel.empty()) memory.kept_bytes[static_cast<std::size_t>(kernel.back())] += kernel_saved_bytes(graph, internal, kernel);
@@ -237,7 +246,7 @@ StageFootprint whole_model_footprint(const ir::Graph& graph, const ActivationMem
   }
   for (auto id : graph.model_outputs()) footprint.final_output_bytes += stored_bytes(graph.value(id), precision);
   for (std::size_t i = 0; i < activations.kept_bytes.size(); ++i) {
-    footprint.kept_bytes += activations.kept_bytes[i];
+    footprint.kept_bytes += activations.kept_bytes[i] + activations.fixed_kept_bytes[i];
     footprint.workspace_bytes = std::max(footprint.workspace_bytes, activations.workspace_bytes[i]);
   }
   std::vector<ir::OpId> ops;

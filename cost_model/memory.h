@@ -59,6 +59,9 @@ struct ActivationMemory {
   // that a consumer saves for backward (a view's consumers keep the viewed tensor alive), plus
   // its own saved extras (dropout masks, pooling indices).
   std::vector<double> kept_bytes;
+  // Kept bytes that do not scale with the batch: tensors without a batch dim that each
+  // microbatch's forward makes (a causal mask cut to the sequence, rotary tables).
+  std::vector<double> fixed_kept_bytes;
   // Bytes alive only while the op runs: the gradients of its outputs and of its activation inputs,
   // and the fresh gradients of the weights it reads.
   std::vector<double> workspace_bytes;

@@ -436,7 +436,28 @@ double kernel_saved_bytes(const ir::Graph& graph, const std::vector<bool>& inter
 
 bool is_view(const ir::Op& op) { return has_op_trait(op.kind, kView); }
 
+bool mean_over_dims_keeps_input() {
+#ifdef RANNC_MEAN_KEEPS_INPUT
+  return true;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+// aten::mean.dim (self, dim: a list, ...), not aten::mean (self, dtype: an int); or ONNX's
+// ReduceMean, which the stage files run as it.
+bool is_mean_over_dims(const ir::Graph& graph, const ir::Op& op) {
+  if (op.kind == "onnx::ReduceMean") return true;
+  return op.kind == "aten::mean" && op.inputs.size() >= 2 &&
+         std::holds_alternative<std::vector<std::int64_t>>(graph.value(op.inputs[1]).literal);
+}
+
+}  // namespace
+
 SavedForBackward saved_for_backward(const ir::Graph& graph, const ir::Op& op) {
+  if (mean_over_dims_keeps_input() && is_mean_over_dims(graph, op)) return SavedForBackward::kInputs;
   if (is_view(op) || has_op_trait(op.kind, kSavesNothing)) return SavedForBackward::kNothing;
   if (has_op_trait(op.kind, kSavesOutput)) return SavedForBackward::kOutput;
   // x * 2 and x / 8 keep only the scalar.
@@ -451,15 +472,6 @@ double extra_saved_bytes(const ir::Graph& graph, const ir::Op& op) {
   double out = first_output_numel(graph, op);
   // A mask: bool on CUDA, the float noise tensor on CPU (libtorch 1.13's _dropout_impl): count the larger.
   if (has_op_trait(kind, kDropout)) return 4 * out;
-  // masked_fill and where keep their condition, which is batch-sized when computed from activations.
-  if (has_op_trait(kind, kSavesCondition)) {
-    double mask = 0;
-    for (auto id : op.inputs) {
-      const auto& value = graph.value(id);
-      if (value.is_tensor() && value.batch_dependent && value.type.dtype == ir::DType::kBool) mask += static_cast<double>(value.type.bytes());
-    }
-    return mask;
-  }
   if (has_op_trait(kind, kSavesPoolIndices)) return 8 * out;  // int64 indices
   // Unfused attention (libtorch 1.13's composition, the ONNX mapping) keeps the softmax of the
   // scores, [..., L, S]; a fused kernel keeps less, so this errs on the safe side.

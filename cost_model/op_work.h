@@ -96,8 +96,13 @@ enum class SavedForBackward : std::uint8_t {
   kNothing,  // nothing batch-sized (add, sub, views, concatenation, sum, mean)
 };
 SavedForBackward saved_for_backward(const ir::Graph& graph, const ir::Op& op);
+// Whether a mean over dims keeps its input for backward in the libtorch this build's rannc-run
+// runs: 1.x's MeanBackward1 saves it (to count its elements), 2.x only its sizes. An RMSNorm's
+// mean of squares keeps a whole activation so on 1.13.
+bool mean_over_dims_keeps_input();
 
 // Bytes autograd saves that are not tensors of the graph: dropout masks, max-pooling indices.
+// (masked_fill's and where's conditions are tensors of the graph: the memory model keeps them.)
 double extra_saved_bytes(const ir::Graph& graph, const ir::Op& op);
 
 }  // namespace rannc::cost

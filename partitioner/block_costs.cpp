@@ -61,6 +61,24 @@ std::vector<int> recomputed_core_of_op(const ir::Graph& graph, const TensorRegio
   return recomputed;
 }
 
+// [op]: what rannc-run keeps beyond the op's share where a region's column ops read its output
+// gathered along the sequence (tp_gather): they keep the gathered whole tensor for backward, not
+// the sequence op's 1/t of it. (Megatron-LM keeps the part and gathers it again in backward.)
+std::vector<double> gathered_input_bytes(const ir::Graph& graph, const TensorRegions& regions,
+                                         const cost::ActivationMemory& activations, const std::vector<bool>& split,
+                                         int degree, plan::Precision precision) {
+  std::vector<double> extra(graph.ops().size(), 0);
+  for (const auto& region : regions.regions) {
+    if (!region.allows(degree) || region.input == ir::kNoId) continue;
+    ir::OpId producer = graph.value(region.input).producer;
+    if (producer == ir::kNoId || !split[static_cast<std::size_t>(producer)]) continue;
+    if (std::find(region.ops.begin(), region.ops.end(), producer) != region.ops.end()) continue;
+    if (!activations.saved[static_cast<std::size_t>(region.input)]) continue;
+    extra[static_cast<std::size_t>(producer)] += cost::stored_bytes(graph.value(region.input), precision) * (degree - 1) / degree;
+  }
+  return extra;
+}
+
 // Each block's times, workspace and kept activations at one tensor-parallel degree (1: none).
 struct BlockTables {
   std::vector<std::vector<double>> fwd, bwd, fwd_host, bwd_host, workspace;  // [block][sample]
@@ -74,6 +92,7 @@ BlockTables cost_blocks(const ir::Graph& graph, const std::vector<std::vector<ir
                         const BlockCosts& result) {
   std::size_t sizes = result.samples.size();
   const std::vector<bool> split = split_ops(graph.ops().size(), regions, degree);
+  const std::vector<double> gathered = gathered_input_bytes(graph, regions, activations, split, degree, costs.precision());
   BlockTables tables;
   for (const auto& block_ops : ops) {
     std::vector<double> fwd(sizes, 0), bwd(sizes, 0), fwd_host(sizes, 0), bwd_host(sizes, 0), workspace(sizes, 0);
@@ -83,7 +102,7 @@ BlockTables cost_blocks(const ir::Graph& graph, const std::vector<std::vector<ir
     for (auto op : block_ops) {
       int ways = split[static_cast<std::size_t>(op)] ? degree : 1;
       int core = recomputed_core[static_cast<std::size_t>(op)];
-      kept += activations.kept_bytes[op] / ways;
+      kept += activations.kept_bytes[op] / ways + gathered[static_cast<std::size_t>(op)];
       if (core >= 0) kept_by_core[core] += activations.kept_bytes[op] / ways;
       double fixed = activations.weight_grad_bytes[op], scaled = activations.workspace_bytes[op] - fixed;
       for (std::size_t i = 0; i < sizes; ++i) {
@@ -291,6 +310,11 @@ BlockCosts block_costs(const ir::Graph& graph, const UnitGraph& units, const Blo
   result.bwd_host_ms = std::move(whole.bwd_host);
   result.workspace_bytes = std::move(whole.workspace);
   result.kept_bytes = std::move(whole.kept);
+  for (const auto& block_ops : ops) {
+    double fixed = 0;
+    for (auto op : block_ops) fixed += activations.fixed_kept_bytes[static_cast<std::size_t>(op)];
+    result.fixed_kept_bytes.push_back(fixed);
+  }
   result.cores = std::move(whole.cores);
   std::vector<int> block_of_op(graph.ops().size(), 0);
   for (int block = 0; block < static_cast<int>(ops.size()); ++block)
@@ -411,6 +435,7 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
       for (int end = begin + 1; end <= count_; ++end) cell(*table, begin, end) += cell(*table, begin, end - 1);
   }
   kept_prefix_ = prefix_sums(blocks.kept_bytes, count_);
+  fixed_kept_prefix_ = prefix_sums(blocks.fixed_kept_bytes, count_);
   shared_param_elements_.push_back(shared_params(blocks, 1));
   for (const auto& split : blocks.splits) shared_param_elements_.push_back(shared_params(blocks, split.degree));
 }

@@ -23,6 +23,9 @@ struct BlockCosts {
   // when no block has one.
   std::vector<std::vector<double>> fwd_host_ms, bwd_host_ms;
   std::vector<double> kept_bytes;  // [block] activations kept for backward, at evaluated_batch
+  // [block] kept bytes that do not scale with the batch (ActivationMemory::fixed_kept_bytes),
+  // whole on every tensor rank. Empty in tests: none.
+  std::vector<double> fixed_kept_bytes;
 
   // What selective recomputation (plan::Recompute::kSelective) does in each block: the attention
   // cores' ops whose outputs stay inside their core (TensorRegion::attention_core, less the
@@ -145,6 +148,8 @@ class RangeTable {
   // The others that some op keeps for backward (counted in kept_bytes already).
   double saved_sent_bytes(int begin, int end) const { return at(saved_sent_bytes_, begin, end); }
   double kept_bytes(int begin, int end) const { return kept_prefix_[end] - kept_prefix_[begin]; }
+  // What each microbatch of the range keeps whatever its size (BlockCosts::fixed_kept_bytes).
+  double fixed_kept_bytes(int begin, int end) const { return fixed_kept_prefix_[end] - fixed_kept_prefix_[begin]; }
   // The same under tensor parallelism of a costed degree > 1: per device of its group.
   double param_elements(int begin, int end, int degree) const;
   double kept_bytes(int begin, int end, int degree) const;
@@ -172,7 +177,7 @@ class RangeTable {
   std::vector<std::vector<double>> core_kept_prefix_, largest_core_, largest_param_elements_;
   std::vector<double> largest_tied_grad_bytes_;  // running maxima over end, not sums
   std::vector<double> param_elements_, buffer_bytes_, received_bytes_, model_input_bytes_, sent_bytes_,
-      final_output_bytes_, saved_sent_bytes_, batch_free_sent_, kept_prefix_;
+      final_output_bytes_, saved_sent_bytes_, batch_free_sent_, kept_prefix_, fixed_kept_prefix_;
 };
 
 }  // namespace rannc::partition

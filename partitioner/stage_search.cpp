@@ -238,7 +238,7 @@ cost::StageFootprint StageOptions::footprint(int begin, int end, int replicas, i
   footprint.largest_param_elements = ranges.largest_param_elements(begin, end, tensor_degree);
   footprint.tied_grad_bytes = ranges.largest_tied_grad_bytes(begin, end);
   footprint.buffer_bytes = ranges.buffer_bytes(begin, end);
-  footprint.kept_bytes = ranges.kept_bytes(begin, end, tensor_degree) * fraction;
+  footprint.kept_bytes = ranges.kept_bytes(begin, end, tensor_degree) * fraction + ranges.fixed_kept_bytes(begin, end);
   footprint.core_kept_bytes = ranges.core_kept_bytes(begin, end, tensor_degree) * fraction;
   footprint.largest_core_bytes = ranges.largest_core_bytes(begin, end, tensor_degree) * fraction;
   footprint.input_bytes = (ranges.received_bytes(begin, end) + ranges.model_input_bytes(begin, end)) * fraction;

@@ -17,7 +17,9 @@
 // t), slices and concatenations of other dims (rotary embeddings' halves of head_dim), expands
 // that keep its size (grouped-query attention's repeat_kv: each device's key/value heads and the
 // query heads that share them), and batched matrix products where both operands split the same
-// batch dim. A candidate whose split reaches anything else (a reduction or normalisation over the
+// batch dim. A size query of any dim is glue outside the region: it reads the whole model's size
+// (Hugging Face's repeat_kv reads its number of key/value heads so), which each tensor rank's cut
+// computes as its share times the degree. A candidate whose split reaches anything else (a reduction or normalisation over the
 // split dim, a model output, a value read outside the region) is rejected with the reason, and
 // stays replicated.
 //

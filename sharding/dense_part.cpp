@@ -43,7 +43,7 @@ cost::StageFootprint dense_footprint(const ir::Graph& graph, const std::vector<i
   std::set<ir::OpId> dense(ops.begin(), ops.end());
   for (auto id : ops) {
     auto i = static_cast<std::size_t>(id);
-    footprint.kept_bytes += activations.kept_bytes[i] * fraction;
+    footprint.kept_bytes += activations.kept_bytes[i] * fraction + activations.fixed_kept_bytes[i];
     double weight_grads = activations.weight_grad_bytes[i];
     footprint.workspace_bytes =
         std::max(footprint.workspace_bytes, (activations.workspace_bytes[i] - weight_grads) * fraction + weight_grads);

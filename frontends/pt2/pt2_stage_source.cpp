@@ -404,11 +404,12 @@ class Pt2StageEmitter {
     return std::nullopt;
   }
 
-  // A size query of a value split along the sequence reads it where it is, that dim times the degree.
+  // A size query of a split value (along the sequence, or a region's) reads it where it is, that
+  // dim times the degree: the whole model's size.
   bool size_query(const ir::Op& op, const pt2::Node& node) {
     if (node.target != "torch.ops.aten.sym_size.int" || op.inputs.empty()) return false;
     std::string x = vars_.expr(op.inputs[0]);
-    int split = cut_->sequence_dim(x);
+    int split = cut_->split_dim(op.inputs[0], x);
     if (split < 0) return false;
     replaced_["self"] = x;
     emit_node(node);

@@ -84,16 +84,19 @@ std::vector<Value*> TensorRankCut::clone_sequence_op(const ir::Op& op, Node* nod
   return {copy->outputs().begin(), copy->outputs().end()};
 }
 
-// Any other op reads its inputs whole; a size query of a split value reads it where it is,
-// multiplying the sequence dim's size by the degree.
+// Any other op reads its inputs whole; a size query of a split value (along the sequence, or a
+// region's) reads it where it is, multiplying the split dim's size by the degree: the whole
+// model's size, which a region's shape entry along its split dim divides again.
 std::vector<Value*> TensorRankCut::clone_whole_op(const ir::Op& op, Node* node, Graph& graph, const Mapped& mapped) {
   auto size_dim = node->kind() == c10::aten::size && node->inputs().size() == 2 ? torch::jit::toIValue(node->input(1))
                                                                                   : c10::nullopt;
   Value* queried = size_dim && size_dim->isInt() ? mapped(node->input(0)) : nullptr;
-  if (queried && sequence_.dim(queried) >= 0) {
+  int split = queried ? sequence_.dim(queried) : -1;
+  if (queried && split < 0) split = share_.split_dim(op.inputs[0]);
+  if (split >= 0) {
     Node* copy = graph.insertNode(graph.createClone(node, mapped));
     auto rank = graph_.value(op.inputs[0]).type.shape.size();
-    if (normalised_dim(size_dim->toInt(), rank) != sequence_.dim(queried)) return {copy->output()};
+    if (normalised_dim(size_dim->toInt(), rank) != split) return {copy->output()};
     return {graph.insert(c10::aten::mul, {copy->output(), static_cast<std::int64_t>(share_.degree())})};
   }
   Node* copy = graph.createClone(node, [&](Value* v) { return sequence_.whole(mapped(v), collectives(graph)); });

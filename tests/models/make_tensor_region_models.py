@@ -16,6 +16,11 @@ recomputation must draw the same masks again, and frees activations that stand o
 fused_mlp.trace.pt and fused_mlp.onnx: two pre-norm SwiGLU MLP blocks whose gate and up projections
 are one linear cut in halves by slicing (ONNX Slice along the split dim, a fused weight of 2 parts),
 for the tensor ranks' cut of ONNX stages against the trace, input x:8x8x32.
+llama.trace.pt: a Llama-style decoder as Hugging Face's LlamaModel writes it (RMSNorm, rotary
+embeddings, grouped-query attention of 4 query heads over 2 key/value heads through repeat_kv, a
+SwiGLU MLP, an untied head), its attention written out (scores, causal mask, softmax, the product
+with V) as torch 1.13 has no scaled_dot_product_attention, 4 layers of width 64 and a vocabulary
+of 256, input tokens:8x64:int64.
 Run with /usr/bin/python3 (the interpreter that has torch).
 """
 
@@ -101,6 +106,95 @@ class ScaledMlp(nn.Module):
         return self.fc2(torch.nn.functional.gelu(self.fc1(x)) * self.alpha)
 
 
+# The Llama-style decoder of tests/modern/make_modern_corpus.py written out again: that script is
+# hashed into its fixtures' manifest, and its attention is scaled_dot_product_attention, which
+# torch 1.13 lacks.
+class RmsNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(variance + self.eps))
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def repeat_kv(x, n_rep):
+    batch, kv_heads, seq, head_dim = x.shape
+    x = x[:, :, None, :, :].expand(batch, kv_heads, n_rep, seq, head_dim)
+    return x.reshape(batch, kv_heads * n_rep, seq, head_dim)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, dim, heads, kv_heads, context):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.q_proj = nn.Linear(dim, heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(heads * self.head_dim, dim, bias=False)
+        self.register_buffer("causal", torch.tril(torch.ones(context, context, dtype=torch.bool)), persistent=False)
+
+    def forward(self, x, cos, sin):
+        shape = (*x.shape[:-1], -1, self.head_dim)
+        q = self.q_proj(x).view(shape).transpose(1, 2)
+        k = self.k_proj(x).view(shape).transpose(1, 2)
+        v = self.v_proj(x).view(shape).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = repeat_kv(k, self.heads // self.kv_heads)
+        v = repeat_kv(v, self.heads // self.kv_heads)
+        seq = x.shape[1]
+        scores = torch.matmul(q, k.transpose(-2, -1)) * (self.head_dim ** -0.5)
+        scores = scores.masked_fill(~self.causal[:seq, :seq], float("-inf"))
+        out = torch.matmul(torch.softmax(scores, dim=-1), v)
+        return self.o_proj(out.transpose(1, 2).reshape(*x.shape[:-1], -1))
+
+
+class LlamaLayer(nn.Module):
+    def __init__(self, dim, heads, kv_heads, hidden, context):
+        super().__init__()
+        self.input_layernorm = RmsNorm(dim)
+        self.self_attn = LlamaAttention(dim, heads, kv_heads, context)
+        self.post_attention_layernorm = RmsNorm(dim)
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(torch.nn.functional.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, vocab=256, dim=64, layers=4, heads=4, kv_heads=2, hidden=176, context=64):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(vocab, dim)
+        head_dim = dim // heads
+        inv_freq = 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.layers = nn.ModuleList(LlamaLayer(dim, heads, kv_heads, hidden, context) for _ in range(layers))
+        self.norm = RmsNorm(dim)
+        self.lm_head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, tokens):
+        x = self.embed_tokens(tokens)
+        positions = torch.arange(tokens.shape[1], dtype=torch.float32)
+        freqs = torch.outer(positions, self.inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos(), emb.sin()
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.lm_head(self.norm(x))
+
+
 def save_traced(model, example, path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings about dropout's randomness
@@ -129,6 +223,7 @@ def main():
     print("wrote", os.path.join(args.out, "fused_mlp.onnx"))
     save_traced(attention_dropout_gpt(), (torch.zeros(8, 128, dtype=torch.long),),
                 os.path.join(args.out, "gpt_attention_dropout.trace.pt"))
+    save_traced(Llama(), (torch.zeros(8, 64, dtype=torch.long),), os.path.join(args.out, "llama.trace.pt"))
 
 
 if __name__ == "__main__":

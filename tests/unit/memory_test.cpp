@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "cost_model/memory.h"
+#include "cost_model/op_work.h"
 #include "graph_builders.h"
 #include "ir/batch_dims.h"
 #include "ir/requires_grad.h"
@@ -75,6 +76,55 @@ TEST_CASE("activations: a product or quotient by a constant tensor keeps nothing
     INFO("divisor role " << static_cast<int>(role));
     CHECK(memory.kept_bytes[static_cast<std::size_t>(product)] == (role == ValueRole::kParam ? 8 * 64 * 4 : 0));
   }
+}
+
+TEST_CASE("activations: a mask without a batch dim is kept at its size; a mean over dims as the libtorch keeps it",
+          "[memory]") {
+  // The causal mask cut to the input's sequence (batch-dependent, but without a batch dim) that
+  // masked_fill keeps, and an RMSNorm's mean of squares, whose input libtorch 1.x keeps.
+  Graph g;
+  auto x = add_tensor(g, "x", {8, 16, 32}, ValueRole::kModelInput);
+  auto w = add_tensor(g, "w", {16, 32}, ValueRole::kParam);
+  auto causal = add_tensor(g, "causal", {64, 64}, ValueRole::kBuffer, DType::kBool);
+  auto none = add_literal(g, "none", {}, ValueKind::kNone);
+  auto zero = add_literal(g, "zero", std::int64_t{0}, ValueKind::kInt);
+  auto one = add_literal(g, "one", std::int64_t{1}, ValueKind::kInt);
+  auto two = add_literal(g, "two", std::int64_t{2}, ValueKind::kInt);
+  auto last = add_literal(g, "last", std::vector<std::int64_t>{-1}, ValueKind::kIntList);
+  auto keep = add_literal(g, "keep", true, ValueKind::kBool);
+  auto low = add_literal(g, "low", -1e9, ValueKind::kFloat);
+  auto seq = add_literal(g, "seq", std::int64_t{16}, ValueKind::kInt);
+  auto rows = add_tensor(g, "rows", {16, 64}, ValueRole::kIntermediate, DType::kBool);
+  auto cut = add_tensor(g, "cut", {16, 16}, ValueRole::kIntermediate, DType::kBool);
+  auto mask = add_tensor(g, "mask", {16, 16}, ValueRole::kIntermediate, DType::kBool);
+  auto h = add_tensor(g, "h", {8, 16, 16});
+  auto filled = add_tensor(g, "filled", {8, 16, 16});
+  auto squares = add_tensor(g, "squares", {8, 16, 16});
+  auto variance = add_tensor(g, "variance", {8, 16, 1});
+  auto y = add_tensor(g, "y", {8, 16, 16});
+  g.add_op("aten::size", {x, one}, {seq});
+  g.add_op("aten::slice", {causal, zero, zero, seq, one}, {rows});
+  g.add_op("aten::slice", {rows, one, zero, seq, one}, {cut});
+  auto invert = g.add_op("aten::bitwise_not", {cut}, {mask});
+  auto linear = g.add_op("aten::linear", {x, w, none}, {h});
+  g.add_op("aten::masked_fill", {h, mask, low}, {filled});
+  auto square = g.add_op("aten::pow", {filled, two}, {squares});
+  g.add_op("aten::mean", {squares, last, keep, none}, {variance});
+  g.add_op("aten::add", {filled, variance, one}, {y});
+  g.add_model_output(y);
+  assign_batch_dims(g, 8, {});
+  REQUIRE(g.value(mask).batch_dependent);
+  REQUIRE(g.value(mask).type.batch_dim == -1);
+  auto memory = cost::activation_memory(g, values_requiring_grad(g), plan::Precision::kFp32);
+  auto at = [](const std::vector<double>& bytes, OpId op) { return bytes[static_cast<std::size_t>(op)]; };
+  // Each microbatch makes the mask again, at 16 x 16 whatever its size: not scaled with the batch.
+  CHECK(at(memory.kept_bytes, invert) == 0);
+  CHECK(at(memory.fixed_kept_bytes, invert) == 16 * 16);
+  CHECK(at(memory.kept_bytes, linear) == 0);  // h: masked_fill keeps its mask only
+  // pow keeps `filled` (charged to masked_fill); the mean keeps `squares` where the libtorch does.
+  CHECK(at(memory.kept_bytes, square) == (cost::mean_over_dims_keeps_input() ? 8 * 16 * 16 * 4 : 0));
+  auto footprint = cost::whole_model_footprint(g, memory, plan::Precision::kFp32);
+  CHECK(footprint.kept_bytes == at(memory.kept_bytes, square) + 8 * 16 * 16 * 4 + 16 * 16);
 }
 
 TEST_CASE("microbatches in flight: 1F1B keeps stages - s, GPipe keeps all", "[memory]") {

@@ -78,6 +78,7 @@ std::vector<std::string> kinds_of(const ir::Graph& graph, const std::vector<ir::
 }
 
 std::set<std::string> as_set(const std::vector<std::string>& items) { return {items.begin(), items.end()}; }
+std::set<ir::OpId> as_set(const std::vector<ir::OpId>& ops) { return {ops.begin(), ops.end()}; }
 
 // The regions of one kind, in their order.
 std::vector<TensorRegion> regions_of(const TensorRegions& found, plan::RegionKind kind) {
@@ -596,6 +597,39 @@ TEST_CASE("tensor regions: the samples' GPT traced to TorchScript", "[tensor_reg
   for (const auto& op : graph.ops())
     if (op.kind == "aten::size" || op.kind == "prim::Constant" || op.kind == "prim::ListConstruct")
       CHECK(found.region_of_op[static_cast<std::size_t>(op.id)] == -1);
+}
+
+TEST_CASE("tensor regions: a Llama-style decoder traced to TorchScript, repeat_kv reading its key/value heads",
+          "[tensor_regions]") {
+  auto model = load(RANNC_TENSOR_REGION_MODELS "/llama.trace.pt", {"tokens:2x64:int64"});
+  const auto& graph = model.graph;
+  auto found = find_tensor_regions(graph);
+  const auto layers = layer_regions(found);
+  REQUIRE(layers.size() == 8);
+  for (int layer = 0; layer < 4; ++layer) {
+    CAPTURE(layer);
+    std::string prefix = "layers." + std::to_string(layer) + ".";
+    const auto& attention = layers[static_cast<std::size_t>(2 * layer)];
+    const auto& mlp = layers[static_cast<std::size_t>(2 * layer + 1)];
+    CHECK(as_set(attention.column_ops) == std::set<ir::OpId>{reader_of(graph, prefix + "self_attn.q_proj.weight"),
+                                                             reader_of(graph, prefix + "self_attn.k_proj.weight"),
+                                                             reader_of(graph, prefix + "self_attn.v_proj.weight")});
+    CHECK(attention.row_op == reader_of(graph, prefix + "self_attn.o_proj.weight"));
+    // 4 query heads over 2 key/value heads: degrees 1 and 2.
+    CHECK(attention.divisor == 2);
+    CHECK_FALSE(attention.attention_core.empty());
+    CHECK(as_set(mlp.column_ops) == std::set<ir::OpId>{reader_of(graph, prefix + "gate_proj.weight"),
+                                                       reader_of(graph, prefix + "up_proj.weight")});
+    CHECK(mlp.row_op == reader_of(graph, prefix + "down_proj.weight"));
+  }
+  // repeat_kv's size queries of the heads dim stay glue: the ranks' cut reads the whole model's.
+  int size_queries = 0;
+  for (const auto& op : graph.ops())
+    if (op.kind == "aten::size") {
+      ++size_queries;
+      CHECK(found.region_of_op[static_cast<std::size_t>(op.id)] == -1);
+    }
+  CHECK(size_queries > 0);
 }
 
 TEST_CASE("tensor regions: nn.TransformerEncoderLayer keeps its MLP, not its attention (heads inside batch x heads)",

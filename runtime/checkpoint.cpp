@@ -61,17 +61,23 @@ void set_generator_state(const at::Tensor& state) {
 
 std::string short_sha(const std::string& sha) { return sha.substr(0, 12); }
 
-// A rank's files in a checkpoint: what the stage's ranks of its tensor rank share (the weights,
-// and the optimizer state when replicated), its shards of sharded state and its random state.
+// A rank's files in a checkpoint beside its chunks' weights (chunk_weights_file): the optimizer
+// state its stage's ranks of its tensor rank share when replicated, its shards of sharded state
+// and its random state.
 struct RankFiles {
-  std::string weights, shared_optimizer, own_optimizer, random_state;
+  std::string shared_optimizer, own_optimizer, random_state;
   const std::string& optimizer(const StateSync& state) const { return state.replicated() ? shared_optimizer : own_optimizer; }
 };
 
 RankFiles rank_files(const plan::Plan& plan, Placement placement, int rank) {
   const auto& stage = plan.stages.at(static_cast<std::size_t>(placement.stage));
-  return {plan::stage_weights_file(stage, placement.tensor_rank), plan::stage_optimizer_file(stage, placement.tensor_rank),
-          plan::rank_optimizer_file(rank), plan::rank_state_file(rank)};
+  return {plan::stage_optimizer_file(stage, placement.tensor_rank), plan::rank_optimizer_file(rank),
+          plan::rank_state_file(rank)};
+}
+
+// The weights of one of the rank's model chunks (its stage, its tensor rank's slices).
+std::string chunk_weights_file(const plan::Plan& plan, const StageRunner& chunk, Placement placement) {
+  return plan::stage_weights_file(plan.stages.at(static_cast<std::size_t>(chunk.stage_id())), placement.tensor_rank);
 }
 
 }  // namespace
@@ -89,7 +95,7 @@ bool CheckpointWriter::due(int steps_done) const {
   return steps_done == options_.steps || (options_.save_every > 0 && steps_done % options_.save_every == 0);
 }
 
-void CheckpointWriter::save(const MpiWorld& world, int steps_done, const StageRunner& runner,
+void CheckpointWriter::save(const MpiWorld& world, int steps_done, const std::vector<StageRunner*>& chunks,
                             const StateSync& state) const {
   const auto partial = (fs::path(options_.save_dir) / (plan::checkpoint_folder_name(steps_done) + ".partial")).string();
   try {
@@ -97,7 +103,7 @@ void CheckpointWriter::save(const MpiWorld& world, int steps_done, const StageRu
       if (world.rank() == 0) fresh_folder(partial);
     });
     std::string written;
-    on_every_rank(world, [&] { written = write_rank_files(partial, world.rank(), runner, state); });
+    on_every_rank(world, [&] { written = write_rank_files(partial, world.rank(), chunks, state); });
     // Rank 0 lists what every rank wrote: the files the manifest must hold.
     std::vector<std::string> files;
     for (const auto& names : world.gather(written)) {
@@ -116,7 +122,7 @@ void CheckpointWriter::save(const MpiWorld& world, int steps_done, const StageRu
   }
 }
 
-std::string CheckpointWriter::write_rank_files(const std::string& folder, int rank, const StageRunner& runner,
+std::string CheckpointWriter::write_rank_files(const std::string& folder, int rank, const std::vector<StageRunner*>& chunks,
                                                const StateSync& state) const {
   std::string names;
   auto write = [&](const std::string& file, const std::string& bytes) {
@@ -126,7 +132,8 @@ std::string CheckpointWriter::write_rank_files(const std::string& folder, int ra
   const auto files = rank_files(plan_, placement_, rank);
   // The replicas of one tensor rank hold the same values: the first writes them.
   bool first_replica = placement_.pipeline == 0 && placement_.replica == 0;
-  if (first_replica) write(files.weights, state_dict_bytes(runner.state()));
+  if (first_replica)
+    for (const StageRunner* chunk : chunks) write(chunk_weights_file(plan_, *chunk, placement_), state_dict_bytes(chunk->state()));
   if (first_replica || !state.replicated()) write(files.optimizer(state), state.optimizer_bytes());
   write(files.random_state, state_dict_bytes({{kGeneratorKey, generator_state()}}));
   return names;
@@ -194,10 +201,13 @@ ResumePoint open_resume_point(const RunOptions& options, const plan::Plan& plan,
   return point;
 }
 
-void restore_stage(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank, StageRunner& runner) {
+void restore_stage(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank,
+                   const std::vector<StageRunner*>& chunks) {
   const auto files = rank_files(plan, placement, rank);
-  auto weights = plan::checked_checkpoint_file(point.folder, point.manifest, files.weights);
-  runner.load_state(read_state_dict(weights, "checkpoint"), weights);
+  for (StageRunner* chunk : chunks) {
+    auto weights = plan::checked_checkpoint_file(point.folder, point.manifest, chunk_weights_file(plan, *chunk, placement));
+    chunk->load_state(read_state_dict(weights, "checkpoint"), weights);
+  }
   auto rank_file = plan::checked_checkpoint_file(point.folder, point.manifest, files.random_state);
   for (const auto& [name, tensor] : read_state_dict(rank_file, "checkpoint"))
     if (name == kGeneratorKey) set_generator_state(tensor);

@@ -3,7 +3,9 @@
 // run never stopped. One rank per stage and tensor rank (of the first replica of the first
 // pipeline) writes what the stage's ranks of that tensor rank hold alike: the weights (its slices
 // of the split ones), and the optimizer state when replicated; every rank writes its random state,
-// and its shards of sharded state.
+// and its shards of sharded state. A rank of an interleaved plan writes the weights of each of its
+// model chunks under its stage's name, and one optimizer state over all of them under its first
+// stage's (the state its ranks step together).
 #pragma once
 
 #include <string>
@@ -32,11 +34,13 @@ class CheckpointWriter {
   // Collective: every rank calls it. Writes DIR/step_N, then points DIR/latest at it. A failure
   // on any rank (a full disk) throws InputError on every rank, naming the rank; DIR/latest
   // still names the previous checkpoint.
-  void save(const MpiWorld& world, int steps_done, const StageRunner& runner, const StateSync& state) const;
+  // `chunks`: the rank's model chunks, its first stage's first.
+  void save(const MpiWorld& world, int steps_done, const std::vector<StageRunner*>& chunks, const StateSync& state) const;
 
  private:
   // Returns the names written, one per line.
-  std::string write_rank_files(const std::string& folder, int rank, const StageRunner& runner, const StateSync& state) const;
+  std::string write_rank_files(const std::string& folder, int rank, const std::vector<StageRunner*>& chunks,
+                               const StateSync& state) const;
   void publish(const std::string& partial, int steps_done, std::vector<std::string> files) const;
 
   RunOptions options_;
@@ -54,10 +58,11 @@ struct ResumePoint {
 ResumePoint open_resume_point(const RunOptions& options, const plan::Plan& plan, const std::string& plan_sha256,
                               const std::string& optimizer);
 
-// This rank's part (`placement` its place): the stage's weights and buffers of its tensor rank
+// This rank's part (`placement` its place): each chunk's weights and buffers of its tensor rank
 // and the rank's random state (before the optimizer is made: sharded state starts from the
 // weights); then the optimizer state.
-void restore_stage(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank, StageRunner& runner);
+void restore_stage(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank,
+                   const std::vector<StageRunner*>& chunks);
 void restore_optimizer(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank,
                        StateSync& state);
 

@@ -195,9 +195,6 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   setup->plan = plan::read_plan_file(options.plan_path);
   const auto& plan = setup->plan;
   if (plan.sharding) check_sharded_options(options);
-  if (plan.interleave > 1 && (!options.save_dir.empty() || !options.resume_dir.empty() || !options.init_path.empty()))
-    throw InputError(plan.path + ": checkpoints of interleaved plans (" + std::to_string(plan.interleave) +
-                     " model chunks per rank; --save, --resume, --init) are not written or read by rannc-run yet");
   if (plan.attention == plan::Fusion::kFused)
     throw InputError(plan.path + ": planned for fused attention kernels (--attention fused), which rannc-run does not run: "
                      "partition again without --attention");
@@ -238,16 +235,18 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   use_device(setup->device);
   seed_random_ops(options.seed, world.rank());
   setup->runner = std::make_unique<StageRunner>(plan, stage, torch_device(setup->device), setup->placement.tensor_rank);
-  if (!options.init_path.empty())
-    setup->runner->load_model_state(read_state_dict(options.init_path, "--init"), "--init " + options.init_path);
-  if (!options.resume_dir.empty()) {
-    setup->resume = open_resume_point(options, plan, setup->plan_sha256,
-                                      std::string(plan::optimizer_name(setup->optimizer.kind)));
-    restore_stage(*setup->resume, plan, setup->placement, world.rank(), *setup->runner);
-  }
   for (std::size_t c = 1; c < chunks.size(); ++c)
     setup->later_chunks.push_back(std::make_unique<StageRunner>(plan, plan.stages[static_cast<std::size_t>(chunks[c])],
                                                                 torch_device(setup->device), setup->placement.tensor_rank));
+  if (!options.init_path.empty()) {
+    auto state = read_state_dict(options.init_path, "--init");
+    for (StageRunner* runner : runners_of(*setup)) runner->load_model_state(state, "--init " + options.init_path);
+  }
+  if (!options.resume_dir.empty()) {
+    setup->resume = open_resume_point(options, plan, setup->plan_sha256,
+                                      std::string(plan::optimizer_name(setup->optimizer.kind)));
+    restore_stage(*setup->resume, plan, setup->placement, world.rank(), runners_of(*setup));
+  }
   for (StageRunner* runner : runners_of(*setup))
     if (runner->stage_id() == setup->loss.stage)
       runner->set_loss(
@@ -414,7 +413,7 @@ int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
     if (progress) progress->report(record);
     if (checkpoints.due(step + 1)) {
       try {
-        checkpoints.save(world, step + 1, *setup.runner, state);
+        checkpoints.save(world, step + 1, runners_of(setup), state);
       } catch (const Error& e) {
         stopped = std::string("checkpoint: ") + e.what();
         if (world.rank() == 0) std::cerr << "rannc-run: " << stopped << std::endl;

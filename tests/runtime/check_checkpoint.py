@@ -3,11 +3,13 @@ goes back to PyTorch, and training starts from a PyTorch state_dict.
 
 usage: check_checkpoint.py --partition BIN --run BIN --model PATH --sample NAME --samples DIR --out DIR
            --other-plan "PARTITION_ARGS" [--np 4] [--recompute] [--expect-sharded] [--expect-tensor-parallel T]
+           [--expect-interleave V]
            -- EXTRA_PARTITION_ARGS...
 
 Adam, constant learning rate, on a --data folder of STEPS + 1 steps:
 1. straight: STEPS steps with --save S1 --save-every STEPS; the losses L. Each checkpoint holds one
-   weights file per stage, or per tensor rank of a tensor-parallel stage (its slices).
+   weights file per stage, or per tensor rank of a tensor-parallel stage (its slices); a rank of an
+   interleaved plan writes one for each of its model chunks.
 2. killed: the same run with --save S2 --save-every 3, SIGKILLed (the whole job) as soon as rank 0
    prints step 3, so S2/latest names step 3 (or a later multiple of 3 on a slow machine); then
    --resume S2 to STEPS: its steps equal L's exactly (the same plan, data and state).
@@ -303,6 +305,8 @@ def main():
     parser.add_argument("--expect-sharded", action="store_true")
     parser.add_argument("--expect-tensor-parallel", type=int, default=0, metavar="T",
                         help="every stage split over T tensor ranks")
+    parser.add_argument("--expect-interleave", type=int, default=0, metavar="V",
+                        help="the plan runs V model chunks on each device group (interleaved 1F1B)")
     parser.add_argument("--other-plan", required=True, help="partition arguments of another plan of the model")
     args = parse(parser)
     args.other_plan = args.other_plan.split()
@@ -316,6 +320,8 @@ def main():
         fail("expected a stage with sharded optimizer state, the plan has none")
     if args.expect_tensor_parallel and any(degree_of(s) != args.expect_tensor_parallel for s in plan["stages"]):
         fail(f"expected every stage over {args.expect_tensor_parallel} tensor ranks: {[degree_of(s) for s in plan['stages']]}")
+    if args.expect_interleave and plan.get("interleave", 1) != args.expect_interleave:
+        fail(f"expected {args.expect_interleave} model chunks per device group, the plan has {plan.get('interleave', 1)}")
     args.ranks = len(plan["ranks"])
     training_reference.make_data(plan, STEPS + 1, "cross_entropy", data_dir, 1)
 

@@ -385,6 +385,7 @@ class RegionTracer {
     if (auto product = weight_product(graph_, op)) return row_op(op, *product);
     if (is_batched_product(kind)) return batched_product(op);
     if (kind == "aten::scaled_dot_product_attention") return fused_attention(op);
+    if (auto failure = undivided_size(op, kind)) return failure;
     if (is_reshape(kind)) return reshape(op);
     if (is_permute(kind)) return permute(op);
     if (keeps_layout(kind)) return same_layout(op);
@@ -409,6 +410,20 @@ class RegionTracer {
   // A size query reads the whole model's size, as the unsplit model does: of a split dim, the
   // tensor ranks' cut multiplies the rank's share by the degree (HF's repeat_kv reads its number
   // of key/value heads so), and divides again a shape entry along the split dim that it makes.
+  // Ops whose size along the split dim the tensor ranks' cuts do not make the rank's share: a
+  // shape taken from another tensor (view_as, reshape_as, expand_as: whole where the other is), and
+  // unflatten's sizes of the split dim.
+  Failure undivided_size(const Op& op, const std::string& kind) {
+    if (kind_in(kind, {"aten::view_as", "aten::reshape_as", "aten::expand_as"}))
+      return op_text(op) + " takes its shape from another tensor, which a tensor rank's cut does not divide";
+    if (kind != "aten::unflatten") return std::nullopt;
+    const Split* split = first_input_split(op);
+    auto dim = int_literal(graph_, op, 1);
+    if (split && (!dim || dim_index(*dim, rank_of(graph_, op.inputs[0])) == split->dim))
+      return op_text(op) + " unflattens the split dim into sizes a tensor rank's cut does not divide";
+    return std::nullopt;
+  }
+
   Failure size_query(const Op& op) {
     if (!int_literal(graph_, op, 1)) return op_text(op) + " reads a size of a dim not known before it runs";
     return std::nullopt;

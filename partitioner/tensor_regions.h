@@ -19,9 +19,10 @@
 // query heads that share them), and batched matrix products where both operands split the same
 // batch dim. A size query of any dim is glue outside the region: it reads the whole model's size
 // (Hugging Face's repeat_kv reads its number of key/value heads so), which each tensor rank's cut
-// computes as its share times the degree. A candidate whose split reaches anything else (a reduction or normalisation over the
-// split dim, a model output, a value read outside the region) is rejected with the reason, and
-// stays replicated.
+// computes as its share times the degree. A candidate whose split reaches anything else (a
+// reduction or normalisation over the split dim, a model output, a value read outside the region,
+// a size the ranks' cuts do not divide: view_as, reshape_as, expand_as, unflatten of the split
+// dim) is rejected with the reason, and stays replicated.
 //
 // A language model's vocabulary splits too (Megatron-LM's VocabParallelEmbedding and parallel
 // cross entropy; partitioner/vocabulary_regions.cpp): the token embedding's table by rows, each

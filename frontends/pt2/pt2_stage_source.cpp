@@ -353,6 +353,7 @@ class Pt2StageEmitter {
         {"aten::view", "size"}, {"aten::_unsafe_view", "size"}, {"aten::reshape", "shape"}, {"aten::expand", "size"}};
     static const std::map<std::string, std::vector<std::string>> kSizes = {
         {"aten::split", {"split_size"}}, {"aten::split_with_sizes", {"split_sizes"}},
+        {"aten::unsafe_split", {"split_size"}}, {"aten::unsafe_split_with_sizes", {"split_sizes"}},
         {"aten::slice", {"start", "end"}}, {"aten::narrow", {"start", "length"}}};
     if (auto shape = kShapes.find(kind); shape != kShapes.end()) {
       int entry = cut_->share().divided_shape_entry(op);

@@ -112,7 +112,7 @@ void TensorRankCut::cut_size_arguments(const ir::Op& op, Node* copy, Graph& grap
     if (dim >= 0) copy->replaceInput(1, divided_entry(copy->input(1), dim, graph, op));
     return;
   }
-  bool split = kind_is(copy, {"aten::split", "aten::split_with_sizes"});
+  bool split = kind_is(copy, {"aten::split", "aten::split_with_sizes", "aten::unsafe_split", "aten::unsafe_split_with_sizes"});
   if (!split && !kind_is(copy, {"aten::slice", "aten::narrow"})) return;
   std::size_t dim_input = split ? 2 : 1;
   if (op.inputs.size() <= dim_input) return;

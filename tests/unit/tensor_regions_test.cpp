@@ -688,6 +688,44 @@ TEST_CASE("tensor regions: a layer norm over the split dim between two linears r
   CHECK(split.region_of_op == std::vector<int>{0, 0, 0});
 }
 
+TEST_CASE("tensor regions: a shape taken from another tensor, or the split dim unflattened, rejects the pair",
+          "[tensor_regions]") {
+  // linear, then view_as(h, shaped) or unflatten(h, 2, [4, 8]) and flatten back, then linear: the
+  // ranks' cuts would not make those sizes the rank's share.
+  for (std::string middle : {"aten::view_as", "aten::unflatten"}) {
+    CAPTURE(middle);
+    ir::Graph graph;
+    using ir::ValueRole;
+    auto x = add_tensor(graph, "x", {4, 8, 16}, ValueRole::kModelInput);
+    auto shaped = add_tensor(graph, "shaped", {4, 8, 32}, ValueRole::kModelInput);
+    auto w1 = add_tensor(graph, "w1", {32, 16}, ValueRole::kParam);
+    auto w2 = add_tensor(graph, "w2", {16, 32}, ValueRole::kParam);
+    auto none = add_literal(graph, "none", {}, ir::ValueKind::kNone);
+    auto h = add_tensor(graph, "h", {4, 8, 32});
+    auto m = add_tensor(graph, "m", {4, 8, 32});
+    graph.add_op("aten::linear", {x, w1, none}, {h});
+    if (middle == "aten::view_as") {
+      graph.add_op(middle, {h, shaped}, {m});
+    } else {
+      auto two = add_literal(graph, "two", std::int64_t{2}, ir::ValueKind::kInt);
+      auto three = add_literal(graph, "three", std::int64_t{3}, ir::ValueKind::kInt);
+      auto sizes = add_literal(graph, "sizes", std::vector<std::int64_t>{4, 8}, ir::ValueKind::kIntList);
+      auto heads = add_tensor(graph, "heads", {4, 8, 4, 8});
+      graph.add_op(middle, {h, two, sizes}, {heads});
+      graph.add_op("aten::flatten", {heads, two, three}, {m});
+    }
+    auto y = add_tensor(graph, "y", {4, 8, 16});
+    graph.add_op("aten::linear", {m, w2, none}, {y});
+    graph.add_model_output(y);
+    graph.validate();
+    auto found = find_tensor_regions(graph);
+    CHECK(found.regions.empty());
+    REQUIRE_FALSE(found.rejected.empty());
+    CHECK_THAT(found.rejected[0].reason, Catch::StartsWith(middle + " (op 1)"));
+    CHECK_THAT(found.rejected[0].reason, Catch::Contains("a tensor rank's cut does not divide"));
+  }
+}
+
 TEST_CASE("tensor regions: a SwiGLU MLP, its gate and up projections reading the same input", "[tensor_regions]") {
   ir::Graph graph;
   using ir::ValueRole;

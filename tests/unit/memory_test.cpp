@@ -78,7 +78,7 @@ TEST_CASE("activations: a product or quotient by a constant tensor keeps nothing
   }
 }
 
-TEST_CASE("activations: a mask without a batch dim is kept at its size; a mean over dims as the libtorch keeps it",
+TEST_CASE("activations: a mask without a batch dim is kept at its size, a mean over dims as the libtorch keeps it",
           "[memory]") {
   // The causal mask cut to the input's sequence (batch-dependent, but without a batch dim) that
   // masked_fill keeps, and an RMSNorm's mean of squares, whose input libtorch 1.x keeps.

@@ -50,8 +50,7 @@ class SourceRankCut {
   // The dim along which `variable`, the rank's `value`, holds its part: the sequence's, or a
   // region's split dim; -1 where it is whole.
   int split_dim(ir::ValueId value, const std::string& variable) const {
-    int dim = sequence_.dim(variable);
-    return dim >= 0 ? dim : share_.split_dim(value);
+    return emit::rank_split_dim(sequence_, share_, variable, value);
   }
 
   // `variable`, which holds the partial sums of a row op or the vocabulary lookup `op`, becomes

@@ -156,4 +156,14 @@ class SequenceValues {
   std::map<Handle, Handle> joined_, split_, shared_, gathered_;
 };
 
+// The dim along which `handle`, the rank's `value`, holds its part: the sequence's where it runs
+// split, else its region's split dim; -1 where it is whole. (A size query of that dim reads the
+// rank's share, which both cuts multiply by the degree.)
+template <typename Handle>
+int rank_split_dim(const SequenceValues<Handle>& sequence, const TensorRankShare& share, const Handle& handle,
+                   ir::ValueId value) {
+  int dim = sequence.dim(handle);
+  return dim >= 0 ? dim : share.split_dim(value);
+}
+
 }  // namespace rannc::emit

@@ -91,8 +91,7 @@ std::vector<Value*> TensorRankCut::clone_whole_op(const ir::Op& op, Node* node, 
   auto size_dim = node->kind() == c10::aten::size && node->inputs().size() == 2 ? torch::jit::toIValue(node->input(1))
                                                                                   : c10::nullopt;
   Value* queried = size_dim && size_dim->isInt() ? mapped(node->input(0)) : nullptr;
-  int split = queried ? sequence_.dim(queried) : -1;
-  if (queried && split < 0) split = share_.split_dim(op.inputs[0]);
+  int split = queried ? emit::rank_split_dim(sequence_, share_, queried, op.inputs[0]) : -1;
   if (split >= 0) {
     Node* copy = graph.insertNode(graph.createClone(node, mapped));
     auto rank = graph_.value(op.inputs[0]).type.shape.size();

@@ -13,7 +13,6 @@ namespace rannc::plan {
 namespace {
 
 constexpr const char* kManifestFormat = "rannc-checkpoint";
-constexpr int kManifestVersion = 1;
 constexpr std::uint64_t kMaxManifestBytes = std::uint64_t{16} << 20;
 
 std::string numbered(const char* pattern, int number) {
@@ -63,9 +62,11 @@ CheckpointManifest read_checkpoint_manifest(const std::string& folder) {
   check_json_depth(text, path);
   try {
     auto json = nlohmann::json::parse(text);
-    if (json.value("format", "") != kManifestFormat || json.value("version", 0) != kManifestVersion)
-      throw InputError(path + ": not a rannc-run checkpoint of format version " + std::to_string(kManifestVersion));
+    int version = json.value("version", 0);
+    if (json.value("format", "") != kManifestFormat || version < 1 || version > kCheckpointVersion)
+      throw InputError(path + ": not a rannc-run checkpoint of format version 1 to " + std::to_string(kCheckpointVersion));
     CheckpointManifest manifest;
+    manifest.version = version;
     manifest.step = json.at("step").get<int>();
     manifest.plan_sha256 = json.at("plan_sha256").get<std::string>();
     manifest.model_sha256 = json.at("model_sha256").get<std::string>();
@@ -82,7 +83,7 @@ CheckpointManifest read_checkpoint_manifest(const std::string& folder) {
 
 std::string checkpoint_manifest_json(const CheckpointManifest& manifest) {
   nlohmann::json json = {{"format", kManifestFormat},
-                         {"version", kManifestVersion},
+                         {"version", kCheckpointVersion},
                          {"step", manifest.step},
                          {"plan_sha256", manifest.plan_sha256},
                          {"model_sha256", manifest.model_sha256},

@@ -7,8 +7,8 @@
 //
 // Files: stage_<i>.pt, the stage's weights and buffers by their model names (a state dict
 // torch.load reads); stage_<i>.optimizer.pt, its optimizer state when every replica holds all of
-// it; rank_<r>.pt, the rank's random state; rank_<r>.optimizer.pt, the rank's shards of a
-// stage with sharded optimizer state. A tensor-parallel stage has both stage files once per
+// it, by weight name (runtime/state_sync.h, named_state); rank_<r>.pt, the rank's random state;
+// rank_<r>.optimizer.pt, the rank's shards of a stage with sharded optimizer state. A tensor-parallel stage has both stage files once per
 // tensor rank, stage_<i>_tp<t>.pt and stage_<i>_tp<t>.optimizer.pt: the rank's slices of the
 // split weights (plan/tensor_slices.h), the other weights whole, and the state of those.
 #pragma once
@@ -21,7 +21,12 @@
 
 namespace rannc::plan {
 
+// The manifest's format version: 2 since the optimizer state is held by weight name (1 held
+// libtorch's archive of each rank's optimizer, which only that rank's plan could read).
+inline constexpr int kCheckpointVersion = 2;
+
 struct CheckpointManifest {
+  int version = kCheckpointVersion;
   int step = 0;  // steps trained: training resumes at this step
   std::string plan_sha256, model_sha256;
   std::string optimizer;  // the optimizer whose state the files hold
@@ -46,7 +51,8 @@ std::string rank_optimizer_file(int rank);
 // names one. Returns the checkpoint folder; InputError "WHAT PATH: ..." when it is neither.
 std::string find_checkpoint(const std::string& path, const std::string& what);
 
-// The manifest of a checkpoint folder; InputError naming it when missing or malformed.
+// The manifest of a checkpoint folder (of format version 1 or 2); InputError naming it when
+// missing or malformed.
 CheckpointManifest read_checkpoint_manifest(const std::string& folder);
 std::string checkpoint_manifest_json(const CheckpointManifest& manifest);
 

@@ -2,9 +2,11 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 #include "runtime/mpi_world.h"
@@ -21,8 +23,6 @@ namespace rannc::runtime {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr const char* kGeneratorKey = "cpu_generator";
 
 // Runs `work` on every rank; when it fails on any, every rank throws InputError with the first
 // failing rank's message, so the whole job stops alike.
@@ -58,8 +58,6 @@ void set_generator_state(const at::Tensor& state) {
   std::lock_guard<std::mutex> lock(generator.mutex());
   generator.set_state(state);
 }
-
-std::string short_sha(const std::string& sha) { return sha.substr(0, 12); }
 
 // A rank's files in a checkpoint beside its chunks' weights (chunk_weights_file): the optimizer
 // state its stage's ranks of its tensor rank share when replicated, its shards of sharded state
@@ -134,8 +132,8 @@ std::string CheckpointWriter::write_rank_files(const std::string& folder, int ra
   bool first_replica = placement_.pipeline == 0 && placement_.replica == 0;
   if (first_replica)
     for (const StageRunner* chunk : chunks) write(chunk_weights_file(plan_, *chunk, placement_), state_dict_bytes(chunk->state()));
-  if (first_replica || !state.replicated()) write(files.optimizer(state), state.optimizer_bytes());
-  write(files.random_state, state_dict_bytes({{kGeneratorKey, generator_state()}}));
+  if (first_replica || !state.replicated()) write(files.optimizer(state), state_dict_bytes(state.named_state()));
+  write(files.random_state, state_dict_bytes({{kRandomStateKey, generator_state()}}));
   return names;
 }
 
@@ -174,14 +172,12 @@ void CheckpointWriter::publish(const std::string& partial, int steps_done, std::
 
 ResumePoint open_resume_point(const RunOptions& options, const plan::Plan& plan, const std::string& plan_sha256,
                               const std::string& optimizer) {
-  ResumePoint point;
-  point.folder = plan::find_checkpoint(options.resume_dir, "--resume");
-  point.manifest = plan::read_checkpoint_manifest(point.folder);
-  const auto& manifest = point.manifest;
-  const std::string what = "--resume " + point.folder + ": ";
-  if (manifest.plan_sha256 != plan_sha256) {
-    throw InputError(what + "saved with another plan (plan.json SHA-256 " + short_sha(manifest.plan_sha256) +
-                     ", this plan's " + short_sha(plan_sha256) + ")");
+  auto folder = plan::find_checkpoint(options.resume_dir, "--resume");
+  auto manifest = plan::read_checkpoint_manifest(folder);
+  const std::string what = "--resume " + folder + ": ";
+  if (manifest.version < plan::kCheckpointVersion) {
+    throw InputError(what + "written by an earlier rannc-run (checkpoint format " + std::to_string(manifest.version) +
+                     "), whose optimizer state this one cannot read: `rannc-partition export` it and train with --init");
   }
   if (manifest.model_sha256 != plan.model.sha256) throw InputError(what + "saved with another model");
   if (manifest.optimizer != optimizer)
@@ -198,25 +194,43 @@ ResumePoint open_resume_point(const RunOptions& options, const plan::Plan& plan,
     throw InputError(what + "has trained " + std::to_string(manifest.step) + " steps: --steps " +
                      std::to_string(options.steps) + " leaves none to train");
   }
+  ResumePoint point;
+  point.same_plan = manifest.plan_sha256 == plan_sha256;
+  point.saved = std::make_unique<SavedCheckpoint>(folder, std::move(manifest));
+  const auto& saved = point.saved->plan();
+  if (saved.batch.global != plan.batch.global) {
+    throw InputError(what + "trained on global batches of " + std::to_string(saved.batch.global) + " samples, this plan's are " +
+                     std::to_string(plan.batch.global) + " (the data would not resume where it stopped)");
+  }
   return point;
 }
 
-void restore_stage(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank,
-                   const std::vector<StageRunner*>& chunks) {
-  const auto files = rank_files(plan, placement, rank);
-  for (StageRunner* chunk : chunks) {
-    auto weights = plan::checked_checkpoint_file(point.folder, point.manifest, chunk_weights_file(plan, *chunk, placement));
-    chunk->load_state(read_state_dict(weights, "checkpoint"), weights);
-  }
-  auto rank_file = plan::checked_checkpoint_file(point.folder, point.manifest, files.random_state);
-  for (const auto& [name, tensor] : read_state_dict(rank_file, "checkpoint"))
-    if (name == kGeneratorKey) set_generator_state(tensor);
+void restore_stage(const ResumePoint& point, int rank, const std::vector<StageRunner*>& chunks) {
+  const auto source = "checkpoint " + point.saved->folder();
+  std::set<std::string> wanted;
+  for (const StageRunner* chunk : chunks)
+    for (const auto& [name, tensor] : chunk->state()) wanted.insert(name);
+  std::vector<TensorDict> held(chunks.size());
+  point.saved->read_weights(wanted, [&](const std::string& name, const at::Tensor& whole) {
+    for (std::size_t c = 0; c < chunks.size(); ++c)
+      if (chunks[c]->holds(name)) held[c].emplace_back(name, chunks[c]->rank_part(name, whole, source));
+  });
+  for (std::size_t c = 0; c < chunks.size(); ++c) chunks[c]->load_state(held[c], source);
+  // A rank the saved plan did not have keeps the state --seed gave it.
+  if (auto random = point.saved->random_state(rank)) set_generator_state(*random);
 }
 
-void restore_optimizer(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank,
-                       StateSync& state) {
-  auto file = rank_files(plan, placement, rank).optimizer(state);
-  state.load_optimizer(plan::checked_checkpoint_file(point.folder, point.manifest, file));
+void restore_optimizer(const ResumePoint& point, const std::vector<StageRunner*>& chunks, StateSync& state) {
+  const auto source = "checkpoint " + point.saved->folder();
+  std::set<std::string> wanted;
+  for (const StageRunner* chunk : chunks)
+    for (const auto& weight : chunk->weights()) wanted.insert(weight.name);
+  point.saved->read_optimizer_state(wanted, [&](const std::string& name, const ParamState& whole) {
+    auto chunk = std::find_if(chunks.begin(), chunks.end(), [&](const StageRunner* c) { return c->holds(name); });
+    ParamState mine{whole.step, {}};
+    for (const auto& [field, tensor] : whole.fields) mine.fields.emplace_back(field, (*chunk)->rank_part(name, tensor, source));
+    state.set_weight_state(state.index_of(name), mine, source + ": '" + name + "'");
+  });
 }
 
 }  // namespace rannc::runtime

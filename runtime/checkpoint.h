@@ -8,6 +8,7 @@
 // stage's (the state its ranks step together).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "plan/plan.h"
 #include "runtime/rank_layout.h"
 #include "runtime/run_options.h"
+#include "runtime/saved_checkpoint.h"
 
 namespace rannc::runtime {
 
@@ -49,21 +51,22 @@ class CheckpointWriter {
   Placement placement_;
 };
 
-// The checkpoint --resume names, checked against this run: the same plan (by SHA-256), model,
-// optimizer and seed, and a step before --steps. InputError with one line otherwise.
+// The checkpoint --resume names, checked against this run: the same model, optimizer, global
+// batch and seed, and a step before --steps; InputError with one line otherwise. It may have been
+// saved under another plan (other stages, replicas, tensor ranks, sharding): each rank then takes
+// its part of the whole model's state (runtime/saved_checkpoint.h).
 struct ResumePoint {
-  std::string folder;
-  plan::CheckpointManifest manifest;
+  std::unique_ptr<SavedCheckpoint> saved;
+  bool same_plan = true;  // saved under this very plan (by SHA-256)
+  int step() const { return saved->manifest().step; }
 };
 ResumePoint open_resume_point(const RunOptions& options, const plan::Plan& plan, const std::string& plan_sha256,
                               const std::string& optimizer);
 
-// This rank's part (`placement` its place): each chunk's weights and buffers of its tensor rank
-// and the rank's random state (before the optimizer is made: sharded state starts from the
-// weights); then the optimizer state.
-void restore_stage(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank,
-                   const std::vector<StageRunner*>& chunks);
-void restore_optimizer(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank,
-                       StateSync& state);
+// This rank's part: each chunk's weights and buffers (its tensor rank's slices) and the rank's
+// random state, before the optimizer is made (sharded state starts from the weights); then its
+// optimizer state (its shards of it).
+void restore_stage(const ResumePoint& point, int rank, const std::vector<StageRunner*>& chunks);
+void restore_optimizer(const ResumePoint& point, const std::vector<StageRunner*>& chunks, StateSync& state);
 
 }  // namespace rannc::runtime

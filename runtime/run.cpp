@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <chrono>
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
@@ -52,6 +53,7 @@ struct RankSetup {
   OptimizerSettings optimizer;
   std::string plan_sha256;                // the manifest of a checkpoint records it
   std::optional<ResumePoint> resume;      // --resume's checkpoint
+  double restore_s = 0;                   // reading this rank's part of it
 };
 
 // The rank's stages' runners, in model order (RankLayout::stages_of).
@@ -183,6 +185,10 @@ void check_tensor_parallel(const plan::Plan& plan) {
   }
 }
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // Random ops of the stage files (dropout) draw from libtorch's generators, which libtorch seeds
 // anew in every process: seeded from --seed and the rank, a run draws the same masks each time it
 // runs, and each rank masks its own.
@@ -245,7 +251,9 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   if (!options.resume_dir.empty()) {
     setup->resume = open_resume_point(options, plan, setup->plan_sha256,
                                       std::string(plan::optimizer_name(setup->optimizer.kind)));
-    restore_stage(*setup->resume, plan, setup->placement, world.rank(), runners_of(*setup));
+    auto start = std::chrono::steady_clock::now();
+    restore_stage(*setup->resume, world.rank(), runners_of(*setup));
+    setup->restore_s = seconds_since(start);
   }
   for (StageRunner* runner : runners_of(*setup))
     if (runner->stage_id() == setup->loss.stage)
@@ -377,11 +385,20 @@ int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
   }
   // Every chunk's parameters, in the order rank_gradient_groups indexes them.
   std::vector<at::Tensor> params;
-  for (StageRunner* runner : runners_of(setup))
+  std::vector<std::string> names;
+  for (StageRunner* runner : runners_of(setup)) {
     params.insert(params.end(), runner->parameters().begin(), runner->parameters().end());
-  StateSync state(params, groups, communicator, setup.optimizer, options.bucket_kib * 1024);
-  const int first_step = setup.resume ? setup.resume->manifest.step : 0;
-  if (setup.resume) restore_optimizer(*setup.resume, setup.plan, setup.placement, world.rank(), state);
+    for (const auto& weight : runner->weights()) names.push_back(weight.name);
+  }
+  StateSync state(params, names, groups, communicator, setup.optimizer, options.bucket_kib * 1024);
+  const int first_step = setup.resume ? setup.resume->step() : 0;
+  if (setup.resume) {
+    auto start = std::chrono::steady_clock::now();
+    restore_optimizer(*setup.resume, runners_of(setup), state);
+    setup.restore_s += seconds_since(start);
+  }
+  // The slowest rank's reading is the time the job waited for it.
+  double restore_s = world.max(static_cast<int>(setup.restore_s * 1000)) / 1000.0;
   CheckpointWriter checkpoints(options, setup.plan, setup.plan_sha256, std::string(plan::optimizer_name(setup.optimizer.kind)),
                                setup.placement);
   std::unique_ptr<EmbeddingExchange> embeddings;
@@ -398,8 +415,14 @@ int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
   // Rank 0 alone reports, and opens the log: another rank's host may not even have its folder.
   std::optional<Progress> progress;
   if (world.rank() == 0) progress.emplace(options, setup.plan.batch.global * options.accumulate_steps);
-  if (world.rank() == 0 && setup.resume)
-    std::cout << "rannc-run: resuming from " << setup.resume->folder << " at step " << first_step << std::endl;
+  if (world.rank() == 0 && setup.resume) {
+    const auto& saved = setup.resume->saved->plan();
+    std::cout << "rannc-run: resuming from " << setup.resume->saved->folder() << " at step " << first_step;
+    if (!setup.resume->same_plan)
+      std::cout << ", saved under another plan (" << saved.ranks.size() << " ranks, " << saved.stages.size() << " stages)";
+    std::printf(", read in %.2f s\n", restore_s);
+    std::fflush(stdout);
+  }
   for (int step = first_step; step < options.steps; ++step) {
     StepRecord record = trainer.run_step(step);
     if (!std::isfinite(record.loss)) {

@@ -213,6 +213,12 @@ at::Tensor StageRunner::rank_part(const std::string& name, const at::Tensor& who
   return part;
 }
 
+bool StageRunner::holds(const std::string& name) const {
+  auto named = [&](const plan::Weight& weight) { return weight.name == name; };
+  return std::any_of(stage_.params.begin(), stage_.params.end(), named) ||
+         std::any_of(stage_.buffers.begin(), stage_.buffers.end(), named);
+}
+
 void StageRunner::zero_gradients() {
   for (auto& param : params_) param.mutable_grad().zero_();
 }

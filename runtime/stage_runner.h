@@ -74,6 +74,12 @@ class StageRunner {
   // The same from the whole model's state_dict (--init): a tensor-parallel stage takes its tensor
   // rank's slices of the split weights (plan/tensor_slices.h).
   void load_model_state(const TensorDict& tensors, const std::string& source);
+  // The whole model's tensor `name` (or one of the same shape, as its optimizer state) as this
+  // rank holds it: its slices of a split weight, else whole.
+  at::Tensor rank_part(const std::string& name, const at::Tensor& whole, const std::string& source) const;
+  // Whether the stage holds `name` as a weight or buffer; its weights in plan order.
+  bool holds(const std::string& name) const;
+  const std::vector<plan::Weight>& weights() const { return stage_.params; }
 
   std::int64_t offload_bytes() const { return offload_bytes_; }  // copied between host and device so far
 
@@ -85,8 +91,6 @@ class StageRunner {
   };
 
   std::vector<at::Tensor> run_forward(const std::vector<at::Tensor>& inputs);
-  // The whole model's tensor `name` as this rank holds it: its slices of a split weight, else whole.
-  at::Tensor rank_part(const std::string& name, const at::Tensor& whole, const std::string& source) const;
   // Whether backward runs the whole forward again (full recomputation). A selective stage's
   // forward keeps its activations but its attention cores' (torch_side/recompute_cores.h).
   bool recomputes() const { return stage_.recompute == plan::Recompute::kFull; }

@@ -2,20 +2,18 @@
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
 
 #include <algorithm>
 #include <cmath>
 #include <set>
-#include <sstream>
 
 #include "support/error.h"
-#include "torch_side/torch_error.h"
 
 namespace rannc::runtime {
 
@@ -64,9 +62,13 @@ void write_range(const std::vector<at::Tensor>& tensors, std::int64_t begin, con
 
 }  // namespace
 
-StateSync::StateSync(std::vector<at::Tensor> params, std::vector<GradientGroup> groups, Communicator& communicator,
-                     const OptimizerSettings& settings, std::int64_t bucket_bytes)
-    : params_(std::move(params)), groups_(std::move(groups)), communicator_(communicator), settings_(settings) {
+StateSync::StateSync(std::vector<at::Tensor> params, std::vector<std::string> names, std::vector<GradientGroup> groups,
+                     Communicator& communicator, const OptimizerSettings& settings, std::int64_t bucket_bytes)
+    : params_(std::move(params)),
+      names_(std::move(names)),
+      groups_(std::move(groups)),
+      communicator_(communicator),
+      settings_(settings) {
   std::set<int> in_shards;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const auto& group = groups_[g];
@@ -85,7 +87,7 @@ StateSync::StateSync(std::vector<at::Tensor> params, std::vector<GradientGroup> 
       std::int64_t own = std::min(bucket.chunk, bucket.length - own_begin);
       at::Tensor master = read_range(weights, bucket.begin + own_begin, own, bucket.chunk).clone().requires_grad_(true);
       master.mutable_grad() = at::zeros_like(master);
-      shards_.push_back({static_cast<int>(g), bucket, master});
+      shards_.push_back({static_cast<int>(g), bucket, bucket.begin + own_begin, own, master});
     }
   }
   for (std::size_t i = 0; i < params_.size(); ++i)
@@ -164,22 +166,87 @@ double StateSync::step(int step) {
   return norm;
 }
 
-std::string StateSync::optimizer_bytes() const {
-  torch::serialize::OutputArchive archive;
-  optimizer_->save(archive);
-  std::ostringstream bytes;
-  archive.save_to(bytes);
-  return bytes.str();
+template <typename Visit>
+void StateSync::for_each_weight_in(const Shard& shard, Visit&& visit) const {
+  std::int64_t start = 0;
+  for (int w : groups_.at(static_cast<std::size_t>(shard.group)).weights) {
+    std::int64_t numel = params_.at(static_cast<std::size_t>(w)).numel();
+    std::int64_t from = std::max(shard.own_begin, start), to = std::min(shard.own_begin + shard.own, start + numel);
+    if (from < to) visit(static_cast<std::size_t>(w), from - start, from - shard.own_begin, to - from);
+    start += numel;
+  }
 }
 
-void StateSync::load_optimizer(const std::string& path) {
-  try {
-    torch::serialize::InputArchive archive;
-    archive.load_from(path);
-    optimizer_->load(archive);
-  } catch (const c10::Error& e) {
-    throw InputError(path + ": cannot load the optimizer state: " + torch_message(e));
+namespace {
+
+at::Tensor step_tensor(std::int64_t step) { return at::scalar_tensor(static_cast<double>(step), at::kLong); }
+
+at::Tensor shape_tensor(const at::Tensor& tensor) {
+  auto sizes = tensor.sizes();
+  return at::tensor(std::vector<std::int64_t>(sizes.begin(), sizes.end()), at::kLong);
+}
+
+}  // namespace
+
+TensorDict StateSync::named_state() const {
+  TensorDict named;
+  std::set<int> in_shards;
+  for (const auto& shard : shards_) {
+    auto state = param_state(*optimizer_, shard.master);
+    if (!state) continue;
+    for_each_weight_in(shard, [&](std::size_t w, std::int64_t at_weight, std::int64_t at_chunk, std::int64_t length) {
+      const auto& name = names_[w];
+      if (in_shards.insert(static_cast<int>(w)).second) {
+        named.emplace_back(name + ":step", step_tensor(state->step));
+        named.emplace_back(name + ":shape", shape_tensor(params_[w]));
+      }
+      for (const auto& [field, tensor] : state->fields)
+        named.emplace_back(name + ":" + field + "@" + std::to_string(at_weight), tensor.narrow(0, at_chunk, length).clone());
+    });
   }
+  for (std::size_t w = 0; w < params_.size(); ++w) {
+    if (in_shards.count(static_cast<int>(w))) continue;
+    auto state = param_state(*optimizer_, params_[w]);
+    if (!state) continue;
+    named.emplace_back(names_[w] + ":step", step_tensor(state->step));
+    for (const auto& [field, tensor] : state->fields) named.emplace_back(names_[w] + ":" + field, tensor);
+  }
+  return named;
+}
+
+void StateSync::set_weight_state(std::size_t index, const ParamState& state, const std::string& what) {
+  bool sharded = std::any_of(groups_.begin(), groups_.end(), [&](const GradientGroup& group) {
+    return group.sharded && std::count(group.weights.begin(), group.weights.end(), static_cast<int>(index)) > 0;
+  });
+  if (!sharded) {
+    set_param_state(*optimizer_, params_.at(index), state, what);
+    return;
+  }
+  for (const auto& shard : shards_) {
+    for_each_weight_in(shard, [&](std::size_t w, std::int64_t at_weight, std::int64_t at_chunk, std::int64_t length) {
+      if (w != index) return;
+      // The chunk's state covers several weights: it starts at zeros, and each fills its part.
+      if (!param_state(*optimizer_, shard.master)) {
+        ParamState zeros{state.step, {}};
+        for (const auto& field : state_fields(*optimizer_)) zeros.fields.emplace_back(field, at::zeros_like(shard.master));
+        set_param_state(*optimizer_, shard.master, zeros, what);
+      }
+      at::NoGradGuard no_grad;
+      auto chunk_state = param_state(*optimizer_, shard.master);
+      for (auto& [field, tensor] : chunk_state->fields) {
+        auto given = std::find_if(state.fields.begin(), state.fields.end(), [&](const auto& f) { return f.first == field; });
+        if (given == state.fields.end()) throw InputError(what + ": has no " + field + " in its optimizer state");
+        if (given->second.numel() != params_[w].numel())
+          throw InputError(what + ": its " + field + " has shape " + c10::str(given->second.sizes()) + ", the weight's is " +
+                           c10::str(params_[w].sizes()));
+        tensor.narrow(0, at_chunk, length).copy_(given->second.reshape({-1}).narrow(0, at_weight, length));
+      }
+    });
+  }
+}
+
+std::size_t StateSync::index_of(const std::string& name) const {
+  return static_cast<std::size_t>(std::find(names_.begin(), names_.end(), name) - names_.begin());
 }
 
 double StateSync::lr_at(int step) const {

@@ -17,7 +17,9 @@
 #include "plan/options.h"
 #include "runtime/communicator.h"
 #include "runtime/lr_schedule.h"
+#include "runtime/optimizer_state.h"
 #include "runtime/rank_layout.h"
+#include "torch_side/state_dict_file.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -43,10 +45,10 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Te
 
 class StateSync {
  public:
-  // `params` are the stage's trainable parameters in plan order, with their gradients; the
-  // optimizer updates them in place.
-  StateSync(std::vector<at::Tensor> params, std::vector<GradientGroup> groups, Communicator& communicator,
-            const OptimizerSettings& settings, std::int64_t bucket_bytes);
+  // `params` are the stage's trainable parameters in plan order, with their gradients, and
+  // `names` theirs in the model; the optimizer updates them in place.
+  StateSync(std::vector<at::Tensor> params, std::vector<std::string> names, std::vector<GradientGroup> groups,
+            Communicator& communicator, const OptimizerSettings& settings, std::int64_t bucket_bytes);
   ~StateSync();
 
   // Sums the gradients, clips them, steps the optimizer at step `step`'s learning rate and brings
@@ -60,9 +62,15 @@ class StateSync {
   // Whether every rank of the stage holds the same optimizer state (no sharded group), which
   // one rank may then save for all.
   bool replicated() const { return shards_.empty(); }
-  // The optimizer's state (torch::optim's archive), and setting it from such a file.
-  std::string optimizer_bytes() const;
-  void load_optimizer(const std::string& path);
+  // The optimizer state this rank keeps, by weight name (docs/contract.md, "Checkpoints"):
+  // "NAME:FIELD" for a weight it steps whole (its tensor rank's slice of a split one),
+  // "NAME:FIELD@OFFSET" for a piece of one in its shards (from element OFFSET of the weight laid
+  // flat), "NAME:step" (0-dim int64) and, for a weight in shards, "NAME:shape" (its dims).
+  TensorDict named_state() const;
+  // Sets the optimizer state of parameter `index` from its whole state (the parameter's shape):
+  // all of it, or the parts in this rank's shards.
+  void set_weight_state(std::size_t index, const ParamState& state, const std::string& what);
+  std::size_t index_of(const std::string& name) const;  // of a parameter; out of range when none
 
   // Elements of optimizer-stepped state this rank keeps (its shards, plus unsharded weights).
   std::int64_t stepped_elements() const;
@@ -71,13 +79,20 @@ class StateSync {
   struct Shard {
     int group = 0;
     ShardBucket bucket;
+    std::int64_t own_begin = 0, own = 0;  // this rank's chunk: elements of the group's weights laid end to end
     at::Tensor master;  // this rank's chunk of the bucket's weights (stepped by the optimizer)
   };
   std::vector<at::Tensor> group_tensors(const GradientGroup& group, bool gradients) const;
   void sum_unsharded_gradients();
   double clip_gradients();
 
+  // Calls visit(weight index, offset in the weight, offset in the chunk, length) for each
+  // weight's part in the shard's chunk.
+  template <typename Visit>
+  void for_each_weight_in(const Shard& shard, Visit&& visit) const;
+
   std::vector<at::Tensor> params_;
+  std::vector<std::string> names_;
   std::vector<GradientGroup> groups_;
   Communicator& communicator_;
   std::vector<Shard> shards_;

@@ -21,9 +21,12 @@ Adam, constant learning rate, on a --data folder of STEPS + 1 steps:
 4. init: the sample's nn.Module with other weights, saved by torch.save(model.state_dict()); rannc-run
    --init starts from it (each tensor rank from its slices): its first two losses are those of that
    model trained in PyTorch, 1e-5.
-5. refusals, each exit 2 with one line: --resume with another plan ("another plan"), a checkpoint
-   file changed since ("changed since"), --init of a state_dict without the model's weights ("has no").
-6. a full disk (a tmpfs of 1.5 checkpoints; skipped where none can be mounted): the checkpoint at
+5. another plan (--other-plan: other stages, replicas, tensor ranks or sharding): the checkpoint of
+   step 3 resumed under it to STEPS gives the straight run's losses within 1e-5.
+6. refusals, each exit 2 with one line: --resume of a checkpoint of another model ("another
+   model"), a checkpoint file changed since ("changed since"), --init of a state_dict without the
+   model's weights ("has no").
+7. a full disk (a tmpfs of 1.5 checkpoints; skipped where none can be mounted): the checkpoint at
    step 3 is written, the one at step 6 fails; every rank exits 2 with one line, nothing partial
    is left, and `latest` still names step 3, from which the run resumes to the straight losses.
 """
@@ -75,17 +78,22 @@ def losses_of(report_path):
         return {entry["step"]: float(entry["loss"]) for entry in json.load(f)["steps"]}
 
 
-def train(args, plan_path, data_dir, steps, *extra, report=None):
-    command = mpirun_command(args.ranks, args.run, plan_path, "--steps", steps, "--data", data_dir, *RUN_ARGS, *extra,
-                             *(["--report", report] if report else []))
+def train(args, plan_path, data_dir, steps, *extra, report=None, ranks=None):
+    command = mpirun_command(ranks or args.ranks, args.run, plan_path, "--steps", steps, "--data", data_dir, *RUN_ARGS,
+                             *extra, *(["--report", report] if report else []))
     status, output, _ = run_job(command, 600)
     return status, output
 
 
-def train_ok(args, plan_path, data_dir, steps, *extra, report):
-    status, output = train(args, plan_path, data_dir, steps, *extra, report=report)
+def train_ok(args, plan_path, data_dir, steps, *extra, report, ranks=None, expect=None):
+    status, output = train(args, plan_path, data_dir, steps, *extra, report=report, ranks=ranks)
     if status != 0:
         fail(f"rannc-run {' '.join(map(str, extra))}: exit {status}\n{output}")
+    if expect is not None:
+        lines = [line for line in output.splitlines() if expect in line]
+        if not lines:
+            fail(f"rannc-run {' '.join(map(str, extra))}: no line with {expect!r}:\n{output}")
+        print(lines[0])
     return losses_of(report)
 
 
@@ -233,14 +241,38 @@ def check_init(args, plan_path, data_dir, plan):
     expect_refusal(args, plan_path, data_dir, "has no", "--init", os.path.join(args.out, "unrelated.pt"))
 
 
-def check_refusals(args, plan_path, data_dir, plan):
+def check_other_plan(args, data_dir, straight):
+    """The checkpoint of step 3 resumed under another plan of the model (other stages, replicas,
+    tensor ranks, sharding): its losses are the straight run's, within 1e-5."""
     other_dir = os.path.join(args.out, "other_plan")
-    partition(args.partition, args.model, other_dir, args.np, args.other_plan, "adam")
-    status, output = train(args, os.path.join(other_dir, "plan.json"), data_dir, STEPS, "--resume",
-                           os.path.join(args.out, "straight"))
-    if status != 2 or "another plan" not in output:
-        fail(f"--resume with another plan: expected exit 2 and 'another plan', got exit {status}:\n{output}")
-    print("refused (another plan):", [line for line in output.splitlines() if "another plan" in line][0])
+    other = partition(args.partition, args.model, other_dir, args.np, args.other_plan, "adam")
+    print("other plan:", describe(other))
+    resumed = train_ok(args, os.path.join(other_dir, "plan.json"), data_dir, STEPS, "--resume",
+                       os.path.join(args.out, "straight", f"step_{SAVE_EVERY:08d}"),
+                       report=os.path.join(args.out, "other_plan.json"), ranks=len(other["ranks"]),
+                       expect="saved under another plan")
+    print(f"{'step':>4} | {'straight':>14} | {'other plan':>14}")
+    for step in range(SAVE_EVERY, STEPS):
+        print(f"{step:>4} | {straight[step]:>14.9f} | {resumed[step]:>14.9f}")
+    if sorted(resumed) != list(range(SAVE_EVERY, STEPS)):
+        fail(f"expected steps {SAVE_EVERY}..{STEPS - 1}, the report has {sorted(resumed)}")
+    apart = [step for step in resumed if not abs(resumed[step] - straight[step]) <= 1e-5 * abs(straight[step])]
+    if apart:
+        fail(f"steps {apart}: resumed under another plan, the losses part from the straight run's by more than 1e-5")
+    print(f"OK: {SAVE_EVERY} steps under the plan + {STEPS - SAVE_EVERY} under another equal {STEPS} straight")
+
+
+def check_refusals(args, plan_path, data_dir, plan):
+    other_model = os.path.join(args.out, "other_model")
+    shutil.rmtree(other_model, ignore_errors=True)
+    shutil.copytree(os.path.join(args.out, "straight", f"step_{SAVE_EVERY:08d}"), other_model)
+    manifest_path = os.path.join(other_model, "checkpoint.json")
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    manifest["model_sha256"] = "0" * 64
+    with open(manifest_path, "w") as f:
+        json.dump(manifest, f)
+    expect_refusal(args, plan_path, data_dir, "another model", "--resume", other_model)
     copy = os.path.join(args.out, "changed")
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(os.path.join(args.out, "straight", f"step_{SAVE_EVERY * (STEPS // SAVE_EVERY):08d}"), copy)
@@ -333,6 +365,7 @@ def main():
     check_resume(args, plan_path, data_dir, straight)
     check_export(args, plan_path, data_dir, plan)
     check_init(args, plan_path, data_dir, plan)
+    check_other_plan(args, data_dir, straight)
     check_refusals(args, plan_path, data_dir, plan)
     check_full_disk(args, plan_path, data_dir, straight)
     print("OK")

@@ -205,27 +205,45 @@ ResumePoint open_resume_point(const RunOptions& options, const plan::Plan& plan,
   return point;
 }
 
-void restore_stage(const ResumePoint& point, int rank, const std::vector<StageRunner*>& chunks) {
-  const auto source = "checkpoint " + point.saved->folder();
-  std::set<std::string> wanted;
-  for (const StageRunner* chunk : chunks)
-    for (const auto& [name, tensor] : chunk->state()) wanted.insert(name);
-  std::vector<TensorDict> held(chunks.size());
-  point.saved->read_weights(wanted, [&](const std::string& name, const at::Tensor& whole) {
-    for (std::size_t c = 0; c < chunks.size(); ++c)
-      if (chunks[c]->holds(name)) held[c].emplace_back(name, chunks[c]->rank_part(name, whole, source));
-  });
-  for (std::size_t c = 0; c < chunks.size(); ++c) chunks[c]->load_state(held[c], source);
+// Under the plan saved, each rank's own files hold exactly its part; under another, its part is cut
+// from the whole model's tensors (runtime/saved_checkpoint.h).
+void restore_stage(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank,
+                   const std::vector<StageRunner*>& chunks) {
+  const auto& saved = *point.saved;
+  const auto source = "checkpoint " + saved.folder();
+  if (point.same_plan) {
+    for (StageRunner* chunk : chunks) {
+      auto weights = plan::checked_checkpoint_file(saved.folder(), saved.manifest(), chunk_weights_file(plan, *chunk, placement));
+      chunk->load_state(read_state_dict(weights, "checkpoint"), weights);
+    }
+  } else {
+    std::set<std::string> wanted;
+    for (const StageRunner* chunk : chunks)
+      for (const auto& [name, tensor] : chunk->state()) wanted.insert(name);
+    std::vector<TensorDict> held(chunks.size());
+    saved.read_weights(wanted, [&](const std::string& name, const at::Tensor& whole) {
+      for (std::size_t c = 0; c < chunks.size(); ++c)
+        if (chunks[c]->holds(name)) held[c].emplace_back(name, chunks[c]->rank_part(name, whole, source));
+    });
+    for (std::size_t c = 0; c < chunks.size(); ++c) chunks[c]->load_state(held[c], source);
+  }
   // A rank the saved plan did not have keeps the state --seed gave it.
-  if (auto random = point.saved->random_state(rank)) set_generator_state(*random);
+  if (auto random = saved.random_state(rank)) set_generator_state(*random);
 }
 
-void restore_optimizer(const ResumePoint& point, const std::vector<StageRunner*>& chunks, StateSync& state) {
-  const auto source = "checkpoint " + point.saved->folder();
+void restore_optimizer(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank,
+                       const std::vector<StageRunner*>& chunks, StateSync& state) {
+  const auto& saved = *point.saved;
+  const auto source = "checkpoint " + saved.folder();
+  if (point.same_plan) {
+    auto file = plan::checked_checkpoint_file(saved.folder(), saved.manifest(), rank_files(plan, placement, rank).optimizer(state));
+    state.load_named_state(read_state_dict(file, "checkpoint"), file);
+    return;
+  }
   std::set<std::string> wanted;
   for (const StageRunner* chunk : chunks)
     for (const auto& weight : chunk->weights()) wanted.insert(weight.name);
-  point.saved->read_optimizer_state(wanted, [&](const std::string& name, const ParamState& whole) {
+  saved.read_optimizer_state(wanted, [&](const std::string& name, const ParamState& whole) {
     auto chunk = std::find_if(chunks.begin(), chunks.end(), [&](const StageRunner* c) { return c->holds(name); });
     ParamState mine{whole.step, {}};
     for (const auto& [field, tensor] : whole.fields) mine.fields.emplace_back(field, (*chunk)->rank_part(name, tensor, source));

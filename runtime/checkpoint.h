@@ -66,7 +66,10 @@ ResumePoint open_resume_point(const RunOptions& options, const plan::Plan& plan,
 // This rank's part: each chunk's weights and buffers (its tensor rank's slices) and the rank's
 // random state, before the optimizer is made (sharded state starts from the weights); then its
 // optimizer state (its shards of it).
-void restore_stage(const ResumePoint& point, int rank, const std::vector<StageRunner*>& chunks);
-void restore_optimizer(const ResumePoint& point, const std::vector<StageRunner*>& chunks, StateSync& state);
+// `placement`: the rank's.
+void restore_stage(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank,
+                   const std::vector<StageRunner*>& chunks);
+void restore_optimizer(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank,
+                       const std::vector<StageRunner*>& chunks, StateSync& state);
 
 }  // namespace rannc::runtime

@@ -252,7 +252,7 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
     setup->resume = open_resume_point(options, plan, setup->plan_sha256,
                                       std::string(plan::optimizer_name(setup->optimizer.kind)));
     auto start = std::chrono::steady_clock::now();
-    restore_stage(*setup->resume, world.rank(), runners_of(*setup));
+    restore_stage(*setup->resume, plan, setup->placement, world.rank(), runners_of(*setup));
     setup->restore_s = seconds_since(start);
   }
   for (StageRunner* runner : runners_of(*setup))
@@ -394,7 +394,7 @@ int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
   const int first_step = setup.resume ? setup.resume->step() : 0;
   if (setup.resume) {
     auto start = std::chrono::steady_clock::now();
-    restore_optimizer(*setup.resume, runners_of(setup), state);
+    restore_optimizer(*setup.resume, setup.plan, setup.placement, world.rank(), runners_of(setup), state);
     setup.restore_s += seconds_since(start);
   }
   // The slowest rank's reading is the time the job waited for it.

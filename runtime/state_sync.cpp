@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "support/error.h"
@@ -69,11 +70,11 @@ StateSync::StateSync(std::vector<at::Tensor> params, std::vector<std::string> na
       groups_(std::move(groups)),
       communicator_(communicator),
       settings_(settings) {
-  std::set<int> in_shards;
+  std::set<int> sharded_weights;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const auto& group = groups_[g];
     if (!group.sharded) continue;
-    in_shards.insert(group.weights.begin(), group.weights.end());
+    sharded_weights.insert(group.weights.begin(), group.weights.end());
     auto weights = group_tensors(group, false);
     std::int64_t elements = 0;
     for (const auto& weight : weights) elements += weight.numel();
@@ -91,7 +92,7 @@ StateSync::StateSync(std::vector<at::Tensor> params, std::vector<std::string> na
     }
   }
   for (std::size_t i = 0; i < params_.size(); ++i)
-    if (!in_shards.count(static_cast<int>(i))) stepped_.push_back(params_[i]);
+    if (!sharded_weights.count(static_cast<int>(i))) stepped_.push_back(params_[i]);
   for (const auto& shard : shards_) stepped_.push_back(shard.master);
   // A whole group's summed gradients are on each of its ranks: the first one counts them.
   for (const auto& group : groups_) {
@@ -190,13 +191,13 @@ at::Tensor shape_tensor(const at::Tensor& tensor) {
 
 TensorDict StateSync::named_state() const {
   TensorDict named;
-  std::set<int> in_shards;
+  std::set<int> sharded;
   for (const auto& shard : shards_) {
     auto state = param_state(*optimizer_, shard.master);
     if (!state) continue;
     for_each_weight_in(shard, [&](std::size_t w, std::int64_t at_weight, std::int64_t at_chunk, std::int64_t length) {
       const auto& name = names_[w];
-      if (in_shards.insert(static_cast<int>(w)).second) {
+      if (sharded.insert(static_cast<int>(w)).second) {
         named.emplace_back(name + ":step", step_tensor(state->step));
         named.emplace_back(name + ":shape", shape_tensor(params_[w]));
       }
@@ -205,7 +206,7 @@ TensorDict StateSync::named_state() const {
     });
   }
   for (std::size_t w = 0; w < params_.size(); ++w) {
-    if (in_shards.count(static_cast<int>(w))) continue;
+    if (sharded.count(static_cast<int>(w))) continue;
     auto state = param_state(*optimizer_, params_[w]);
     if (!state) continue;
     named.emplace_back(names_[w] + ":step", step_tensor(state->step));
@@ -214,34 +215,74 @@ TensorDict StateSync::named_state() const {
   return named;
 }
 
-void StateSync::set_weight_state(std::size_t index, const ParamState& state, const std::string& what) {
-  bool sharded = std::any_of(groups_.begin(), groups_.end(), [&](const GradientGroup& group) {
+bool StateSync::in_shards(std::size_t index) const {
+  return std::any_of(groups_.begin(), groups_.end(), [&](const GradientGroup& group) {
     return group.sharded && std::count(group.weights.begin(), group.weights.end(), static_cast<int>(index)) > 0;
   });
-  if (!sharded) {
-    set_param_state(*optimizer_, params_.at(index), state, what);
-    return;
-  }
+}
+
+template <typename Piece>
+void StateSync::fill_shards(std::size_t index, std::int64_t step, Piece&& piece, const std::string& what) {
   for (const auto& shard : shards_) {
     for_each_weight_in(shard, [&](std::size_t w, std::int64_t at_weight, std::int64_t at_chunk, std::int64_t length) {
       if (w != index) return;
       // The chunk's state covers several weights: it starts at zeros, and each fills its part.
       if (!param_state(*optimizer_, shard.master)) {
-        ParamState zeros{state.step, {}};
+        ParamState zeros{step, {}};
         for (const auto& field : state_fields(*optimizer_)) zeros.fields.emplace_back(field, at::zeros_like(shard.master));
         set_param_state(*optimizer_, shard.master, zeros, what);
       }
       at::NoGradGuard no_grad;
       auto chunk_state = param_state(*optimizer_, shard.master);
-      for (auto& [field, tensor] : chunk_state->fields) {
-        auto given = std::find_if(state.fields.begin(), state.fields.end(), [&](const auto& f) { return f.first == field; });
-        if (given == state.fields.end()) throw InputError(what + ": has no " + field + " in its optimizer state");
-        if (given->second.numel() != params_[w].numel())
-          throw InputError(what + ": its " + field + " has shape " + c10::str(given->second.sizes()) + ", the weight's is " +
-                           c10::str(params_[w].sizes()));
-        tensor.narrow(0, at_chunk, length).copy_(given->second.reshape({-1}).narrow(0, at_weight, length));
-      }
+      for (auto& [field, tensor] : chunk_state->fields) tensor.narrow(0, at_chunk, length).copy_(piece(field, at_weight, length));
     });
+  }
+}
+
+void StateSync::set_weight_state(std::size_t index, const ParamState& state, const std::string& what) {
+  if (!in_shards(index)) {
+    set_param_state(*optimizer_, params_.at(index), state, what);
+    return;
+  }
+  fill_shards(index, state.step, [&](const std::string& field, std::int64_t at_weight, std::int64_t length) {
+    auto given = std::find_if(state.fields.begin(), state.fields.end(), [&](const auto& f) { return f.first == field; });
+    if (given == state.fields.end()) throw InputError(what + ": has no " + field + " in its optimizer state");
+    if (given->second.numel() != params_[index].numel())
+      throw InputError(what + ": its " + field + " has shape " + c10::str(given->second.sizes()) + ", the weight's is " +
+                       c10::str(params_[index].sizes()));
+    return given->second.reshape({-1}).narrow(0, at_weight, length);
+  }, what);
+}
+
+void StateSync::load_named_state(const TensorDict& named, const std::string& what) {
+  std::map<std::string, const at::Tensor*> by_key;
+  for (const auto& [key, tensor] : named) by_key.emplace(key, &tensor);
+  auto entry = [&](const std::string& key) -> const at::Tensor* {
+    auto found = by_key.find(key);
+    return found == by_key.end() ? nullptr : found->second;
+  };
+  auto required = [&](const std::string& key) -> const at::Tensor& {
+    const at::Tensor* tensor = entry(key);
+    if (!tensor) throw InputError(what + ": has no '" + key + "'");
+    return *tensor;
+  };
+  for (std::size_t w = 0; w < params_.size(); ++w) {
+    const at::Tensor* step = entry(names_[w] + ":step");
+    if (!step) continue;  // not stepped yet, or none of it in this rank's shards
+    if (!in_shards(w)) {
+      ParamState state{step->item<std::int64_t>(), {}};
+      for (const auto& field : state_fields(*optimizer_)) state.fields.emplace_back(field, required(names_[w] + ":" + field));
+      set_param_state(*optimizer_, params_[w], state, what + ": '" + names_[w] + "'");
+      continue;
+    }
+    fill_shards(w, step->item<std::int64_t>(), [&](const std::string& field, std::int64_t at_weight, std::int64_t length) {
+      auto key = names_[w] + ":" + field + "@" + std::to_string(at_weight);
+      const auto& piece = required(key);
+      if (piece.numel() != length)
+        throw InputError(what + ": '" + key + "' holds " + std::to_string(piece.numel()) + " elements, this rank's shard " +
+                         std::to_string(length));
+      return piece.reshape({-1});
+    }, what);
   }
 }
 

@@ -67,6 +67,9 @@ class StateSync {
   // "NAME:FIELD@OFFSET" for a piece of one in its shards (from element OFFSET of the weight laid
   // flat), "NAME:step" (0-dim int64) and, for a weight in shards, "NAME:shape" (its dims).
   TensorDict named_state() const;
+  // Sets the optimizer state from what named_state gave under the same plan (the rank's own
+  // checkpoint file; `what` names it in errors).
+  void load_named_state(const TensorDict& named, const std::string& what);
   // Sets the optimizer state of parameter `index` from its whole state (the parameter's shape):
   // all of it, or the parts in this rank's shards.
   void set_weight_state(std::size_t index, const ParamState& state, const std::string& what);
@@ -90,6 +93,11 @@ class StateSync {
   // weight's part in the shard's chunk.
   template <typename Visit>
   void for_each_weight_in(const Shard& shard, Visit&& visit) const;
+  bool in_shards(std::size_t index) const;  // whether parameter `index` is in a sharded group
+  // Sets parameter `index`'s parts of this rank's shards: piece(field, offset in the weight,
+  // length) gives each as a 1-dim tensor.
+  template <typename Piece>
+  void fill_shards(std::size_t index, std::int64_t step, Piece&& piece, const std::string& what);
 
   std::vector<at::Tensor> params_;
   std::vector<std::string> names_;

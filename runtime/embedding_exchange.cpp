@@ -86,9 +86,14 @@ struct EmbeddingExchange::Lookups {
 struct EmbeddingExchange::Table {
   const plan::ShardedTable* plan = nullptr;
   bool data_parallel = false, mean = false;
+  // An unpooled table (pooling_mode none) looks up `lookups` rows per sample and hands each on:
+  // each lookup is a bag of its own, so its rows travel like pooled ones, `bags` = batch x lookups.
+  std::int64_t lookups = 0;            // 0: pooled, one bag per sample
+  std::int64_t bags = 0;               // rows of pooled and grad
   int owned = -1;                      // this rank's shard of it in owned_ (at most one per rank)
-  at::Tensor ids, samples, bag_sizes;  // this rank's lookups: ids, the sample of each, ids per sample (mean bags)
-  at::Tensor pooled, grad;             // [batch, dim]
+  at::Tensor ids, samples, bag_sizes;  // this rank's lookups: ids, the bag of each, ids per bag (mean bags)
+  at::Tensor pooled, grad;             // [bags, dim]
+  at::Tensor output;                   // pooled as the stage takes it: [batch, dim], or [batch, lookups, dim]
   Lookups served;                      // what this rank's shard served in the last forward
   std::int64_t replicated_at = 0;      // data-parallel: where its gradient starts in replicated_
 
@@ -277,13 +282,22 @@ EmbeddingExchange::EmbeddingExchange(const plan::Plan& plan, int rank, Communica
   std::vector<std::int64_t> row_dims;  // of each owned shard's table
   for (std::size_t t = 0; t < sharding.tables.size(); ++t) {
     const auto& table = sharding.tables[t];
-    if (table.pooling_mode != "sum" && table.pooling_mode != "mean")
-      throw InputError(plan.path + ": table " + table.name + " pools by " + table.pooling_mode + " (rannc-run pools sum and mean)");
+    if (table.pooling_mode != "sum" && table.pooling_mode != "mean" && table.pooling_mode != "none")
+      throw InputError(plan.path + ": table " + table.name + " pools by " + table.pooling_mode +
+                       " (rannc-run trains sum, mean and unpooled tables)");
     if (table.lookup_args.empty()) throw InputError(plan.path + ": table " + table.name + " has no lookup_args");
     Table entry;
     entry.plan = &table;
     entry.data_parallel = table.type == "data_parallel";
     entry.mean = table.pooling_mode == "mean";
+    entry.bags = batch_;
+    if (table.pooling_mode == "none") {
+      if (table.pooling < 1 || table.pooling > 1e6 || table.pooling != std::floor(table.pooling))
+        throw InputError(plan.path + ": unpooled table " + table.name + " looks up " + std::to_string(table.pooling) +
+                         " rows per sample (a whole number from 1 to 10^6)");
+      entry.lookups = static_cast<std::int64_t>(table.pooling);
+      entry.bags = batch_ * entry.lookups;
+    }
     for (const auto& shard : table.shards) {
       if (entry.data_parallel && shard.rank != rank) continue;
       Slot slot{t, shard.row_begin, shard.rows, shard.col_begin, shard.cols, shard.rows == table.rows};
@@ -320,7 +334,15 @@ const std::vector<std::string>& EmbeddingExchange::index_inputs() const { return
 // into bags by offsets.
 void EmbeddingExchange::split_ids(const at::Tensor& ids, const at::Tensor& offsets, Table& table) const {
   const auto options = at::TensorOptions().dtype(at::kLong);
-  if (ids.dim() == 2) {
+  if (table.lookups > 0) {
+    // Unpooled: [batch, lookups] ids, each lookup its own bag.
+    if (ids.dim() != 2 || ids.size(0) != batch_ || ids.size(1) != table.lookups)
+      throw std::runtime_error("table " + table.plan->name + ": its ids are " + c10::str(ids.sizes()) + ", not [" +
+                               std::to_string(batch_) + ", " + std::to_string(table.lookups) + "] (unpooled, " +
+                               std::to_string(table.lookups) + " lookups per sample)");
+    table.ids = ids.reshape({-1}).to(at::kLong);
+    table.samples = at::arange(table.bags, options);
+  } else if (ids.dim() == 2) {
     table.ids = ids.reshape({-1}).to(at::kLong);
     table.samples = at::arange(ids.size(0), options).repeat_interleave(ids.size(1));
   } else if (ids.dim() == 1 && offsets.defined() && offsets.dim() == 1) {
@@ -330,12 +352,12 @@ void EmbeddingExchange::split_ids(const at::Tensor& ids, const at::Tensor& offse
   } else {
     throw std::runtime_error("table " + table.plan->name + ": its ids are neither [batch, bag] nor ids with offsets");
   }
-  if (table.samples.numel() != table.ids.numel() || (table.ids.numel() > 0 && table.samples.max().item<std::int64_t>() >= batch_))
+  if (table.samples.numel() != table.ids.numel() || (table.ids.numel() > 0 && table.samples.max().item<std::int64_t>() >= table.bags))
     throw std::runtime_error("table " + table.plan->name + ": the bags do not make " + std::to_string(batch_) + " samples");
   if (table.ids.numel() > 0 && (table.ids.min().item<std::int64_t>() < 0 || table.ids.max().item<std::int64_t>() >= table.plan->rows))
     throw std::runtime_error("table " + table.plan->name + ": an id in the data is outside its " +
                              std::to_string(table.plan->rows) + " rows");
-  if (table.mean) table.bag_sizes = at::bincount(table.samples, {}, batch_).to(at::kFloat).clamp_min(1).unsqueeze(1);
+  if (table.mean) table.bag_sizes = at::bincount(table.samples, {}, table.bags).to(at::kFloat).clamp_min(1).unsqueeze(1);
 }
 
 void EmbeddingExchange::forward(const std::vector<at::Tensor>& inputs) {
@@ -394,7 +416,7 @@ std::vector<at::Tensor> EmbeddingExchange::lookup_owned(const std::vector<at::Te
       served.rows[q] = rows;
       served.samples[q] = samples;
       const auto& shard = owned_[static_cast<std::size_t>(table.owned)];
-      auto sum = at::zeros({batch_, slot.cols}).index_add_(0, samples, shard.index_select(0, rows));
+      auto sum = at::zeros({table.bags, slot.cols}).index_add_(0, samples, shard.index_select(0, rows));
       parts.push_back(sum.to(wire).reshape({-1}));
     }
     sums[q] = at::cat(parts);
@@ -407,13 +429,13 @@ std::vector<at::Tensor> EmbeddingExchange::lookup_owned(const std::vector<at::Te
 // sums added), and the data-parallel tables' from this rank's own copy.
 void EmbeddingExchange::assemble(const std::vector<at::Tensor>& received) {
   at::NoGradGuard no_grad;
-  for (auto& table : tables_) table.pooled = at::zeros({batch_, table.plan->dim});
+  for (auto& table : tables_) table.pooled = at::zeros({table.bags, table.plan->dim});
   for (std::size_t d = 0; d < received.size(); ++d) {
     std::int64_t at = 0;
     for (const auto& slot : slots_[d]) {
       auto& table = tables_[slot.table];
-      auto part = received[d].narrow(0, at, batch_ * slot.cols).to(at::kFloat).view({batch_, slot.cols});
-      at += batch_ * slot.cols;
+      auto part = received[d].narrow(0, at, table.bags * slot.cols).to(at::kFloat).view({table.bags, slot.cols});
+      at += table.bags * slot.cols;
       table.pooled.narrow(1, slot.col_begin, slot.cols).add_(part);
     }
   }
@@ -422,17 +444,18 @@ void EmbeddingExchange::assemble(const std::vector<at::Tensor>& received) {
     if (table.data_parallel)
       table.pooled.index_add_(0, table.samples, owned_[static_cast<std::size_t>(table.owned)].index_select(0, table.ids));
     if (table.mean) table.pooled.div_(table.bag_sizes);
+    table.output = table.lookups > 0 ? table.pooled.view({batch_, table.lookups, table.plan->dim}) : table.pooled;
   }
   record_.lookup_ms += ms_since(start);
 }
 
 const at::Tensor& EmbeddingExchange::pooled(const std::string& table) const {
-  return tables_.at(table_index_.at(table)).pooled;
+  return tables_.at(table_index_.at(table)).output;
 }
 
 void EmbeddingExchange::add_gradient(const std::string& name, const at::Tensor& grad) {
   auto& table = tables_.at(table_index_.at(name));
-  auto host = grad.detach().to(at::kCPU, at::kFloat);
+  auto host = grad.detach().to(at::kCPU, at::kFloat).reshape({table.bags, table.plan->dim});
   table.grad = table.grad.defined() ? table.grad + host : host;
 }
 
@@ -440,7 +463,7 @@ void EmbeddingExchange::backward() {
   at::NoGradGuard no_grad;
   const auto wire = wire_dtype(plan_.sharding->comm_dtype_bwd);
   for (auto& table : tables_) {
-    if (!table.grad.defined()) table.grad = at::zeros({batch_, table.plan->dim});
+    if (!table.grad.defined()) table.grad = at::zeros({table.bags, table.plan->dim});
     if (table.mean) table.grad = table.grad / table.bag_sizes;
   }
   // To each owner, the gradient of the columns its shard pooled, slot by slot.
@@ -461,8 +484,8 @@ void EmbeddingExchange::backward() {
     std::int64_t at = 0;
     for (const auto& slot : slots_[static_cast<std::size_t>(rank_)]) {
       auto& table = tables_[slot.table];
-      auto grad = received[q].narrow(0, at, batch_ * slot.cols).to(at::kFloat).view({batch_, slot.cols});
-      at += batch_ * slot.cols;
+      auto grad = received[q].narrow(0, at, table.bags * slot.cols).to(at::kFloat).view({table.bags, slot.cols});
+      at += table.bags * slot.cols;
       gradients_[static_cast<std::size_t>(table.owned)].add(table.served.rows[q], table.served.samples[q], grad);
     }
   }

@@ -393,8 +393,17 @@ int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
   StateSync state(params, names, groups, communicator, setup.optimizer, options.bucket_kib * 1024);
   const int first_step = setup.resume ? setup.resume->step() : 0;
   if (setup.resume) {
+    // A rank that cannot read its part stops every rank alike, as at start-up.
     auto start = std::chrono::steady_clock::now();
-    restore_optimizer(*setup.resume, setup.plan, setup.placement, world.rank(), runners_of(setup), state);
+    int failed = 0;
+    std::string message;
+    try {
+      restore_optimizer(*setup.resume, setup.plan, setup.placement, world.rank(), runners_of(setup), state);
+    } catch (const Error& e) {
+      failed = static_cast<int>(e.status());
+      message = e.what();
+    }
+    if (int status = agree_on_start(world, failed, message); status != 0) return status;
     setup.restore_s += seconds_since(start);
   }
   // The slowest rank's reading is the time the job waited for it.

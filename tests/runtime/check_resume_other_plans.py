@@ -10,12 +10,18 @@ resumes that checkpoint (written under plan 1: other stages, replicas, tensor ra
 and trains to 2S, saving; and so on. Every step's loss equals the TorchScript reference model's
 trained in one process with torch.optim.Adam, within 1e-5. Each resumed run says it re-cut a
 checkpoint of another plan. --other-batch: a plan of another global batch, whose --resume is
-refused with exit 2 and one line ("global batches"). --expect: what plan I must be (some stage with
+refused with exit 2 and one line ("global batches"). Also refused so: a checkpoint of format
+version 1 ("earlier rannc-run"), and one whose optimizer file holds an entry that is not
+NAME:FIELD[@OFFSET] (its manifest updated to the file's bytes: "not an optimizer state entry"). --expect: what plan I must be (some stage with
 sharded optimizer state, none, or every stage over T tensor ranks).
 """
 import argparse
+import hashlib
+import json
 import os
 import shutil
+
+import torch
 
 from check_training import describe, fail, mpirun_command, parse, partition, run_job
 from check_checkpoint import losses_of
@@ -36,6 +42,50 @@ def run(args, plan, plan_path, data_dir, steps, *extra):
     command = mpirun_command(len(plan["ranks"]), args.run, plan_path, "--steps", steps, "--data", data_dir, *RUN_ARGS,
                              *extra)
     return run_job(command, 600)[:2]
+
+
+def expect_refusal(args, plan, plan_path, data_dir, steps, checkpoint, words):
+    status, output = run(args, plan, plan_path, data_dir, steps, "--resume", checkpoint)
+    lines = [line for line in output.splitlines() if line.startswith("rannc-run:") and words in line]
+    if status != 2 or not lines:
+        fail(f"--resume {checkpoint}: expected exit 2 and a line with {words!r}, got exit {status}:\n{output}")
+    print(f"refused ({words}):", lines[0])
+
+
+def edited_copy(args, name):
+    """A copy of the last plan's checkpoint, and its manifest."""
+    last = os.path.join(args.out, f"saved_{len(args.plan) - 1}")
+    with open(os.path.join(last, "latest")) as f:
+        source = os.path.join(last, f.read().strip())
+    copy = os.path.join(args.out, name)
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(source, copy)
+    with open(os.path.join(copy, "checkpoint.json")) as f:
+        return copy, json.load(f)
+
+
+def save_manifest(folder, manifest):
+    with open(os.path.join(folder, "checkpoint.json"), "w") as f:
+        json.dump(manifest, f)
+
+
+def check_refusals(args, plan, data_dir, total):
+    """Resumed under the first plan (another than the one that saved it)."""
+    plan_path = os.path.join(args.out, "plan_0", "plan.json")
+    old, manifest = edited_copy(args, "format_1")
+    manifest["version"] = 1
+    save_manifest(old, manifest)
+    expect_refusal(args, plan, plan_path, data_dir, total + 1, old, "earlier rannc-run")
+    bad, manifest = edited_copy(args, "bad_entry")
+    name = next(n for n in sorted(manifest["files"]) if n.endswith(".optimizer.pt"))
+    path = os.path.join(bad, name)
+    state = torch.load(path)
+    state["no field here"] = torch.zeros(2)
+    torch.save(state, path)
+    with open(path, "rb") as f:
+        manifest["files"][name] = hashlib.sha256(f.read()).hexdigest()
+    save_manifest(bad, manifest)
+    expect_refusal(args, plan, plan_path, data_dir, total + 1, bad, "not an optimizer state entry")
 
 
 def main():
@@ -101,6 +151,7 @@ def main():
         fail(f"steps {apart}: the losses part from single-process PyTorch's by more than {TOLERANCE}")
     print(f"OK: {len(plans)} plans in turn, {total} steps, the losses of one process within {TOLERANCE}")
 
+    check_refusals(args, plans[0], data_dir, total)
     if args.other_batch:
         plan = partition(args.partition, args.model, os.path.join(args.out, "other_batch"), args.np,
                          args.other_batch.split(), "adam")

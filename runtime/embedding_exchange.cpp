@@ -13,8 +13,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "plan/plan_json.h"
+#include "runtime/memory_tracker.h"
 #include "support/error.h"
 #include "torch_side/state_dict_file.h"
 #include "torch_side/torch_error.h"
@@ -161,16 +163,26 @@ class EmbeddingExchange::RowOptimizer {
  public:
   // `shards` (kept by reference, stepped in place), and the columns of each one's whole row (a
   // column-wise piece's table's).
+  // `in_host[i]`: shard i is in host memory, its state too (not counted as tensor memory).
   RowOptimizer(const std::string& name, const std::string& where, double weight_decay,
-               const std::vector<at::Tensor>& shards, std::vector<std::int64_t> row_dims)
+               const std::vector<at::Tensor>& shards, std::vector<std::int64_t> row_dims, const std::vector<bool>& in_host)
       : shards_(shards), row_dims_(std::move(row_dims)), weight_decay_(weight_decay) {
     kind_ = name == "rowwise_adagrad" ? Kind::kRowwiseAdagrad : kind_of(plan::parse_optimizer(name, where));
-    for (const auto& shard : shards_) {
+    for (std::size_t i = 0; i < shards_.size(); ++i) {
+      const auto& shard = shards_[i];
+      std::optional<UncountedAllocations> host;
+      if (in_host[i]) host.emplace();
+      const std::size_t states = state_.size(), moments = second_moments_.size();
       if (kind_ == Kind::kRowwiseAdagrad) state_.push_back(at::zeros({shard.size(0)}));  // one accumulator per row
       if (kind_ == Kind::kMomentum || kind_ == Kind::kAdam) state_.push_back(at::zeros_like(shard));
       if (kind_ == Kind::kAdam) second_moments_.push_back(at::zeros_like(shard));
+      if (!in_host[i]) continue;
+      if (state_.size() > states) host_bytes_ += static_cast<std::int64_t>(state_.back().nbytes());
+      if (second_moments_.size() > moments) host_bytes_ += static_cast<std::int64_t>(second_moments_.back().nbytes());
     }
   }
+
+  std::int64_t host_bytes() const { return host_bytes_; }  // of the state of shards in host memory
 
   bool rowwise() const { return kind_ == Kind::kRowwiseAdagrad; }
 
@@ -256,6 +268,7 @@ class EmbeddingExchange::RowOptimizer {
   const std::vector<at::Tensor>& shards_;
   std::vector<std::int64_t> row_dims_;
   double weight_decay_;
+  std::int64_t host_bytes_ = 0;
   Kind kind_ = Kind::kSgd;
   std::vector<at::Tensor> state_;  // per shard: momentum buffer, Adam's first moments or row-wise accumulators
   std::vector<at::Tensor> second_moments_;  // per shard, Adam's
@@ -280,6 +293,7 @@ EmbeddingExchange::EmbeddingExchange(const plan::Plan& plan, int rank, Communica
   auto shards = read_state_dict(plan::check_plan_file(plan, shard_file, "rank " + std::to_string(rank) + "'s shard file"), "shard file");
   batch_ = sharding.batch_per_rank;
   std::vector<std::int64_t> row_dims;  // of each owned shard's table
+  std::vector<bool> in_host;           // of each owned shard: in the host tier
   for (std::size_t t = 0; t < sharding.tables.size(); ++t) {
     const auto& table = sharding.tables[t];
     if (table.pooling_mode != "sum" && table.pooling_mode != "mean" && table.pooling_mode != "none")
@@ -307,7 +321,15 @@ EmbeddingExchange::EmbeddingExchange(const plan::Plan& plan, int rank, Communica
           throw InputError(files.shards[static_cast<std::size_t>(rank)].file + ": no " + std::to_string(shard.rows) + " x " +
                            std::to_string(shard.cols) + " shard of " + table.name);
         entry.owned = static_cast<int>(owned_.size());
-        owned_.push_back(found->second.to(at::kFloat).contiguous());
+        in_host.push_back(table.tier == "host");
+        if (in_host.back()) {
+          // The host tier's shard is in host memory, not counted as the device's tensor memory.
+          UncountedAllocations host;
+          owned_.push_back(found->second.to(at::kFloat).clone(at::MemoryFormat::Contiguous));
+          record_.host_bytes += static_cast<std::int64_t>(owned_.back().nbytes());
+        } else {
+          owned_.push_back(found->second.to(at::kFloat).contiguous());
+        }
         row_dims.push_back(table.dim);
       }
       if (!entry.data_parallel) slots_[static_cast<std::size_t>(shard.rank)].push_back(slot);
@@ -323,7 +345,8 @@ EmbeddingExchange::EmbeddingExchange(const plan::Plan& plan, int rank, Communica
   // The tables step with the plan's sparse optimizer (what its memory was planned for), at
   // rannc-run's learning rate and weight decay.
   optimizer_ = std::make_unique<RowOptimizer>(sharding.sparse_optimizer, plan.path + ": sharding.sparse_optimizer:",
-                                              settings.weight_decay, owned_, std::move(row_dims));
+                                              settings.weight_decay, owned_, std::move(row_dims), in_host);
+  record_.host_bytes += optimizer_->host_bytes();
 }
 
 EmbeddingExchange::~EmbeddingExchange() = default;

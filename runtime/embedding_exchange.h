@@ -41,6 +41,9 @@ namespace rannc::runtime {
 // tables' allreduce), and the time spent in lookups and in the exchanges.
 struct ExchangeRecord {
   std::int64_t index_bytes = 0, pooled_bytes = 0, grad_bytes = 0, allreduce_bytes = 0;
+  // Held in host memory all run: the host tier's shards and their optimizer state, which the
+  // rank's peak tensor memory (the device's) leaves out.
+  std::int64_t host_bytes = 0;
   double lookup_ms = 0;                                        // lookups and the sparse updates
   double index_ms = 0, pooled_ms = 0, grad_ms = 0, allreduce_ms = 0;  // each collective
 };

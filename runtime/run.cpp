@@ -298,6 +298,7 @@ json rank_json(const RankRecord& r) {
   if (r.embeddings) {
     const auto& e = *r.embeddings;
     entry["embeddings"] = {{"index_bytes", e.index_bytes},   {"pooled_bytes", e.pooled_bytes},
+                           {"host_bytes", e.host_bytes},
                            {"grad_bytes", e.grad_bytes},     {"allreduce_bytes", e.allreduce_bytes},
                            {"lookup_ms", e.lookup_ms},       {"index_ms", e.index_ms},
                            {"pooled_ms", e.pooled_ms},       {"grad_ms", e.grad_ms},

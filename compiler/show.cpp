@@ -23,6 +23,13 @@ std::string percent_of_limit(double fraction) {
   return text;
 }
 
+// A share as a whole percentage: 0.2 is "20%".
+std::string percent(double fraction) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.0f%%", 100 * fraction);
+  return text;
+}
+
 // A stage's ranks by the node they sit on (rank r is on node r / K).
 std::map<int, std::vector<int>> ranks_by_node(const std::vector<int>& ranks, int gpus_per_node) {
   std::map<int, std::vector<int>> nodes;
@@ -208,8 +215,10 @@ std::string sharding_text(const plan::Plan& plan) {
                "lrrllrrrrr");
   for (const auto& t : sharding.tables) {
     const auto& l = t.per_rank;
+    // A host table's tier says its cache: "host, cache 20%, 96% hits".
+    std::string tier = t.tier == "host" ? "host, cache " + percent(t.cache_fraction) + ", " + percent(t.hit_rate) + " hits" : t.tier;
     tables.add({t.name, with_commas(t.rows) + " x " + std::to_string(t.dim), fixed(t.pooling, 1) + " " + t.pooling_mode, t.type,
-                t.tier, ranges_text(shard_ranks(t)), human_ms(l.lookup_ms), human_ms(l.all_to_all_ms), human_ms(l.allreduce_ms),
+                tier, ranges_text(shard_ranks(t)), human_ms(l.lookup_ms), human_ms(l.all_to_all_ms), human_ms(l.allreduce_ms),
                 human_bytes(t.tier == "host" ? l.mem_bytes + l.host_mem_bytes : l.mem_bytes) + (t.tier == "host" ? " (host)" : "")});
   }
   out << tables.text() << "\n";
@@ -228,8 +237,11 @@ std::string sharding_text(const plan::Plan& plan) {
 
 nlohmann::json sharding_json(const plan::Sharding& sharding) {
   nlohmann::json tables = nlohmann::json::array(), ranks = nlohmann::json::array();
-  for (const auto& t : sharding.tables)
-    tables.push_back({{"name", t.name}, {"type", t.type}, {"tier", t.tier}, {"ranks", shard_ranks(t)}});
+  for (const auto& t : sharding.tables) {
+    nlohmann::json table = {{"name", t.name}, {"type", t.type}, {"tier", t.tier}, {"ranks", shard_ranks(t)}};
+    if (t.tier == "host") table["cache_fraction"] = stable_number(t.cache_fraction), table["hit_rate"] = stable_number(t.hit_rate);
+    tables.push_back(table);
+  }
   for (const auto& r : sharding.ranks)
     ranks.push_back({{"rank", r.rank}, {"step_ms", stable_number(r.step_ms)}, {"mem_bytes", stable_number(r.mem_bytes)}});
   auto balance = imbalance(sharding);

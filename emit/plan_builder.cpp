@@ -214,6 +214,8 @@ plan::Sharding plan_sharding_section(const ShardedModel& sharded) {
     entry.indexed_by = table.indexed_by;
     entry.type = sharding::sharding_type_name(placed.type);
     entry.tier = placed.host ? "host" : "device";
+    entry.cache_fraction = placed.cache_fraction;
+    entry.hit_rate = placed.hit_rate;
     for (const auto& s : placed.shards) entry.shards.push_back({s.rank, s.row_begin, s.rows, s.col_begin, s.cols});
     const auto& l = placed.load;
     entry.per_rank = {l.lookup_ms, l.all_to_all_ms, l.allreduce_ms, l.mem_bytes, l.host_bytes};

@@ -213,6 +213,8 @@ struct ShardedTable {
   std::vector<std::string> indexed_by;
   std::string type;   // "data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise"
   std::string tier;   // "device", or "host": in host memory behind a device cache
+  // Host tier: the share of each shard's rows its device caches, and the lookups it serves.
+  double cache_fraction = 0, hit_rate = 0;
   std::vector<EmbeddingShard> shards;
   ShardLoad per_rank;  // on each rank of its shards
 };

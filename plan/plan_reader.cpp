@@ -674,7 +674,14 @@ ShardedTable read_sharded_table(const Field& field, const Plan& plan) {
   table.type = read_name(field["type"], {"data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise"},
                          "a sharding type");
   table.tier = read_name(field["tier"], {"device", "host"}, "a tier");
-  if (table.tier == "host" && table.type != "table_wise") field["tier"].fail("host: only a table_wise table lives in host memory");
+  if (table.tier == "host" && table.type != "table_wise" && table.type != "row_wise" && table.type != "table_row_wise")
+    field["tier"].fail("host: only a table_wise, row_wise or table_row_wise table lives in host memory");
+  if (table.tier == "host") {
+    table.cache_fraction = field["cache_fraction"].non_negative();
+    table.hit_rate = field["hit_rate"].non_negative();
+    if (table.cache_fraction > 1) field["cache_fraction"].fail("more than the whole shard");
+    if (table.hit_rate > 1) field["hit_rate"].fail("more than every lookup");
+  }
   for (const auto& entry : field["shards"].items()) {
     EmbeddingShard shard;
     shard.rank = entry["rank"].small(0);

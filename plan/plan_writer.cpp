@@ -167,6 +167,10 @@ json sharded_table_json(const ShardedTable& table, const Sharding& sharding) {
           {"predicted_per_rank", shard_load_json(table.per_rank)}};
   if (!table.stage_name.empty()) entry["stage_name"] = table.stage_name;
   if (!table.lookup_args.empty()) entry["lookup_args"] = table.lookup_args;
+  if (table.tier == "host") {
+    entry["cache_fraction"] = stable_number(table.cache_fraction);
+    entry["hit_rate"] = stable_number(table.hit_rate);
+  }
   return entry;
 }
 

@@ -20,6 +20,11 @@ struct EmbeddingTable {
   std::string pooling_mode;             // "sum", "mean", "max", or "none" (a row per lookup)
   std::vector<std::string> indexed_by;  // the model inputs its indices come from
   double pooling = 1;                   // lookups per sample, from the example inputs' shapes
+  // How its rows are accessed, for the device cache of a table in host memory (--table-constraints):
+  // uniformly by default; by a Zipf law of this exponent (rank k's row taken in proportion to
+  // k^-zipf); or at a measured hit rate of the cache, whatever its size.
+  double zipf = 0;        // 0: uniform
+  double hit_rate = -1;   // below 0: none measured
   // The ops that look the table up and pool the bags, and what they hand the rest of the model
   // (one per lookup): what a sharded plan moves out of the dense part.
   std::vector<ir::OpId> ops;

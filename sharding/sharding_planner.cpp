@@ -1,6 +1,7 @@
 #include "sharding/sharding_planner.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -24,9 +25,11 @@ constexpr double kSortedIdBytes = 24;
 constexpr int kExchangeRounds = 7;
 constexpr std::int64_t kMinColumnShard = 128;  // TorchRec's MIN_CW_DIM: narrower pieces read memory badly
 constexpr double kDataParallelOptimizer = 9.22;  // TorchRec: the fused optimizer's passes over a DP table
-constexpr double kCacheFraction = 0.2;           // TorchRec's default share of a host table cached on the device
-constexpr double kMaxCacheShare = 0.125;         // of a device's memory, so one device serves several host tables
+// The shares of a host-tier shard its device may cache, a choice per table (TorchRec's default is
+// a fifth); the planner weighs each against the device memory it takes.
+constexpr std::array<double, 4> kCacheFractions{0.01, 0.05, 0.2, 0.5};
 constexpr double kUvmInefficiency = 10;          // TorchRec's UVM-caching bandwidth divisor
+constexpr double kZipfExactTerms = 64;           // of a generalised harmonic number summed term by term
 
 // A placement of one table: it adds `load` to each of `count` consecutive ranks from `first`
 // (wrapping), every candidate touching its ranks evenly.
@@ -35,7 +38,34 @@ struct Candidate {
   int first = 0, count = 1;
   RankLoad load;
   bool host = false;
+  double cache_fraction = 0, hit_rate = 0;  // host tier: the share of each shard its device caches, and the lookups that hit it
 };
+
+// H(n, s) = sum over k = 1..n of k^-s: the first terms summed, the rest from m on by
+// Euler-Maclaurin (the integral, the ends' halves and the first derivative term; relative error
+// below 1e-9 from m = 64), so a table of 10^10 rows costs what one of 100 does.
+double harmonic(double n, double s) {
+  n = std::floor(n);
+  const double m = kZipfExactTerms;
+  double sum = 0;
+  for (double k = 1; k <= std::min(n, m - 1); ++k) sum += std::pow(k, -s);
+  if (n < m) return sum;
+  double integral = s == 1 ? std::log(n / m) : (std::pow(n, 1 - s) - std::pow(m, 1 - s)) / (1 - s);
+  return sum + integral + (std::pow(m, -s) + std::pow(n, -s)) / 2 + s / 12 * (std::pow(m, -s - 1) - std::pow(n, -s - 1));
+}
+
+}  // namespace
+
+double cache_hit_rate(const EmbeddingTable& table, double cached_rows) {
+  const double rows = static_cast<double>(table.rows);
+  if (rows <= 0) return 1;
+  cached_rows = std::clamp(cached_rows, 0.0, rows);
+  if (table.hit_rate >= 0) return table.hit_rate;
+  if (table.zipf > 0) return harmonic(cached_rows, table.zipf) / harmonic(rows, table.zipf);
+  return cached_rows / rows;
+}
+
+namespace {
 
 double optimizer_bytes(SparseOptimizer optimizer, double rows, double cols) {
   switch (optimizer) {
@@ -51,15 +81,23 @@ class CostModel {
  public:
   explicit CostModel(const ShardingProblem& problem) : p_(problem), world_(problem.cluster.gpus()) {}
 
+  // Of a lookup's time (forward, and backward at twice it), reading `lookups` rows of `cols`
+  // columns from the table: what a host-tier table's device cache serves. `penalty`: the
+  // placement's for narrow rows (whole rows pay it, TorchRec's estimator; row pieces do not).
+  double row_read_ms(const EmbeddingTable& t, double lookups, double cols, double penalty) const {
+    return 3 * lookups * std::max(cols, 32.0) * element(t) * penalty / hbm() * 1e3;
+  }
+  // Narrow rows read memory badly (TorchRec's penalty); 128 columns and up read at full speed.
+  static double narrow_penalty(double cols) { return cols < 64 ? 1.75 : cols < 128 ? 1.15 : 1.0; }
+
   // `cols` columns of the whole table on one rank (TW, and each CW piece).
   RankLoad whole_rows(const EmbeddingTable& t, double cols) const {
     const double global = batch() * world_;
-    double penalty = cols < 64 ? 1.75 : cols < 128 ? 1.15 : 1.0;
     const double out = global * rows_out(t);
-    double forward = (global * t.pooling * kIndexBytes + global * t.pooling * std::max(cols, 32.0) * element(t) +
-                      out * cols * element(t)) * penalty / hbm();
+    double forward = (global * t.pooling * kIndexBytes + out * cols * element(t)) * narrow_penalty(cols) / hbm();
     RankLoad load;
-    load.lookup_ms = 3 * forward * 1e3;  // backward is twice the forward
+    // Backward is twice the forward.
+    load.lookup_ms = 3 * forward * 1e3 + row_read_ms(t, global * t.pooling, cols, narrow_penalty(cols));
     load.all_to_all_ms = (global * t.pooling * kRoutedIdBytes + out * cols * (p_.forward_comm_bytes + p_.backward_comm_bytes)) /
                          bandwidth(world_) * 1e3;
     load.mem_bytes = state_bytes(static_cast<double>(t.rows), cols, t) + io_bytes(t, global * t.pooling, cols);
@@ -72,9 +110,9 @@ class CostModel {
     const double n = count;
     const double cols = static_cast<double>(t.dim);
     double output = global * rows_out(t) * cols;
-    double forward = (global * t.pooling / n * (kIndexBytes + std::max(cols, 32.0) * element(t)) + output * element(t)) / hbm();
+    double forward = (global * t.pooling / n * kIndexBytes + output * element(t)) / hbm();
     RankLoad load;
-    load.lookup_ms = 3 * forward * 1e3;
+    load.lookup_ms = 3 * forward * 1e3 + row_read_ms(t, global * t.pooling / n, cols, 1);
     // Every shard's partial sums for the whole batch are reduce-scattered forward, gathered back:
     // each rank moves (n - 1) / n of them.
     load.all_to_all_ms = output * (n - 1) / n * (p_.forward_comm_bytes + p_.backward_comm_bytes) /
@@ -89,20 +127,28 @@ class CostModel {
     return load;
   }
 
-  // Table-wise in host memory: the device keeps a cache of kCacheFraction of the table (at most
-  // kMaxCacheShare of its memory) and the I/O buffers; lookups read at (the cached share at HBM
-  // speed + the rest over the host link) / 10, TorchRec's UVM-caching estimate.
-  RankLoad host_table(const EmbeddingTable& t) const {
-    RankLoad load = whole_rows(t, static_cast<double>(t.dim));
-    double table_bytes = static_cast<double>(t.rows) * static_cast<double>(t.dim) * element(t);
-    double cache = std::min(kCacheFraction * table_bytes, kMaxCacheShare * static_cast<double>(p_.cluster.mem_bytes));
-    double cached = table_bytes > 0 ? cache / table_bytes : 1;
-    double bandwidth = (cached * hbm() + (1 - cached) * p_.cluster.host.link.bandwidth) / kUvmInefficiency;
-    load.lookup_ms *= hbm() / bandwidth;
-    double state = state_bytes(static_cast<double>(t.rows), static_cast<double>(t.dim), t);
+  // `device` (a table-wise, row-wise or table-row-wise placement, of `rows` rows a shard, which
+  // looks up `lookups` rows a step) moved to the host tier: each shard's state in its node's host
+  // memory, its device keeping a cache of `fraction` of the shard's rows and the I/O buffers. The
+  // rows are read at (the hit rate at HBM speed + the misses over the host link) / 10, TorchRec's
+  // UVM-caching estimate; the ids and the pooled rows stay in HBM (TorchRec's estimator slows
+  // them too, which would price a row-wise shard's partial sums of the whole batch as if they
+  // crossed the host link). Ids are hashed to rows, so each shard caches its share of the
+  // table's hottest rows.
+  Candidate in_host(Candidate device, const EmbeddingTable& t, double rows, double lookups, double fraction) const {
+    const double penalty = device.type == ShardingType::kTableWise ? narrow_penalty(static_cast<double>(t.dim)) : 1;
+    const double cols = static_cast<double>(t.dim);
+    const double shards = static_cast<double>(t.rows) / std::max(rows, 1.0);
+    device.host = true;
+    device.cache_fraction = fraction;
+    device.hit_rate = cache_hit_rate(t, fraction * rows * shards);
+    double bandwidth = (device.hit_rate * hbm() + (1 - device.hit_rate) * p_.cluster.host.link.bandwidth) / kUvmInefficiency;
+    RankLoad& load = device.load;
+    load.lookup_ms += row_read_ms(t, lookups, cols, penalty) * (hbm() / bandwidth - 1);
+    double state = state_bytes(rows, cols, t);
     load.host_bytes = state;
-    load.mem_bytes += cache - state;
-    return load;
+    load.mem_bytes += std::ceil(fraction * rows) * cols * element(t) - state;
+    return device;
   }
 
   RankLoad data_parallel(const EmbeddingTable& t) const {
@@ -120,8 +166,9 @@ class CostModel {
     return load;
   }
 
- private:
   double batch() const { return static_cast<double>(p_.batch_per_rank); }
+
+ private:
   // Collectives among `ranks` ranks from rank 0 up run at the intra-node link when they fit a
   // node. Latencies are not charged: every table's exchange rides in one fused collective.
   double bandwidth(int ranks) const {
@@ -146,26 +193,35 @@ class CostModel {
 // Every placement a table may take: DP; TW on each rank; CW in k pieces of at least 128 columns on
 // k consecutive ranks (at multiples of k); RW over all ranks; TWRW on each node. Then those its
 // constraint allows.
+// Every placement a table may take: DP; TW on each rank; CW in k pieces of at least 128 columns on
+// k consecutive ranks (at multiples of k); RW over all ranks; TWRW on each node. With a host tier,
+// TW, RW and TWRW also in host memory, with each cache fraction. Then those its constraint allows.
 std::vector<Candidate> all_candidates(const EmbeddingTable& table, const CostModel& costs, const cost::Cluster& cluster) {
   const int world = cluster.gpus(), per_node = cluster.gpus_per_node;
+  const bool host_tier = cluster.host.mem_bytes > 0 && cluster.host.link.bandwidth > 0;
   std::vector<Candidate> list;
+  const double rows = static_cast<double>(table.rows), lookups = table.pooling * cluster.gpus() * costs.batch();
+  // `placement` of `rows` rows a shard, each looking up `shards`' share of the lookups, and in the
+  // host tier with each cache fraction.
+  auto add = [&](const Candidate& placement, double shards) {
+    list.push_back(placement);
+    if (host_tier)
+      for (double fraction : kCacheFractions)
+        list.push_back(costs.in_host(placement, table, std::ceil(rows / shards), lookups / shards, fraction));
+  };
   list.push_back({ShardingType::kDataParallel, 0, world, costs.data_parallel(table)});
   auto whole = costs.whole_rows(table, static_cast<double>(table.dim));
-  for (int r = 0; r < world; ++r) list.push_back({ShardingType::kTableWise, r, 1, whole});
-  if (cluster.host.mem_bytes > 0 && cluster.host.link.bandwidth > 0) {
-    auto hosted = costs.host_table(table);
-    for (int r = 0; r < world; ++r) list.push_back({ShardingType::kTableWise, r, 1, hosted, true});
-  }
+  for (int r = 0; r < world; ++r) add({ShardingType::kTableWise, r, 1, whole}, 1);
   for (int k = 2; k <= world && table.dim / k >= kMinColumnShard; k *= 2) {
     if (table.dim % k != 0 || (table.dim / k) % 4 != 0) continue;
     auto piece = costs.whole_rows(table, static_cast<double>(table.dim / k));
     for (int r = 0; r + k <= world; r += k) list.push_back({ShardingType::kColumnWise, r, k, piece});
   }
-  if (world > 1) list.push_back({ShardingType::kRowWise, 0, world, costs.split_rows(table, world, false)});
+  if (world > 1) add({ShardingType::kRowWise, 0, world, costs.split_rows(table, world, false)}, world);
   if (cluster.nodes > 1 && per_node > 1) {
     auto per_node_rows = costs.split_rows(table, per_node, true);
     for (int node = 0; node < cluster.nodes; ++node)
-      list.push_back({ShardingType::kTableRowWise, node * per_node, per_node, per_node_rows});
+      add({ShardingType::kTableRowWise, node * per_node, per_node, per_node_rows}, per_node);
   }
   return list;
 }
@@ -204,7 +260,15 @@ class Loads {
   bool fits(const Candidate& c) const {
     for (int i = 0; i < c.count; ++i)
       if (at(c.first + i).mem_bytes + c.load.mem_bytes > mem_limit_) return false;
-    return c.load.host_bytes == 0 || host_[static_cast<std::size_t>(c.first / per_node_)] + c.load.host_bytes <= host_limit_;
+    if (c.load.host_bytes == 0) return true;
+    // Its shards on each node's ranks, in that node's host memory.
+    for (int i = 0; i < c.count;) {
+      const int node = node_of(c.first + i);
+      int on_node = 0;
+      for (; i < c.count && node_of(c.first + i) == node; ++i) ++on_node;
+      if (host_[static_cast<std::size_t>(node)] + c.load.host_bytes * on_node > host_limit_) return false;
+    }
+    return true;
   }
   // The slowest rank's step with `c` added (its ranks only can change the maximum).
   double max_with(const Candidate& c, double current_max) const {
@@ -220,8 +284,8 @@ class Loads {
       r.allreduce_ms += sign * c.load.allreduce_ms;
       r.mem_bytes += sign * c.load.mem_bytes;
       r.host_bytes += sign * c.load.host_bytes;
+      host_[static_cast<std::size_t>(node_of(c.first + i))] += sign * c.load.host_bytes;
     }
-    host_[static_cast<std::size_t>(c.first / per_node_)] += sign * c.load.host_bytes * c.count;
   }
   double max_step() const {
     double worst = 0;
@@ -231,6 +295,7 @@ class Loads {
   const std::vector<RankLoad>& ranks() const { return ranks_; }
 
  private:
+  int node_of(int rank) const { return rank % static_cast<int>(ranks_.size()) / per_node_; }
   RankLoad& at(int rank) { return ranks_[static_cast<std::size_t>(rank % static_cast<int>(ranks_.size()))]; }
   const RankLoad& at(int rank) const { return ranks_[static_cast<std::size_t>(rank % static_cast<int>(ranks_.size()))]; }
 
@@ -304,13 +369,17 @@ std::vector<int> exact(const Search& s, bool prune) {
 
 double work(const Candidate& c) { return c.load.step_ms() * c.count; }
 
+// A greedy search places host-tier tables with one cache fraction (`cache`); grow_caches then
+// gives them more where memory is left.
+bool with_cache(const Candidate& c, double cache) { return !c.host || c.cache_fraction == cache; }
+
 // How a greedy start picks each table's placement: where the slowest rank rises least; the same
 // among the table's placements of least total work; or among those of least device memory per rank.
 enum class Start { kSlowestRank, kLeastWork, kLeastMemory };
 
 // The candidate of `table` that leaves the slowest rank fastest (then the least total work),
 // among those `start` admits.
-int best_candidate(const Search& s, std::size_t table, const Loads& loads, Start start) {
+int best_candidate(const Search& s, std::size_t table, const Loads& loads, Start start, double cache) {
   double current = loads.max_step();
   int pick = -1;
   double pick_max = 0, pick_work = 0;
@@ -319,9 +388,10 @@ int best_candidate(const Search& s, std::size_t table, const Loads& loads, Start
   double least = std::numeric_limits<double>::infinity();
   if (start != Start::kSlowestRank)
     for (const auto& c : list)
-      if (loads.fits(c)) least = std::min(least, measure(c));
+      if (with_cache(c, cache) && loads.fits(c)) least = std::min(least, measure(c));
   for (std::size_t c = 0; c < list.size(); ++c) {
-    if (!loads.fits(list[c]) || (start != Start::kSlowestRank && measure(list[c]) > least * (1 + 1e-12))) continue;
+    if (!with_cache(list[c], cache) || !loads.fits(list[c])) continue;
+    if (start != Start::kSlowestRank && measure(list[c]) > least * (1 + 1e-12)) continue;
     double next_max = loads.max_with(list[c], current);
     double added = work(list[c]);
     if (pick < 0 || next_max < pick_max || (next_max == pick_max && added < pick_work))
@@ -330,14 +400,50 @@ int best_candidate(const Search& s, std::size_t table, const Loads& loads, Start
   return pick;
 }
 
+// The candidate of the same placement as `current` with the next larger cache, or -1.
+int larger_cache(const std::vector<Candidate>& list, int current) {
+  const Candidate& now = list[static_cast<std::size_t>(current)];
+  for (std::size_t c = 0; c < list.size(); ++c) {
+    const Candidate& other = list[c];
+    if (other.host && other.type == now.type && other.first == now.first && other.count == now.count &&
+        other.cache_fraction > now.cache_fraction)
+      return static_cast<int>(c);  // listed in ascending fractions: the first larger is the next
+  }
+  return -1;
+}
+
+// The device memory the placement leaves goes to the host-tier tables' caches, a step of
+// kCacheFractions at a time round the tables (costliest first), while it fits and the slowest
+// rank does not slow: evenly, since a lookup's time falls ever less as its cache grows.
+void grow_caches(const Search& s, Loads& loads, std::vector<int>& choice) {
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (auto table : s.order) {
+      const auto& list = s.candidates[table];
+      int current = choice[table];
+      if (!list[static_cast<std::size_t>(current)].host) continue;
+      int next = larger_cache(list, current);
+      if (next < 0) continue;
+      double before = loads.max_step();
+      loads.add(list[static_cast<std::size_t>(current)], -1);
+      const Candidate& larger = list[static_cast<std::size_t>(next)];
+      bool better = loads.fits(larger) && loads.max_with(larger, loads.max_step()) <= before;
+      choice[table] = better ? next : current;
+      loads.add(list[static_cast<std::size_t>(choice[table])], 1);
+      grew = grew || better;
+    }
+  }
+}
+
 // Longest first, each placed as `start` says; then each table moved to its best place given all
-// others, while a pass lowers the slowest rank. Returns the choice and the slowest rank's step
-// (an empty choice when some table found no room).
-std::pair<std::vector<int>, double> greedy(const Search& s, Start start) {
+// others, while a pass lowers the slowest rank; then the host tier's caches grown into the room
+// left. Returns the choice and the slowest rank's step (an empty choice when some table found no
+// room).
+std::pair<std::vector<int>, double> greedy(const Search& s, Start start, double cache) {
   Loads loads(s.cluster, s.dense);
   std::vector<int> choice(s.order.size(), -1);
   for (auto table : s.order) {
-    int c = best_candidate(s, table, loads, start);
+    int c = best_candidate(s, table, loads, start, cache);
     if (c < 0) return {{}, 0};
     choice[table] = c;
     loads.add(s.candidates[table][static_cast<std::size_t>(c)], 1);
@@ -347,12 +453,13 @@ std::pair<std::vector<int>, double> greedy(const Search& s, Start start) {
     double before = loads.max_step();
     for (auto table : s.order) {
       loads.add(s.candidates[table][static_cast<std::size_t>(choice[table])], -1);
-      int c = best_candidate(s, table, loads, Start::kSlowestRank);
+      int c = best_candidate(s, table, loads, Start::kSlowestRank, cache);
       choice[table] = c;
       loads.add(s.candidates[table][static_cast<std::size_t>(c)], 1);
     }
     if (!(loads.max_step() < before)) break;
   }
+  grow_caches(s, loads, choice);
   return {choice, loads.max_step()};
 }
 
@@ -361,12 +468,20 @@ std::pair<std::vector<int>, double> greedy(const Search& s, Start start) {
 // big ones, as TorchRec's proposers do) leaves the local search to balance; least device memory
 // first (the host tier for big tables) finds room when memory is tight, and the local search
 // then brings tables back onto devices where they fit. The fastest that fits wins.
+// With a host tier, each start runs once per cache fraction: which placement of a host table
+// is best depends on its cache (a table-row-wise table caches on 8 devices, a table-wise one on
+// one), and a greedy that grew caches as it went would give the first tables all the memory.
 std::vector<int> heuristic(const Search& s) {
   std::vector<int> best;
   double best_max = std::numeric_limits<double>::infinity();
-  for (Start start : {Start::kSlowestRank, Start::kLeastWork, Start::kLeastMemory}) {
-    auto [choice, slowest] = greedy(s, start);
-    if (!choice.empty() && slowest < best_max) best = std::move(choice), best_max = slowest;
+  bool host_tier = std::any_of(s.candidates.begin(), s.candidates.end(), [](const auto& list) {
+    return std::any_of(list.begin(), list.end(), [](const Candidate& c) { return c.host; });
+  });
+  for (double cache : host_tier ? std::vector<double>(kCacheFractions.begin(), kCacheFractions.end()) : std::vector<double>{0}) {
+    for (Start start : {Start::kSlowestRank, Start::kLeastWork, Start::kLeastMemory}) {
+      auto [choice, slowest] = greedy(s, start, cache);
+      if (!choice.empty() && slowest < best_max) best = std::move(choice), best_max = slowest;
+    }
   }
   return best;
 }
@@ -477,7 +592,7 @@ ShardingSolution plan_sharding(const ShardingProblem& problem) {
   for (std::size_t t = 0; t < problem.tables.size(); ++t) {
     const auto& c = s.candidates[t][static_cast<std::size_t>(choice[t])];
     loads.add(c, 1);
-    solution.tables.push_back({c.type, shards_of(problem.tables[t], c), c.host, c.load});
+    solution.tables.push_back({c.type, shards_of(problem.tables[t], c), c.host, c.cache_fraction, c.hit_rate, c.load});
   }
   solution.ranks = loads.ranks();
   solution.objective_ms = loads.max_step();

@@ -4,8 +4,10 @@
 // table-row-wise (TWRW: rows cut over the ranks of one node). The costs follow TorchRec's
 // estimators (docs/DLRM.md) on the cluster's own links and memory bandwidth; the objective is the
 // embedding step of the slowest rank (lookups, their all-to-alls and DP's allreduce). A table
-// may also live table-wise in host memory (the host tier) behind a device cache of a fifth of
-// it (at most an eighth of the device), its lookups at TorchRec's UVM-caching bandwidth.
+// may also live in host memory (the host tier: table-wise, or its rows cut row-wise or
+// table-row-wise over the hosts), each shard behind a device cache of a share the planner
+// chooses per table, its lookups at TorchRec's UVM-caching bandwidth for the hit rate of that
+// cache under the table's access skew (uniform, Zipf, or measured).
 //
 // The search places tables longest first from three greedy starts (see heuristic() in the
 // .cpp), then moves and re-shards tables while that helps; with few tables and ranks it is a
@@ -75,7 +77,11 @@ struct RankLoad {
 struct TableSharding {
   ShardingType type = ShardingType::kTableWise;
   std::vector<Shard> shards;  // DP: one full copy per rank
-  bool host = false;          // table-wise in the host memory of its rank's node, with a device cache
+  // In the host tier: each shard (table-wise, row-wise or table-row-wise) in the host memory of
+  // its rank's node, its device caching `cache_fraction` of the shard's rows, which serve
+  // `hit_rate` of the lookups (cache_hit_rate).
+  bool host = false;
+  double cache_fraction = 0, hit_rate = 0;
   RankLoad load;              // what the table adds to each rank holding a shard
 };
 
@@ -84,6 +90,10 @@ struct ShardingSolution {
   std::vector<RankLoad> ranks;
   double objective_ms = 0;            // the slowest rank's step
 };
+
+// The share of a table's lookups that a device cache of its `cached_rows` hottest rows serves:
+// the measured hit rate when given, else by its Zipf law, else cached_rows / rows (uniform).
+double cache_hit_rate(const EmbeddingTable& table, double cached_rows);
 
 // Small instances (tables x candidate placements) are solved exactly by branch and bound.
 inline constexpr std::int64_t kExactSearchLimit = 10000000;

@@ -46,6 +46,15 @@ double read_pooling(const nlohmann::json& value, const std::string& where) {
   return pooling;
 }
 
+// A number in [least, most] (least excluded when `open`), else InputError naming `what` it is.
+double read_number(const nlohmann::json& value, const std::string& where, double least, double most, bool open,
+                   const std::string& what) {
+  double number = value.is_number() ? value.get<double>() : std::nan("");
+  if (!(open ? number > least : number >= least) || !(number <= most))
+    throw InputError(where + ": " + json_excerpt(value) + " is not " + what);
+  return number;
+}
+
 nlohmann::json parse(const std::string& path) {
   std::string text = read_regular_file(path, kMaxConstraintsBytes, "table constraints file");
   check_json_depth(text, path);
@@ -74,8 +83,11 @@ std::vector<TableConstraint> apply_table_constraints(const std::string& path, st
       if (key == "pooling") table->pooling = read_pooling(value, where + ".pooling");
       else if (key == "sharding_types") constraint.types = read_types(value, where + ".sharding_types");
       else if (key == "tier") constraint.tier = read_tier(value, where + ".tier");
-      else throw InputError(where + ": unknown key '" + text_excerpt(key) + "' (known: pooling, sharding_types, tier)");
+      else if (key == "zipf") table->zipf = read_number(value, where + ".zipf", 0, 10, true, "a Zipf exponent (above 0, at most 10)");
+      else if (key == "hit_rate") table->hit_rate = read_number(value, where + ".hit_rate", 0, 1, false, "a hit rate (0 to 1)");
+      else throw InputError(where + ": unknown key '" + text_excerpt(key) + "' (known: pooling, sharding_types, tier, zipf, hit_rate)");
     }
+    if (table->zipf > 0 && table->hit_rate >= 0) throw InputError(where + ": give zipf or hit_rate, not both");
   }
   return constraints;
 }

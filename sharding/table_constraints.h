@@ -5,7 +5,10 @@
 //                                  "tier": "device"}}}
 //
 // "pooling" (lookups per sample, > 0) replaces the one read from the example inputs;
-// "sharding_types" limits the types the planner may choose; "tier" is "device", "host" or "any".
+// "sharding_types" limits the types the planner may choose; "tier" is "device", "host" or "any";
+// the access skew of its rows, for the device cache of a host-tier table: "zipf" (an exponent,
+// above 0 and at most 10) or "hit_rate" (measured, 0 to 1, taken for every cache size); uniform
+// without either.
 // Every key is checked: an unknown table, key or type is an error, never ignored.
 #pragma once
 

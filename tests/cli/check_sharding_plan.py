@@ -145,6 +145,21 @@ def check_large(p, shape_only):
     over = [r["rank"] for r in plan["sharding"]["ranks"] if r["mem_bytes"] > 80 * GIB]
     if not hosted or over:
         fail(f"12T: {len(hosted)} tables in the host tier, ranks over 80G: {over}")
+    # Balanced, its rows cut over the hosts behind caches that use the devices' memory.
+    least_mem = min(r["mem_bytes"] for r in plan["sharding"]["ranks"])
+    if imbalance(plan) >= 1.2 or least_mem < 40 * GIB or any(not 0 < t["cache_fraction"] <= 1 for t in hosted):
+        fail(f"12T: max/mean {imbalance(plan):.3f}, least device memory {least_mem / GIB:.1f} GiB, caches "
+             f"{sorted({t['cache_fraction'] for t in hosted})}")
+    balance_12t = imbalance(plan)
+    skew_path = os.path.join(p.out, "12t-zipf.json")
+    with open(skew_path, "w") as f:
+        json.dump({"tables": {t["name"]: {"zipf": 1.05} for t in plan["sharding"]["tables"]}}, f)
+    skewed, _ = p.plan(model, "12t-zipf", "--gpus", "128", "--mem", "80G", "--host-mem", "4T", "--batch", "65536",
+                       "--table-constraints", skew_path)
+    if not (skewed["predicted"]["iteration_ms"] < plan["predicted"]["iteration_ms"]) or \
+            any(t["hit_rate"] <= 0.5 for t in skewed["sharding"]["tables"]):
+        fail(f"12T with Zipf 1.05 access: {skewed['predicted']['iteration_ms']} ms against uniform "
+             f"{plan['predicted']['iteration_ms']} ms, hit rates {sorted({t['hit_rate'] for t in skewed['sharding']['tables']})}")
     line = p.refuse(model, "12t-small", 1, ["of host memory behind device caches", "16 hosts 16.00 TiB"],
                     "--gpus", "128", "--mem", "80G", "--host-mem", "1T", "--batch", "65536")
     # Without --host-mem the host tier is not assumed, nor from a cluster file without a "host".
@@ -160,8 +175,8 @@ def check_large(p, shape_only):
                 fail("12T: a cluster file's host of 4 TiB put no table in the host tier")
         else:
             p.refuse(model, name, 1, ["need at least", "of device memory"], "--cluster", path, "--batch", "65536")
-    print(f"1000 tables on 128: max/mean {balance:.3f}; 12T on 128 x 80G: {len(hosted)} tables in host memory; "
-          f"with 1 TiB hosts: {line}")
+    print(f"1000 tables on 128: max/mean {balance:.3f}; 12T on 128 x 80G: {len(hosted)} tables in host memory, max/mean "
+          f"{balance_12t:.3f}, faster with Zipf access; with 1 TiB hosts: {line}")
 
 
 def sample_args(samples):
@@ -194,6 +209,9 @@ def check_constraints(p, samples, out):
            ("unknown key", {"tables": {"tables.0.weight": {"pool": 3}}}, "unknown key 'pool'"),
            ("bad pooling", {"tables": {"tables.0.weight": {"pooling": -1}}}, "is not a pooling factor"),
            ("bad tier", {"tables": {"tables.0.weight": {"tier": "disk"}}}, "is not a tier"),
+           ("bad zipf", {"tables": {"tables.0.weight": {"zipf": 0}}}, "is not a Zipf exponent"),
+           ("bad hit rate", {"tables": {"tables.0.weight": {"hit_rate": 1.5}}}, "is not a hit rate"),
+           ("zipf and hit rate", {"tables": {"tables.0.weight": {"zipf": 1, "hit_rate": 0.5}}}, "not both"),
            ("no placement", {"tables": {"tables.0.weight": {"sharding_types": ["column_wise"]}}}, "leave it no placement"),
            ("host without --host-mem", {"tables": {"tables.0.weight": {"tier": "host"}}}, "leave it no placement"),
            ("not an object", [1, 2], "expected {\"tables\""),

@@ -13,8 +13,8 @@ cross in exactly half the bytes of the fp32 run (summed over the ranks). In ever
 peak tensor memory is at most the plan's prediction for it and at least 80% of it. Faults end the
 job with one clear line and a non-zero exit: an id beyond its table's rows in the data, a sparse
 input of the wrong shape, and a plan whose shards leave rows of a table out. Two tables in the host
-tier (table-wise behind a device cache) train to the same losses, their shards and optimizer state
-reported as host memory equal to the plan's host_mem_bytes, the device's peak checked as above.
+tier (one table-wise, one row-wise, behind device caches) train to the same losses, their shards and optimizer state
+reported as host memory matching the plan's host_mem_bytes, the device's peak from 0.75 of it.
 
 --unpooled: the DLRM of make_dlrm_bags.py with unpooled tables instead (2 pooled, 4 unpooled of 3
 lookups per sample, whose rows travel one per lookup), with row-wise, column-wise, table-wise and
@@ -41,10 +41,10 @@ CONSTRAINTS = {"tables": {"tables.0.weight": {"sharding_types": ["row_wise"]},
                           "tables.5.weight": {"sharding_types": ["row_wise"]},
                           "tables.7.weight": {"sharding_types": ["column_wise"]}}}
 PARTITION = ["--input", "dense:16x13", "--input", "sparse:16x8x3:int64", "--batch", "16"]
-# Tables 3 and 5 table-wise in host memory behind a device cache (the host tier).
+# Table 3 table-wise and table 5 row-wise in host memory behind device caches (the host tier).
 HOST_CONSTRAINTS = {"tables": {**CONSTRAINTS["tables"],
                                "tables.3.weight": {"sharding_types": ["table_wise"], "tier": "host"},
-                               "tables.5.weight": {"sharding_types": ["table_wise"], "tier": "host"}}}
+                               "tables.5.weight": {"sharding_types": ["row_wise"], "tier": "host"}}}
 # The unpooled model: tables 2 (256 columns), 3, 4 and 5 unpooled.
 UNPOOLED_CONSTRAINTS = {"tables": {"tables.0.weight": {"sharding_types": ["row_wise"]},
                                    "tables.1.weight": {"sharding_types": ["data_parallel"]},
@@ -130,8 +130,9 @@ def check_faults(args, out):
 
 def check_host_tier(args, model):
     """Host-tier tables train like the others; their shards and optimizer state are host memory:
-    the report's host bytes per rank equal the plan's host_mem_bytes, and the device's peak (the
-    rest) is within [0.8, 1] of its prediction, which counts the planned device cache."""
+    the report's host bytes per rank are the plan's host_mem_bytes (equal, or within 5% below on
+    the last row-wise shard), and the device's peak (the rest) is within [0.75, 1] of its
+    prediction, which counts the planned device caches."""
     constraints = os.path.join(args.out, "host_constraints.json")
     with open(constraints, "w") as f:
         json.dump(HOST_CONSTRAINTS, f)
@@ -141,14 +142,16 @@ def check_host_tier(args, model):
     # weight-gradient workspace, which the model counts at the passes' peak.
     _, plan, report = train(args, model, "host-tier", constraints, ["--tolerance", "1e-5"], ["--host-mem", "1G"],
                             least_memory=0.75)
-    host = {t["name"] for t in plan["sharding"]["tables"] if t["tier"] == "host"}
-    if host != {"tables.3.weight", "tables.5.weight"}:
-        fail(f"expected tables 3 and 5 in the host tier, the plan has {sorted(host)}")
+    host = {t["name"]: t["type"] for t in plan["sharding"]["tables"] if t["tier"] == "host"}
+    if host != {"tables.3.weight": "table_wise", "tables.5.weight": "row_wise"}:
+        fail(f"expected tables 3 (table-wise) and 5 (row-wise) in the host tier, the plan has {host}")
     measured = {r["rank"]: r["embeddings"]["host_bytes"] for r in report["ranks"]}
     predicted = {r["rank"]: r["host_mem_bytes"] for r in plan["sharding"]["ranks"]}
     print("host memory per rank, measured and predicted:", {r: (measured[r], predicted[r]) for r in sorted(predicted)})
-    if measured != predicted or not any(predicted.values()):
-        fail("the host tier's memory per rank differs from the plan's host_mem_bytes")
+    # The plan counts a row-wise table's ceil block of rows on every rank; the last holds fewer
+    # (250 rows over 4: 63, 63, 63, 61).
+    if not all(0.95 * predicted[r] <= measured[r] <= predicted[r] for r in predicted) or not all(predicted.values()):
+        fail("the host tier's memory per rank is not the plan's host_mem_bytes (at most, and within 5%)")
 
 
 def check_unpooled(args):

@@ -676,11 +676,14 @@ ShardedTable read_sharded_table(const Field& field, const Plan& plan) {
   table.tier = read_name(field["tier"], {"device", "host"}, "a tier");
   if (table.tier == "host" && table.type != "table_wise" && table.type != "row_wise" && table.type != "table_row_wise")
     field["tier"].fail("host: only a table_wise, row_wise or table_row_wise table lives in host memory");
-  if (table.tier == "host") {
-    table.cache_fraction = field["cache_fraction"].non_negative();
-    table.hit_rate = field["hit_rate"].non_negative();
-    if (table.cache_fraction > 1) field["cache_fraction"].fail("more than the whole shard");
-    if (table.hit_rate > 1) field["hit_rate"].fail("more than every lookup");
+  // Absent from plans written before caches were sized per table.
+  if (auto cache = field.find("cache_fraction"); cache && table.tier == "host") {
+    table.cache_fraction = cache->non_negative();
+    if (table.cache_fraction > 1) cache->fail("more than the whole shard");
+  }
+  if (auto hits = field.find("hit_rate"); hits && table.tier == "host") {
+    table.hit_rate = hits->non_negative();
+    if (table.hit_rate > 1) hits->fail("more than every lookup");
   }
   for (const auto& entry : field["shards"].items()) {
     EmbeddingShard shard;

@@ -205,10 +205,21 @@ ResumePoint open_resume_point(const RunOptions& options, const plan::Plan& plan,
   return point;
 }
 
-// Under the plan saved, each rank's own files hold exactly its part; under another, its part is cut
-// from the whole model's tensors (runtime/saved_checkpoint.h).
-void restore_stage(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank,
-                   const std::vector<StageRunner*>& chunks) {
+namespace {
+
+// A checkpoint's tensors that do not fit together (a file edited and its manifest with it) fail in
+// libtorch: one InputError naming the checkpoint, as for any other malformed file.
+template <typename Work>
+void reading(const std::string& source, Work&& work) {
+  try {
+    work();
+  } catch (const c10::Error& e) {
+    throw InputError(source + ": " + torch_message(e));
+  }
+}
+
+void restore_stage_files(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank,
+                         const std::vector<StageRunner*>& chunks) {
   const auto& saved = *point.saved;
   const auto source = "checkpoint " + saved.folder();
   if (point.same_plan) {
@@ -227,12 +238,17 @@ void restore_stage(const ResumePoint& point, const plan::Plan& plan, Placement p
     });
     for (std::size_t c = 0; c < chunks.size(); ++c) chunks[c]->load_state(held[c], source);
   }
-  // A rank the saved plan did not have keeps the state --seed gave it.
-  if (auto random = saved.random_state(rank)) set_generator_state(*random);
+  // A rank the saved plan did not have keeps the state --seed gave it; under the same plan every
+  // rank wrote its own.
+  auto random = saved.random_state(rank);
+  if (!random && point.same_plan)
+    throw InputError("checkpoint " + saved.folder() + ": lists no " + plan::rank_state_file(rank) + " for rank " +
+                     std::to_string(rank));
+  if (random) set_generator_state(*random);
 }
 
-void restore_optimizer(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank,
-                       const std::vector<StageRunner*>& chunks, StateSync& state) {
+void restore_optimizer_files(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank,
+                             const std::vector<StageRunner*>& chunks, StateSync& state) {
   const auto& saved = *point.saved;
   const auto source = "checkpoint " + saved.folder();
   if (point.same_plan) {
@@ -249,6 +265,20 @@ void restore_optimizer(const ResumePoint& point, const plan::Plan& plan, Placeme
     for (const auto& [field, tensor] : whole.fields) mine.fields.emplace_back(field, (*chunk)->rank_part(name, tensor, source));
     state.set_weight_state(state.index_of(name), mine, source + ": '" + name + "'");
   });
+}
+
+}  // namespace
+
+// Under the plan saved, each rank's own files hold exactly its part; under another, its part is cut
+// from the whole model's tensors (runtime/saved_checkpoint.h).
+void restore_stage(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank,
+                   const std::vector<StageRunner*>& chunks) {
+  reading("checkpoint " + point.saved->folder(), [&] { restore_stage_files(point, plan, placement, rank, chunks); });
+}
+
+void restore_optimizer(const ResumePoint& point, const plan::Plan& plan, Placement placement, int rank,
+                       const std::vector<StageRunner*>& chunks, StateSync& state) {
+  reading("checkpoint " + point.saved->folder(), [&] { restore_optimizer_files(point, plan, placement, rank, chunks, state); });
 }
 
 }  // namespace rannc::runtime

@@ -290,7 +290,12 @@ EmbeddingExchange::EmbeddingExchange(const plan::Plan& plan, int rank, Communica
     throw InputError(indices_path + ": cannot load: " + torch_message(e));
   }
   const auto& shard_file = files.shards.at(static_cast<std::size_t>(rank));
-  auto shards = read_state_dict(plan::check_plan_file(plan, shard_file, "rank " + std::to_string(rank) + "'s shard file"), "shard file");
+  TensorDict shards;
+  {
+    // Read as host memory; the device-tier shards are counted as the device's once kept.
+    UncountedAllocations host;
+    shards = read_state_dict(plan::check_plan_file(plan, shard_file, "rank " + std::to_string(rank) + "'s shard file"), "shard file");
+  }
   batch_ = sharding.batch_per_rank;
   std::vector<std::int64_t> row_dims;  // of each owned shard's table
   std::vector<bool> in_host;           // of each owned shard: in the host tier
@@ -325,10 +330,11 @@ EmbeddingExchange::EmbeddingExchange(const plan::Plan& plan, int rank, Communica
         if (in_host.back()) {
           // The host tier's shard is in host memory, not counted as the device's tensor memory.
           UncountedAllocations host;
-          owned_.push_back(found->second.to(at::kFloat).clone(at::MemoryFormat::Contiguous));
+          owned_.push_back(found->second.to(at::kFloat).contiguous());
           record_.host_bytes += static_cast<std::int64_t>(owned_.back().nbytes());
         } else {
           owned_.push_back(found->second.to(at::kFloat).contiguous());
+          count_tensor_memory(owned_.back());
         }
         row_dims.push_back(table.dim);
       }

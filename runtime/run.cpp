@@ -283,6 +283,24 @@ int agree_on_start(const MpiWorld& world, int status, const std::string& message
   return world.max(status);
 }
 
+// Start-up work past set_up (it needs the communicator): a rank that fails stops every rank alike,
+// with one line for each distinct error (agree_on_start). Returns the agreed exit status.
+template <typename Work>
+int agreed_start(const MpiWorld& world, Work&& work) {
+  int status = 0;
+  std::string message;
+  try {
+    work();
+  } catch (const Error& e) {
+    status = static_cast<int>(e.status());
+    message = e.what();
+  } catch (const std::exception& e) {
+    status = 1;
+    message = torch_message(e);
+  }
+  return agree_on_start(world, status, message);
+}
+
 std::string describe(const plan::Plan& plan, int accumulate_steps, const std::string& where) {
   std::string accumulation = accumulate_steps > 1 ? ", " + std::to_string(accumulate_steps) + " batches per optimizer step" : "";
   return plan.path + ": " + std::to_string(plan.ranks.size()) + " ranks, " + std::to_string(plan.stages.size()) +
@@ -394,17 +412,11 @@ int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
   StateSync state(params, names, groups, communicator, setup.optimizer, options.bucket_kib * 1024);
   const int first_step = setup.resume ? setup.resume->step() : 0;
   if (setup.resume) {
-    // A rank that cannot read its part stops every rank alike, as at start-up.
     auto start = std::chrono::steady_clock::now();
-    int failed = 0;
-    std::string message;
-    try {
+    int status = agreed_start(world, [&] {
       restore_optimizer(*setup.resume, setup.plan, setup.placement, world.rank(), runners_of(setup), state);
-    } catch (const Error& e) {
-      failed = static_cast<int>(e.status());
-      message = e.what();
-    }
-    if (int status = agree_on_start(world, failed, message); status != 0) return status;
+    });
+    if (status != 0) return status;
     setup.restore_s += seconds_since(start);
   }
   // The slowest rank's reading is the time the job waited for it.
@@ -412,7 +424,12 @@ int train(const RunOptions& options, const MpiWorld& world, RankSetup& setup) {
   CheckpointWriter checkpoints(options, setup.plan, setup.plan_sha256, std::string(plan::optimizer_name(setup.optimizer.kind)),
                                setup.placement);
   std::unique_ptr<EmbeddingExchange> embeddings;
-  if (setup.plan.sharding) embeddings = std::make_unique<EmbeddingExchange>(setup.plan, world.rank(), communicator, setup.optimizer);
+  if (setup.plan.sharding) {
+    int status = agreed_start(world, [&] {
+      embeddings = std::make_unique<EmbeddingExchange>(setup.plan, world.rank(), communicator, setup.optimizer);
+    });
+    if (status != 0) return status;
+  }
   Trainer trainer(setup.plan, *setup.layout, world.rank(), runners_of(setup), *setup.data, communicator, state,
                   options.accumulate_steps, embeddings.get());
   if (world.rank() == 0) std::cout << "rannc-run: " << describe(setup.plan, options.accumulate_steps, where) << std::endl;

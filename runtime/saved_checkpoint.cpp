@@ -3,6 +3,7 @@
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
+#include <optional>
 #include <map>
 
 #include "plan/plan_json.h"
@@ -13,6 +14,9 @@
 
 namespace rannc::runtime {
 namespace {
+
+// Elements a weight of a checkpoint may have: more is a corrupt or hostile file, not a weight.
+constexpr double kMaxWeightElements = 1e13;
 
 bool holds(const plan::Stage& stage, const std::string& name, bool buffers_too) {
   auto named = [&](const plan::Weight& weight) { return weight.name == name; };
@@ -80,7 +84,7 @@ StateKey parse_state_key(const std::string& key, const std::string& file) {
 // its shards held.
 struct PartialState {
   std::int64_t step = 0;
-  std::vector<std::int64_t> shape;  // given with pieces
+  std::optional<std::vector<std::int64_t>> shape;  // given with pieces (empty: a 0-dim weight)
   std::map<std::string, at::Tensor> fields;
   std::map<std::string, std::int64_t> pieces_filled;  // elements, of fields made of pieces
 };
@@ -88,16 +92,23 @@ struct PartialState {
 void add_entry(PartialState& state, const StateKey& key, const at::Tensor& tensor, const std::string& file) {
   auto what = [&] { return file + ": '" + key.name + ":" + key.field + "'"; };
   if (key.field == "step") {
-    state.step = tensor.item<std::int64_t>();
+    if (tensor.numel() != 1) throw InputError(what() + ": not one number");
+    state.step = tensor.to(at::kLong).item<std::int64_t>();
   } else if (key.field == "shape") {
     auto dims = tensor.to(at::kLong).contiguous();
-    state.shape.assign(dims.data_ptr<std::int64_t>(), dims.data_ptr<std::int64_t>() + dims.numel());
+    std::vector<std::int64_t> shape(dims.data_ptr<std::int64_t>(), dims.data_ptr<std::int64_t>() + dims.numel());
+    double elements = 1;
+    for (auto dim : shape) elements *= static_cast<double>(dim);
+    if (tensor.dim() != 1 || std::any_of(shape.begin(), shape.end(), [](std::int64_t d) { return d < 0; }) ||
+        elements > kMaxWeightElements)
+      throw InputError(what() + ": not the dims of a weight");
+    state.shape = std::move(shape);
   } else if (key.offset < 0) {
     state.fields[key.field] = tensor;
   } else {
-    if (state.shape.empty()) throw InputError(what() + ": a piece of a weight whose shape the file does not give");
+    if (!state.shape) throw InputError(what() + ": a piece of a weight whose shape the file does not give");
     auto& buffer = state.fields[key.field];
-    if (!buffer.defined()) buffer = at::zeros(state.shape, tensor.options());
+    if (!buffer.defined()) buffer = at::zeros(*state.shape, tensor.options());
     if (tensor.dim() != 1 || key.offset + tensor.numel() > buffer.numel())
       throw InputError(what() + ": a piece beyond the weight's " + std::to_string(buffer.numel()) + " elements");
     buffer.view({-1}).narrow(0, key.offset, tensor.numel()).copy_(tensor);

@@ -5,8 +5,10 @@
 // its shards), so --resume continues under another plan than the one saved (docs/contract.md,
 // "Checkpoints").
 //
-// Read one saved stage at a time: besides what the rank keeps, at most one saved stage's files
-// (all its tensor ranks') and the whole tensors of the wanted weights it holds are in memory.
+// Read one saved stage at a time: besides what the rank keeps, one saved stage's weights files
+// (all its tensor ranks') and the whole tensors of the wanted weights it holds are in memory, and
+// one optimizer file at a time (an interleaved rank's holds all its chunks, and is read again for
+// each of them).
 #pragma once
 
 #include <functional>

@@ -223,6 +223,7 @@ bool StateSync::in_shards(std::size_t index) const {
 
 template <typename Piece>
 void StateSync::fill_shards(std::size_t index, std::int64_t step, Piece&& piece, const std::string& what) {
+  if (state_fields(*optimizer_).empty()) return;  // plain SGD keeps no state
   for (const auto& shard : shards_) {
     for_each_weight_in(shard, [&](std::size_t w, std::int64_t at_weight, std::int64_t at_chunk, std::int64_t length) {
       if (w != index) return;
@@ -233,8 +234,8 @@ void StateSync::fill_shards(std::size_t index, std::int64_t step, Piece&& piece,
         set_param_state(*optimizer_, shard.master, zeros, what);
       }
       at::NoGradGuard no_grad;
-      auto chunk_state = param_state(*optimizer_, shard.master);
-      for (auto& [field, tensor] : chunk_state->fields) tensor.narrow(0, at_chunk, length).copy_(piece(field, at_weight, length));
+      auto chunk_state = param_state(*optimizer_, shard.master).value();
+      for (auto& [field, tensor] : chunk_state.fields) tensor.narrow(0, at_chunk, length).copy_(piece(field, at_weight, length));
     });
   }
 }

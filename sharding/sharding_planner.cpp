@@ -191,9 +191,6 @@ class CostModel {
 };
 
 // Every placement a table may take: DP; TW on each rank; CW in k pieces of at least 128 columns on
-// k consecutive ranks (at multiples of k); RW over all ranks; TWRW on each node. Then those its
-// constraint allows.
-// Every placement a table may take: DP; TW on each rank; CW in k pieces of at least 128 columns on
 // k consecutive ranks (at multiples of k); RW over all ranks; TWRW on each node. With a host tier,
 // TW, RW and TWRW also in host memory, with each cache fraction. Then those its constraint allows.
 std::vector<Candidate> all_candidates(const EmbeddingTable& table, const CostModel& costs, const cost::Cluster& cluster) {
@@ -413,8 +410,9 @@ int larger_cache(const std::vector<Candidate>& list, int current) {
 }
 
 // The device memory the placement leaves goes to the host-tier tables' caches, a step of
-// kCacheFractions at a time round the tables (costliest first), while it fits and the slowest
-// rank does not slow: evenly, since a lookup's time falls ever less as its cache grows.
+// kCacheFractions at a time round the tables (costliest first), while it fits, the slowest rank
+// does not slow and the table's lookups get faster (not with a measured hit rate, which no cache
+// size changes): evenly, since a lookup's time falls ever less as its cache grows.
 void grow_caches(const Search& s, Loads& loads, std::vector<int>& choice) {
   for (bool grew = true; grew;) {
     grew = false;
@@ -427,7 +425,8 @@ void grow_caches(const Search& s, Loads& loads, std::vector<int>& choice) {
       double before = loads.max_step();
       loads.add(list[static_cast<std::size_t>(current)], -1);
       const Candidate& larger = list[static_cast<std::size_t>(next)];
-      bool better = loads.fits(larger) && loads.max_with(larger, loads.max_step()) <= before;
+      bool better = larger.load.step_ms() < list[static_cast<std::size_t>(current)].load.step_ms() && loads.fits(larger) &&
+                    loads.max_with(larger, loads.max_step()) <= before;
       choice[table] = better ? next : current;
       loads.add(list[static_cast<std::size_t>(choice[table])], 1);
       grew = grew || better;
@@ -517,13 +516,13 @@ std::int64_t search_size(const Search& s) {
 [[noreturn]] void cannot_fit(const ShardingProblem& problem, const Search& s) {
   double device_only = 0, hosted = 0;
   for (const auto& list : s.candidates) {
-    double least = std::numeric_limits<double>::infinity(), least_host = 0;
+    double least = std::numeric_limits<double>::infinity(), least_host = least;
     for (const auto& c : list) {
       if (!c.host) least = std::min(least, c.load.mem_bytes * c.count);
-      else least_host = c.load.host_bytes;
+      else least_host = std::min(least_host, c.load.host_bytes * c.count);  // the whole table's state, however cut
     }
     device_only += least;
-    hosted += least_host;
+    if (std::isfinite(least_host)) hosted += least_host;
   }
   const auto& cluster = problem.cluster;
   const double mem = static_cast<double>(cluster.mem_bytes), world = cluster.gpus();

@@ -10,8 +10,10 @@
 // cache under the table's access skew (uniform, Zipf, or measured).
 //
 // The search places tables longest first from three greedy starts (see heuristic() in the
-// .cpp), then moves and re-shards tables while that helps; with few tables and ranks it is a
-// branch and bound instead, exact (tests/unit/sharding_test.cpp checks it against brute force).
+// .cpp; with a host tier, three per cache size), then moves and re-shards tables while that
+// helps, then grows the host tables' caches into the memory left; with few tables and ranks it
+// is a branch and bound instead, exact (tests/unit/sharding_test.cpp checks it against brute
+// force).
 #pragma once
 
 #include <cstdint>

@@ -283,8 +283,8 @@ int agree_on_start(const MpiWorld& world, int status, const std::string& message
   return world.max(status);
 }
 
-// Start-up work past set_up (it needs the communicator): a rank that fails stops every rank alike,
-// with one line for each distinct error (agree_on_start). Returns the agreed exit status.
+// Start-up work (set_up, and what needs the communicator after it): a rank that fails stops every
+// rank alike, with one line for each distinct error (agree_on_start). Returns the agreed exit status.
 template <typename Work>
 int agreed_start(const MpiWorld& world, Work&& work) {
   int status = 0;
@@ -489,19 +489,7 @@ int run(const RunOptions& options, const MpiWorld& world) {
   track_cpu_tensor_memory();
   mend_torch_kernels();
   std::unique_ptr<RankSetup> setup;
-  int status = 0;
-  std::string message;
-  try {
-    setup = set_up(options, world);
-  } catch (const Error& e) {
-    status = static_cast<int>(e.status());
-    message = e.what();
-  } catch (const std::exception& e) {
-    status = 1;
-    message = torch_message(e);
-  }
-  status = agree_on_start(world, status, message);
-  if (status != 0) return status;
+  if (int status = agreed_start(world, [&] { setup = set_up(options, world); }); status != 0) return status;
   try {
     return train(options, world, *setup);
   } catch (const std::exception& e) {

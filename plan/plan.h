@@ -110,6 +110,12 @@ struct TensorParallel {
   // SHA-256 is "" in --plan-only plans; no files where the model's frontend cannot cut its
   // stages (the stage file still holds the whole stage).
   std::vector<PlanFile> files;
+
+  // The split of weight `name`; null when the stage holds it whole (or not at all).
+  const SplitWeight* split_of(const std::string& name) const {
+    auto found = std::find_if(weights.begin(), weights.end(), [&](const SplitWeight& w) { return w.name == name; });
+    return found == weights.end() ? nullptr : &*found;
+  }
 };
 
 struct Stage {
@@ -133,6 +139,12 @@ struct Stage {
   StagePrediction predicted;
   // Data-parallel copies of the stage: its ranks, one per device of each tensor-parallel group.
   std::size_t replicas() const { return ranks.size() / static_cast<std::size_t>(tensor_parallel.degree); }
+  // Whether the stage holds `name` as a trainable weight, and (buffers_too) as a buffer.
+  bool holds(const std::string& name, bool buffers_too = true) const {
+    auto named = [&](const Weight& weight) { return weight.name == name; };
+    return std::any_of(params.begin(), params.end(), named) ||
+           (buffers_too && std::any_of(buffers.begin(), buffers.end(), named));
+  }
 };
 
 struct RankPlacement {

@@ -18,38 +18,27 @@ namespace {
 // Elements a weight of a checkpoint may have: more is a corrupt or hostile file, not a weight.
 constexpr double kMaxWeightElements = 1e13;
 
-bool holds(const plan::Stage& stage, const std::string& name, bool buffers_too) {
-  auto named = [&](const plan::Weight& weight) { return weight.name == name; };
-  return std::any_of(stage.params.begin(), stage.params.end(), named) ||
-         (buffers_too && std::any_of(stage.buffers.begin(), stage.buffers.end(), named));
-}
-
-// The first stage holding `name`: the one whose copy stands for all (a tied weight is the same
-// in every stage that holds it, its gradients summed over them all).
-int owner_of(const plan::Plan& plan, const std::string& name) {
-  for (const auto& stage : plan.stages)
-    if (holds(stage, name, true)) return stage.id;
-  return -1;
-}
-
-const plan::TensorParallel::SplitWeight* split_of(const plan::Stage& stage, const std::string& name) {
-  const auto& weights = stage.tensor_parallel.weights;
-  auto found = std::find_if(weights.begin(), weights.end(), [&](const auto& weight) { return weight.name == name; });
-  return found == weights.end() ? nullptr : &*found;
-}
-
-// The names of `wanted` whose owner is `stage` (weights only, without buffers, when `params_only`).
-std::vector<std::string> owned_by(const plan::Plan& plan, const plan::Stage& stage, const std::set<std::string>& wanted,
-                                  bool params_only) {
-  std::vector<std::string> names;
-  for (const auto& name : wanted)
-    if (owner_of(plan, name) == stage.id && holds(stage, name, !params_only)) names.push_back(name);
-  return names;
+// Each name of `wanted` under the first stage holding it, the one whose copy stands for all (a
+// tied weight is the same in every stage that holds it, its gradients summed over them all);
+// weights only, without buffers, when `params_only`. Found in one pass over the stages.
+std::map<int, std::vector<std::string>> by_owner(const plan::Plan& plan, const std::set<std::string>& wanted,
+                                                 bool params_only) {
+  std::map<int, std::vector<std::string>> owned;
+  std::set<std::string> placed;
+  for (const auto& stage : plan.stages) {
+    for (const auto* list : {&stage.params, &stage.buffers}) {
+      if (params_only && list == &stage.buffers) continue;
+      for (const auto& weight : *list)
+        if (wanted.count(weight.name) && placed.insert(weight.name).second) owned[stage.id].push_back(weight.name);
+    }
+  }
+  return owned;
 }
 
 // The tensor ranks whose files a stage's names need: all of them when one is split.
 int ranks_needed(const plan::Stage& stage, const std::vector<std::string>& names) {
-  bool split = std::any_of(names.begin(), names.end(), [&](const auto& name) { return split_of(stage, name) != nullptr; });
+  bool split = std::any_of(names.begin(), names.end(),
+                           [&](const auto& name) { return stage.tensor_parallel.split_of(name) != nullptr; });
   return split ? stage.tensor_parallel.degree : 1;
 }
 
@@ -152,9 +141,8 @@ std::string SavedCheckpoint::checked(const std::string& file) const {
 }
 
 void SavedCheckpoint::read_weights(const std::set<std::string>& wanted, const TakeTensor& take) const {
-  for (const auto& stage : plan_.stages) {
-    auto names = owned_by(plan_, stage, wanted, false);
-    if (names.empty()) continue;
+  for (const auto& [id, names] : by_owner(plan_, wanted, false)) {
+    const auto& stage = plan_.stages.at(static_cast<std::size_t>(id));
     std::vector<std::string> files;
     std::vector<TensorDict> ranks;
     for (int t = 0; t < ranks_needed(stage, names); ++t) {
@@ -162,7 +150,7 @@ void SavedCheckpoint::read_weights(const std::set<std::string>& wanted, const Ta
       ranks.push_back(read_state_dict(files.back(), "checkpoint"));
     }
     for (const auto& name : names) {
-      const auto* split = split_of(stage, name);
+      const auto* split = stage.tensor_parallel.split_of(name);
       if (!split) {
         take(name, named(ranks.front(), name, files.front()));
         continue;
@@ -193,14 +181,13 @@ std::vector<SavedCheckpoint::OptimizerFile> SavedCheckpoint::optimizer_files() c
 
 void SavedCheckpoint::read_optimizer_state(const std::set<std::string>& wanted, const TakeState& take) const {
   const auto files = optimizer_files();
-  for (const auto& stage : plan_.stages) {
-    auto names = owned_by(plan_, stage, wanted, true);
-    if (names.empty()) continue;
+  for (const auto& [id, names] : by_owner(plan_, wanted, true)) {
+    const auto& stage = plan_.stages.at(static_cast<std::size_t>(id));
     // A tied weight's shards may be on the ranks of each stage that holds it.
     std::set<int> holders;
     for (const auto& other : plan_.stages)
       for (const auto& name : names)
-        if (holds(other, name, false)) holders.insert(other.id);
+        if (other.holds(name, false)) holders.insert(other.id);
     const int degree = ranks_needed(stage, names);
     std::map<std::string, std::vector<PartialState>> partial;
     for (const auto& name : names) partial[name].resize(static_cast<std::size_t>(degree));
@@ -217,7 +204,7 @@ void SavedCheckpoint::read_optimizer_state(const std::set<std::string>& wanted, 
       }
     }
     for (auto& [name, ranks] : partial)
-      if (!ranks.front().fields.empty()) take(name, whole_state(name, ranks, split_of(stage, name), folder_));
+      if (!ranks.front().fields.empty()) take(name, whole_state(name, ranks, stage.tensor_parallel.split_of(name), folder_));
   }
 }
 

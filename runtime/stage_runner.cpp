@@ -197,10 +197,9 @@ void StageRunner::load_model_state(const TensorDict& tensors, const std::string&
 }
 
 at::Tensor StageRunner::rank_part(const std::string& name, const at::Tensor& whole, const std::string& source) const {
-  const auto& splits = stage_.tensor_parallel.weights;
-  auto split = std::find_if(splits.begin(), splits.end(), [&](const auto& weight) { return weight.name == name; });
+  const auto* split = stage_.tensor_parallel.split_of(name);
   auto param = std::find_if(stage_.params.begin(), stage_.params.end(), [&](const auto& weight) { return weight.name == name; });
-  if (split == splits.end() || param == stage_.params.end()) return whole;
+  if (!split || param == stage_.params.end()) return whole;
   const auto& held = params_.at(static_cast<std::size_t>(param - stage_.params.begin()));
   // Checked here, where the whole shape is known: load_state would name only the slices'.
   bool splits_so = whole.dim() > split->dim && whole.size(split->dim) % split->groups == 0;
@@ -211,12 +210,6 @@ at::Tensor StageRunner::rank_part(const std::string& name, const at::Tensor& who
                      std::to_string(tensor_rank_) + " of " + std::to_string(stage_.tensor_parallel.degree) + " holds");
   }
   return part;
-}
-
-bool StageRunner::holds(const std::string& name) const {
-  auto named = [&](const plan::Weight& weight) { return weight.name == name; };
-  return std::any_of(stage_.params.begin(), stage_.params.end(), named) ||
-         std::any_of(stage_.buffers.begin(), stage_.buffers.end(), named);
 }
 
 void StageRunner::zero_gradients() {

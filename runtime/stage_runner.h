@@ -78,7 +78,7 @@ class StageRunner {
   // rank holds it: its slices of a split weight, else whole.
   at::Tensor rank_part(const std::string& name, const at::Tensor& whole, const std::string& source) const;
   // Whether the stage holds `name` as a weight or buffer; its weights in plan order.
-  bool holds(const std::string& name) const;
+  bool holds(const std::string& name) const { return stage_.holds(name); }
   const std::vector<plan::Weight>& weights() const { return stage_.params; }
 
   std::int64_t offload_bytes() const { return offload_bytes_; }  // copied between host and device so far

@@ -364,7 +364,8 @@ PartitionReport write_sharded(const Model& model, ShardedPlan sharded, const Par
 }
 
 // The free plan's pipeline, to compare a --layout plan with.
-partition::PlacedPipeline free_pipeline(const Model& model, const cost::CostModel& costs, partition::PlanRequest request) {
+partition::PlacedPipeline free_pipeline(const Model& model, const std::vector<const cost::CostModel*>& costs,
+                                        partition::PlanRequest request) {
   request.stages.reset();
   request.pipelines.reset();
   request.microbatches.reset();
@@ -386,6 +387,7 @@ PartitionReport run_partition(const PartitionOptions& options) {
   options.progress.done("loaded " + options.model_path + ": " + plural(static_cast<std::int64_t>(model.graph.ops().size()), "op"));
   set_model_batch(request, options, model);
   request.cluster.device = with_this_cpu(request.cluster.device, db ? &*db : nullptr);
+  for (auto& group : request.cluster.groups) group.device = with_this_cpu(group.device, db ? &*db : nullptr);
   double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   auto tables = sharding::find_embedding_tables(model.graph, model.batch);
   if (wants_sharded_plan(tables, options.sharding)) {
@@ -396,10 +398,18 @@ PartitionReport run_partition(const PartitionOptions& options) {
       throw InputError(std::string(request.attention == plan::Fusion::kFused ? "--attention" : "--elementwise") +
                        " fused is for pipeline plans; this model's embedding tables are sharded, their dense part costed op "
                        "by op (--no-table-sharding plans them in a pipeline)");
+    if (request.cluster.mixed())
+      throw InputError("sharded embedding tables are planned on one device kind; this cluster mixes " +
+                       request.cluster.device_names() + " (--no-table-sharding plans them in a pipeline)");
     auto sharded = plan_sharded(model, std::move(tables), options.sharding, request, db ? &*db : nullptr, options.model_path);
     return write_sharded(model, std::move(sharded), options, load_ms, start);
   }
-  cost::CostModel costs(model.graph, request.cluster.device, request.precision, db ? &*db : nullptr);
+  // One cost model per device kind (a mixed cluster's each calibrated by its own profile, if any).
+  std::vector<cost::CostModel> kind_models;
+  for (int kind = 0; kind < request.cluster.kinds(); ++kind)
+    kind_models.emplace_back(model.graph, request.cluster.kind_view(kind).device, request.precision, db ? &*db : nullptr);
+  std::vector<const cost::CostModel*> costs;
+  for (const auto& kind_model : kind_models) costs.push_back(&kind_model);
   request.runners_up = options.explain ? kExplainedRunnersUp : 0;
   auto result = partition::plan_model(model.graph, model.batch, costs, request,
                                       [&](const std::string& outcome) { options.progress.done(outcome); });

@@ -59,8 +59,32 @@ std::string ops_text(const plan::Stage& stage) {
   return text;
 }
 
-double memory_fraction(const plan::Plan& plan, double bytes) {
-  return plan.cluster.mem_bytes > 0 ? bytes / static_cast<double>(plan.cluster.mem_bytes) : 0;
+double fraction_of(double bytes, std::int64_t limit) { return limit > 0 ? bytes / static_cast<double>(limit) : 0; }
+
+// A stage's device memory: on a mixed cluster, its kind's.
+std::int64_t stage_mem_limit(const plan::Plan& plan, const plan::Stage& stage) {
+  return stage.ranks.empty() ? plan.cluster.mem_bytes : plan.cluster.mem_of_rank(stage.ranks.front());
+}
+
+double memory_fraction(const plan::Plan& plan, const plan::Stage& stage) {
+  return fraction_of(stage.predicted.mem_bytes, stage_mem_limit(plan, stage));
+}
+
+// The peak's share of its device's memory: on a mixed cluster, the fullest stage's.
+double peak_memory_fraction(const plan::Plan& plan) {
+  if (plan.cluster.node_groups.empty()) return fraction_of(plan.predicted.peak_mem_bytes, plan.cluster.mem_bytes);
+  double fullest = 0;
+  for (const auto& stage : plan.stages) fullest = std::max(fullest, memory_fraction(plan, stage));
+  return fullest;
+}
+
+// "4 nodes of 8: 2 x a100-40g (40 GiB), 2 x h100-80g (80 GiB)" on a mixed cluster.
+std::string node_groups_text(const plan::Cluster& cluster) {
+  std::string text;
+  for (const auto& group : cluster.node_groups)
+    text += (text.empty() ? "" : ", ") + std::to_string(group.nodes) + " x " + group.device + " (" +
+            human_bytes(static_cast<double>(group.mem_bytes)) + ")";
+  return text;
 }
 
 // A table whose columns are as wide as their widest cell; the last column is left ragged.
@@ -95,6 +119,12 @@ class Table {
 // "2 x 8", or with tensor parallelism "2 x 8 x tp 8": replicas per pipeline, pipelines, group.
 std::string replicas_text(const plan::Plan& plan, const plan::Stage& stage) {
   std::string text = std::to_string(stage.replicas_per_pipeline) + " x " + std::to_string(plan.batch.pipelines);
+  // Unequal shares of a microbatch: "2 x 2 (3/1 samples)".
+  if (!stage.replica_samples.empty()) {
+    std::string shares;
+    for (int samples : stage.replica_samples) shares += (shares.empty() ? "" : "/") + std::to_string(samples);
+    text += " (" + shares + " samples)";
+  }
   int degree = stage.tensor_parallel.degree;
   return degree > 1 ? text + " x tp " + std::to_string(degree) : text;
 }
@@ -123,6 +153,18 @@ std::string tensor_parallel_text(const plan::Plan& plan) {
   return text + "\n";
 }
 
+// " on h100-80g" on a mixed cluster (" on a100-40g+h100-80g" for a stage its kinds share).
+std::string stage_device_text(const plan::Plan& plan, const plan::Stage& stage) {
+  std::vector<std::string> kinds;
+  for (int rank : stage.ranks)
+    if (const plan::NodeGroup* group = plan.cluster.group_of_rank(rank);
+        group && std::find(kinds.begin(), kinds.end(), group->device) == kinds.end())
+      kinds.push_back(group->device);
+  std::string text;
+  for (const auto& kind : kinds) text += (text.empty() ? " on " : "+") + kind;
+  return text;
+}
+
 std::string stage_table(const plan::Plan& plan) {
   // Interleaved, a rank holds its group's chunks: each row shows its chunk's part (the peak line
   // the sum).
@@ -132,12 +174,12 @@ std::string stage_table(const plan::Plan& plan) {
   for (const auto& stage : plan.stages) {
     table.add({std::to_string(stage.id), blocks_text(stage),
                replicas_text(plan, stage),
-               node_ranks_text(stage.ranks, plan.cluster.gpus_per_node), stage.recompute == plan::Recompute::kNone ? "no" : std::string(plan::recompute_name(stage.recompute)),
+               node_ranks_text(stage.ranks, plan.cluster.gpus_per_node) + stage_device_text(plan, stage), stage.recompute == plan::Recompute::kNone ? "no" : std::string(plan::recompute_name(stage.recompute)),
                stage.state_sharding == plan::StateSharding::kNone ? "no" : std::string(plan::state_sharding_name(stage.state_sharding)),
                stage.offload ? "yes" : "no",
                human_ms(stage.predicted.fwd_ms), human_ms(stage.predicted.bwd_ms),
-               human_bytes(stage.predicted.mem_bytes) + " / " + human_bytes(static_cast<double>(plan.cluster.mem_bytes)) + " (" +
-                   percent_of_limit(memory_fraction(plan, stage.predicted.mem_bytes)) + ")",
+               human_bytes(stage.predicted.mem_bytes) + " / " + human_bytes(static_cast<double>(stage_mem_limit(plan, stage))) + " (" +
+                   percent_of_limit(memory_fraction(plan, stage)) + ")",
                ops_text(stage)});
   }
   return table.text();
@@ -163,7 +205,9 @@ nlohmann::json stage_json(const plan::Plan& plan, const plan::Stage& stage) {
                           {"fwd_ms", stable_number(stage.predicted.fwd_ms)},
                           {"bwd_ms", stable_number(stage.predicted.bwd_ms)},
                           {"mem_bytes", stable_number(stage.predicted.mem_bytes)},
-                          {"mem_fraction", stable_number(memory_fraction(plan, stage.predicted.mem_bytes))}};
+                          {"mem_fraction", stable_number(memory_fraction(plan, stage))}};
+  if (!plan.cluster.node_groups.empty()) entry["device"] = stage_device_text(plan, stage).substr(4);  // " on " left out
+  if (!stage.replica_samples.empty()) entry["replica_samples"] = stage.replica_samples;
   if (!stage.op_range.empty()) entry["op_range"] = stage.op_range;
   if (!stage.modules.empty()) entry["modules"] = stage.modules;
   if (stage.blocks.size() == 2) entry["blocks"] = stage.blocks;
@@ -226,7 +270,7 @@ std::string sharding_text(const plan::Plan& plan) {
   for (const auto& r : sharding.ranks) {
     ranks.add({std::to_string(r.rank), std::to_string(r.rank / plan.cluster.gpus_per_node), human_ms(r.lookup_ms),
                human_ms(r.all_to_all_ms), human_ms(r.allreduce_ms), human_ms(r.dense_ms), human_ms(r.step_ms),
-               human_bytes(r.mem_bytes) + " (" + percent_of_limit(memory_fraction(plan, r.mem_bytes)) + ")",
+               human_bytes(r.mem_bytes) + " (" + percent_of_limit(fraction_of(r.mem_bytes, plan.cluster.mem_bytes)) + ")",
                human_bytes(r.host_mem_bytes)});
   }
   auto balance = imbalance(sharding);
@@ -261,7 +305,10 @@ std::string show_text(const plan::Plan& plan) {
   out << "model      " << plan.model.path << " (" << plan.model.format << ", " << with_commas(plan.model.params)
       << " params, sha256 " << plan.model.sha256.substr(0, 12) << ")\n"
       << "cluster    " << plan.cluster.gpus << " x " << plan.cluster.device << " in " << plural(plan.cluster.nodes, "node") << " of "
-      << plan.cluster.gpus_per_node << ", " << human_bytes(static_cast<double>(plan.cluster.mem_bytes)) << " per device\n"
+      << plan.cluster.gpus_per_node << ", "
+      << (plan.cluster.node_groups.empty() ? human_bytes(static_cast<double>(plan.cluster.mem_bytes)) + " per device"
+                                           : node_groups_text(plan.cluster))
+      << "\n"
       << "batch      " << plan.batch.global << " = " << plural(plan.batch.pipelines, "pipeline") << " x "
       << plural(plan.batch.microbatches, "microbatch", "microbatches") << " x " << plural(plan.batch.microbatch_size, "sample") << ", "
       << plan::schedule_label(plan.schedule, plan.interleave)
@@ -286,9 +333,10 @@ std::string show_text(const plan::Plan& plan) {
                   human_ms(plan.predicted.flop_bound_ms).c_str());
     out << summary;
   }
-  out << "peak       " << human_bytes(plan.predicted.peak_mem_bytes) << " per device of "
-      << human_bytes(static_cast<double>(plan.cluster.mem_bytes)) << " (" << percent_of_limit(memory_fraction(plan, plan.predicted.peak_mem_bytes))
-      << ")\n"
+  out << "peak       " << human_bytes(plan.predicted.peak_mem_bytes) << " per device"
+      << (plan.cluster.node_groups.empty() ? " of " + human_bytes(static_cast<double>(plan.cluster.mem_bytes)) : std::string())
+      << " (" << (plan.cluster.node_groups.empty() ? "" : "the fullest stage ")
+      << percent_of_limit(peak_memory_fraction(plan)) << ")\n"
       << "unused     " << unused_text(plan) << "\n";
   return out.str();
 }
@@ -298,7 +346,7 @@ namespace {
 // plan.json's prediction, with the peak memory as a share of the limit.
 nlohmann::json predicted_json(const plan::Plan& plan) {
   auto predicted = plan::prediction_to_json(plan.predicted);
-  predicted["peak_mem_fraction"] = stable_number(memory_fraction(plan, plan.predicted.peak_mem_bytes));
+  predicted["peak_mem_fraction"] = stable_number(peak_memory_fraction(plan));
   return predicted;
 }
 
@@ -324,6 +372,8 @@ nlohmann::json show_json(const plan::Plan& plan) {
           {"unused_devices",
            {{"count", plan.unused.ranks.size()}, {"ranks", plan.unused.ranks}, {"reason", plan.unused.reason}}}};
   if (plan.interleave > 1) summary["interleave"] = plan.interleave;
+  for (const auto& group : plan.cluster.node_groups)
+    summary["cluster"]["node_groups"].push_back({{"nodes", group.nodes}, {"device", group.device}, {"mem_bytes", group.mem_bytes}});
   plan::add_fused_kernels(summary, plan.attention, plan.elementwise);
   if (plan.sharding) summary["sharding"] = sharding_json(*plan.sharding);
   if (plan.generator) summary["generator"] = plan::generator_to_json(*plan.generator);

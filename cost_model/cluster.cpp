@@ -1,15 +1,5 @@
-// The cluster from CLI flags or a JSON file. The JSON schema (also in cluster.h and docs/user-guide.md):
-//
-//   {"nodes": 4, "gpus_per_node": 8,
-//    "device": "h100-80g",   // a preset name, or {"name": "my-gpu", "peak_fp32_tflops": 60,
-//                            //   "peak_half_tflops": 900, "bf16": true, "mem_bandwidth_gbps": 3000,
-//                            //   "mem": "80G", "op_overhead_us": 5}
-//                            //   (all required except bf16, default true, and op_overhead_us, default 5)
-//    "mem": "80G",           // optional: default the device's memory
-//    "intra_node": {"bandwidth_gbps": 450, "latency_us": 3},  // optional: default the device's
-//    "inter_node": {"bandwidth_gbps": 50, "latency_us": 5}}   // optional; required with a custom device
-//
-// gbps means GB/s (10^9 bytes per second). Unknown fields are errors so that typos cannot pass.
+// The cluster from CLI flags or a JSON file; the JSON form is described in cluster.h and
+// docs/user-guide.md. Unknown fields are errors so that typos cannot pass.
 #include "cost_model/cluster.h"
 
 #include <algorithm>
@@ -201,27 +191,31 @@ Link link_from_json(const json& object, const std::string& source, const std::st
   return Link{fields.number("bandwidth_gbps", kBandwidthGbps) * kGiga, fields.number("latency_us", kLatencyUs, true) * kMicro};
 }
 
+// `name` within the object at `path` ("" for the top level): "node_groups[1].device".
+std::string field_path(const std::string& path, const std::string& name) { return path.empty() ? name : path + "." + name; }
+
 // The optional link `name`; a custom device has no default, so there it is required.
-Link link_field(const Fields& fields, const std::string& source, const std::string& name, const Link* fallback) {
-  if (const json* value = fields.find(name)) return link_from_json(*value, source, name);
+Link link_field(const Fields& fields, const std::string& source, const std::string& path, const std::string& name,
+                const Link* fallback) {
+  if (const json* value = fields.find(name)) return link_from_json(*value, source, field_path(path, name));
   if (!fallback) fail(fields.label(name) + ": required with a custom device");
   return *fallback;
 }
 
 // The host of the JSON's "host" object; each field defaults to `fallback`'s (a preset's host),
 // and without one (a custom device) all are required.
-HostSpec host_from_json(const json& object, const std::string& source, const HostSpec* fallback) {
-  Fields fields(object, source, "host", {"mem", "link", "mem_bandwidth_gbps"});
+HostSpec host_from_json(const json& object, const std::string& source, const std::string& path, const HostSpec* fallback) {
+  Fields fields(object, source, path, {"mem", "link", "mem_bandwidth_gbps"});
   HostSpec host = fallback ? *fallback : HostSpec{};
   if (fields.find("mem") || !fallback) host.mem_bytes = fields.mem("mem");
-  if (fields.find("link") || !fallback) host.link = link_from_json(fields.need("link"), source, "host.link");
+  if (fields.find("link") || !fallback) host.link = link_from_json(fields.need("link"), source, field_path(path, "link"));
   if (fields.find("mem_bandwidth_gbps") || !fallback)
     host.mem_bandwidth = fields.number("mem_bandwidth_gbps", kBandwidthGbps) * kGiga;
   return host;
 }
 
-DeviceSpec custom_device(const json& object, const std::string& source) {
-  Fields fields(object, source, "device",
+DeviceSpec custom_device(const json& object, const std::string& source, const std::string& path) {
+  Fields fields(object, source, path,
                 {"name", "peak_fp32_tflops", "peak_half_tflops", "bf16", "mem_bandwidth_gbps", "mem",
                  "op_overhead_us"});
   DeviceSpec device;
@@ -234,6 +228,83 @@ DeviceSpec custom_device(const json& object, const std::string& source) {
   device.mem_bytes = fields.mem("mem");
   device.op_overhead = fields.number("op_overhead_us", kOverheadUs, true, 5.0) * kMicro;
   return device;
+}
+
+// What the uniform form and each node group describe alike: the device with its links, the
+// memory per device and the host. `path` names the object in errors ("" or "node_groups[1]").
+struct KindFields {
+  DeviceSpec device;
+  std::int64_t mem_bytes = 0;
+  HostSpec host;
+  bool host_stated = false;
+};
+
+KindFields kind_from_json(const Fields& fields, const std::string& source, const std::string& path, bool has_inter_node) {
+  const json& device_field = fields.need("device");
+  KindFields kind;
+  if (device_field.is_string()) {
+    kind.device = preset_or_fail(device_field.get<std::string>(), fields.label("device"));
+  } else if (device_field.is_object()) {
+    kind.device = custom_device(device_field, source, field_path(path, "device"));
+  } else {
+    fail(fields.label("device") + ": must be a preset name or a device object");
+  }
+  const bool custom = device_field.is_object();
+  kind.device.intra_node = link_field(fields, source, path, "intra_node", custom ? nullptr : &kind.device.intra_node);
+  if (has_inter_node)
+    kind.device.inter_node = link_field(fields, source, path, "inter_node", custom ? nullptr : &kind.device.inter_node);
+  kind.mem_bytes = fields.find("mem") ? fields.mem("mem") : kind.device.mem_bytes;
+  kind.host = custom ? HostSpec{} : kind.device.host;
+  const json* host_field = fields.find("host");
+  if (host_field) kind.host = host_from_json(*host_field, source, field_path(path, "host"), custom ? nullptr : &kind.device.host);
+  kind.host_stated = host_field != nullptr;
+  return kind;
+}
+
+// The "node_groups" form: each group a kind of its own, sharing gpus_per_node and the network.
+Cluster mixed_cluster_from_json(const Fields& fields, const std::string& source) {
+  const int per_node = fields.count("gpus_per_node");
+  const json& list = fields.need("node_groups");
+  if (!list.is_array() || list.size() < 2)
+    fail(fields.label("node_groups") + ": must be a list of two or more node groups (one group: give its fields at the top level)");
+  Cluster cluster;
+  cluster.gpus_per_node = per_node;
+  cluster.nodes = 0;
+  cluster.host_stated = true;
+  std::int64_t devices = 0;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string path = "node_groups[" + std::to_string(i) + "]";
+    Fields group_fields(list[i], source, path, {"nodes", "device", "mem", "intra_node", "host"});
+    NodeGroup group;
+    group.nodes = group_fields.count("nodes");
+    devices += std::int64_t{group.nodes} * per_node;
+    if (devices > kMaxDevices) fail(source + ": field 'node_groups': more than " + std::to_string(kMaxDevices) + " devices");
+    KindFields kind = kind_from_json(group_fields, source, path, false);
+    group.device = kind.device;
+    group.mem_bytes = kind.mem_bytes;
+    group.intra_node = kind.device.intra_node;
+    group.host = kind.host;
+    cluster.host_stated = cluster.host_stated && kind.host_stated;
+    cluster.nodes += group.nodes;
+    cluster.groups.push_back(group);
+  }
+  // The network joins every node: without one given, the slowest group's preset bounds it.
+  const NodeGroup& first = cluster.groups.front();
+  if (const json* value = fields.find("inter_node")) {
+    cluster.inter_node = link_from_json(*value, source, "inter_node");
+  } else {
+    cluster.inter_node = first.device.inter_node;
+    for (const auto& group : cluster.groups) {
+      if (group.device.inter_node.bandwidth == 0) fail(fields.label("inter_node") + ": required with a custom device");
+      cluster.inter_node.bandwidth = std::min(cluster.inter_node.bandwidth, group.device.inter_node.bandwidth);
+      cluster.inter_node.latency = std::max(cluster.inter_node.latency, group.device.inter_node.latency);
+    }
+  }
+  cluster.device = first.device;
+  cluster.mem_bytes = first.mem_bytes;
+  cluster.intra_node = first.intra_node;
+  cluster.host = first.host;
+  return cluster;
 }
 
 json read_json_file(const std::string& path) {
@@ -302,31 +373,53 @@ Cluster cluster_from_flags(const ClusterFlags& flags) {
 }
 
 Cluster cluster_from_json(const json& object, const std::string& source) {
+  if (object.is_object() && object.contains("node_groups"))
+    return mixed_cluster_from_json(Fields(object, source, "", {"gpus_per_node", "node_groups", "inter_node"}), source);
   Fields fields(object, source, "", {"nodes", "gpus_per_node", "device", "mem", "intra_node", "inter_node", "host"});
   int nodes = fields.count("nodes");
   int per_node = fields.count("gpus_per_node");
   if (std::int64_t{nodes} * per_node > kMaxDevices) {
     fail(source + ": fields 'nodes' x 'gpus_per_node': more than " + std::to_string(kMaxDevices) + " devices");
   }
-  const json& device_field = fields.need("device");
-  DeviceSpec device;
-  if (device_field.is_string()) {
-    device = preset_or_fail(device_field.get<std::string>(), fields.label("device"));
-  } else if (device_field.is_object()) {
-    device = custom_device(device_field, source);
-  } else {
-    fail(fields.label("device") + ": must be a preset name or a device object");
-  }
-  bool custom = device_field.is_object();
-  device.intra_node = link_field(fields, source, "intra_node", custom ? nullptr : &device.intra_node);
-  device.inter_node = link_field(fields, source, "inter_node", custom ? nullptr : &device.inter_node);
-  std::int64_t mem = fields.find("mem") ? fields.mem("mem") : device.mem_bytes;
-  HostSpec host = custom ? HostSpec{} : device.host;
-  const json* host_field = fields.find("host");
-  if (host_field) host = host_from_json(*host_field, source, custom ? nullptr : &device.host);
-  return Cluster{device, nodes, per_node, mem, device.intra_node, device.inter_node, host, host_field != nullptr};
+  KindFields kind = kind_from_json(fields, source, "", true);
+  return Cluster{kind.device, nodes, per_node, kind.mem_bytes, kind.device.intra_node, kind.device.inter_node, kind.host,
+                 kind.host_stated};
 }
 
 Cluster load_cluster_file(const std::string& path) { return cluster_from_json(read_json_file(path), path); }
+
+int Cluster::first_rank_of_kind(int kind) const {
+  int rank = 0;
+  for (int k = 0; k < kind; ++k) rank += kind_gpus(k);
+  return rank;
+}
+
+int Cluster::kind_of_rank(int rank) const {
+  for (int k = 0; k < kinds(); ++k) {
+    if (rank < kind_gpus(k)) return k;
+    rank -= kind_gpus(k);
+  }
+  return kinds() - 1;
+}
+
+Cluster Cluster::kind_view(int kind) const {
+  if (!mixed()) return *this;
+  const NodeGroup& group = groups[static_cast<std::size_t>(kind)];
+  return Cluster{group.device, group.nodes, gpus_per_node, group.mem_bytes, group.intra_node, inter_node, group.host,
+                 host_stated};
+}
+
+std::string Cluster::device_names() const {
+  if (!mixed()) return device.name;
+  std::string names;
+  for (const auto& group : groups) names += (names.empty() ? "" : "+") + group.device.name;
+  return names;
+}
+
+std::int64_t Cluster::least_mem_bytes() const {
+  std::int64_t least = mem_bytes;
+  for (const auto& group : groups) least = std::min(least, group.mem_bytes);
+  return least;
+}
 
 }  // namespace rannc::cost

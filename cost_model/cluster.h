@@ -20,6 +20,16 @@
 //        // host and each of its fields default to the preset's; a custom device has no host
 //        // unless given (then all three fields are required), and without one nothing is offloaded
 //
+// A mixed cluster gives "node_groups" in place of "nodes", "device", "mem", "intra_node" and "host":
+//
+//   {"gpus_per_node": 8,         // required: the same in every group
+//    "node_groups": [            // two or more, ranks numbered group after group
+//      {"nodes": 2, "device": "a100-40g"},
+//      {"nodes": 2, "device": "h100-80g", "mem": "80G", "intra_node": {...}, "host": {...}}],
+//    "inter_node": {"bandwidth_gbps": 25, "latency_us": 5}}   // optional: default the slowest group's
+//
+// Each group takes "nodes", "device", "mem", "intra_node" and "host" as the uniform form does.
+//
 // gbps is GB/s (10^9 bytes per second, per direction and per device), not Gb/s. A link object
 // needs both of its fields. With a custom device both links are required (it has no defaults).
 // Sizes are strings as for --mem or integer byte counts. Bandwidths, peaks and sizes must be
@@ -33,12 +43,24 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cost_model/device.h"
 
 namespace rannc::cost {
 
+// One kind of device in a mixed cluster: whole nodes of it.
+struct NodeGroup {
+  DeviceSpec device;
+  int nodes = 1;
+  std::int64_t mem_bytes = 0;  // per device
+  Link intra_node;
+  HostSpec host;
+};
+
 struct Cluster {
+  // A uniform cluster's device, memory, links and host; a mixed cluster's are its first group's
+  // (its kind views below give each group's).
   DeviceSpec device;            // the preset, or a custom device from the JSON file
   int nodes = 1;
   int gpus_per_node = 1;
@@ -48,8 +70,25 @@ struct Cluster {
   HostSpec host;                // where offloaded state lives (host.mem_bytes 0: nowhere)
   bool host_stated = false;     // the host came from --host-mem or a cluster file's "host", not a preset's guess
 
+  // A mixed cluster's node groups, its ranks numbered group after group; empty when uniform.
+  std::vector<NodeGroup> groups{};
+
   int gpus() const { return nodes * gpus_per_node; }
   int node_of(int rank) const { return rank / gpus_per_node; }
+  bool mixed() const { return !groups.empty(); }
+  // Device kinds: a mixed cluster's groups, or 1.
+  int kinds() const { return mixed() ? static_cast<int>(groups.size()) : 1; }
+  // The devices of kind k (all of them when uniform) and the first rank of them.
+  int kind_gpus(int kind) const { return mixed() ? groups[static_cast<std::size_t>(kind)].nodes * gpus_per_node : gpus(); }
+  int first_rank_of_kind(int kind) const;
+  int kind_of_rank(int rank) const;
+  // Kind k's nodes as a uniform cluster (the cluster itself when uniform): what a search on that
+  // kind's devices, or a plan that uses only them, sees.
+  Cluster kind_view(int kind) const;
+  // "a100-40g" or "a100-40g+h100-80g": the device kinds, for a plan's cluster and messages.
+  std::string device_names() const;
+  // The least memory of a device: the limit of a plan that does not tell the kinds apart.
+  std::int64_t least_mem_bytes() const;
 };
 
 // The flags of docs/contract.md; unset ones take the defaults there.

@@ -236,6 +236,13 @@ std::string stage_timelines(const std::vector<std::vector<const SimulatedTask*>>
   return out.str();
 }
 
+// " · h100-80g": a mixed cluster's device kind of a rank, for its row's label.
+std::string kind_label(const partition::PlacedPipeline& plan, int rank) {
+  auto at = std::lower_bound(plan.ranks.begin(), plan.ranks.end(), rank,
+                             [](const plan::RankPlacement& r, int wanted) { return r.rank < wanted; });
+  return at == plan.ranks.end() || at->rank != rank || at->device.empty() ? "" : " &#183; " + at->device;
+}
+
 std::string rank_rows(const partition::PlacedPipeline& plan) {
   std::ostringstream out;
   double y = Layout::kTop;
@@ -243,7 +250,7 @@ std::string rank_rows(const partition::PlacedPipeline& plan) {
     out << "<g class=\"rank\" data-rank=\"" << rank.rank << "\" data-stage=\"" << rank.stage << "\" transform=\"translate(0,"
         << fixed(y) << ")\">"
         << "<text x=\"" << fixed(Layout::kLeft - 8) << "\" y=\"12\" text-anchor=\"end\">rank " << rank.rank
-        << " &#183; " << group_name(static_cast<std::size_t>(rank.stage), plan) << "</text>"
+        << " &#183; " << group_name(static_cast<std::size_t>(rank.stage), plan) << kind_label(plan, rank.rank) << "</text>"
         << "<use href=\"#stage-" << rank.stage << "\"/></g>\n";
     y += Layout::kRowPitch;
   }
@@ -261,7 +268,7 @@ std::string stage_rows(const partition::PlacedPipeline& plan, const std::vector<
     const auto& stage = plan.stages[s];
     const auto count = static_cast<std::int64_t>(stage.ranks.size());
     std::string counts = plural(stage.option.replicas, "replica") + " x " + plural(pipelines, "pipeline");
-    std::string head = group_name(s, plan) + " &#183; " + plural(count, "rank");
+    std::string head = group_name(s, plan) + " &#183; " + plural(count, "rank") + kind_label(plan, stage.ranks.front());
     out << "<g class=\"stage\" data-stage=\"" << s << "\" data-ranks=\"" << count << "\" data-replicas=\""
         << stage.option.replicas << "\" data-pipelines=\"" << pipelines << "\" transform=\"translate(0," << fixed(y)
         << ")\">"
@@ -317,8 +324,10 @@ std::string stage_node(const plan::Plan& plan, const plan::Stage& stage) {
   lines.push_back(std::to_string(stage.replicas_per_pipeline) + " x " + std::to_string(plan.batch.pipelines) + " replicas, ranks " +
                   ranges_text(stage.ranks) + (stage.recompute == plan::Recompute::kNone ? "" : ", recompute " + std::string(plan::recompute_name(stage.recompute))));
   lines.push_back("fwd " + human_ms(stage.predicted.fwd_ms) + ", bwd " + human_ms(stage.predicted.bwd_ms) + " / microbatch");
-  lines.push_back(human_bytes(stage.predicted.mem_bytes) + " of " + human_bytes(static_cast<double>(plan.cluster.mem_bytes)) +
-                  " per device");
+  const plan::NodeGroup* group = stage.ranks.empty() ? nullptr : plan.cluster.group_of_rank(stage.ranks.front());
+  lines.push_back(human_bytes(stage.predicted.mem_bytes) + " of " +
+                  human_bytes(static_cast<double>(group ? group->mem_bytes : plan.cluster.mem_bytes)) + " per " +
+                  (group ? group->device : "device"));
   return "  stage" + std::to_string(stage.id) + " [label=" + dot_label(lines) + "];\n";
 }
 

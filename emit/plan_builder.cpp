@@ -113,6 +113,7 @@ plan::Stage plan_stage(const ir::Graph& graph, const partition::PlanResult& resu
   stage.file = layout.file;
   stage.ranks = planned.ranks;
   stage.replicas_per_pipeline = option.replicas;
+  for (const auto& share : option.shares) stage.replica_samples.insert(stage.replica_samples.end(), share.replicas, share.samples);
   stage.blocks = {option.begin, option.end};
   stage.op_range = op_range(graph, result.partitioning, option);
   stage.ops = layout.ops;
@@ -166,8 +167,19 @@ plan::Cluster plan_cluster(const cost::Cluster& cluster) {
                     cluster.gpus_per_node, cluster.mem_bytes,
                     cluster.device.name,  plan_link(cluster.intra_node),
                     plan_link(cluster.inter_node), std::nullopt};
-  if (cluster.host.mem_bytes > 0)
-    out.host = plan::Host{cluster.host.mem_bytes, plan_link(cluster.host.link), cluster.host.mem_bandwidth / 1e9};
+  auto host = [](const cost::HostSpec& spec) -> std::optional<plan::Host> {
+    if (spec.mem_bytes <= 0) return std::nullopt;
+    return plan::Host{spec.mem_bytes, plan_link(spec.link), spec.mem_bandwidth / 1e9};
+  };
+  out.host = host(cluster.host);
+  if (!cluster.mixed()) return out;
+  // Each kind's memory, link and host are its group's.
+  out.device = cluster.device_names();
+  out.mem_bytes = cluster.least_mem_bytes();
+  out.intra_node.reset();
+  out.host.reset();
+  for (const auto& group : cluster.groups)
+    out.node_groups.push_back({group.nodes, group.device.name, group.mem_bytes, plan_link(group.intra_node), host(group.host)});
   return out;
 }
 

@@ -7,9 +7,11 @@
 #include <exception>
 #include <limits>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 #include "cost_model/comm.h"
+#include "partitioner/shared_stage.h"
 #include "support/error.h"
 #include "support/format.h"
 
@@ -63,9 +65,11 @@ std::vector<int> config_tensor_degrees(const PlanRequest& request, const TensorR
 // Every per-replica microbatch size some config may run.
 std::vector<int> sample_sizes(const std::vector<SearchConfig>& configs) {
   std::set<int> sizes;
-  for (const auto& config : configs)
+  for (const auto& config : configs) {
     for (int r = 1; r <= config.pipeline_devices; ++r)
       if (config.microbatch_size % r == 0) sizes.insert(config.microbatch_size / r);
+    for (int shared : shared_stage_samples(config)) sizes.insert(shared);
+  }
   return {sizes.begin(), sizes.end()};
 }
 
@@ -84,17 +88,20 @@ double step_model_flops(const ir::Graph& graph, const cost::CostModel& costs, do
 
 // The bounds beside the simulated step. The peak is the best the device does at this precision
 // (its matmul peak: tensor cores under mixed precision), so the FLOP bound holds for every op.
+// On a mixed cluster the peak is every kind's together.
 void set_bounds(plan::Prediction& predicted, const StepBounds& bounds, const cost::Cluster& cluster,
                 plan::Precision precision) {
   const double devices = cluster.gpus();
-  const double peak = cost::peak_flops(cluster.device, precision, cost::OpClass::kMatMul);
+  double peak_sum = 0;
+  for (int kind = 0; kind < cluster.kinds(); ++kind)
+    peak_sum += cost::peak_flops(cluster.kind_view(kind).device, precision, cost::OpClass::kMatMul) * cluster.kind_gpus(kind);
   const double step_s = predicted.iteration_ms / 1e3;
   predicted.lower_bound_ms = bounds.lower_bound_ms;
   predicted.efficiency = step_s > 0 ? bounds.lower_bound_ms / predicted.iteration_ms : 0;
-  predicted.flop_bound_ms = peak > 0 ? bounds.model_flops / (peak * devices) * 1e3 : 0;
+  predicted.flop_bound_ms = peak_sum > 0 ? bounds.model_flops / peak_sum * 1e3 : 0;
   double flops_per_device = step_s > 0 ? bounds.model_flops / step_s / devices : 0;
   predicted.model_tflops_per_device = flops_per_device / 1e12;
-  predicted.peak_fraction = peak > 0 ? flops_per_device / peak : 0;
+  predicted.peak_fraction = peak_sum > 0 ? flops_per_device * devices / peak_sum : 0;
 }
 
 // For memory suggestions: the most memory-friendly config of each pipeline width (the most
@@ -109,9 +116,8 @@ bool any_config_fits(const SearchContext& context, const std::vector<SearchConfi
     else widest.push_back(config);
   }
   for (const auto& config : widest) {
-    StageOptions options(context, config);
-    if (config.chunks > 1 ? search_interleaved(options, std::numeric_limits<double>::infinity()).has_value()
-                          : has_pipeline(options))
+    if (config.chunks > 1 ? search_interleaved(StageOptions(context, config), std::numeric_limits<double>::infinity()).has_value()
+                          : has_pipeline(SegmentOptions(context, config)))
       return true;
   }
   return false;
@@ -214,6 +220,17 @@ std::string what_would_fit(const ir::Graph& graph, const UnitGraph& units, const
   return no_count + ", nor " + devices_of(cluster.gpus(), "up to " + human_bytes(static_cast<double>(cost::kMaxMemBytes)));
 }
 
+// "16 devices of 40 GiB and 16 of 80 GiB", for messages about a mixed cluster.
+std::string cluster_memory(const cost::Cluster& cluster) {
+  std::string text;
+  for (int kind = 0; kind < cluster.kinds(); ++kind) {
+    const cost::Cluster view = cluster.kind_view(kind);
+    text += (kind == 0 ? plural(view.gpus(), "device") : (kind + 1 == cluster.kinds() ? " and " : ", ") + std::to_string(view.gpus())) +
+            " of " + human_bytes(static_cast<double>(view.mem_bytes));
+  }
+  return text;
+}
+
 }  // namespace
 
 namespace {
@@ -231,14 +248,77 @@ std::vector<int> chunk_choices(const PlanRequest& request) {
 
 }  // namespace
 
+namespace {
+
+// How the devices split into pipelines: P pipelines of D devices, and on a mixed cluster the
+// devices of each kind in one pipeline, in pipeline order.
+struct PipelineWidth {
+  int devices = 1;
+  int pipelines = 1;
+  std::vector<KindSegment> segments;
+};
+
+// The orders of a mixed cluster's kinds along a pipeline: every one for up to 3 kinds, else the
+// given one and its reverse.
+std::vector<std::vector<int>> kind_orders(int kinds) {
+  std::vector<int> order(static_cast<std::size_t>(kinds));
+  for (int k = 0; k < kinds; ++k) order[static_cast<std::size_t>(k)] = k;
+  std::vector<std::vector<int>> orders;
+  if (kinds <= 3) {
+    do orders.push_back(order);
+    while (std::next_permutation(order.begin(), order.end()));
+    return orders;
+  }
+  orders.push_back(order);
+  std::reverse(order.begin(), order.end());
+  orders.push_back(order);
+  return orders;
+}
+
+// Pipelines sit on identical node groups: a uniform cluster's every width that tiles nodes; a
+// mixed cluster's pipeline takes an equal part of every kind (each part tiling that kind's
+// nodes), its kinds in each order.
+std::vector<PipelineWidth> pipeline_widths(const cost::Cluster& cluster) {
+  std::vector<PipelineWidth> widths;
+  if (!cluster.mixed()) {
+    for (int width : divisors(cluster.gpus()))
+      if (tiles_nodes(width, cluster)) widths.push_back({width, cluster.gpus() / width, {}});
+    return widths;
+  }
+  for (int pipelines : divisors(cluster.kind_gpus(0))) {
+    bool tiles = true;
+    for (int kind = 0; kind < cluster.kinds(); ++kind) {
+      const int devices = cluster.kind_gpus(kind);
+      tiles = tiles && devices % pipelines == 0 && tiles_nodes(devices / pipelines, cluster);
+    }
+    if (!tiles) continue;
+    for (const auto& order : kind_orders(cluster.kinds())) {
+      PipelineWidth width{0, pipelines, {}};
+      for (int kind : order) width.segments.push_back({kind, cluster.kind_gpus(kind) / pipelines});
+      for (const auto& segment : width.segments) width.devices += segment.devices;
+      widths.push_back(width);
+    }
+  }
+  // Ascending devices per pipeline, as on a uniform cluster.
+  std::stable_sort(widths.begin(), widths.end(), [](const auto& a, const auto& b) { return a.devices < b.devices; });
+  return widths;
+}
+
+// Whether every stage of a degree can sit on each kind: the degree divides every segment.
+bool segments_allow(const PipelineWidth& width, int degree) {
+  if (width.devices % degree != 0) return false;
+  return std::all_of(width.segments.begin(), width.segments.end(), [&](const KindSegment& s) { return s.devices % degree == 0; });
+}
+
+}  // namespace
+
 std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int blocks, const std::vector<int>& tensor_degrees) {
   std::vector<SearchConfig> configs;
-  const int devices = request.cluster.gpus();
   const std::vector<int> chunk_options = chunk_choices(request);
-  for (int width : divisors(devices)) {
-    if (!tiles_nodes(width, request.cluster)) continue;
+  for (const PipelineWidth& layout : pipeline_widths(request.cluster)) {
+    const int width = layout.devices;
     if (request.stages && *request.stages > width) continue;
-    int pipelines = devices / width;
+    int pipelines = layout.pipelines;
     if (request.pipelines && pipelines != *request.pipelines) continue;
     if (request.global_batch % pipelines != 0) continue;
     std::int64_t per_pipeline = request.global_batch / pipelines;
@@ -246,10 +326,11 @@ std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int bloc
       if (microbatches > kMaxMicrobatches) break;
       if (request.microbatches && microbatches != *request.microbatches) continue;
       for (int degree : tensor_degrees) {
-        if (width % degree != 0) continue;
+        if (!segments_allow(layout, degree)) continue;
         SearchConfig config;
         config.pipelines = pipelines;
         config.pipeline_devices = width;
+        config.segments = layout.segments;
         config.microbatches = microbatches;
         config.microbatch_size = static_cast<int>(per_pipeline / microbatches);
         if (request.fixed_microbatch && config.microbatch_size != *request.fixed_microbatch) continue;
@@ -261,8 +342,9 @@ std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int bloc
         config.stages = request.stages;
         config.tensor_degree = degree;
         for (int chunks : chunk_options) {
-          // Interleaving needs two groups at least, each with a microbatch, and two blocks a chunk.
-          if (chunks > 1 && (width / degree < 2 || microbatches < 2 || 2 * chunks > blocks)) continue;
+          // Interleaving needs two groups at least, each with a microbatch, and two blocks a chunk;
+          // a mixed pipeline's chunks would straddle its kinds.
+          if (chunks > 1 && (width / degree < 2 || microbatches < 2 || 2 * chunks > blocks || config.mixed())) continue;
           config.chunks = chunks;
           configs.push_back(config);
         }
@@ -276,6 +358,14 @@ std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int bloc
 }
 
 namespace {
+
+// A config's best pipeline below `beat`: the stage search's, or on a mixed config the stage its
+// kinds share (shared_stage.h) where that is better.
+std::optional<PipelineSolution> best_pipeline(const SearchContext& context, const SegmentOptions& options, double beat) {
+  auto found = search_pipeline(options, beat);
+  auto shared = search_shared_stage(context, options.config(), found ? found->objective_ms() : beat);
+  return shared ? shared : found;
+}
 
 // A small search also tries every other stage count of each config within the slack, each
 // stage count's best pipeline whatever the formula makes of it: on few blocks and devices the
@@ -295,9 +385,9 @@ void add_stage_counts(const SearchContext& context, std::vector<ConfigChoice>& n
     for (int stages = 1; stages <= std::min(forced.pipeline_devices, blocks); ++stages) {
       if (stages == chosen) continue;
       forced.stages = stages;
-      StageOptions options(context, forced, beat);
+      SegmentOptions options(context, forced, beat);
       ++census.searched;
-      if (auto solution = search_pipeline(options, beat)) near.push_back({forced, *solution});
+      if (auto solution = best_pipeline(context, options, beat)) near.push_back({forced, *solution});
     }
   }
 }
@@ -322,10 +412,18 @@ struct ConfigOutcome {
   std::optional<PipelineSolution> slower;    // with `explain`, when none is: its best at all
 };
 
+// The least balanced share of a microbatch's work over the kinds of a config's pipeline.
+double least_balanced_ms(const SearchContext& context, const SearchConfig& config) {
+  if (!config.mixed()) return balanced_ms(context, config);
+  double least = std::numeric_limits<double>::infinity();
+  for (const auto& segment : config.segments) least = std::min(least, balanced_ms(context.of_kind(segment.kind), config));
+  return least;
+}
+
 ConfigOutcome search_config(const SearchContext& context, const SearchConfig& config, double beat, bool explain) {
   ConfigOutcome outcome;
   // No step of the config is shorter than M times the balanced share of a microbatch's work.
-  if (config.microbatches * balanced_ms(context, config) >= beat) {
+  if (config.microbatches * least_balanced_ms(context, config) >= beat) {
     outcome.bounded_out = true;
     return outcome;
   }
@@ -333,10 +431,16 @@ ConfigOutcome search_config(const SearchContext& context, const SearchConfig& co
   // stages; --explain searches them again without the bound, so it lists them all.
   if (!explain && !may_beat(context, config, beat)) return outcome;
   // --explain searches the config again without the bound: every stage must be listed then.
-  StageOptions options(context, config, explain ? std::numeric_limits<double>::infinity() : beat);
-  auto search = config.chunks > 1 ? search_interleaved : search_pipeline;
-  outcome.solution = search(options, beat);
-  if (!outcome.solution && explain) outcome.slower = search(options, std::numeric_limits<double>::infinity());
+  const double listed_beat = explain ? std::numeric_limits<double>::infinity() : beat;
+  std::optional<StageOptions> interleaved;
+  std::optional<SegmentOptions> segments;
+  if (config.chunks > 1) interleaved.emplace(context, config, listed_beat);
+  else segments.emplace(context, config, listed_beat);
+  auto search = [&](double below) {
+    return interleaved ? search_interleaved(*interleaved, below) : best_pipeline(context, *segments, below);
+  };
+  outcome.solution = search(beat);
+  if (!outcome.solution && explain) outcome.slower = search(std::numeric_limits<double>::infinity());
   return outcome;
 }
 
@@ -437,6 +541,27 @@ std::vector<int> stage_offsets(const std::vector<StageOption>& stages) {
   return offsets;
 }
 
+// A mixed pipeline's stages follow each other along its segments, every device used (the search
+// keeps each stage within its kind's segment).
+std::vector<int> mixed_stage_offsets(const std::vector<StageOption>& stages) {
+  std::vector<int> offsets{0};
+  for (const auto& stage : stages) offsets.push_back(offsets.back() + stage.devices());
+  return offsets;
+}
+
+// The rank at `position` of pipeline p: pipelines take consecutive ranks (`used` each) on a
+// uniform cluster; on a mixed one, a segment's positions are the pipeline's part of its kind's
+// ranks.
+int pipeline_rank(const cost::Cluster& cluster, const SearchConfig& config, int used, int pipeline, int position) {
+  if (!config.mixed()) return pipeline * used + position;
+  for (const auto& segment : config.segments) {
+    if (position < segment.devices)
+      return cluster.first_rank_of_kind(segment.kind) + pipeline * segment.devices + position;
+    position -= segment.devices;
+  }
+  throw std::logic_error("a stage beyond its mixed pipeline's devices");
+}
+
 // The pipeline on its ranks, simulated: what ranking the candidates needs, without their memory.
 PlacedPipeline place(const SearchContext& context, const ConfigChoice& choice, std::int64_t global_batch) {
   const SearchConfig& config = choice.config;
@@ -452,21 +577,28 @@ PlacedPipeline place(const SearchContext& context, const ConfigChoice& choice, s
   // Interleaved, the chunks s, s + groups, ... share the devices of group s.
   const auto& stages = choice.solution.stages;
   const std::size_t groups = stages.size() / static_cast<std::size_t>(config.chunks);
-  auto offsets = stage_offsets({stages.begin(), stages.begin() + static_cast<std::ptrdiff_t>(groups)});
+  const std::vector<StageOption> first_chunks(stages.begin(), stages.begin() + static_cast<std::ptrdiff_t>(groups));
+  auto offsets = config.mixed() ? mixed_stage_offsets(first_chunks) : stage_offsets(first_chunks);
   int used = offsets.back();
   for (std::size_t s = 0; s < stages.size(); ++s) {
     const StageOption& option = stages[s];
     PlannedStage stage;
     stage.option = option;
     for (int p = 0; p < config.pipelines; ++p)
-      for (int i = 0; i < option.devices(); ++i) stage.ranks.push_back(p * used + offsets[s % groups] + i);
-    // Each device synchronises its slice of the weights with the devices of the same tensor rank.
+      for (int i = 0; i < option.devices(); ++i)
+        stage.ranks.push_back(pipeline_rank(cluster, config, used, p, offsets[s % groups] + i));
+    // Each device synchronises its slice of the weights with the devices of the same tensor rank,
+    // over its kind's links (its ranks numbered within the kind's nodes).
     double elements = context.ranges->param_elements(option.begin, option.end, option.tensor_degree);
+    // A stage shared by the kinds synchronises over the whole cluster.
+    const bool shared = !option.shares.empty();
+    const int kind_first_rank = shared ? 0 : cluster.first_rank_of_kind(option.kind);
     std::vector<int> sync_ranks;
     for (std::size_t i = 0; i < stage.ranks.size(); i += static_cast<std::size_t>(option.tensor_degree))
-      sync_ranks.push_back(stage.ranks[i]);
+      sync_ranks.push_back(stage.ranks[i] - kind_first_rank);
     if (elements > 0)
-      stage.allreduce_ms = cost::gradient_sync_seconds(cluster, sync_ranks, elements, option.sharding, context.precision) * 1e3;
+      stage.allreduce_ms = cost::gradient_sync_seconds(shared ? cluster : *context.of_kind(option.kind).cluster, sync_ranks,
+                                                       elements, option.sharding, context.precision) * 1e3;
     stage.host_mem_bytes = cost::host_memory_bytes(
         elements, context.optimizer, {config.pipelines * option.replicas, option.sharding, option.offload});
     // The host's part of an offloaded stage follows its last backward, as the allreduce does.
@@ -503,13 +635,18 @@ std::vector<int> shared_weight_replicas(const BlockCosts& blocks, const PlacedPi
 // The memory of every rank and the predictions, from the placed pipeline's simulation.
 void predict(const SearchContext& context, const StepBounds& bounds, PlacedPipeline& placed) {
   const cost::Cluster& cluster = *context.cluster;
-  StageOptions options(context, placed.config);
+  // Each stage's memory on its kind.
+  std::vector<StageOptions> options;
+  for (int kind = 0; kind < cluster.kinds(); ++kind)
+    options.emplace_back(context.of_kind(kind), placed.config, std::numeric_limits<double>::infinity(), StageOptions::Listing::kNone);
   const std::size_t groups = placed.stages.size() / static_cast<std::size_t>(placed.config.chunks);
   const std::vector<int> shared_replicas = shared_weight_replicas(*context.blocks, placed);
   for (std::size_t s = 0; s < placed.stages.size(); ++s) {
     auto& stage = placed.stages[s];
     stage.in_flight = placed.simulation.max_in_flight[s];
-    stage.memory = options.memory(stage.option, stage.in_flight, shared_replicas[s]);
+    stage.memory = stage.option.shares.empty()
+                       ? options[static_cast<std::size_t>(stage.option.kind)].memory(stage.option, stage.in_flight, shared_replicas[s])
+                       : shared_stage_memory(context, placed.config, stage.option, stage.in_flight);
   }
   for (std::size_t s = 0; s < groups; ++s) {
     // A device's memory: its group's chunks together (one stage without interleaving).
@@ -520,7 +657,8 @@ void predict(const SearchContext& context, const StepBounds& bounds, PlacedPipel
     for (int i = 0; i < static_cast<int>(stage.ranks.size()); ++i) {
       int rank = stage.ranks[i];
       int degree = stage.option.tensor_degree;
-      placed.ranks.push_back({rank, cluster.node_of(rank), rank % cluster.gpus_per_node, static_cast<int>(s), i, i % degree});
+      placed.ranks.push_back({rank, cluster.node_of(rank), rank % cluster.gpus_per_node, static_cast<int>(s), i, i % degree,
+                              cluster.mixed() ? cluster.kind_view(cluster.kind_of_rank(rank)).device.name : std::string()});
     }
   }
   std::sort(placed.ranks.begin(), placed.ranks.end(), [](const plan::RankPlacement& a, const plan::RankPlacement& b) { return a.rank < b.rank; });
@@ -567,10 +705,17 @@ void try_uniform_recomputation(const SearchContext& context, std::int64_t global
     if (std::all_of(stages.begin(), stages.end(), [&](const StageOption& s) { return s.recompute == recompute; })) continue;
     SearchContext uniform = context;
     uniform.recompute = recompute;
+    // A mixed cluster's kinds are forced alike.
+    std::vector<SearchContext> uniform_kinds;
+    if (context.kinds) {
+      uniform_kinds = *context.kinds;
+      for (auto& kind : uniform_kinds) kind.recompute = recompute, kind.kinds = &uniform_kinds;
+      uniform.kinds = &uniform_kinds;
+    }
     const double beat = std::numeric_limits<double>::infinity();
-    StageOptions options(uniform, best->config, beat);
+    SegmentOptions options(uniform, best->config, beat);
     ++census.searched;
-    auto solution = search_pipeline(options, beat);
+    auto solution = best_pipeline(uniform, options, beat);
     if (!solution) continue;
     double ms = place(context, {best->config, *solution}, global_batch).simulation.iteration_ms;
     if (ms < fastest_ms) fastest_ms = ms, best->solution = *solution;
@@ -601,6 +746,27 @@ void rank_candidates(const SearchContext& context, const std::vector<ConfigChoic
 
 PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, const cost::CostModel& model_costs,
                       const PlanRequest& request, const PhaseObserver& observe) {
+  return plan_model(graph, evaluated_batch, std::vector<const cost::CostModel*>{&model_costs}, request, observe);
+}
+
+namespace {
+
+// A mixed cluster's search contexts: each kind's blocks costed on it, its ranges and its view of
+// the cluster; `context` (the first kind's costs on the whole cluster) then points at them.
+struct KindContexts {
+  std::vector<BlockCosts> blocks;
+  std::vector<RangeTable> ranges;
+  std::vector<cost::Cluster> views;
+  std::vector<SearchContext> contexts;
+};
+
+}  // namespace
+
+PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch,
+                      const std::vector<const cost::CostModel*>& kind_costs, const PlanRequest& request,
+                      const PhaseObserver& observe) {
+  if (static_cast<int>(kind_costs.size()) != request.cluster.kinds())
+    throw std::logic_error("plan_model: one cost model per device kind");
   auto tell = [&](const std::string& outcome) {
     if (observe) observe(outcome);
   };
@@ -609,13 +775,18 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
   result.partitioning.regions = find_tensor_regions(graph);
   if (!request.sequence_parallel) result.partitioning.regions.sequence_ops.clear();
   // Every cost below, the bounds' included, is of the kernels the training stack runs.
-  std::optional<cost::CostModel> fused;
+  std::vector<cost::CostModel> fused;
   if (auto kernels = fused_kernels(graph, result.partitioning.regions, request.attention, request.elementwise);
       !kernels.empty()) {
-    fused = model_costs;
-    fused->fuse(graph, std::move(kernels));
+    for (const auto* kind : kind_costs) {
+      fused.push_back(*kind);
+      fused.back().fuse(graph, kernels);
+    }
   }
-  const cost::CostModel& costs = fused ? *fused : model_costs;
+  auto costs_of_kind = [&](int kind) -> const cost::CostModel& {
+    return fused.empty() ? *kind_costs[static_cast<std::size_t>(kind)] : fused[static_cast<std::size_t>(kind)];
+  };
+  const cost::CostModel& costs = costs_of_kind(0);
   result.partitioning.units = build_units(graph);
   const UnitGraph& units = result.partitioning.units;
   std::vector<double> unit_ms = unit_step_ms(units, costs);
@@ -650,18 +821,45 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
                                            evaluated_batch, sample_sizes(configs), result.partitioning.regions,
                                            tensor_degrees(request));
   RangeTable ranges(result.partitioning.blocks);
+  SearchContext context{&result.partitioning.blocks, &ranges, &request.cluster, request.optimizer, request.precision,
+                        request.state_sharding, request.recompute};
+  KindContexts kinds;
+  if (request.cluster.mixed()) {
+    const int count = request.cluster.kinds();
+    kinds.blocks.reserve(static_cast<std::size_t>(count));
+    kinds.ranges.reserve(static_cast<std::size_t>(count));
+    kinds.views.reserve(static_cast<std::size_t>(count));
+    for (int kind = 0; kind < count; ++kind) {
+      kinds.blocks.push_back(kind == 0 ? result.partitioning.blocks
+                                       : block_costs(graph, units, result.partitioning.blocking, costs_of_kind(kind),
+                                                     activations, evaluated_batch, sample_sizes(configs),
+                                                     result.partitioning.regions, tensor_degrees(request)));
+      kinds.ranges.emplace_back(kinds.blocks.back());
+      kinds.views.push_back(request.cluster.kind_view(kind));
+      SearchContext kind_context = context;
+      kind_context.blocks = &kinds.blocks.back();
+      kind_context.ranges = &kinds.ranges.back();
+      kind_context.cluster = &kinds.views.back();
+      kind_context.kind = kind;
+      kinds.contexts.push_back(kind_context);
+    }
+    for (auto& kind_context : kinds.contexts) kind_context.kinds = &kinds.contexts;
+    context.kinds = &kinds.contexts;
+  }
   result.times.costs_ms = elapsed_ms(start);
   tell("costed the blocks");
 
   start = Clock::now();
-  SearchContext context{&result.partitioning.blocks, &ranges, &request.cluster, request.optimizer, request.precision,
-                        request.state_sharding, request.recompute};
   result.census.explain = request.runners_up > 0;
   auto choices = search_configs(context, configs, &result.census, observe);
   if (!choices.empty()) try_uniform_recomputation(context, request.global_batch, choices, result.census);
   result.times.search_ms = elapsed_ms(start);
   tell("searched " + counted(configs.size(), "candidate layouts") + ": " + plural(static_cast<std::int64_t>(choices.size()), "pipeline") +
        " within " + std::to_string(static_cast<int>(std::lround((result.census.slack - 1) * 100))) + "% of the best");
+  if (choices.empty() && request.cluster.mixed()) {
+    throw Error(ExitStatus::kCannotMeet, "the model does not fit in the mixed cluster's " + cluster_memory(request.cluster) +
+                                             " (each pipeline takes an equal part of every kind)");
+  }
   if (choices.empty()) {
     throw Error(ExitStatus::kCannotMeet,
                 "the model does not fit in " + plural(request.cluster.gpus(), "device") + " of " +
@@ -671,8 +869,11 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, cons
   }
   start = Clock::now();
   double fraction = static_cast<double>(request.global_batch) / static_cast<double>(evaluated_batch);
-  StepBounds bounds{whole_step_ms(graph, costs, fraction) / request.cluster.gpus(),
-                    step_model_flops(graph, costs, fraction)};
+  // Every device working on the step at its own speed.
+  double steps_per_ms = 0;
+  for (int kind = 0; kind < request.cluster.kinds(); ++kind)
+    steps_per_ms += request.cluster.kind_gpus(kind) / whole_step_ms(graph, costs_of_kind(kind), fraction);
+  StepBounds bounds{1 / steps_per_ms, step_model_flops(graph, costs, fraction)};
   rank_candidates(context, choices, request, bounds, result);
   result.times.simulate_ms = elapsed_ms(start);
   tell("simulated them: the best takes " + human_ms(result.pipeline.predicted.iteration_ms) + " a step");

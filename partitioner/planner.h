@@ -64,7 +64,7 @@ struct PlanRequest {
 
 struct PlannedStage {
   StageOption option;             // blocks, replicas per pipeline, recompute, times per microbatch
-  std::vector<int> ranks;         // every replica of every pipeline, ascending
+  std::vector<int> ranks;         // every replica of every pipeline (plan::Stage::ranks)
   int in_flight = 0;              // microbatches kept between forward and backward
   plan::MemoryBreakdown memory;   // per device
   double allreduce_ms = 0;        // the gradient synchronisation among its actual ranks
@@ -133,6 +133,11 @@ struct PlanResult {
 };
 PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch, const cost::CostModel& costs,
                       const PlanRequest& request, const PhaseObserver& observe = nullptr);
+// A mixed cluster's plan: `kind_costs[k]` costs the ops on device kind k (the cluster's
+// kind_view(k).device); a uniform cluster's takes one.
+PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch,
+                      const std::vector<const cost::CostModel*>& kind_costs, const PlanRequest& request,
+                      const PhaseObserver& observe = nullptr);
 
 // The configs a request allows on a sequence of `blocks` blocks, in search order.
 // With `tensor_degrees`, each layout once per degree that divides its pipeline's devices: every

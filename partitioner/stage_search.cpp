@@ -16,17 +16,19 @@ constexpr double kMs = 1e3;
 constexpr double kRoundOffMargin = 1e-9;
 
 // The ranks of a stage with r replicas per pipeline, as the placement lays them out: the first
-// r devices of every pipeline. Collective times depend only on how these spread over nodes.
-std::vector<int> canonical_ranks(const SearchConfig& config, int replicas) {
+// r devices of every pipeline (of its kind's devices in each, on a mixed cluster: the ranks are
+// then those of the kind's view). Collective times depend only on how these spread over nodes.
+std::vector<int> canonical_ranks(const SearchConfig& config, int kind, int replicas) {
   std::vector<int> ranks;
   for (int p = 0; p < config.pipelines; ++p)
-    for (int i = 0; i < replicas; ++i) ranks.push_back(p * config.pipeline_devices + i);
+    for (int i = 0; i < replicas; ++i) ranks.push_back(p * config.kind_devices(kind) + i);
   return ranks;
 }
 
-// A pipeline inside one node talks over the intra-node link, else (conservatively) the network.
+// A pipeline inside one node talks over the intra-node link, else (conservatively) the network;
+// a mixed cluster's pipeline spans the nodes of its kinds.
 const cost::Link& pipeline_link(const cost::Cluster& cluster, const SearchConfig& config) {
-  return config.pipeline_devices <= cluster.gpus_per_node ? cluster.intra_node : cluster.inter_node;
+  return config.pipeline_devices <= cluster.gpus_per_node && !config.mixed() ? cluster.intra_node : cluster.inter_node;
 }
 
 // A range's options on as many devices compete: only those no other beats in time, end-of-step
@@ -75,11 +77,12 @@ double balanced_ms(const SearchContext& context, const SearchConfig& config) {
 StageOptions::StageOptions(const SearchContext& context, const SearchConfig& config, double beat, Listing listing)
     : context_(context), config_(config), beat_(beat), listing_(listing) {
   const BlockCosts& blocks = *context.blocks;
-  for (int r = 1; r <= config.pipeline_devices; ++r) {
+  const int devices = config.kind_devices(context.kind);
+  for (int r = 1; r <= devices; ++r) {
     if (config.microbatch_size % r != 0) continue;
     if (config.replica_samples && config.microbatch_size / r != *config.replica_samples) continue;
     replica_choices_.push_back(r);
-    auto ranks = canonical_ranks(config, r);
+    auto ranks = canonical_ranks(config, context.kind, r);
     std::array<double, 2> fixed{}, slope{};
     for (auto sharding : kShardingChoices) {
       auto at = static_cast<std::size_t>(sharding);
@@ -95,17 +98,20 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
   } else {
     tensor_degrees_ = {1};
     for (const auto& split : blocks.splits)
-      if (context.cluster->gpus_per_node % split.degree == 0 && config.pipeline_devices % split.degree == 0)
+      if (context.cluster->gpus_per_node % split.degree == 0 && devices % split.degree == 0)
         tensor_degrees_.push_back(split.degree);
   }
-  balanced_ms_ = partition::balanced_ms(context, config);
   by_begin_.resize(static_cast<std::size_t>(blocks.count()));
+  if (listing == Listing::kNone) return;
+  balanced_ms_ = partition::balanced_ms(context, config);
   if (config.chunks > 1) return;
-  if (beat < std::numeric_limits<double>::infinity()) tabulate_least_work();
+  // On a mixed cluster the other blocks may run on a faster kind: this kind's least work bounds
+  // nothing there, and the listing leaves out only stages that alone cannot beat.
+  if (beat < std::numeric_limits<double>::infinity() && !config.mixed()) tabulate_least_work();
   for (int begin = 0; begin < blocks.count(); ++begin) {
     for (int degree : tensor_degrees_)
       for (int replicas : replica_choices_)
-        if (replicas * degree <= config.pipeline_devices) add_ranges_from(begin, replicas, degree);
+        if (replicas * degree <= devices) add_ranges_from(begin, replicas, degree);
     if (tensor_degrees_.size() > 1) keep_undominated(by_begin_[begin]);
   }
 }
@@ -325,6 +331,7 @@ std::optional<StageOption> StageOptions::evaluate(const RangeStage& range, plan:
   option.end = range.end;
   option.replicas = range.replicas;
   option.tensor_degree = range.tensor_degree;
+  option.kind = context_.kind;
   option.recompute = recompute;
   option.sharding = sharding;
   option.offload = offload;
@@ -376,6 +383,7 @@ std::optional<StageOption> StageOptions::optimistic(const RangeStage& range) con
   option.end = range.end;
   option.replicas = range.replicas;
   option.tensor_degree = range.tensor_degree;
+  option.kind = context_.kind;
   option.fwd_ms = range.fwd.ms();
   option.bwd_ms = range.bwd.ms();
   option.p2p_ms = range.p2p_ms;
@@ -413,7 +421,7 @@ std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replic
                                                   plan::StateSharding sharding, bool offload, int tensor_degree) const {
   if (std::find(replica_choices_.begin(), replica_choices_.end(), replicas) == replica_choices_.end()) return std::nullopt;
   if (std::find(tensor_degrees_.begin(), tensor_degrees_.end(), tensor_degree) == tensor_degrees_.end()) return std::nullopt;
-  if (replicas * tensor_degree > config_.pipeline_devices) return std::nullopt;
+  if (replicas * tensor_degree > config_.kind_devices(context_.kind)) return std::nullopt;
   const BlockCosts::Split* split = tensor_degree > 1 ? context_.blocks->split(tensor_degree) : nullptr;
   if (split && (split->cuts_region_before[begin] || split->cuts_region_before[end])) return std::nullopt;
   if (replicas > 1 && context_.ranges->sends_batch_free(begin, end)) return std::nullopt;
@@ -448,6 +456,36 @@ std::optional<PipelineSolution> evaluate_pipeline(const StageOptions& options, s
   return solution;
 }
 
+SegmentOptions::SegmentOptions(const StageOptions& options) : lists_{&options}, starts_{0, options.config().pipeline_devices} {}
+
+SegmentOptions::SegmentOptions(const SearchContext& context, const SearchConfig& config, double beat) {
+  if (!config.mixed()) {
+    owned_.emplace_back(context, config, beat);
+    lists_ = {&owned_.front()};
+    starts_ = {0, config.pipeline_devices};
+    return;
+  }
+  owned_.reserve(config.segments.size());
+  starts_ = {0};
+  for (const auto& segment : config.segments) {
+    owned_.emplace_back(context.of_kind(segment.kind), config, beat);
+    starts_.push_back(starts_.back() + segment.devices);
+  }
+  for (const auto& options : owned_) lists_.push_back(&options);
+}
+
+double SegmentOptions::balanced_ms() const {
+  double least = std::numeric_limits<double>::infinity();
+  for (const auto* list : lists_) least = std::min(least, list->balanced_ms());
+  return least;
+}
+
+double SegmentOptions::least_work_before(int begin, int devices) const {
+  double least = std::numeric_limits<double>::infinity();
+  for (const auto* list : lists_) least = std::min(least, list->least_work_before(begin, devices));
+  return least;
+}
+
 namespace {
 
 constexpr double kUnbounded = std::numeric_limits<double>::infinity();
@@ -459,14 +497,16 @@ enum class Measure { kSumOfTimes, kLargestTerm };
 
 // The dynamic program for one bound. A state is a suffix of the blocks: (first block, devices it
 // uses); its frontier holds, per count of stages in the suffix (capped where it no longer
-// matters), the least measure, keeping only entries not beaten by one with fewer stages.
+// matters), the least measure, keeping only entries not beaten by one with fewer stages. The
+// suffix takes the last devices of the pipeline, so a stage's first block and the devices after
+// it say which positions it takes, and so which segment's options (which kind) it may be.
 //
 // The blocks are solved last to first. The frontiers of the block being solved grow in one
 // working row indexed by devices; once the block is done they are stored back to back, in
 // ascending devices, and only read from then on.
 class BoundedProgram {
  public:
-  explicit BoundedProgram(const StageOptions& options)
+  explicit BoundedProgram(const SegmentOptions& options)
       : options_(options),
         config_(options.config()),
         blocks_(options.block_count()),
@@ -490,7 +530,8 @@ class BoundedProgram {
   struct Entry {
     double value = 0;       // the measure of the suffix
     int stages = 0;
-    int option = -1;        // index into options.from(first block)
+    int segment = 0;        // whose options the first stage is
+    int option = -1;        // index into options.of(segment).from(first block)
     int next_devices = -1;  // state after the first stage
     int next_stages = -1;
   };
@@ -499,14 +540,14 @@ class BoundedProgram {
     int devices = 0;
     int first = 0, count = 0;
   };
-  void relax(int option_index, const StageOption& option, Measure measure);
+  void relax(int segment, int option_index, const StageOption& option, Measure measure);
   double prune_limit(const StageOption& option, int devices) const;
   void insert(std::vector<Entry>& entries, const Entry& entry) const;
   void store(int begin);
   const Cell* find_cell(int begin, int devices) const;
   PipelineSolution rebuild(int devices, const Entry& entry) const;
 
-  const StageOptions& options_;
+  const SegmentOptions& options_;
   const SearchConfig& config_;
   int blocks_;
   int cap_;
@@ -559,12 +600,16 @@ double BoundedProgram::prune_limit(const StageOption& option, int devices) const
   return beat_ + beat_ * kRoundOffMargin - term - options_.least_work_before(option.begin, config_.pipeline_devices - devices);
 }
 
-void BoundedProgram::relax(int option_index, const StageOption& option, Measure measure) {
+void BoundedProgram::relax(int segment, int option_index, const StageOption& option, Measure measure) {
   const Entry* after_entries = entries_[option.end].data();
-  // Ascending devices, so once one is too many every later one is.
+  // The stage takes positions [D - devices, D - cell.devices): within its segment. Ascending
+  // devices, so once one is too many every later one is.
+  const int least_after = config_.pipeline_devices - options_.end_position(segment);
+  const int most = config_.pipeline_devices - options_.first_position(segment);
   for (const Cell& cell : cells_[option.end]) {
+    if (cell.devices < least_after) continue;
     int devices = cell.devices + option.devices();
-    if (devices > config_.pipeline_devices) break;
+    if (devices > most) break;
     auto& entries = work_[devices];
     bool was_empty = entries.empty();
     const double limit = measure == Measure::kSumOfTimes ? prune_limit(option, devices) : kUnbounded;
@@ -580,7 +625,7 @@ void BoundedProgram::relax(int option_index, const StageOption& option, Measure 
         if (before < 0) break;
         if (before > option.begin || devices + before > config_.pipeline_devices) continue;
       }
-      insert(entries, {value, std::min(stages, cap_), option_index, cell.devices, after->stages});
+      insert(entries, {value, std::min(stages, cap_), segment, option_index, cell.devices, after->stages});
     }
     // A frontier never empties again once it has an entry.
     if (was_empty && !entries.empty()) touched_.push_back(devices);
@@ -612,16 +657,21 @@ std::optional<PipelineSolution> BoundedProgram::solve(double bound, double beat,
   beat_ = beat;
   term_floor_ = term_floor;
   cells_[blocks_] = {{0, 0, 1}};
-  entries_[blocks_] = {{0, 0, -1, -1, -1}};
+  entries_[blocks_] = {{0, 0, 0, -1, -1, -1}};
   for (int begin = blocks_ - 1; begin >= 0; --begin) {
-    const auto& list = options_.from(begin);
-    for (int i = 0; i < static_cast<int>(list.size()); ++i)
-      if (list[i].term_ms < bound && list[i].t_ms + list[i].term_ms < beat) relax(i, list[i], measure);
+    for (int segment = 0; segment < options_.count(); ++segment) {
+      const auto& list = options_.of(segment).from(begin);
+      for (int i = 0; i < static_cast<int>(list.size()); ++i)
+        if (list[i].term_ms < bound && list[i].t_ms + list[i].term_ms < beat) relax(segment, i, list[i], measure);
+    }
     store(begin);
   }
   const Entry* best = nullptr;
   int best_devices = 0;
   for (const Cell& cell : cells_[0]) {
+    // A mixed pipeline's positions are its kinds' ranks: each is used (the placement has no
+    // unused ranks between kinds).
+    if (config_.mixed() && cell.devices != config_.pipeline_devices) continue;
     for (int k = cell.first; k < cell.first + cell.count; ++k) {
       const Entry& entry = entries_[0][k];
       if (entry.stages < 1 || (config_.stages && entry.stages != *config_.stages)) continue;
@@ -637,7 +687,7 @@ PipelineSolution BoundedProgram::rebuild(int devices, const Entry& first) const 
   int begin = 0;
   const Entry* entry = &first;
   while (begin < blocks_) {
-    const StageOption& option = options_.from(begin)[entry->option];
+    const StageOption& option = options_.of(entry->segment).from(begin)[entry->option];
     solution.stages.push_back(option);
     solution.sum_ms += option.t_ms;
     solution.largest_term_ms = std::max(solution.largest_term_ms, option.term_ms);
@@ -663,28 +713,30 @@ double least_largest_term_below(BoundedProgram& program, double bound, double be
   return solution ? solution->largest_term_ms : std::numeric_limits<double>::infinity();
 }
 
-double least_stage_term(const StageOptions& options) {
+double least_stage_term(const SegmentOptions& options) {
   double least = kUnbounded;
-  for (int begin = 0; begin < options.block_count(); ++begin)
-    for (const auto& option : options.from(begin)) least = std::min(least, option.term_ms);
+  for (int segment = 0; segment < options.count(); ++segment)
+    for (int begin = 0; begin < options.block_count(); ++begin)
+      for (const auto& option : options.of(segment).from(begin)) least = std::min(least, option.term_ms);
   return least;
 }
 
 // What no pipeline's largest term is below: the least stage term, and (M - 1) times the balanced
 // share of a microbatch's work (StageOptions::balanced_ms).
-double largest_term_floor(const StageOptions& options, double least_term) {
+double largest_term_floor(const SegmentOptions& options, double least_term) {
   return std::max(least_term, (options.config().microbatches - 1) * options.balanced_ms());
 }
 
 }  // namespace
 
-bool has_pipeline(const StageOptions& options) {
+bool has_pipeline(const SegmentOptions& options) {
   return BoundedProgram(options).solve(kUnbounded, kUnbounded).has_value();
 }
 
 bool may_beat(const SearchContext& context, const SearchConfig& config, double beat_ms) {
-  if (config.chunks > 1 || beat_ms == kUnbounded) return true;
-  StageOptions optimistic(context, config, beat_ms, StageOptions::Listing::kOptimistic);
+  if (config.chunks > 1 || config.mixed() || beat_ms == kUnbounded) return true;
+  StageOptions optimistic_list(context, config, beat_ms, StageOptions::Listing::kOptimistic);
+  SegmentOptions optimistic(optimistic_list);
   // The round leaves out only what no pipeline of these stages below the beat holds, and every
   // pipeline of variants has a pipeline of these that is no slower, stage by stage: when the
   // round finds none, no pipeline of variants comes below the beat.
@@ -692,7 +744,7 @@ bool may_beat(const SearchContext& context, const SearchConfig& config, double b
   return BoundedProgram(optimistic).solve(kUnbounded, beat_ms, Measure::kSumOfTimes, floor).has_value();
 }
 
-std::optional<PipelineSolution> search_pipeline(const StageOptions& options, double beat_ms) {
+std::optional<PipelineSolution> search_pipeline(const SegmentOptions& options, double beat_ms) {
   const SearchConfig& config = options.config();
   const double least_term = least_stage_term(options);
   int most_stages = config.stages ? *config.stages : std::min(config.pipeline_devices, options.block_count());

@@ -60,6 +60,12 @@
 
 namespace rannc::partition {
 
+// A mixed cluster's pipeline holds devices of each kind: `devices` of kind `kind`, in a run.
+struct KindSegment {
+  int kind = 0;
+  int devices = 0;
+};
+
 struct SearchConfig {
   int pipelines = 1;          // P: identical pipeline replicas
   int pipeline_devices = 1;   // D: devices of one pipeline
@@ -74,6 +80,18 @@ struct SearchConfig {
   // Interleaved 1F1B (partitioner/interleave.h): model chunks per device group; `stages` then
   // counts the groups.
   int chunks = 1;
+  // A mixed cluster's pipeline: its devices by kind, in pipeline order (the first stages run on
+  // the first segment), adding up to pipeline_devices; each stage lies within one segment and
+  // every device is used. Empty: one kind.
+  std::vector<KindSegment> segments{};
+
+  bool mixed() const { return !segments.empty(); }
+  // The devices of a pipeline that a stage of kind `kind` may take.
+  int kind_devices(int kind) const {
+    for (const auto& segment : segments)
+      if (segment.kind == kind) return segment.devices;
+    return pipeline_devices;
+  }
 };
 
 // The model and the cluster the configs are searched on.
@@ -85,6 +103,12 @@ struct SearchContext {
   plan::Precision precision = plan::Precision::kFp32;
   std::optional<plan::StateSharding> state_sharding;  // forced on every replicated stage; nullopt: each stage's choice
   std::optional<plan::Recompute> recompute;  // forced on every stage (--recompute); nullopt: each stage's choice
+  // A mixed cluster: the device kind this context costs (its blocks, ranges and cluster are that
+  // kind's: cost::Cluster::kind_view), and every kind's context by kind; nullptr when uniform.
+  int kind = 0;
+  const std::vector<SearchContext>* kinds = nullptr;
+
+  const SearchContext& of_kind(int k) const { return kinds ? (*kinds)[static_cast<std::size_t>(k)] : *this; }
 };
 
 // The variants of a stage the search weighs (with or without offload).
@@ -93,12 +117,21 @@ inline constexpr std::array<plan::Recompute, 3> kRecomputeChoices{plan::Recomput
 inline constexpr std::array<plan::StateSharding, 2> kShardingChoices{plan::StateSharding::kNone,
                                                                      plan::StateSharding::kOptimizer};
 
+// A stage shared by a mixed pipeline's kinds (partitioner/shared_stage.h): a kind's replicas per
+// pipeline and the samples each runs per microbatch.
+struct KindShare {
+  int kind = 0;
+  int replicas = 0;
+  int samples = 0;
+};
+
 struct StageOption {
   int begin = 0, end = 0;  // blocks [begin, end)
   int replicas = 1;        // per pipeline
   // Tensor parallelism: each replica is a group of this many devices in one node, splitting the
   // regions that allow it (BlockCosts::Split); 1 runs every op whole on one device.
   int tensor_degree = 1;
+  int kind = 0;  // the device kind of its devices (SearchContext::kind)
   plan::Recompute recompute = plan::Recompute::kNone;
   plan::StateSharding sharding = plan::StateSharding::kNone;
   bool offload = false;           // state in host memory (cost_model/memory.h, StateLayout)
@@ -109,6 +142,9 @@ struct StageOption {
   double t_ms = 0;                // fwd + bwd + p2p
   double term_ms = 0;             // (M - 1) t + allreduce + offload
   int max_in_flight = 0;          // microbatches in flight that fit in memory (up to the most it may keep)
+  // A stage over every kind of a mixed pipeline, its microbatch shared unequally: each kind's
+  // share, in the pipeline's segment order (`replicas` is their sum); empty on one kind.
+  std::vector<KindShare> shares{};
   int devices() const { return replicas * tensor_degree; }  // per pipeline
 };
 
@@ -121,7 +157,8 @@ class StageOptions {
   // flight, its memory unchecked but for its weights. Every pipeline of variants has a pipeline
   // of optimistic stages at least as good, so when none of those beats an objective, none of
   // these does (may_beat); they are listed for a fraction of the cost.
-  enum class Listing { kVariants, kOptimistic };
+  // kNone lists nothing: the options only evaluate() and memory() stages asked for.
+  enum class Listing { kVariants, kOptimistic, kNone };
   // `beat`: the objective a pipeline must stay below (search_pipeline's); a stage whose t + term
   // alone reach it is never listed (no pipeline holding it can), and its memory never computed.
   StageOptions(const SearchContext& context, const SearchConfig& config,
@@ -249,6 +286,35 @@ class StageOptions {
 // balanced_ms() without building the options, to skip configs that cannot win.
 double balanced_ms(const SearchContext& context, const SearchConfig& config);
 
+// The stage options of a config on each segment of its pipeline, which the search picks from by
+// the position a stage takes: one StageOptions over the whole pipeline on a uniform cluster, one
+// per kind on a mixed one (SearchConfig::segments, each kind's options from its own context).
+class SegmentOptions {
+ public:
+  explicit SegmentOptions(const StageOptions& options);  // not owned
+  SegmentOptions(const SearchContext& context, const SearchConfig& config,
+                 double beat = std::numeric_limits<double>::infinity());
+  // The lists point into owned_.
+  SegmentOptions(const SegmentOptions&) = delete;
+  SegmentOptions& operator=(const SegmentOptions&) = delete;
+
+  int count() const { return static_cast<int>(lists_.size()); }
+  const StageOptions& of(int segment) const { return *lists_[static_cast<std::size_t>(segment)]; }
+  // The pipeline positions [first, end) of a segment's devices.
+  int first_position(int segment) const { return starts_[static_cast<std::size_t>(segment)]; }
+  int end_position(int segment) const { return starts_[static_cast<std::size_t>(segment) + 1]; }
+  const SearchConfig& config() const { return lists_.front()->config(); }
+  int block_count() const { return lists_.front()->block_count(); }
+  // The least of the segments': as the fastest kind would do it on every device.
+  double balanced_ms() const;
+  double least_work_before(int begin, int devices) const;
+
+ private:
+  std::vector<StageOptions> owned_;
+  std::vector<const StageOptions*> lists_;
+  std::vector<int> starts_;  // segment s at positions [starts_[s], starts_[s + 1])
+};
+
 struct PipelineSolution {
   std::vector<StageOption> stages;
   double sum_ms = 0;         // sum of t_s
@@ -261,10 +327,14 @@ struct PipelineSolution {
 std::optional<PipelineSolution> evaluate_pipeline(const StageOptions& options, std::vector<StageOption> stages);
 
 // The best pipeline of a config whose objective is below `beat_ms`, or nullopt.
-std::optional<PipelineSolution> search_pipeline(const StageOptions& options, double beat_ms);
+std::optional<PipelineSolution> search_pipeline(const SegmentOptions& options, double beat_ms);
+inline std::optional<PipelineSolution> search_pipeline(const StageOptions& options, double beat_ms) {
+  return search_pipeline(SegmentOptions(options), beat_ms);
+}
 
 // Whether any pipeline of the config fits in memory (one round of the dynamic program).
-bool has_pipeline(const StageOptions& options);
+bool has_pipeline(const SegmentOptions& options);
+inline bool has_pipeline(const StageOptions& options) { return has_pipeline(SegmentOptions(options)); }
 
 // False when no pipeline of the config (chunks = 1) can come below `beat_ms`, by one round of the
 // dynamic program over its optimistic stages (StageOptions::Listing): most configs that cannot

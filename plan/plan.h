@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
+#include <utility>
 #include <optional>
 #include <string>
 #include <vector>
@@ -122,8 +124,13 @@ struct Stage {
   int id = 0;
   std::string file;    // the stage file, relative to the plan's folder
   std::string sha256;  // of the stage file as partition wrote it ("" in --plan-only plans)
-  std::vector<int> ranks;  // every replica of every pipeline, ascending
+  // Every replica of every pipeline, pipeline by pipeline: ascending, but for a stage shared by a
+  // mixed cluster's kinds, whose pipelines each take ranks of every kind.
+  std::vector<int> ranks;
   int replicas_per_pipeline = 1;
+  // Samples of each microbatch that each replica of a pipeline runs, where they differ (a stage
+  // shared by the kinds of a mixed cluster); empty: microbatch_size / replicas_per_pipeline each.
+  std::vector<int> replica_samples{};
   std::vector<int> blocks;  // [begin, end) of the block sequence (empty: not recorded)
   std::string op_range;     // "first op .. last op"
   // The model's blocks its ops come from, in op order (ir::module_blocks: "embed", "layers.0",
@@ -139,6 +146,23 @@ struct Stage {
   StagePrediction predicted;
   // Data-parallel copies of the stage: its ranks, one per device of each tensor-parallel group.
   std::size_t replicas() const { return ranks.size() / static_cast<std::size_t>(tensor_parallel.degree); }
+  // The samples of a microbatch that replica r of a pipeline runs: [first, first + length).
+  std::pair<std::int64_t, std::int64_t> replica_rows(int replica, std::int64_t microbatch_size) const {
+    if (replica_samples.empty()) {
+      const std::int64_t length = microbatch_size / replicas_per_pipeline;
+      return {replica * length, length};
+    }
+    std::int64_t first = 0;
+    for (int r = 0; r < replica; ++r) first += replica_samples[static_cast<std::size_t>(r)];
+    return {first, replica_samples[static_cast<std::size_t>(replica)]};
+  }
+  // The longest slice of a microbatch that every replica's samples are a whole number of.
+  std::int64_t common_slice(std::int64_t microbatch_size) const {
+    if (replica_samples.empty()) return microbatch_size / replicas_per_pipeline;
+    std::int64_t slice = 0;
+    for (int samples : replica_samples) slice = std::gcd(slice, static_cast<std::int64_t>(samples));
+    return slice;
+  }
   // Whether the stage holds `name` as a trainable weight, and (buffers_too) as a buffer.
   bool holds(const std::string& name, bool buffers_too = true) const {
     auto named = [&](const Weight& weight) { return weight.name == name; };
@@ -151,6 +175,7 @@ struct RankPlacement {
   // `stage`: with Plan::interleave > 1, the first stage of the rank's device group (0..p-1).
   int rank = 0, node = 0, local_rank = 0, stage = 0, replica = 0;
   int tensor_rank = 0;  // its place in the replica's tensor-parallel group (Stage::tensor_parallel)
+  std::string device{};  // a mixed cluster's: the rank's device kind (Cluster::node_groups); empty otherwise
 };
 
 struct Model {
@@ -174,12 +199,37 @@ struct Host {
   double mem_bandwidth_gbps = 0;
 };
 
+// One device kind of a mixed cluster: its nodes take the ranks after the groups before it.
+struct NodeGroup {
+  int nodes = 1;
+  std::string device;
+  std::int64_t mem_bytes = 0;
+  Link intra_node;
+  std::optional<Host> host;
+};
+
 struct Cluster {
   int gpus = 1, nodes = 1, gpus_per_node = 1;
+  // A mixed cluster's: the least memory of a device, and its kinds joined by "+"
+  // ("a100-40g+h100-80g"); each kind's memory, intra-node link and host are in node_groups.
   std::int64_t mem_bytes = 0;
   std::string device;  // preset or custom device name
   std::optional<Link> intra_node, inter_node;
   std::optional<Host> host;
+  std::vector<NodeGroup> node_groups{};  // a mixed cluster's, two or more; empty when uniform
+
+  // A mixed cluster's group of rank r; nullptr when uniform.
+  const NodeGroup* group_of_rank(int rank) const {
+    for (const auto& group : node_groups) {
+      if (rank < group.nodes * gpus_per_node) return &group;
+      rank -= group.nodes * gpus_per_node;
+    }
+    return nullptr;
+  }
+  std::int64_t mem_of_rank(int rank) const {
+    const NodeGroup* group = group_of_rank(rank);
+    return group ? group->mem_bytes : mem_bytes;
+  }
 };
 
 struct Batch {

@@ -209,6 +209,22 @@ std::optional<Host> read_host(const Field& cluster) {
   return Host{(*field)["mem_bytes"].integer(0), read_link((*field)["link"]), (*field)["mem_bandwidth_gbps"].non_negative()};
 }
 
+// A mixed cluster's node groups: their nodes make the cluster's.
+void read_node_groups(const Field& cluster, Cluster& c) {
+  auto list = cluster.find("node_groups");
+  if (!list) return;
+  int nodes = 0;
+  for (const auto& field : list->items()) {
+    NodeGroup group{field["nodes"].small(1), field["device"].text(), field["mem_bytes"].integer(1),
+                    read_link(field["intra_node"]), read_host(field)};
+    nodes += group.nodes;
+    c.node_groups.push_back(group);
+  }
+  if (c.node_groups.size() < 2) list->fail("a mixed cluster has two node groups at least");
+  if (nodes != c.nodes)
+    list->fail("the groups' " + std::to_string(nodes) + " node(s) do not make the cluster's " + std::to_string(c.nodes));
+}
+
 void read_cluster(const Field& cluster, Plan& plan) {
   auto& c = plan.cluster;
   c.gpus = cluster["gpus"].small(1);
@@ -223,6 +239,7 @@ void read_cluster(const Field& cluster, Plan& plan) {
     cluster.fail(std::to_string(c.gpus) + " gpus do not make " + std::to_string(c.nodes) + " node(s) of " +
                  std::to_string(c.gpus_per_node));
   }
+  read_node_groups(cluster, c);
 }
 
 void read_batch(const Field& batch, Plan& plan) {
@@ -360,7 +377,15 @@ TensorParallel read_tensor_parallel(const Field& field, const Plan& plan, const 
 void read_stage_ranks(const Field& field, Stage& stage, const Plan& plan) {
   for (const auto& rank : field["ranks"].items()) stage.ranks.push_back(rank.small(0));
   stage.replicas_per_pipeline = field["replicas_per_pipeline"].small(1);
-  if (plan.batch.microbatch_size % stage.replicas_per_pipeline != 0) {
+  if (auto shares = field.find("replica_samples")) {
+    for (const auto& samples : shares->items()) stage.replica_samples.push_back(samples.small(1));
+    std::int64_t sum = 0;
+    for (int samples : stage.replica_samples) sum += samples;
+    if (static_cast<int>(stage.replica_samples.size()) != stage.replicas_per_pipeline || sum != plan.batch.microbatch_size)
+      shares->fail(json_excerpt(shares->raw()) + ": not one sample count per replica of a pipeline (" +
+                   std::to_string(stage.replicas_per_pipeline) + ") adding up to the microbatch size " +
+                   std::to_string(plan.batch.microbatch_size));
+  } else if (plan.batch.microbatch_size % stage.replicas_per_pipeline != 0) {
     field["replicas_per_pipeline"].fail(std::to_string(stage.replicas_per_pipeline) + " does not divide the microbatch size " +
                                         std::to_string(plan.batch.microbatch_size));
   }
@@ -506,6 +531,7 @@ void read_ranks(const Field& list, Plan& plan) {
     rank.stage = field["stage"].small(0);
     rank.replica = field["replica"].small(0);
     if (auto tensor_rank = field.find("tensor_rank")) rank.tensor_rank = tensor_rank->small(0, kMaxTensorDegree - 1);
+    if (auto device = field.find("device")) rank.device = device->text();
     if (rank.stage >= groups)
       field["stage"].fail(std::to_string(rank.stage) + " is not a stage" +
                           (plan.interleave > 1 ? " that starts a device group (interleave " + std::to_string(plan.interleave) +
@@ -526,6 +552,10 @@ void read_ranks(const Field& list, Plan& plan) {
                  " of node " + std::to_string(rank.rank / per_node) + " with " + std::to_string(per_node) +
                  " devices per node, not " + std::to_string(rank.local_rank) + " of " + std::to_string(rank.node));
     }
+    const NodeGroup* group = plan.cluster.group_of_rank(rank.rank);
+    if (rank.device != (group ? group->device : std::string()))
+      field.fail("rank " + std::to_string(rank.rank) + " is a " + (group ? group->device : plan.cluster.device) +
+                 (rank.device.empty() ? ", but its device is not given" : ", not a " + rank.device));
     plan.ranks.push_back(rank);
   }
 }

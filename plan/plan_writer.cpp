@@ -100,6 +100,7 @@ json stage_json(const Stage& stage) {
   if (!stage.blocks.empty()) entry["blocks"] = stage.blocks;  // half-open [begin, end)
   if (!stage.op_range.empty()) entry["op_range"] = stage.op_range;
   if (!stage.modules.empty()) entry["modules"] = stage.modules;
+  if (!stage.replica_samples.empty()) entry["replica_samples"] = stage.replica_samples;
   if (stage.tensor_parallel.degree > 1) entry["tensor_parallel"] = tensor_parallel_json(stage.tensor_parallel);
   return entry;
 }
@@ -114,6 +115,10 @@ json link_json(const Link& link) {
   return {{"bandwidth_gbps", stable_number(link.bandwidth_gbps)}, {"latency_us", stable_number(link.latency_us)}};
 }
 
+json host_json(const Host& host) {
+  return {{"mem_bytes", host.mem_bytes}, {"link", link_json(host.link)}, {"mem_bandwidth_gbps", stable_number(host.mem_bandwidth_gbps)}};
+}
+
 json cluster_json(const Cluster& cluster) {
   json entry = {{"gpus", cluster.gpus},
                 {"nodes", cluster.nodes},
@@ -122,10 +127,16 @@ json cluster_json(const Cluster& cluster) {
                 {"device", cluster.device}};
   if (cluster.intra_node) entry["intra_node"] = link_json(*cluster.intra_node);
   if (cluster.inter_node) entry["inter_node"] = link_json(*cluster.inter_node);
-  if (cluster.host) {
-    entry["host"] = {{"mem_bytes", cluster.host->mem_bytes},
-                     {"link", link_json(cluster.host->link)},
-                     {"mem_bandwidth_gbps", stable_number(cluster.host->mem_bandwidth_gbps)}};
+  if (cluster.host) entry["host"] = host_json(*cluster.host);
+  if (!cluster.node_groups.empty()) {
+    json groups = json::array();
+    for (const auto& group : cluster.node_groups) {
+      json item = {{"nodes", group.nodes}, {"device", group.device}, {"mem_bytes", group.mem_bytes},
+                   {"intra_node", link_json(group.intra_node)}};
+      if (group.host) item["host"] = host_json(*group.host);
+      groups.push_back(item);
+    }
+    entry["node_groups"] = groups;
   }
   return entry;
 }
@@ -135,6 +146,7 @@ json ranks_json(const std::vector<RankPlacement>& ranks) {
   for (const auto& r : ranks) {
     json entry = {{"rank", r.rank}, {"node", r.node}, {"local_rank", r.local_rank}, {"stage", r.stage}, {"replica", r.replica}};
     if (r.tensor_rank > 0) entry["tensor_rank"] = r.tensor_rank;
+    if (!r.device.empty()) entry["device"] = r.device;
     list.push_back(entry);
   }
   return list;

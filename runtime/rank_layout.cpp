@@ -90,8 +90,8 @@ std::vector<int> RankLayout::tensor_group(int rank) const {
 }
 
 SampleRange RankLayout::replica_slice(int stage, int replica) const {
-  std::int64_t length = plan_.batch.microbatch_size / plan_.stages.at(static_cast<std::size_t>(stage)).replicas_per_pipeline;
-  return {replica * length, length};
+  auto [first, length] = plan_.stages.at(static_cast<std::size_t>(stage)).replica_rows(replica, plan_.batch.microbatch_size);
+  return {first, length};
 }
 
 std::vector<SampleRange> RankLayout::step_rows(Placement placement) const {

@@ -179,7 +179,7 @@ std::int64_t reference_chunk(const plan::Plan& plan, const std::vector<torch::ji
     const auto& stage = plan.stages[s];
     bool loss_output = std::any_of(stage.outputs.begin(), stage.outputs.end(),
                                    [](const auto& o) { return o.model_output && o.batch_dim < 0; });
-    if (loss_output || mixes_samples(stages[s])) slices.insert(plan.batch.microbatch_size / stage.replicas_per_pipeline);
+    if (loss_output || mixes_samples(stages[s])) slices.insert(stage.common_slice(plan.batch.microbatch_size));
   }
   if (slices.size() > 1) {
     note = "stages that mix samples (BatchNorm) run on replica slices of " + std::to_string(*slices.rbegin()) + " and " +
@@ -370,7 +370,7 @@ class Pipeline {
   };
 
   std::int64_t slice_length(const plan::Stage& stage) const {
-    return std::min<std::int64_t>(plan_.batch.microbatch_size / stage.replicas_per_pipeline, chunk_);
+    return std::min<std::int64_t>(stage.common_slice(plan_.batch.microbatch_size), chunk_);
   }
   int slices(const plan::Stage& stage) const { return static_cast<int>(plan_.batch.microbatch_size / slice_length(stage)); }
 

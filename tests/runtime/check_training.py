@@ -261,7 +261,7 @@ def check_data_bytes(report, plan, steps, data_dir):
         names += [n for n in files["indices"]["inputs"] if n not in names] if files else []
         if loss_stage in [c["id"] for c in chunks] and os.path.exists(os.path.join(data_dir, "target.npy")):
             names.append("target")
-        samples = batch["global"] // batch["pipelines"] // stage["replicas_per_pipeline"]
+        samples = batch["microbatches"] * replica_samples(plan, stage, rank["rank"])
         row_bytes = 0
         for name in names:
             array = np.load(os.path.join(data_dir, name + ".npy"), mmap_mode="r")
@@ -271,6 +271,30 @@ def check_data_bytes(report, plan, steps, data_dir):
             fail(f"rank {rank['rank']} (stage {stage['id']}, {names}) read {rank.get('data_bytes')} bytes of --data, "
                  f"its rows are {expected} ({steps} steps x {samples} samples x {row_bytes} bytes)")
     print("data read per rank (bytes):", {r["rank"]: r["data_bytes"] for r in report["ranks"]})
+
+
+def replica_samples(plan, stage, rank):
+    """The samples of a microbatch a rank of a stage runs: its replica's share (replica_samples, where
+    a mixed cluster's kinds share the stage unequally), else an equal share."""
+    batch = plan["batch"]
+    if "replica_samples" not in stage:
+        return batch["microbatch_size"] // stage["replicas_per_pipeline"]
+    degree = stage.get("tensor_parallel", {}).get("degree", 1)
+    replica = stage["ranks"].index(rank) // degree
+    return stage["replica_samples"][replica % stage["replicas_per_pipeline"]]
+
+
+def check_shares(plan):
+    """A stage shared by two device kinds, its replicas running unequal shares of each microbatch."""
+    kinds = {r["rank"]: r.get("device") for r in plan["ranks"]}
+    for stage in plan["stages"]:
+        shares = stage.get("replica_samples", [])
+        on = {kinds[r] for r in stage["ranks"]}
+        if len(set(shares)) > 1 and len(on) > 1 and None not in on:
+            print(f"stage {stage['id']}: replicas on {sorted(on)} run {shares} samples of each microbatch")
+            return
+    fail("expected a stage whose replicas on two device kinds run unequal shares of the microbatch, the plan has none: "
+         f"{[(s.get('replica_samples'), sorted({str(kinds[r]) for r in s['ranks']})) for s in plan['stages']]}")
 
 
 def cut_like_the_plan(plan, accumulate):
@@ -336,6 +360,8 @@ def main():
     parser.add_argument("--expect-schedule")
     parser.add_argument("--expect-sharded", action="store_true", help="some stage has sharded optimizer state")
     parser.add_argument("--expect-offload", action="store_true", help="the planner offloads some stage")
+    parser.add_argument("--expect-shares", action="store_true",
+                        help="a stage's replicas on two device kinds of a mixed cluster run unequal shares of each microbatch")
     parser.add_argument("--expect-tensor-parallel", type=int, metavar="T",
                         help="every stage splits its layers over T devices, each rank loading its own stage file")
     parser.add_argument("--expect-sequence-parallel", choices=("on", "off"),
@@ -386,6 +412,8 @@ def main():
         fail("expected a stage with sharded optimizer state, the plan has none")
     if args.expect_offload and not any(s["offload"] for s in plan["stages"]):
         fail("expected the planner to offload a stage, the plan offloads none")
+    if args.expect_shares:
+        check_shares(plan)
     if args.expect_interleave and plan.get("interleave", 1) != args.expect_interleave:
         fail(f"expected {args.expect_interleave} model chunks per device group, the plan has {plan.get('interleave', 1)}")
     if args.expect_tensor_parallel:

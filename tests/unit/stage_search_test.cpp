@@ -606,3 +606,160 @@ TEST_CASE("the exact search beats RaNNC's separable dynamic program", "[stage_se
 }
 
 }  // namespace rannc::partition
+
+namespace rannc::partition {
+namespace {
+
+// Times scaled by 1/speed: the same blocks on a faster (or slower) kind of device.
+BlockCosts on_faster_kind(BlockCosts blocks, double speed) {
+  auto scale = [&](std::vector<std::vector<double>>& table) {
+    for (auto& row : table)
+      for (double& ms : row) ms /= speed;
+  };
+  scale(blocks.fwd_ms), scale(blocks.bwd_ms), scale(blocks.fwd_host_ms), scale(blocks.bwd_host_ms), scale(blocks.cores.fwd_ms);
+  for (auto& split : blocks.splits) scale(split.fwd_ms), scale(split.bwd_ms), scale(split.cores.fwd_ms);
+  return blocks;
+}
+
+// A mixed cluster's pipeline of two kinds: the random instance's blocks on kind 0 and the same
+// blocks `speed` times faster on kind 1, each kind with its own memory and devices, in either order.
+struct MixedInstance {
+  Instance first;
+  BlockCosts faster_blocks;
+  std::unique_ptr<RangeTable> faster_ranges;
+  cost::Cluster faster_cluster;
+  std::vector<SearchContext> kinds;
+  SearchConfig config;
+};
+
+std::unique_ptr<MixedInstance> mixed_instance(std::mt19937& rng, int index, double speed, int devices0, int devices1) {
+  auto mixed = std::make_unique<MixedInstance>();
+  mixed->first = random_instance(rng, index);
+  mixed->first.cluster = small_cluster(devices0, mixed->first.c.mem_gb * 1e9);
+  mixed->faster_blocks = on_faster_kind(mixed->first.blocks, speed);
+  mixed->faster_ranges = std::make_unique<RangeTable>(mixed->faster_blocks);
+  mixed->faster_cluster = small_cluster(devices1, mixed->first.c.mem_gb * 1e9 * (index % 2 == 0 ? 2 : 0.5));
+  mixed->faster_cluster.host = mixed->first.cluster.host;
+  mixed->kinds = {mixed->first.context(), mixed->first.context()};
+  mixed->kinds[1].blocks = &mixed->faster_blocks;
+  mixed->kinds[1].ranges = mixed->faster_ranges.get();
+  mixed->kinds[1].cluster = &mixed->faster_cluster;
+  for (int k = 0; k < 2; ++k) mixed->kinds[k].kind = k, mixed->kinds[k].kinds = &mixed->kinds;
+  mixed->config = mixed->first.config();
+  mixed->config.stages.reset();
+  mixed->config.pipeline_devices = devices0 + devices1;
+  mixed->config.segments = {{0, devices0}, {1, devices1}};
+  if (index % 3 == 0) std::swap(mixed->config.segments[0], mixed->config.segments[1]);
+  return mixed;
+}
+
+// Every pipeline whose stages each lie within one segment and use every device, each stage
+// evaluated on its segment's kind.
+void enumerate_mixed(const SegmentOptions& options, int begin, int position, std::vector<StageOption>& stages,
+                     std::optional<PipelineSolution>& best, long& pipelines) {
+  const int devices = options.config().pipeline_devices;
+  if (begin == options.block_count()) {
+    if (position != devices) return;
+    ++pipelines;
+    auto solution = evaluate_pipeline(options.of(0), stages);
+    if (solution && (!best || solution->objective_ms() < best->objective_ms())) best = solution;
+    return;
+  }
+  if (position == devices) return;
+  int segment = 0;
+  while (options.end_position(segment) <= position) ++segment;
+  const StageOptions& kind = options.of(segment);
+  for (int end = begin + 1; end <= options.block_count(); ++end)
+    for (int degree : kind.tensor_degrees())
+      for (int replicas : kind.replica_choices()) {
+        if (position + replicas * degree > options.end_position(segment)) continue;
+        for (auto recompute : kRecomputeChoices)
+          for (auto sharding : kShardingChoices)
+            for (bool offload : {false, true}) {
+              auto option = kind.evaluate(begin, end, replicas, recompute, sharding, offload, degree);
+              if (!option) continue;
+              stages.push_back(*option);
+              enumerate_mixed(options, end, position + option->devices(), stages, best, pipelines);
+              stages.pop_back();
+            }
+      }
+}
+
+// Blocks per device of each kind over a pipeline's stages.
+std::array<double, 2> blocks_per_device(const PipelineSolution& solution) {
+  std::array<double, 2> blocks{}, devices{};
+  for (const auto& stage : solution.stages) {
+    blocks[static_cast<std::size_t>(stage.kind)] += stage.end - stage.begin;
+    devices[static_cast<std::size_t>(stage.kind)] += stage.devices();
+  }
+  return {blocks[0] / devices[0], blocks[1] / devices[1]};
+}
+
+}  // namespace
+
+TEST_CASE("on two kinds of device the stage search finds the brute-force optimum", "[stage_search][mixed]") {
+  std::mt19937 rng(20261129);
+  int feasible = 0, replicated = 0, tensor_split = 0;
+  for (int index = 0; index < 160; ++index) {
+    const int devices0 = 1 + index % 3, devices1 = 1 + (index / 3) % 3;
+    auto mixed = mixed_instance(rng, index, 1.5 + (index % 5) * 0.5, devices0, devices1);
+    if (mixed->first.c.blocks > 7) continue;  // brute force stays fast
+    SegmentOptions options(mixed->kinds[0], mixed->config);
+    long pipelines = 0;
+    std::optional<PipelineSolution> expected;
+    std::vector<StageOption> stages;
+    enumerate_mixed(options, 0, 0, stages, expected, pipelines);
+    auto found = search_pipeline(options, std::numeric_limits<double>::infinity());
+    INFO("case " << index << ": " << mixed->first.c.blocks << " blocks on " << devices0 << " + " << devices1 << " devices, "
+                 << pipelines << " pipelines enumerated");
+    REQUIRE(found.has_value() == expected.has_value());
+    if (!expected) continue;
+    ++feasible;
+    CHECK(found->objective_ms() == Approx(expected->objective_ms()).epsilon(1e-12));
+    // Its stages follow the segments, each on its segment's kind, and use every device.
+    int position = 0;
+    for (const auto& stage : found->stages) {
+      int segment = 0;
+      while (options.end_position(segment) <= position) ++segment;
+      CHECK(stage.kind == mixed->config.segments[static_cast<std::size_t>(segment)].kind);
+      CHECK(position + stage.devices() <= options.end_position(segment));
+      position += stage.devices();
+    }
+    CHECK(position == mixed->config.pipeline_devices);
+    for (const auto& stage : found->stages) replicated += stage.replicas > 1, tensor_split += stage.tensor_degree > 1;
+  }
+  // The instances exercise what the search decides: replicas and tensor-parallel groups on a kind.
+  CHECK(feasible >= 60);
+  CHECK(replicated >= 30);
+  CHECK(tensor_split >= 5);
+}
+
+TEST_CASE("on two kinds of device the faster kind takes more layers per device", "[stage_search][mixed]") {
+  // 24 alike layers on 4 devices of each kind, the second 3x faster: it should take about 3x the
+  // layers per device, whichever kind comes first in the pipeline.
+  std::mt19937 rng(7);
+  for (int order = 0; order < 2; ++order) {
+    auto mixed = mixed_instance(rng, 1, 3.0, 4, 4);
+    Instance& first = mixed->first;
+    first.blocks = random_blocks(rng, 24, {1, 2, 4, 8});
+    repeat_middle_blocks(first.blocks);
+    first.ranges = std::make_unique<RangeTable>(first.blocks);
+    first.cluster = small_cluster(4, 1e12);
+    mixed->faster_blocks = on_faster_kind(first.blocks, 3.0);
+    mixed->faster_ranges = std::make_unique<RangeTable>(mixed->faster_blocks);
+    mixed->faster_cluster = small_cluster(4, 1e12);
+    mixed->kinds[0].blocks = &first.blocks, mixed->kinds[0].ranges = first.ranges.get(), mixed->kinds[0].cluster = &first.cluster;
+    mixed->kinds[1].ranges = mixed->faster_ranges.get();
+    mixed->config.microbatches = 16;
+    mixed->config.microbatch_size = 8;
+    mixed->config.schedule = plan::Schedule::k1F1B;
+    mixed->config.segments = order == 0 ? std::vector<KindSegment>{{0, 4}, {1, 4}} : std::vector<KindSegment>{{1, 4}, {0, 4}};
+    auto found = search_pipeline(SegmentOptions(mixed->kinds[0], mixed->config), std::numeric_limits<double>::infinity());
+    REQUIRE(found);
+    auto per_device = blocks_per_device(*found);
+    INFO("order " << order << ": " << per_device[0] << " blocks per slower device, " << per_device[1] << " per faster");
+    CHECK(per_device[1] >= 2 * per_device[0]);
+  }
+}
+
+}  // namespace rannc::partition

@@ -281,7 +281,9 @@ struct SweepCommandOptions {
 CLI::App* add_sweep_command(CLI::App& app, SweepCommandOptions& options) {
   auto* command = app.add_subcommand("sweep", "plan the model on each of several device counts: a table, JSON or CSV");
   add_model_options(*command, options.model);
-  command->add_option("--gpus", options.sweep.gpus, "the device counts, e.g. 8,16,32,64")
+  command->add_option("--gpus", options.sweep.gpus,
+                      "the device counts, e.g. 8,16,32,64; or a mix of presets, e.g. a100-40g:16,h100-80g:16 (each kind "
+                      "alone, then the mix)")
       ->delimiter(',')
       ->required()
       ->group(kClusterGroup);

@@ -61,6 +61,9 @@ void apply_layout(const PartitionOptions& options, partition::PlanRequest& reque
   request.tensor_degree = layout.tensor_degree;
   if (layout.chunks > 1) {
     if (request.schedule != plan::Schedule::k1F1B) throw InputError("--layout vp=: interleaved stages run the 1f1b schedule");
+    if (request.cluster.mixed())
+      throw InputError("--layout vp=: interleaved stages are not planned on a mixed cluster (a device group's chunks would "
+                       "straddle its kinds)");
     request.interleave = layout.chunks;
   }
   if (layout.microbatches && *layout.microbatches > partition::kMaxMicrobatches)
@@ -110,7 +113,8 @@ partition::PlanRequest plan_request(const PartitionOptions& options) {
   request.schedule = plan::parse_schedule(options.schedule, "--schedule");
   request.optimizer = plan::parse_optimizer(options.optimizer, "--optimizer");
   request.precision = plan::parse_precision(options.precision, "--precision");
-  cost::check_precision_supported(request.cluster.device, request.precision);
+  for (int kind = 0; kind < request.cluster.kinds(); ++kind)
+    cost::check_precision_supported(request.cluster.kind_view(kind).device, request.precision);
   request.attention = plan::parse_fusion(options.attention, "--attention");
   request.elementwise = plan::parse_fusion(options.elementwise, "--elementwise");
   check_positive(options.stages, "--stages");
@@ -143,8 +147,11 @@ partition::PlanRequest plan_request(const PartitionOptions& options) {
   }
   // rannc-run runs neither tensor parallelism nor interleaved stages yet: plans for the machine it
   // runs on (the measured `cpu` preset) use neither unless forced.
-  request.max_tensor_degree = request.cluster.device.measured_here ? 1 : request.cluster.gpus_per_node;
-  request.max_interleave = request.cluster.device.measured_here ? 1 : partition::kInterleaveChunks.back();
+  bool measured_here = false;
+  for (int kind = 0; kind < request.cluster.kinds(); ++kind)
+    measured_here = measured_here || request.cluster.kind_view(kind).device.measured_here;
+  request.max_tensor_degree = measured_here ? 1 : request.cluster.gpus_per_node;
+  request.max_interleave = measured_here ? 1 : partition::kInterleaveChunks.back();
   if (options.sequence_parallel != "on" && options.sequence_parallel != "off")
     throw InputError("--sequence-parallel '" + text_excerpt(options.sequence_parallel) + "': on or off");
   request.sequence_parallel = options.sequence_parallel == "on";

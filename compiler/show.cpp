@@ -61,9 +61,8 @@ std::string ops_text(const plan::Stage& stage) {
 
 double fraction_of(double bytes, std::int64_t limit) { return limit > 0 ? bytes / static_cast<double>(limit) : 0; }
 
-// A stage's device memory: on a mixed cluster, its kind's.
 std::int64_t stage_mem_limit(const plan::Plan& plan, const plan::Stage& stage) {
-  return stage.ranks.empty() ? plan.cluster.mem_bytes : plan.cluster.mem_of_rank(stage.ranks.front());
+  return plan.cluster.stage_mem_limit(stage.ranks);
 }
 
 double memory_fraction(const plan::Plan& plan, const plan::Stage& stage) {
@@ -78,11 +77,11 @@ double peak_memory_fraction(const plan::Plan& plan) {
   return fullest;
 }
 
-// "4 nodes of 8: 2 x a100-40g (40 GiB), 2 x h100-80g (80 GiB)" on a mixed cluster.
+// "2 nodes of a100-40g (40.00 GiB), 2 nodes of h100-80g (80.00 GiB)" on a mixed cluster.
 std::string node_groups_text(const plan::Cluster& cluster) {
   std::string text;
   for (const auto& group : cluster.node_groups)
-    text += (text.empty() ? "" : ", ") + std::to_string(group.nodes) + " x " + group.device + " (" +
+    text += (text.empty() ? "" : ", ") + plural(group.nodes, "node") + " of " + group.device + " (" +
             human_bytes(static_cast<double>(group.mem_bytes)) + ")";
   return text;
 }

@@ -13,7 +13,9 @@ namespace rannc {
 
 struct SweepOptions {
   PartitionOptions partition;  // everything but the device count, which each row sets
-  std::vector<int> gpus;       // the device counts, in the order given
+  // --gpus: the device counts, in the order given ("8", "16", ...), or one mix of presets
+  // ("a100-40g:16", "h100-80g:16"), planned as each kind alone and then as the mix.
+  std::vector<std::string> gpus;
   std::string csv_path;        // also write the rows here ("" : no CSV)
 };
 

@@ -267,43 +267,25 @@ Cluster mixed_cluster_from_json(const Fields& fields, const std::string& source)
   const json& list = fields.need("node_groups");
   if (!list.is_array() || list.size() < 2)
     fail(fields.label("node_groups") + ": must be a list of two or more node groups (one group: give its fields at the top level)");
-  Cluster cluster;
-  cluster.gpus_per_node = per_node;
-  cluster.nodes = 0;
-  cluster.host_stated = true;
+  std::vector<NodeGroup> groups;
+  bool host_stated = true;
   std::int64_t devices = 0;
   for (std::size_t i = 0; i < list.size(); ++i) {
     const std::string path = "node_groups[" + std::to_string(i) + "]";
     Fields group_fields(list[i], source, path, {"nodes", "device", "mem", "intra_node", "host"});
-    NodeGroup group;
-    group.nodes = group_fields.count("nodes");
-    devices += std::int64_t{group.nodes} * per_node;
+    const int nodes = group_fields.count("nodes");
+    devices += std::int64_t{nodes} * per_node;
     if (devices > kMaxDevices) fail(source + ": field 'node_groups': more than " + std::to_string(kMaxDevices) + " devices");
     KindFields kind = kind_from_json(group_fields, source, path, false);
-    group.device = kind.device;
-    group.mem_bytes = kind.mem_bytes;
-    group.intra_node = kind.device.intra_node;
-    group.host = kind.host;
-    cluster.host_stated = cluster.host_stated && kind.host_stated;
-    cluster.nodes += group.nodes;
-    cluster.groups.push_back(group);
+    host_stated = host_stated && kind.host_stated;
+    groups.push_back({kind.device, nodes, kind.mem_bytes, kind.device.intra_node, kind.host});
   }
-  // The network joins every node: without one given, the slowest group's preset bounds it.
-  const NodeGroup& first = cluster.groups.front();
-  if (const json* value = fields.find("inter_node")) {
-    cluster.inter_node = link_from_json(*value, source, "inter_node");
-  } else {
-    cluster.inter_node = first.device.inter_node;
-    for (const auto& group : cluster.groups) {
-      if (group.device.inter_node.bandwidth == 0) fail(fields.label("inter_node") + ": required with a custom device");
-      cluster.inter_node.bandwidth = std::min(cluster.inter_node.bandwidth, group.device.inter_node.bandwidth);
-      cluster.inter_node.latency = std::max(cluster.inter_node.latency, group.device.inter_node.latency);
-    }
-  }
-  cluster.device = first.device;
-  cluster.mem_bytes = first.mem_bytes;
-  cluster.intra_node = first.intra_node;
-  cluster.host = first.host;
+  std::optional<Link> inter_node;
+  if (const json* value = fields.find("inter_node")) inter_node = link_from_json(*value, source, "inter_node");
+  for (const auto& group : groups)
+    if (!inter_node && group.device.inter_node.bandwidth == 0) fail(fields.label("inter_node") + ": required with a custom device");
+  Cluster cluster = mixed_cluster(std::move(groups), per_node, inter_node);
+  cluster.host_stated = host_stated;
   return cluster;
 }
 
@@ -350,8 +332,56 @@ std::int64_t parse_size(std::string_view text, std::string_view what) {
   return static_cast<std::int64_t>(bytes);
 }
 
+std::pair<std::string, int> parse_mix_entry(std::string_view text, std::string_view what) {
+  const std::string entry(text);
+  const std::string label = std::string(what) + " " + one_line(entry);
+  const auto colon = entry.rfind(':');
+  if (colon == std::string::npos) fail(label + ": expected PRESET:DEVICES, e.g. a100-40g:16");
+  const std::string count_text = entry.substr(colon + 1);
+  int count = 0;
+  auto [end, ec] = std::from_chars(count_text.data(), count_text.data() + count_text.size(), count);
+  if (count_text.empty() || ec != std::errc() || end != count_text.data() + count_text.size())
+    fail(label + ": the device count after ':' is not a whole number");
+  check_count(count, label);
+  preset_or_fail(entry.substr(0, colon), std::string(what));
+  return {entry.substr(0, colon), count};
+}
+
+namespace {
+
+// ClusterFlags::mix as node groups of presets.
+Cluster mixed_cluster_from_flags(const ClusterFlags& flags) {
+  if (flags.mix.size() < 2) fail("--gpus " + flags.mix.front().first + ":" + std::to_string(flags.mix.front().second) +
+                                 ": a mix takes two device kinds or more (one kind: --gpus N --device PRESET)");
+  if (flags.mem) fail("--mem: a mix of device kinds takes each preset's memory (a --cluster file sets each kind's)");
+  if (flags.device) fail("--device: a mix of device kinds names its presets in --gpus");
+  int least = kMaxDevices;
+  std::int64_t devices = 0;
+  for (const auto& [preset, count] : flags.mix) least = std::min(least, count), devices += count;
+  if (devices > kMaxDevices) fail("--gpus: more than " + std::to_string(kMaxDevices) + " devices");
+  const int per_node = flags.gpus_per_node.value_or(std::min(8, least));
+  check_count(per_node, "--gpus-per-node " + std::to_string(per_node));
+  std::vector<NodeGroup> groups;
+  for (const auto& [preset, count] : flags.mix) {
+    const DeviceSpec device = preset_or_fail(preset, "--gpus");
+    if (count % per_node != 0)
+      fail("--gpus " + preset + ":" + std::to_string(count) + " is not a whole number of nodes of " + std::to_string(per_node) +
+           (flags.gpus_per_node ? "" : " (the default; set --gpus-per-node)"));
+    HostSpec host = device.host;
+    if (flags.host_mem)
+      host.mem_bytes = checked_mem(parse_size(*flags.host_mem, "--host-mem"), "--host-mem " + one_line(*flags.host_mem));
+    groups.push_back({device, count / per_node, device.mem_bytes, device.intra_node, host});
+  }
+  Cluster cluster = mixed_cluster(std::move(groups), per_node);
+  cluster.host_stated = flags.host_mem.has_value();
+  return cluster;
+}
+
+}  // namespace
+
 Cluster cluster_from_flags(const ClusterFlags& flags) {
   if (flags.cluster_file) return load_cluster_file(*flags.cluster_file);
+  if (!flags.mix.empty()) return mixed_cluster_from_flags(flags);
   int gpus = flags.gpus.value_or(1);
   check_count(gpus, "--gpus " + std::to_string(gpus));
   // A copy: GCC 14 warns that a reference would dangle, not knowing the preset outlives the arguments.
@@ -387,6 +417,27 @@ Cluster cluster_from_json(const json& object, const std::string& source) {
 }
 
 Cluster load_cluster_file(const std::string& path) { return cluster_from_json(read_json_file(path), path); }
+
+Cluster mixed_cluster(std::vector<NodeGroup> groups, int gpus_per_node, std::optional<Link> inter_node) {
+  Cluster cluster;
+  cluster.gpus_per_node = gpus_per_node;
+  cluster.nodes = 0;
+  for (const auto& group : groups) cluster.nodes += group.nodes;
+  // The network joins every node: without one given, the slowest group's preset bounds it.
+  const NodeGroup& first = groups.front();
+  cluster.inter_node = inter_node.value_or(first.device.inter_node);
+  for (const auto& group : groups) {
+    if (inter_node) break;
+    cluster.inter_node.bandwidth = std::min(cluster.inter_node.bandwidth, group.device.inter_node.bandwidth);
+    cluster.inter_node.latency = std::max(cluster.inter_node.latency, group.device.inter_node.latency);
+  }
+  cluster.device = first.device;
+  cluster.mem_bytes = first.mem_bytes;
+  cluster.intra_node = first.intra_node;
+  cluster.host = first.host;
+  cluster.groups = std::move(groups);
+  return cluster;
+}
 
 int Cluster::first_rank_of_kind(int kind) const {
   int rank = 0;

@@ -43,6 +43,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "cost_model/device.h"
@@ -99,6 +100,9 @@ struct ClusterFlags {
   std::optional<std::string> device;    // --device, default a100-80g
   std::optional<std::string> host_mem;  // --host-mem, default the device preset's host
   std::optional<std::string> cluster_file;  // --cluster: a JSON file that overrides the four above
+  // A mixed cluster of presets, in place of gpus and device: (preset, devices) per kind, in rank
+  // order (sweep's --gpus a100-40g:16,h100-80g:16); each count a whole number of nodes.
+  std::vector<std::pair<std::string, int>> mix{};
 };
 
 inline constexpr std::string_view kDefaultDevice = "a100-80g";
@@ -113,9 +117,16 @@ inline constexpr std::int64_t kMaxMemBytes = std::int64_t{1} << 50;  // 1 PiB pe
 // bytes with an InputError that reads "WHAT TEXT: reason", e.g. "--mem -5G: must be positive".
 std::int64_t parse_size(std::string_view text, std::string_view what);
 
+// "a100-40g:16": a preset and its devices in a mix (ClusterFlags::mix); `what` names the flag in errors.
+std::pair<std::string, int> parse_mix_entry(std::string_view text, std::string_view what);
+
 // With cluster_file set, the file alone describes the cluster and the other flags are ignored
 // (the file wins; docs/contract.md: --cluster "overrides the four above").
 Cluster cluster_from_flags(const ClusterFlags& flags);
+
+// A mixed cluster of two or more node groups (ranks numbered group after group) sharing the
+// devices per node and `inter_node`, by default the slowest of the groups' devices' networks.
+Cluster mixed_cluster(std::vector<NodeGroup> groups, int gpus_per_node, std::optional<Link> inter_node = std::nullopt);
 
 // The JSON form above; `source` names the file in errors. load_cluster_file also turns a missing
 // or unreadable file and invalid JSON into InputErrors.

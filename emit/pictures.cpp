@@ -324,10 +324,8 @@ std::string stage_node(const plan::Plan& plan, const plan::Stage& stage) {
   lines.push_back(std::to_string(stage.replicas_per_pipeline) + " x " + std::to_string(plan.batch.pipelines) + " replicas, ranks " +
                   ranges_text(stage.ranks) + (stage.recompute == plan::Recompute::kNone ? "" : ", recompute " + std::string(plan::recompute_name(stage.recompute))));
   lines.push_back("fwd " + human_ms(stage.predicted.fwd_ms) + ", bwd " + human_ms(stage.predicted.bwd_ms) + " / microbatch");
-  const plan::NodeGroup* group = stage.ranks.empty() ? nullptr : plan.cluster.group_of_rank(stage.ranks.front());
   lines.push_back(human_bytes(stage.predicted.mem_bytes) + " of " +
-                  human_bytes(static_cast<double>(group ? group->mem_bytes : plan.cluster.mem_bytes)) + " per " +
-                  (group ? group->device : "device"));
+                  human_bytes(static_cast<double>(plan.cluster.stage_mem_limit(stage.ranks))) + " per device");
   return "  stage" + std::to_string(stage.id) + " [label=" + dot_label(lines) + "];\n";
 }
 

@@ -4,6 +4,7 @@
 #include "ir/module_path.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 namespace rannc::emit {
@@ -113,7 +114,11 @@ plan::Stage plan_stage(const ir::Graph& graph, const partition::PlanResult& resu
   stage.file = layout.file;
   stage.ranks = planned.ranks;
   stage.replicas_per_pipeline = option.replicas;
+  // Unequal shares only: equal ones are what replicas_per_pipeline already says.
   for (const auto& share : option.shares) stage.replica_samples.insert(stage.replica_samples.end(), share.replicas, share.samples);
+  if (std::adjacent_find(stage.replica_samples.begin(), stage.replica_samples.end(), std::not_equal_to<>()) ==
+      stage.replica_samples.end())
+    stage.replica_samples.clear();
   stage.blocks = {option.begin, option.end};
   stage.op_range = op_range(graph, result.partitioning, option);
   stage.ops = layout.ops;

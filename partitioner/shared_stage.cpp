@@ -124,8 +124,7 @@ std::optional<PipelineSolution> search_shared_stage(const SearchContext& context
 
 plan::MemoryBreakdown shared_stage_memory(const SearchContext& context, const SearchConfig& config,
                                           const StageOption& stage, int in_flight) {
-  plan::MemoryBreakdown fullest;
-  double fullest_fraction = -1;
+  plan::MemoryBreakdown most;
   for (std::size_t j = 0; j < stage.shares.size(); ++j) {
     const KindShare& share = stage.shares[j];
     const SearchContext& kind = context.of_kind(share.kind);
@@ -135,10 +134,9 @@ plan::MemoryBreakdown shared_stage_memory(const SearchContext& context, const Se
     option.replicas = share.replicas;
     option.shares.clear();
     auto memory = part.memory(option, in_flight);
-    const double fraction = memory.total() / static_cast<double>(kind.cluster->mem_bytes);
-    if (fraction > fullest_fraction) fullest = memory, fullest_fraction = fraction;
+    if (memory.total() > most.total()) most = memory;
   }
-  return fullest;
+  return most;
 }
 
 }  // namespace rannc::partition

@@ -27,8 +27,8 @@ std::vector<int> shared_stage_samples(const SearchConfig& config);
 std::optional<PipelineSolution> search_shared_stage(const SearchContext& context, const SearchConfig& config,
                                                     double beat_ms);
 
-// The memory of a shared stage's devices with `in_flight` microbatches kept: the fullest kind's,
-// by its share of that kind's memory.
+// The memory of a shared stage's devices with `in_flight` microbatches kept: the most any kind's
+// device takes (show compares it with the least memory of the stage's kinds).
 plan::MemoryBreakdown shared_stage_memory(const SearchContext& context, const SearchConfig& config,
                                           const StageOption& stage, int in_flight);
 

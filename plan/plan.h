@@ -230,6 +230,13 @@ struct Cluster {
     const NodeGroup* group = group_of_rank(rank);
     return group ? group->mem_bytes : mem_bytes;
   }
+  // The memory a stage on these ranks is held to: the least of their devices' (a stage that a
+  // mixed cluster's kinds share predicts its fullest kind's memory: never understated so).
+  std::int64_t stage_mem_limit(const std::vector<int>& ranks) const {
+    std::int64_t least = ranks.empty() ? mem_bytes : mem_of_rank(ranks.front());
+    for (int rank : ranks) least = std::min(least, mem_of_rank(rank));
+    return least;
+  }
 };
 
 struct Batch {

@@ -223,6 +223,12 @@ void read_node_groups(const Field& cluster, Cluster& c) {
   if (c.node_groups.size() < 2) list->fail("a mixed cluster has two node groups at least");
   if (nodes != c.nodes)
     list->fail("the groups' " + std::to_string(nodes) + " node(s) do not make the cluster's " + std::to_string(c.nodes));
+  std::string names;
+  std::int64_t least = c.node_groups.front().mem_bytes;
+  for (const auto& group : c.node_groups) names += (names.empty() ? "" : "+") + group.device, least = std::min(least, group.mem_bytes);
+  if (c.device != names) cluster["device"].fail(c.device + ": a mixed cluster's device names its groups' kinds, " + names);
+  if (c.mem_bytes != least)
+    cluster["mem_bytes"].fail(std::to_string(c.mem_bytes) + ": a mixed cluster's is its groups' least, " + std::to_string(least));
 }
 
 void read_cluster(const Field& cluster, Plan& plan) {

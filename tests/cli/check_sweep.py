@@ -57,7 +57,38 @@ def main():
         lines = result.stderr.strip().splitlines()
         if len(lines) != 1 or message not in lines[0]:
             fail(f"sweep {' '.join(bad)}: expected one line naming {message}, got {result.stderr!r}")
-    print("sweep: rows match the partition verb's plans, the CSV and the table; bad lists refused")
+    check_mix(rannc, model, out)
+    print("sweep: rows match the partition verb's plans, the CSV and the table; bad lists refused; a mix of presets "
+          "is planned as each kind alone and as the mix")
+
+
+def check_mix(rannc, model, out):
+    """--gpus PRESET:N,...: one row per kind on its own nodes, then the mix, each naming its devices;
+    the mix is the partition verb's plan of the same cluster file."""
+    mix = ["--gpus", "a100-40g:8,h100-80g:8", "--batch", "64"]
+    rows = json.loads(run([rannc, "sweep", model, *mix, "--json"]).stdout)
+    if [(row["devices"], row.get("device")) for row in rows] != [(8, "a100-40g"), (8, "h100-80g"), (16, "a100-40g+h100-80g")]:
+        fail(f"a mix of 8 a100-40g and 8 h100-80g: expected rows for each kind and the mix, got {rows}")
+    cluster = os.path.join(out, "mix.json")
+    with open(cluster, "w") as f:
+        json.dump({"gpus_per_node": 8, "node_groups": [{"nodes": 1, "device": "a100-40g"},
+                                                       {"nodes": 1, "device": "h100-80g"}]}, f)
+    plan = write_plan(rannc, model, os.path.join(out, "plan_mix"), ["--cluster", cluster, "--batch", "64", "--plan-only"])
+    if rows[2]["iteration_ms"] != plan["predicted"]["iteration_ms"]:
+        fail(f"the mix's row {rows[2]} differs from the partition verb's plan {plan['predicted']}")
+    text = run([rannc, "sweep", model, *mix]).stdout
+    if "8 x h100-80g" not in text or "16 x a100-40g+h100-80g" not in text:
+        fail(f"the table names each row's devices:\n{text}")
+    for bad, message in ((["--gpus", "a100-40g:8,16"], "either device counts or one mix"),
+                         (["--gpus", "x100:8,h100-80g:8"], "unknown device preset"),
+                         (["--gpus", "a100-40g:8"], "a mix takes two device kinds or more"),
+                         (["--gpus", "a100-40g:6,h100-80g:8"], "is not a whole number of nodes of 6"),
+                         (["--gpus", "a100-40g:8,h100-80g:x"], "not a whole number"),
+                         (["--gpus", "a100-40g:8,h100-80g:8", "--mem", "8G"], "--mem: a mix")):
+        result = run([rannc, "sweep", model, "--batch", "64", *bad], expect=2)
+        lines = result.stderr.strip().splitlines()
+        if len(lines) != 1 or message not in lines[0]:
+            fail(f"sweep {' '.join(bad)}: expected one line saying {message!r}, got {result.stderr!r}")
 
 
 if __name__ == "__main__":

@@ -375,3 +375,81 @@ TEST_CASE("cluster file: missing, not JSON, and read", "[cluster]") {
     CHECK(load_cluster_file(file.path).mem_bytes == 40 * kGiB);
   }
 }
+
+TEST_CASE("cluster JSON: node groups of different device kinds", "[cluster][mixed]") {
+  Cluster c = from_json_text(R"({"gpus_per_node": 8, "node_groups": [
+      {"nodes": 2, "device": "a100-40g"},
+      {"nodes": 3, "device": "h100-80g", "mem": "64G", "host": {"mem": "2T"}}]})");
+  REQUIRE(c.mixed());
+  CHECK(c.kinds() == 2);
+  CHECK(c.nodes == 5);
+  CHECK(c.gpus() == 40);
+  CHECK(c.kind_gpus(0) == 16);
+  CHECK(c.kind_gpus(1) == 24);
+  CHECK(c.first_rank_of_kind(1) == 16);
+  CHECK(c.kind_of_rank(15) == 0);
+  CHECK(c.kind_of_rank(16) == 1);
+  CHECK(c.kind_of_rank(39) == 1);
+  CHECK(c.device_names() == "a100-40g+h100-80g");
+  CHECK(c.least_mem_bytes() == 40 * kGiB);
+  // Each kind's view: its nodes, device, memory, links and host; the network is the slower one.
+  Cluster h100 = c.kind_view(1);
+  CHECK_FALSE(h100.mixed());
+  CHECK(h100.device.name == "h100-80g");
+  CHECK(h100.nodes == 3);
+  CHECK(h100.gpus_per_node == 8);
+  CHECK(h100.mem_bytes == 64 * kGiB);
+  CHECK(h100.host.mem_bytes == std::int64_t{2} << 40);
+  CHECK(h100.intra_node.bandwidth == find_device_preset("h100-80g")->intra_node.bandwidth);
+  CHECK(c.inter_node.bandwidth == find_device_preset("a100-40g")->inter_node.bandwidth);
+  CHECK(c.inter_node.bandwidth < find_device_preset("h100-80g")->inter_node.bandwidth);
+  CHECK(c.kind_view(0).mem_bytes == 40 * kGiB);
+  // A uniform cluster is its own view.
+  Cluster uniform = from_json_text(R"({"nodes": 2, "gpus_per_node": 8, "device": "h200"})");
+  CHECK(uniform.kinds() == 1);
+  CHECK(uniform.kind_view(0).gpus() == 16);
+  CHECK(uniform.device_names() == "h200");
+}
+
+TEST_CASE("cluster JSON: each error of a node group names it", "[cluster][mixed]") {
+  auto error_of = [](const std::string& text) { return input_error([&] { from_json_text(text); }); };
+  const std::string custom = R"({"name": "g", "peak_fp32_tflops": 1, "peak_half_tflops": 2, "mem_bandwidth_gbps": 3,
+                                 "mem": "8G"})";
+  const std::string link = R"({"bandwidth_gbps": 1, "latency_us": 1})";
+  CHECK(error_of(R"({"gpus_per_node": 8, "node_groups": [{"nodes": 1, "device": "h200"}]})") ==
+        "c.json: field 'node_groups': must be a list of two or more node groups (one group: give its fields at the top level)");
+  CHECK(error_of(R"({"gpus_per_node": 8, "node_groups": {"nodes": 1}})") ==
+        "c.json: field 'node_groups': must be a list of two or more node groups (one group: give its fields at the top level)");
+  CHECK_THAT(error_of(R"({"nodes": 2, "gpus_per_node": 8, "node_groups": []})"),
+             StartsWith("c.json: unknown field 'nodes' (known: gpus_per_node, inter_node, node_groups)"));
+  CHECK(error_of(R"({"node_groups": [{"nodes": 1, "device": "h200"}, {"nodes": 1, "device": "h200"}]})") ==
+        "c.json: missing field 'gpus_per_node'");
+  CHECK(error_of(R"({"gpus_per_node": 8, "node_groups": [{"nodes": 1, "device": "h200"}, 7]})") ==
+        "c.json: field 'node_groups[1]': must be an object");
+  CHECK(error_of(R"({"gpus_per_node": 8, "node_groups": [{"nodes": 1, "device": "h200"}, {"device": "h200"}]})") ==
+        "c.json: missing field 'node_groups[1].nodes'");
+  CHECK(error_of(R"({"gpus_per_node": 8, "node_groups": [{"nodes": 0, "device": "h200"}, {"nodes": 1, "device": "h200"}]})") ==
+        "c.json: field 'node_groups[0].nodes': must be a positive integer");
+  CHECK_THAT(error_of(R"({"gpus_per_node": 8, "node_groups": [{"nodes": 1, "device": "x100"}, {"nodes": 1, "device": "h200"}]})"),
+             StartsWith("c.json: field 'node_groups[0].device' x100: unknown device preset"));
+  CHECK(error_of(R"({"gpus_per_node": 8, "node_groups": [{"nodes": 1, "device": "h200", "mem": "-1G"},
+                    {"nodes": 1, "device": "h200"}]})") == "c.json: field 'node_groups[0].mem' -1G: must be positive");
+  CHECK_THAT(error_of(R"({"gpus_per_node": 8, "node_groups": [{"nodes": 1, "device": "h200", "inter_node": {}},
+                         {"nodes": 1, "device": "h200"}]})"),
+             StartsWith("c.json: unknown field 'node_groups[0].inter_node' (known: device, host, intra_node, mem, nodes)"));
+  CHECK(error_of(R"({"gpus_per_node": 8, "node_groups": [{"nodes": 1, "device": "h200"},
+                    {"nodes": 1, "device": "h200", "host": {"mem": "0G"}}]})") ==
+        "c.json: field 'node_groups[1].host.mem' 0G: must be positive");
+  CHECK_THAT(error_of(R"({"gpus_per_node": 1024, "node_groups": [{"nodes": 1000, "device": "h200"},
+                         {"nodes": 1000, "device": "h200"}]})"),
+             StartsWith("c.json: field 'node_groups': more than 1048576 devices"));
+  // A custom device has no links of its own to default to.
+  CHECK(error_of(R"({"gpus_per_node": 2, "node_groups": [{"nodes": 1, "device": "h200"},
+                    {"nodes": 1, "device": )" + custom + "}]}") ==
+        "c.json: field 'node_groups[1].intra_node': required with a custom device");
+  CHECK(error_of(R"({"gpus_per_node": 2, "node_groups": [{"nodes": 1, "device": "h200"},
+                    {"nodes": 1, "device": )" + custom + R"(, "intra_node": )" + link + "}]}") ==
+        "c.json: field 'inter_node': required with a custom device");
+  CHECK_NOTHROW(from_json_text(R"({"gpus_per_node": 2, "inter_node": )" + link + R"(, "node_groups": [
+      {"nodes": 1, "device": "h200"}, {"nodes": 1, "device": )" + custom + R"(, "intra_node": )" + link + "}]}"));
+}

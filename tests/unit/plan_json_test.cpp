@@ -324,3 +324,67 @@ TEST_CASE("stage files must be the ones whose sha256 the plan records", "[plan_j
   CHECK(error_of(changed([](json& p) { p["stages"][0]["sha256"] = 5; })) ==
         "plan.json: stages[0].sha256: expected a string, found an integer 5");
 }
+
+TEST_CASE("a mixed cluster's plan names each rank's device and each replica's samples", "[plan_json][mixed]") {
+  // The small plan on a node of a100-40g (ranks 0, 1) and a node of h100-80g (ranks 2, 3), its
+  // second stage shared by the kinds: the a100 replica runs 1 sample of each 4, the h100 one 3.
+  auto mixed = [](json& p) {
+    p["cluster"]["device"] = "a100-40g+h100-80g";
+    p["cluster"]["node_groups"] = {
+        {{"nodes", 1}, {"device", "a100-40g"}, {"mem_bytes", 1 << 30}, {"intra_node", {{"bandwidth_gbps", 300}, {"latency_us", 3}}}},
+        {{"nodes", 1}, {"device", "h100-80g"}, {"mem_bytes", std::int64_t{2} << 30}, {"intra_node", {{"bandwidth_gbps", 450}, {"latency_us", 3}}}}};
+    p["ranks"][0]["device"] = "a100-40g";
+    p["ranks"][1]["device"] = "a100-40g";
+    p["ranks"][2]["device"] = "h100-80g";
+    p["stages"][1]["replica_samples"] = {1, 3};
+  };
+  Plan plan = plan::from_json(changed(mixed), "plan.json");
+  REQUIRE(plan.cluster.node_groups.size() == 2);
+  CHECK(plan.cluster.node_groups[1].device == "h100-80g");
+  CHECK(plan.cluster.mem_of_rank(1) == 1 << 30);
+  CHECK(plan.cluster.mem_of_rank(2) == std::int64_t{2} << 30);
+  CHECK(plan.ranks[2].device == "h100-80g");
+  CHECK(plan.stages[1].replica_rows(0, 4) == std::make_pair<std::int64_t, std::int64_t>(0, 1));
+  CHECK(plan.stages[1].replica_rows(1, 4) == std::make_pair<std::int64_t, std::int64_t>(1, 3));
+  CHECK(plan.stages[1].common_slice(4) == 1);
+  CHECK(plan.stages[0].replica_rows(0, 4) == std::make_pair<std::int64_t, std::int64_t>(0, 4));
+  json written = to_json(plan);
+  CHECK(written["stages"][1]["replica_samples"] == json({1, 3}));
+  CHECK(written["ranks"][2]["device"] == "h100-80g");
+  CHECK(written["cluster"]["node_groups"][0]["nodes"] == 1);
+  CHECK(plan::from_json(written, "again.json").cluster.node_groups.size() == 2);
+  // A uniform plan writes none of them.
+  json uniform = to_json(plan::from_json(test::small_plan(), "plan.json"));
+  CHECK_FALSE(uniform["cluster"].contains("node_groups"));
+  CHECK_FALSE(uniform["ranks"][0].contains("device"));
+  CHECK_FALSE(uniform["stages"][1].contains("replica_samples"));
+
+  auto broken = [&](const std::function<void(json&)>& change) {
+    return error_of(changed([&](json& p) {
+      mixed(p);
+      change(p);
+    }));
+  };
+  CHECK(broken([](json& p) { p["ranks"][2]["device"] = "a100-40g"; }) ==
+        "plan.json: ranks[2]: rank 2 is a h100-80g, not a a100-40g");
+  CHECK(broken([](json& p) { p["ranks"][2].erase("device"); }) ==
+        "plan.json: ranks[2]: rank 2 is a h100-80g, but its device is not given");
+  CHECK(error_of(changed([](json& p) { p["ranks"][0]["device"] = "a100-40g"; })) ==
+        "plan.json: ranks[0]: rank 0 is a a100-80g, not a a100-40g");
+  CHECK(broken([](json& p) { p["cluster"]["node_groups"][1]["nodes"] = 2; }) ==
+        "plan.json: cluster.node_groups: the groups' 3 node(s) do not make the cluster's 2");
+  CHECK(broken([](json& p) { p["cluster"]["device"] = "a100-40g"; }) ==
+        "plan.json: cluster.device: a100-40g: a mixed cluster's device names its groups' kinds, a100-40g+h100-80g");
+  CHECK(broken([](json& p) { p["cluster"]["mem_bytes"] = std::int64_t{2} << 30; }) ==
+        "plan.json: cluster.mem_bytes: 2147483648: a mixed cluster's is its groups' least, 1073741824");
+  CHECK(broken([](json& p) { p["cluster"]["node_groups"].erase(1); }) ==
+        "plan.json: cluster.node_groups: a mixed cluster has two node groups at least");
+  CHECK(broken([](json& p) { p["stages"][1]["replica_samples"] = {2, 3}; }) ==
+        "plan.json: stages[1].replica_samples: [2, 3]: not one sample count per replica of a pipeline (2) adding up to "
+        "the microbatch size 4");
+  CHECK(broken([](json& p) { p["stages"][1]["replica_samples"] = {4}; }) ==
+        "plan.json: stages[1].replica_samples: [4]: not one sample count per replica of a pipeline (2) adding up to "
+        "the microbatch size 4");
+  CHECK(broken([](json& p) { p["stages"][1]["replica_samples"] = {0, 4}; }) ==
+        "plan.json: stages[1].replica_samples[0]: 0: must be at least 1");
+}

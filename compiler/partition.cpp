@@ -449,8 +449,8 @@ PartitionReport run_partition(const PartitionOptions& options) {
     report.text += "check      " + check_line + "\n";
   }
   if (options.explain) {
-    report.summary["explain"] = explain_json(result, request.cluster.mem_bytes);
-    report.text += explain_text(result, request.cluster.mem_bytes);
+    report.summary["explain"] = explain_json(result, request.cluster.least_mem_bytes());
+    report.text += explain_text(result, request.cluster.least_mem_bytes());
   }
   if (free) {
     report.summary["layout"] = layout_comparison_json(options.layout, result.pipeline, *free);

@@ -61,9 +61,7 @@ std::string ops_text(const plan::Stage& stage) {
 
 double fraction_of(double bytes, std::int64_t limit) { return limit > 0 ? bytes / static_cast<double>(limit) : 0; }
 
-std::int64_t stage_mem_limit(const plan::Plan& plan, const plan::Stage& stage) {
-  return plan.cluster.stage_mem_limit(stage.ranks);
-}
+std::int64_t stage_mem_limit(const plan::Plan& plan, const plan::Stage& stage) { return plan.mem_limit_of(stage); }
 
 double memory_fraction(const plan::Plan& plan, const plan::Stage& stage) {
   return fraction_of(stage.predicted.mem_bytes, stage_mem_limit(plan, stage));

@@ -304,8 +304,10 @@ plan::Plan small_workload(const plan::Plan& plan, const Model& model) {
   plan::Plan small = plan;
   int slices = 1;
   for (const auto& stage : plan.stages) slices = std::lcm(slices, stage.replicas_per_pipeline);
-  // An export with a fixed batch runs only at its microbatch.
-  if (!model.fixed_batch) small.batch.microbatch_size = std::min(plan.batch.microbatch_size, 2 * slices);
+  // An export with a fixed batch runs only at its microbatch; unequal shares of a mixed cluster's
+  // stage (replica_samples) keep theirs.
+  const bool shares = std::any_of(plan.stages.begin(), plan.stages.end(), [](const plan::Stage& s) { return !s.replica_samples.empty(); });
+  if (!model.fixed_batch && !shares) small.batch.microbatch_size = std::min(plan.batch.microbatch_size, 2 * slices);
   small.batch.microbatches = std::min(plan.batch.microbatches, 2);
   return small;
 }

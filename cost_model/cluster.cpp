@@ -267,6 +267,8 @@ Cluster mixed_cluster_from_json(const Fields& fields, const std::string& source)
   const json& list = fields.need("node_groups");
   if (!list.is_array() || list.size() < 2)
     fail(fields.label("node_groups") + ": must be a list of two or more node groups (one group: give its fields at the top level)");
+  if (list.size() > kMaxNodeGroups)
+    fail(fields.label("node_groups") + ": more than " + std::to_string(kMaxNodeGroups) + " node groups");
   std::vector<NodeGroup> groups;
   bool host_stated = true;
   std::int64_t devices = 0;
@@ -353,6 +355,7 @@ namespace {
 Cluster mixed_cluster_from_flags(const ClusterFlags& flags) {
   if (flags.mix.size() < 2) fail("--gpus " + flags.mix.front().first + ":" + std::to_string(flags.mix.front().second) +
                                  ": a mix takes two device kinds or more (one kind: --gpus N --device PRESET)");
+  if (flags.mix.size() > kMaxNodeGroups) fail("--gpus: more than " + std::to_string(kMaxNodeGroups) + " device kinds");
   if (flags.mem) fail("--mem: a mix of device kinds takes each preset's memory (a --cluster file sets each kind's)");
   if (flags.device) fail("--device: a mix of device kinds names its presets in --gpus");
   int least = kMaxDevices;

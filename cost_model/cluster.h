@@ -110,6 +110,8 @@ inline constexpr std::string_view kDefaultDevice = "a100-80g";
 // Sanity bounds of a description: more would be a typo, and keeps nodes * gpus_per_node in an int.
 inline constexpr int kMaxDevices = 1 << 20;
 inline constexpr std::int64_t kMaxMemBytes = std::int64_t{1} << 50;  // 1 PiB per device
+// Device kinds of a mixed cluster: each is costed and searched on its own.
+inline constexpr std::size_t kMaxNodeGroups = 16;
 
 // A memory size: "32G" and "32GiB" are 32 * 2^30 bytes, "32GB" is 32 * 10^9; K, M, G, T
 // likewise (unit letters in any case; "B" or no unit is bytes); fractions are allowed ("1.5G")

@@ -236,11 +236,20 @@ std::string stage_timelines(const std::vector<std::vector<const SimulatedTask*>>
   return out.str();
 }
 
-// " · h100-80g": a mixed cluster's device kind of a rank, for its row's label.
-std::string kind_label(const partition::PlacedPipeline& plan, int rank) {
-  auto at = std::lower_bound(plan.ranks.begin(), plan.ranks.end(), rank,
-                             [](const plan::RankPlacement& r, int wanted) { return r.rank < wanted; });
-  return at == plan.ranks.end() || at->rank != rank || at->device.empty() ? "" : " &#183; " + at->device;
+// " · h100-80g": a mixed cluster's device kinds of ranks (" · a100-40g+h100-80g" for a stage
+// the kinds share), for a row's label.
+std::string kind_label(const partition::PlacedPipeline& plan, const std::vector<int>& ranks) {
+  std::vector<std::string> kinds;
+  for (int rank : ranks) {
+    auto at = std::lower_bound(plan.ranks.begin(), plan.ranks.end(), rank,
+                               [](const plan::RankPlacement& r, int wanted) { return r.rank < wanted; });
+    if (at != plan.ranks.end() && at->rank == rank && !at->device.empty() &&
+        std::find(kinds.begin(), kinds.end(), at->device) == kinds.end())
+      kinds.push_back(at->device);
+  }
+  std::string label;
+  for (const auto& kind : kinds) label += (label.empty() ? " &#183; " : "+") + kind;
+  return label;
 }
 
 std::string rank_rows(const partition::PlacedPipeline& plan) {
@@ -250,7 +259,7 @@ std::string rank_rows(const partition::PlacedPipeline& plan) {
     out << "<g class=\"rank\" data-rank=\"" << rank.rank << "\" data-stage=\"" << rank.stage << "\" transform=\"translate(0,"
         << fixed(y) << ")\">"
         << "<text x=\"" << fixed(Layout::kLeft - 8) << "\" y=\"12\" text-anchor=\"end\">rank " << rank.rank
-        << " &#183; " << group_name(static_cast<std::size_t>(rank.stage), plan) << kind_label(plan, rank.rank) << "</text>"
+        << " &#183; " << group_name(static_cast<std::size_t>(rank.stage), plan) << kind_label(plan, {rank.rank}) << "</text>"
         << "<use href=\"#stage-" << rank.stage << "\"/></g>\n";
     y += Layout::kRowPitch;
   }
@@ -268,7 +277,7 @@ std::string stage_rows(const partition::PlacedPipeline& plan, const std::vector<
     const auto& stage = plan.stages[s];
     const auto count = static_cast<std::int64_t>(stage.ranks.size());
     std::string counts = plural(stage.option.replicas, "replica") + " x " + plural(pipelines, "pipeline");
-    std::string head = group_name(s, plan) + " &#183; " + plural(count, "rank") + kind_label(plan, stage.ranks.front());
+    std::string head = group_name(s, plan) + " &#183; " + plural(count, "rank") + kind_label(plan, stage.ranks);
     out << "<g class=\"stage\" data-stage=\"" << s << "\" data-ranks=\"" << count << "\" data-replicas=\""
         << stage.option.replicas << "\" data-pipelines=\"" << pipelines << "\" transform=\"translate(0," << fixed(y)
         << ")\">"
@@ -325,7 +334,7 @@ std::string stage_node(const plan::Plan& plan, const plan::Stage& stage) {
                   ranges_text(stage.ranks) + (stage.recompute == plan::Recompute::kNone ? "" : ", recompute " + std::string(plan::recompute_name(stage.recompute))));
   lines.push_back("fwd " + human_ms(stage.predicted.fwd_ms) + ", bwd " + human_ms(stage.predicted.bwd_ms) + " / microbatch");
   lines.push_back(human_bytes(stage.predicted.mem_bytes) + " of " +
-                  human_bytes(static_cast<double>(plan.cluster.stage_mem_limit(stage.ranks))) + " per device");
+                  human_bytes(static_cast<double>(plan.mem_limit_of(stage))) + " per device");
   return "  stage" + std::to_string(stage.id) + " [label=" + dot_label(lines) + "];\n";
 }
 

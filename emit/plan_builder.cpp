@@ -142,7 +142,8 @@ plan::Stage plan_stage(const ir::Graph& graph, const partition::PlanResult& resu
   if (layout.tensor_shard.degree > 1)
     stage.tensor_parallel = plan_tensor_parallel(graph, result.partitioning.regions, layout);
   stage.predicted = {option.fwd_ms,      option.bwd_ms,           option.p2p_ms,  planned.allreduce_ms, option.offload_ms,
-                     planned.in_flight, planned.memory.total(), planned.memory, planned.host_mem_bytes};
+                     planned.in_flight, planned.memory.total(), planned.memory, planned.host_mem_bytes,
+                     planned.mem_limit_bytes};
   return stage;
 }
 
@@ -289,7 +290,7 @@ plan::Stage dense_stage(const ir::Graph& graph, const StageLayout& layout, const
   stage.params = plan_weights(graph, layout.params);
   stage.buffers = plan_weights(graph, layout.buffers);
   const auto& dense = sharded.dense;
-  stage.predicted = {dense.fwd_ms, dense.bwd_ms, 0, dense.allreduce_ms, 0, 1, dense.memory.total(), dense.memory, 0};
+  stage.predicted = {dense.fwd_ms, dense.bwd_ms, 0, dense.allreduce_ms, 0, 1, dense.memory.total(), dense.memory, 0, 0};
   return stage;
 }
 

@@ -92,16 +92,21 @@ double step_model_flops(const ir::Graph& graph, const cost::CostModel& costs, do
 void set_bounds(plan::Prediction& predicted, const StepBounds& bounds, const cost::Cluster& cluster,
                 plan::Precision precision) {
   const double devices = cluster.gpus();
-  double peak_sum = 0;
-  for (int kind = 0; kind < cluster.kinds(); ++kind)
-    peak_sum += cost::peak_flops(cluster.kind_view(kind).device, precision, cost::OpClass::kMatMul) * cluster.kind_gpus(kind);
+  // The mean peak of a device (its own on a uniform cluster: the same figures to the last bit).
+  double peak = cost::peak_flops(cluster.device, precision, cost::OpClass::kMatMul);
+  if (cluster.mixed()) {
+    double peak_sum = 0;
+    for (int kind = 0; kind < cluster.kinds(); ++kind)
+      peak_sum += cost::peak_flops(cluster.kind_view(kind).device, precision, cost::OpClass::kMatMul) * cluster.kind_gpus(kind);
+    peak = peak_sum / devices;
+  }
   const double step_s = predicted.iteration_ms / 1e3;
   predicted.lower_bound_ms = bounds.lower_bound_ms;
   predicted.efficiency = step_s > 0 ? bounds.lower_bound_ms / predicted.iteration_ms : 0;
-  predicted.flop_bound_ms = peak_sum > 0 ? bounds.model_flops / peak_sum * 1e3 : 0;
+  predicted.flop_bound_ms = peak > 0 ? bounds.model_flops / (peak * devices) * 1e3 : 0;
   double flops_per_device = step_s > 0 ? bounds.model_flops / step_s / devices : 0;
   predicted.model_tflops_per_device = flops_per_device / 1e12;
-  predicted.peak_fraction = peak_sum > 0 ? flops_per_device * devices / peak_sum : 0;
+  predicted.peak_fraction = peak > 0 ? flops_per_device / peak : 0;
 }
 
 // For memory suggestions: the most memory-friendly config of each pipeline width (the most
@@ -412,24 +417,20 @@ struct ConfigOutcome {
   std::optional<PipelineSolution> slower;    // with `explain`, when none is: its best at all
 };
 
-// The least balanced share of a microbatch's work over the kinds of a config's pipeline.
-double least_balanced_ms(const SearchContext& context, const SearchConfig& config) {
-  if (!config.mixed()) return balanced_ms(context, config);
-  double least = std::numeric_limits<double>::infinity();
-  for (const auto& segment : config.segments) least = std::min(least, balanced_ms(context.of_kind(segment.kind), config));
-  return least;
-}
-
 ConfigOutcome search_config(const SearchContext& context, const SearchConfig& config, double beat, bool explain) {
   ConfigOutcome outcome;
   // No step of the config is shorter than M times the balanced share of a microbatch's work.
-  if (config.microbatches * least_balanced_ms(context, config) >= beat) {
+  if (config.microbatches * balanced_ms(context, config) >= beat) {
     outcome.bounded_out = true;
     return outcome;
   }
   // Most configs that cannot win are ruled out at a fraction of the cost of listing their
   // stages; --explain searches them again without the bound, so it lists them all.
-  if (!explain && !may_beat(context, config, beat)) return outcome;
+  // (A mixed config's stage shared by its kinds is not among them: it is tried still.)
+  if (!explain && !may_beat(context, config, beat)) {
+    outcome.solution = search_shared_stage(context, config, beat);
+    return outcome;
+  }
   // --explain searches the config again without the bound: every stage must be listed then.
   const double listed_beat = explain ? std::numeric_limits<double>::infinity() : beat;
   std::optional<StageOptions> interleaved;
@@ -573,7 +574,8 @@ PlacedPipeline place(const SearchContext& context, const ConfigChoice& choice, s
   std::vector<SimulatedStage> simulated;
   std::vector<int> replicas;
   // Pipelines take consecutive ranks, so the ranks in use are 0..R-1 (what `mpirun -np R`
-  // starts) and devices a pipeline leaves unused come last.
+  // starts) and devices a pipeline leaves unused come last. A mixed cluster's pipeline takes its
+  // part of each kind's ranks, every one of them (pipeline_rank).
   // Interleaved, the chunks s, s + groups, ... share the devices of group s.
   const auto& stages = choice.solution.stages;
   const std::size_t groups = stages.size() / static_cast<std::size_t>(config.chunks);
@@ -644,9 +646,14 @@ void predict(const SearchContext& context, const StepBounds& bounds, PlacedPipel
   for (std::size_t s = 0; s < placed.stages.size(); ++s) {
     auto& stage = placed.stages[s];
     stage.in_flight = placed.simulation.max_in_flight[s];
-    stage.memory = stage.option.shares.empty()
-                       ? options[static_cast<std::size_t>(stage.option.kind)].memory(stage.option, stage.in_flight, shared_replicas[s])
-                       : shared_stage_memory(context, placed.config, stage.option, stage.in_flight);
+    if (stage.option.shares.empty()) {
+      stage.memory = options[static_cast<std::size_t>(stage.option.kind)].memory(stage.option, stage.in_flight, shared_replicas[s]);
+      if (cluster.mixed()) stage.mem_limit_bytes = cluster.kind_view(stage.option.kind).mem_bytes;
+    } else {
+      auto shared = shared_stage_memory(context, placed.config, stage.option, stage.in_flight);
+      stage.memory = shared.memory;
+      stage.mem_limit_bytes = shared.limit_bytes;
+    }
   }
   for (std::size_t s = 0; s < groups; ++s) {
     // A device's memory: its group's chunks together (one stage without interleaving).
@@ -870,10 +877,14 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch,
   start = Clock::now();
   double fraction = static_cast<double>(request.global_batch) / static_cast<double>(evaluated_batch);
   // Every device working on the step at its own speed.
-  double steps_per_ms = 0;
-  for (int kind = 0; kind < request.cluster.kinds(); ++kind)
-    steps_per_ms += request.cluster.kind_gpus(kind) / whole_step_ms(graph, costs_of_kind(kind), fraction);
-  StepBounds bounds{1 / steps_per_ms, step_model_flops(graph, costs, fraction)};
+  double lower_bound_ms = whole_step_ms(graph, costs, fraction) / request.cluster.gpus();
+  if (request.cluster.mixed()) {
+    double steps_per_ms = 0;
+    for (int kind = 0; kind < request.cluster.kinds(); ++kind)
+      steps_per_ms += request.cluster.kind_gpus(kind) / whole_step_ms(graph, costs_of_kind(kind), fraction);
+    lower_bound_ms = 1 / steps_per_ms;
+  }
+  StepBounds bounds{lower_bound_ms, step_model_flops(graph, costs, fraction)};
   rank_candidates(context, choices, request, bounds, result);
   result.times.simulate_ms = elapsed_ms(start);
   tell("simulated them: the best takes " + human_ms(result.pipeline.predicted.iteration_ms) + " a step");

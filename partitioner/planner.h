@@ -69,6 +69,7 @@ struct PlannedStage {
   plan::MemoryBreakdown memory;   // per device
   double allreduce_ms = 0;        // the gradient synchronisation among its actual ranks
   double host_mem_bytes = 0;      // per rank, when offloaded
+  std::int64_t mem_limit_bytes = 0;  // a mixed cluster's: the memory `memory` is held to (plan::StagePrediction)
 };
 
 // The chosen pipeline, placed on ranks and simulated (emit/plan_builder.h makes the Plan of it).

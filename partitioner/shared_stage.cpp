@@ -17,6 +17,7 @@ SearchConfig kind_part(const SearchConfig& config, const KindSegment& segment, i
   part.microbatch_size = samples * segment.devices;
   part.stages = 1;
   part.tensor_degree = 1;
+  part.state_copies = config.pipelines * config.pipeline_devices;
   return part;
 }
 
@@ -38,6 +39,7 @@ void enumerate_shares(const SearchContext& context, const SearchConfig& config, 
   const KindSegment& part = config.segments[segment];
   const auto& costed = context.of_kind(part.kind).blocks->samples;
   auto allowed = [&](int s) { return s <= kMaxSharedSamples && std::binary_search(costed.begin(), costed.end(), s); };
+  if (shares.size() >= kMaxShares) return;
   if (segment + 1 == config.segments.size()) {
     if (left % part.devices == 0 && allowed(left / part.devices)) {
       samples.push_back(left / part.devices);
@@ -122,9 +124,10 @@ std::optional<PipelineSolution> search_shared_stage(const SearchContext& context
   return best;
 }
 
-plan::MemoryBreakdown shared_stage_memory(const SearchContext& context, const SearchConfig& config,
-                                          const StageOption& stage, int in_flight) {
-  plan::MemoryBreakdown most;
+SharedStageMemory shared_stage_memory(const SearchContext& context, const SearchConfig& config, const StageOption& stage,
+                                      int in_flight) {
+  SharedStageMemory fullest;
+  double fullest_fraction = -1;
   for (std::size_t j = 0; j < stage.shares.size(); ++j) {
     const KindShare& share = stage.shares[j];
     const SearchContext& kind = context.of_kind(share.kind);
@@ -134,9 +137,10 @@ plan::MemoryBreakdown shared_stage_memory(const SearchContext& context, const Se
     option.replicas = share.replicas;
     option.shares.clear();
     auto memory = part.memory(option, in_flight);
-    if (memory.total() > most.total()) most = memory;
+    const double fraction = memory.total() / static_cast<double>(kind.cluster->mem_bytes);
+    if (fraction > fullest_fraction) fullest = {memory, kind.cluster->mem_bytes}, fullest_fraction = fraction;
   }
-  return most;
+  return fullest;
 }
 
 }  // namespace rannc::partition

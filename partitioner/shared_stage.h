@@ -17,6 +17,9 @@ namespace rannc::partition {
 
 // The most samples a replica of a shared stage runs per microbatch: each size is costed per block.
 inline constexpr int kMaxSharedSamples = 128;
+// The most shares of a microbatch a config's shared stage weighs (the first in the order of the
+// first kinds' samples): with three kinds or more they would multiply.
+inline constexpr std::size_t kMaxShares = 1024;
 
 // The per-replica microbatch sizes a mixed config's shared stage may run (none for a config of
 // one kind, a forced replica batch or interleaving), for costing.
@@ -27,9 +30,13 @@ std::vector<int> shared_stage_samples(const SearchConfig& config);
 std::optional<PipelineSolution> search_shared_stage(const SearchContext& context, const SearchConfig& config,
                                                     double beat_ms);
 
-// The memory of a shared stage's devices with `in_flight` microbatches kept: the most any kind's
-// device takes (show compares it with the least memory of the stage's kinds).
-plan::MemoryBreakdown shared_stage_memory(const SearchContext& context, const SearchConfig& config,
-                                          const StageOption& stage, int in_flight);
+// The memory of a shared stage's devices with `in_flight` microbatches kept: its fullest kind's
+// (by share of that kind's memory), and that kind's memory.
+struct SharedStageMemory {
+  plan::MemoryBreakdown memory;
+  std::int64_t limit_bytes = 0;
+};
+SharedStageMemory shared_stage_memory(const SearchContext& context, const SearchConfig& config, const StageOption& stage,
+                                      int in_flight);
 
 }  // namespace rannc::partition

@@ -64,12 +64,26 @@ void keep_undominated(std::vector<StageOption>& options) {
 }  // namespace
 
 double balanced_ms(const SearchContext& context, const SearchConfig& config) {
-  const BlockCosts& blocks = *context.blocks;
-  int whole_microbatch = blocks.sample_index(config.microbatch_size);
+  // On a mixed cluster each block at its fastest kind's time: kinds may differ in which blocks
+  // they run fastest.
+  std::vector<const SearchContext*> kinds{&context};
+  if (config.mixed()) {
+    kinds.clear();
+    for (const auto& segment : config.segments) kinds.push_back(&context.of_kind(segment.kind));
+  }
   cost::PassTime fwd, bwd;
-  for (int block = 0; block < blocks.count(); ++block) {
-    fwd.add(blocks.fwd_ms[block][whole_microbatch], blocks.fwd_host(block, whole_microbatch));
-    bwd.add(blocks.bwd_ms[block][whole_microbatch], blocks.bwd_host(block, whole_microbatch));
+  for (int block = 0; block < context.blocks->count(); ++block) {
+    double fwd_ms = std::numeric_limits<double>::infinity(), fwd_host = fwd_ms, bwd_ms = fwd_ms, bwd_host = fwd_ms;
+    for (const SearchContext* kind : kinds) {
+      const BlockCosts& blocks = *kind->blocks;
+      const int whole_microbatch = blocks.sample_index(config.microbatch_size);
+      fwd_ms = std::min(fwd_ms, blocks.fwd_ms[block][whole_microbatch]);
+      fwd_host = std::min(fwd_host, blocks.fwd_host(block, whole_microbatch));
+      bwd_ms = std::min(bwd_ms, blocks.bwd_ms[block][whole_microbatch]);
+      bwd_host = std::min(bwd_host, blocks.bwd_host(block, whole_microbatch));
+    }
+    fwd.add(fwd_ms, fwd_host);
+    bwd.add(bwd_ms, bwd_host);
   }
   return (fwd.ms() + bwd.ms()) / config.pipeline_devices;
 }
@@ -202,13 +216,14 @@ void StageOptions::add_ranges_from(int begin, int replicas, int degree) {
 }
 
 bool StageOptions::allows(plan::StateSharding sharding, int replicas) const {
-  if (context_.state_sharding && config_.pipelines * replicas > 1) return sharding == *context_.state_sharding;
+  const int copies = config_.state_copies.value_or(config_.pipelines * replicas);
+  if (context_.state_sharding && copies > 1) return sharding == *context_.state_sharding;
   // Sharding among one copy is no sharding.
-  return sharding == plan::StateSharding::kNone || config_.pipelines * replicas > 1;
+  return sharding == plan::StateSharding::kNone || copies > 1;
 }
 
 cost::StateLayout StageOptions::state_layout(int replicas, plan::StateSharding sharding, bool offload) const {
-  return {config_.pipelines * replicas, sharding, offload};
+  return {config_.state_copies.value_or(config_.pipelines * replicas), sharding, offload};
 }
 
 bool StageOptions::can_offload() const { return context_.cluster->host.mem_bytes > 0; }
@@ -458,9 +473,10 @@ std::optional<PipelineSolution> evaluate_pipeline(const StageOptions& options, s
 
 SegmentOptions::SegmentOptions(const StageOptions& options) : lists_{&options}, starts_{0, options.config().pipeline_devices} {}
 
-SegmentOptions::SegmentOptions(const SearchContext& context, const SearchConfig& config, double beat) {
+SegmentOptions::SegmentOptions(const SearchContext& context, const SearchConfig& config, double beat,
+                               StageOptions::Listing listing) {
   if (!config.mixed()) {
-    owned_.emplace_back(context, config, beat);
+    owned_.emplace_back(context, config, beat, listing);
     lists_ = {&owned_.front()};
     starts_ = {0, config.pipeline_devices};
     return;
@@ -468,19 +484,16 @@ SegmentOptions::SegmentOptions(const SearchContext& context, const SearchConfig&
   owned_.reserve(config.segments.size());
   starts_ = {0};
   for (const auto& segment : config.segments) {
-    owned_.emplace_back(context.of_kind(segment.kind), config, beat);
+    owned_.emplace_back(context.of_kind(segment.kind), config, beat, listing);
     starts_.push_back(starts_.back() + segment.devices);
   }
   for (const auto& options : owned_) lists_.push_back(&options);
 }
 
-double SegmentOptions::balanced_ms() const {
-  double least = std::numeric_limits<double>::infinity();
-  for (const auto* list : lists_) least = std::min(least, list->balanced_ms());
-  return least;
-}
+double SegmentOptions::balanced_ms() const { return lists_.front()->balanced_ms(); }
 
 double SegmentOptions::least_work_before(int begin, int devices) const {
+  if (lists_.size() == 1) return lists_.front()->least_work_before(begin, devices);
   double least = std::numeric_limits<double>::infinity();
   for (const auto* list : lists_) least = std::min(least, list->least_work_before(begin, devices));
   return least;
@@ -606,8 +619,12 @@ void BoundedProgram::relax(int segment, int option_index, const StageOption& opt
   // devices, so once one is too many every later one is.
   const int least_after = config_.pipeline_devices - options_.end_position(segment);
   const int most = config_.pipeline_devices - options_.first_position(segment);
-  for (const Cell& cell : cells_[option.end]) {
-    if (cell.devices < least_after) continue;
+  const auto& cells = cells_[option.end];
+  auto first = least_after == 0 ? cells.begin()
+                                : std::lower_bound(cells.begin(), cells.end(), least_after,
+                                                   [](const Cell& c, int d) { return c.devices < d; });
+  for (auto at = first; at != cells.end(); ++at) {
+    const Cell& cell = *at;
     int devices = cell.devices + option.devices();
     if (devices > most) break;
     auto& entries = work_[devices];
@@ -734,9 +751,8 @@ bool has_pipeline(const SegmentOptions& options) {
 }
 
 bool may_beat(const SearchContext& context, const SearchConfig& config, double beat_ms) {
-  if (config.chunks > 1 || config.mixed() || beat_ms == kUnbounded) return true;
-  StageOptions optimistic_list(context, config, beat_ms, StageOptions::Listing::kOptimistic);
-  SegmentOptions optimistic(optimistic_list);
+  if (config.chunks > 1 || beat_ms == kUnbounded) return true;
+  SegmentOptions optimistic(context, config, beat_ms, StageOptions::Listing::kOptimistic);
   // The round leaves out only what no pipeline of these stages below the beat holds, and every
   // pipeline of variants has a pipeline of these that is no slower, stage by stage: when the
   // round finds none, no pipeline of variants comes below the beat.

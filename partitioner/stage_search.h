@@ -81,9 +81,13 @@ struct SearchConfig {
   // counts the groups.
   int chunks = 1;
   // A mixed cluster's pipeline: its devices by kind, in pipeline order (the first stages run on
-  // the first segment), adding up to pipeline_devices; each stage lies within one segment and
-  // every device is used. Empty: one kind.
+  // the first segment), adding up to pipeline_devices; every device is used, and each stage lies
+  // within one segment, but for one stage that every kind shares (shared_stage.h). Empty: one kind.
   std::vector<KindSegment> segments{};
+
+  // A shared stage's part on one kind (shared_stage.h): the copies of the stage's state over every
+  // kind, which sharded state splits over. nullopt: pipelines x the stage's replicas.
+  std::optional<int> state_copies{};
 
   bool mixed() const { return !segments.empty(); }
   // The devices of a pipeline that a stage of kind `kind` may take.
@@ -293,7 +297,8 @@ class SegmentOptions {
  public:
   explicit SegmentOptions(const StageOptions& options);  // not owned
   SegmentOptions(const SearchContext& context, const SearchConfig& config,
-                 double beat = std::numeric_limits<double>::infinity());
+                 double beat = std::numeric_limits<double>::infinity(),
+                 StageOptions::Listing listing = StageOptions::Listing::kVariants);
   // The lists point into owned_.
   SegmentOptions(const SegmentOptions&) = delete;
   SegmentOptions& operator=(const SegmentOptions&) = delete;
@@ -305,7 +310,7 @@ class SegmentOptions {
   int end_position(int segment) const { return starts_[static_cast<std::size_t>(segment) + 1]; }
   const SearchConfig& config() const { return lists_.front()->config(); }
   int block_count() const { return lists_.front()->block_count(); }
-  // The least of the segments': as the fastest kind would do it on every device.
+  // StageOptions::balanced_ms: on a mixed cluster every block at its fastest kind's time.
   double balanced_ms() const;
   double least_work_before(int begin, int devices) const;
 

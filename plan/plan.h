@@ -68,6 +68,9 @@ struct StagePrediction {
   double mem_bytes = 0;              // per device: memory.total() in plans partition writes
   MemoryBreakdown memory;
   double host_mem_bytes = 0;         // per rank, in host memory: the offloaded state
+  // A mixed cluster's: the memory of the device `mem_bytes` is held to (its kind's; for a stage
+  // the kinds share, its fullest kind's). 0: the device of its ranks (Plan::mem_limit_of).
+  std::int64_t mem_limit_bytes = 0;
 };
 
 // A file the plan names, relative to plan.json's folder, with its SHA-256 as written.
@@ -230,13 +233,6 @@ struct Cluster {
     const NodeGroup* group = group_of_rank(rank);
     return group ? group->mem_bytes : mem_bytes;
   }
-  // The memory a stage on these ranks is held to: the least of their devices' (a stage that a
-  // mixed cluster's kinds share predicts its fullest kind's memory: never understated so).
-  std::int64_t stage_mem_limit(const std::vector<int>& ranks) const {
-    std::int64_t least = ranks.empty() ? mem_bytes : mem_of_rank(ranks.front());
-    for (int rank : ranks) least = std::min(least, mem_of_rank(rank));
-    return least;
-  }
 };
 
 struct Batch {
@@ -359,6 +355,12 @@ struct Plan {
   std::string model_file() const;
 
   int stage_count() const { return static_cast<int>(stages.size()); }
+  // The memory a stage's prediction is held to: its own record (a mixed cluster's stage), else
+  // its first rank's device's.
+  std::int64_t mem_limit_of(const Stage& stage) const {
+    if (stage.predicted.mem_limit_bytes > 0) return stage.predicted.mem_limit_bytes;
+    return stage.ranks.empty() ? cluster.mem_bytes : cluster.mem_of_rank(stage.ranks.front());
+  }
   // p, the pipeline's device groups: stage_count() / interleave.
   int pipeline_stages() const { return stage_count() / interleave; }
   // Stages after `stage` in its pipeline (what the schedule's rules are written in); for

@@ -213,7 +213,7 @@ std::optional<Host> read_host(const Field& cluster) {
 void read_node_groups(const Field& cluster, Cluster& c) {
   auto list = cluster.find("node_groups");
   if (!list) return;
-  int nodes = 0;
+  std::int64_t nodes = 0;
   for (const auto& field : list->items()) {
     NodeGroup group{field["nodes"].small(1), field["device"].text(), field["mem_bytes"].integer(1),
                     read_link(field["intra_node"]), read_host(field)};
@@ -428,6 +428,7 @@ StagePrediction read_predicted(const Field& predicted) {
   if (auto allreduce = predicted.find("allreduce_ms")) p.allreduce_ms = allreduce->non_negative();
   if (auto offload = predicted.find("offload_ms")) p.offload_ms = offload->non_negative();
   if (auto host = predicted.find("host_mem_bytes")) p.host_mem_bytes = host->non_negative();
+  if (auto limit = predicted.find("mem_limit_bytes")) p.mem_limit_bytes = limit->integer(1);
   if (auto in_flight = predicted.find("in_flight")) p.in_flight = in_flight->small();
   if (auto memory = predicted.find("memory")) p.memory = read_memory(*memory);
   return p;

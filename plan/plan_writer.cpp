@@ -96,6 +96,7 @@ json stage_json(const Stage& stage) {
         {"memory", memory_to_json(p.memory)},
         {"host_mem_bytes", stable_number(p.host_mem_bytes)}}},
   };
+  if (p.mem_limit_bytes > 0) entry["predicted"]["mem_limit_bytes"] = p.mem_limit_bytes;
   if (!stage.sha256.empty()) entry["sha256"] = stage.sha256;
   if (!stage.blocks.empty()) entry["blocks"] = stage.blocks;  // half-open [begin, end)
   if (!stage.op_range.empty()) entry["op_range"] = stage.op_range;

@@ -223,7 +223,9 @@ std::vector<at::Tensor> Trainer::gather_output_grads(const Chunk& chunk, const p
     auto part = finish_receive(piece, task);
     auto& grad = grads[piece.slot];
     if (!grad.defined())
-      grad = at::zeros(output.shape, at::TensorOptions().dtype(scalar_type(output)).device(chunk.runner->device()));
+      // This replica's samples: a stage that a mixed cluster's kinds share gives its replicas unequal ones.
+      grad = at::zeros(piece_shape(output, layout_.replica_slice(chunk.stage->id, placement_.replica)),
+                       at::TensorOptions().dtype(scalar_type(output)).device(chunk.runner->device()));
     cut(grad, output.batch_dim, piece.range).add_(part);
   }
   return grads;
@@ -237,7 +239,8 @@ void Trainer::send_input_grads(const Chunk& chunk, int microbatch, const std::ve
     if (input.model_input || input.embedding || !has_gradient(input)) continue;
     // The sender waits for a gradient of every float it sent, used or not.
     auto grad = grads[k].defined() ? grads[k].to(scalar_type(input))
-                                   : at::zeros(input.shape, at::TensorOptions().dtype(scalar_type(input)).device(chunk.runner->device()));
+                                   : at::zeros(piece_shape(input, layout_.replica_slice(stage.id, placement_.replica)),
+                                               at::TensorOptions().dtype(scalar_type(input)).device(chunk.runner->device()));
     for (const auto& piece : layout_.pieces_from(stage.id, placement_.replica, input.from_stage, input.batch_dim >= 0)) {
       int peer = layout_.rank_of(input.from_stage, placement_.pipeline, piece.peer_replica, placement_.tensor_rank);
       communicator_.send(cut(grad, input.batch_dim, piece.at_receiver), peer,

@@ -64,7 +64,8 @@ def parse_args():
 def ensure_seeds(args):
     seeds = os.path.abspath(args.seeds or os.path.join(args.work, "seeds"))
     import make_seeds
-    if not os.path.exists(os.path.join(seeds, "plan3", "plan.json")):
+    # Seeds of a build before the mixed-cluster ones (plan4) are written again.
+    if not os.path.exists(os.path.join(seeds, "plan4", "plan.json")):
         make_seeds.write_all(os.path.abspath(args.rannc), seeds)
     elif not os.path.exists(os.path.join(seeds, "pt2", "v29.pt2")):  # seeds of a build before the .pt2 ones
         make_seeds.write_pt2(seeds)
@@ -181,7 +182,7 @@ def build_case(args, seeds, index, kinds):
 
     if kind in ("plan", "stage"):
         # plan3, sharded, has no stage files: its plan.json alone is mutated.
-        plan_name = rng.choice(["plan1", "plan2", "plan3"] if kind == "plan" else ["plan1", "plan2"])
+        plan_name = rng.choice(["plan1", "plan2", "plan3", "plan4"] if kind == "plan" else ["plan1", "plan2"])
         source = os.path.join(seeds, plan_name)
         for name in os.listdir(source):
             if name.endswith(".pt") or name == "plan.json":
@@ -210,7 +211,7 @@ def build_case(args, seeds, index, kinds):
         return case
 
     if kind == "cluster":
-        path = mutate_json_seed(rng, case, seeds, "cluster.json")
+        path = mutate_json_seed(rng, case, seeds, rng.choice(["cluster.json", "mixed_cluster.json"]))
         model = os.path.join(seeds, "mlp.onnx")
         case.commands.append(("inspect --cluster", [rannc, "inspect", model, "--cluster", path], {}))
         case.commands.append(("partition --cluster", [rannc, model, "--cluster", path, "--plan-only", "-o", out],

@@ -4,9 +4,11 @@
   mlp.pt, mlp.onnx        a traced 8-16-4 MLP (input x, batch dim first) and its ONNX export
   conv.onnx               x[batch,3,8,8] -> Conv(4,3x3) -> Relu -> Flatten, built with onnx.helper
   cluster.json            a valid cluster description (1 node of 2 H100s with both links)
+  mixed_cluster.json      a mixed one: a node of 2 A100 40GB and a node of 2 H100s
   profile_db.json         `rannc-partition profile mlp.pt` output (one rep)
   plan1/plan.json         a 1-rank plan of mlp.pt with its stage file (what rannc-run -np 1 runs)
   plan2/plan.json         a 2-stage plan of mlp.pt on 2 devices with its stage files
+  plan4/plan.json         a 1-stage plan of mlp.pt on mixed_cluster.json (node groups, each rank's device)
   bags.pt                 a traced EmbeddingBag(50, 4) and Linear(4, 2) (input ids[batch, 3])
   plan3/plan.json         its sharded plan on 2 devices (--plan-only: a sharding section)
   pt2/tiny_attention.pt2  tests/models/pt2/tiny_attention.pt2 (torch.export, PyTorch 2.6's layout)
@@ -104,6 +106,9 @@ def write_conv(out):
 CLUSTER = {"nodes": 1, "gpus_per_node": 2, "device": "h100-80g", "mem": "80G",
            "intra_node": {"bandwidth_gbps": 450, "latency_us": 3},
            "inter_node": {"bandwidth_gbps": 50, "latency_us": 5}}
+MIXED_CLUSTER = {"gpus_per_node": 2, "inter_node": {"bandwidth_gbps": 25, "latency_us": 5},
+                 "node_groups": [{"nodes": 1, "device": "a100-40g", "mem": "40G"},
+                                 {"nodes": 1, "device": "h100-80g", "host": {"mem": "1T"}}]}
 
 
 def run(command):
@@ -134,6 +139,8 @@ def write_all(rannc, out):
     write_conv(out)
     with open(os.path.join(out, "cluster.json"), "w") as f:
         json.dump(CLUSTER, f, indent=1)
+    with open(os.path.join(out, "mixed_cluster.json"), "w") as f:
+        json.dump(MIXED_CLUSTER, f, indent=1)
     db = os.path.join(out, "profile_db.json")
     if os.path.exists(db):
         os.remove(db)
@@ -141,11 +148,13 @@ def write_all(rannc, out):
     run([rannc, "profile", mlp, "--input", X_ARG, "--profile-db", db, "--reps", "1"])
     run([rannc, mlp, "--input", X_ARG, "--gpus", "1", "-o", os.path.join(out, "plan1")])
     run([rannc, mlp, "--input", X_ARG, "--gpus", "2", "--stages", "2", "-o", os.path.join(out, "plan2")])
+    run([rannc, mlp, "--input", X_ARG, "--cluster", os.path.join(out, "mixed_cluster.json"), "--stages", "1",
+         "-o", os.path.join(out, "plan4")])
     write_bags(out)
     run([rannc, os.path.join(out, "bags.pt"), "--input", "ids:4x3:int64", "--gpus", "2", "--plan-only", "-o",
          os.path.join(out, "plan3")])
     write_pt2(out)
-    for name in ("plan1", "plan2", "plan3"):
+    for name in ("plan1", "plan2", "plan3", "plan4"):
         if not os.path.exists(os.path.join(out, name, "plan.json")):
             sys.exit("FAILED: no %s/plan.json" % name)
 

@@ -443,6 +443,11 @@ TEST_CASE("cluster JSON: each error of a node group names it", "[cluster][mixed]
   CHECK_THAT(error_of(R"({"gpus_per_node": 1024, "node_groups": [{"nodes": 1000, "device": "h200"},
                          {"nodes": 1000, "device": "h200"}]})"),
              StartsWith("c.json: field 'node_groups': more than 1048576 devices"));
+  {
+    std::string many = R"({"gpus_per_node": 1, "node_groups": [)";
+    for (int i = 0; i < 17; ++i) many += std::string(i ? "," : "") + R"({"nodes": 1, "device": "h200"})";
+    CHECK(error_of(many + "]}") == "c.json: field 'node_groups': more than 16 node groups");
+  }
   // A custom device has no links of its own to default to.
   CHECK(error_of(R"({"gpus_per_node": 2, "node_groups": [{"nodes": 1, "device": "h200"},
                     {"nodes": 1, "device": )" + custom + "}]}") ==

@@ -26,6 +26,7 @@ change in the last bit, so two correct runs that merely add in different orders 
 steps 0 and 1 and only to ~1e-2 later.
 """
 import argparse
+import atexit
 import json
 import os
 import re
@@ -33,6 +34,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import training_reference  # first: it sets OMP_NUM_THREADS before numpy or torch start OpenMP
@@ -104,8 +106,19 @@ def mpirun_command(ranks, run, plan_path, *args):
             plan_path, *map(str, args)]
 
 
+_MPI_TMPDIR = None
+
+
 def mpirun_env():
-    return dict(os.environ, OMP_NUM_THREADS="1")
+    """One thread per rank, and a temporary folder of this test's own for Open MPI (removed at
+    exit): a job a fault test kills leaves its session folder behind, and Open MPI 5 refuses to
+    start a later job whose process id happens to match one (PMIX_ERR_EXISTS, "prte_session_dir
+    failed")."""
+    global _MPI_TMPDIR
+    if _MPI_TMPDIR is None:
+        _MPI_TMPDIR = tempfile.mkdtemp(prefix="rannc-mpi-")
+        atexit.register(shutil.rmtree, _MPI_TMPDIR, True)
+    return dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=_MPI_TMPDIR)
 
 
 def run_job(command, timeout):

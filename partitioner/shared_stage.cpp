@@ -56,10 +56,21 @@ void enumerate_shares(const SearchContext& context, const SearchConfig& config, 
   }
 }
 
+// Each segment's part of a share, made once for all of the share's variants.
+std::vector<StageOptions> share_parts(const SearchContext& context, const SearchConfig& config, const std::vector<int>& samples) {
+  std::vector<StageOptions> parts;
+  for (std::size_t j = 0; j < config.segments.size(); ++j) {
+    const KindSegment& segment = config.segments[j];
+    parts.emplace_back(context.of_kind(segment.kind), kind_part(config, segment, samples[j]),
+                       std::numeric_limits<double>::infinity(), StageOptions::Listing::kNone);
+  }
+  return parts;
+}
+
 // The shared stage of one share and variant; nullopt when a kind's part does not fit.
 std::optional<StageOption> shared_stage(const SearchContext& context, const SearchConfig& config,
-                                        const std::vector<int>& samples, plan::Recompute recompute,
-                                        plan::StateSharding sharding) {
+                                        const std::vector<StageOptions>& parts, const std::vector<int>& samples,
+                                        plan::Recompute recompute, plan::StateSharding sharding) {
   const int blocks = context.blocks->count();
   StageOption shared;
   shared.end = blocks;
@@ -70,9 +81,7 @@ std::optional<StageOption> shared_stage(const SearchContext& context, const Sear
   shared.max_in_flight = std::numeric_limits<int>::max();
   for (std::size_t j = 0; j < config.segments.size(); ++j) {
     const KindSegment& segment = config.segments[j];
-    StageOptions part(context.of_kind(segment.kind), kind_part(config, segment, samples[j]),
-                      std::numeric_limits<double>::infinity(), StageOptions::Listing::kNone);
-    auto option = part.evaluate(0, blocks, segment.devices, recompute, sharding);
+    auto option = parts[j].evaluate(0, blocks, segment.devices, recompute, sharding);
     if (!option) return std::nullopt;
     // Every replica runs each pass at once: a pass takes its slowest kind's time.
     shared.fwd_ms = std::max(shared.fwd_ms, option->fwd_ms);
@@ -109,10 +118,11 @@ std::optional<PipelineSolution> search_shared_stage(const SearchContext& context
   enumerate_shares(context, config, 0, config.microbatch_size, samples, shares);
   std::optional<PipelineSolution> best;
   for (const auto& share : shares) {
+    const std::vector<StageOptions> parts = share_parts(context, config, share);
     for (auto recompute : kRecomputeChoices) {
       if (context.recompute && recompute != *context.recompute) continue;
       for (auto sharding : kShardingChoices) {
-        auto stage = shared_stage(context, config, share, recompute, sharding);
+        auto stage = shared_stage(context, config, parts, share, recompute, sharding);
         // One stage keeps the microbatches its schedule lets it (no stage after it).
         if (!stage || stage->max_in_flight < plan::microbatches_in_flight(config.schedule, 0, config.microbatches)) continue;
         const double objective = stage->t_ms + stage->term_ms;
@@ -126,17 +136,18 @@ std::optional<PipelineSolution> search_shared_stage(const SearchContext& context
 
 SharedStageMemory shared_stage_memory(const SearchContext& context, const SearchConfig& config, const StageOption& stage,
                                       int in_flight) {
+  std::vector<int> samples;
+  for (const auto& share : stage.shares) samples.push_back(share.samples);
+  const std::vector<StageOptions> parts = share_parts(context, config, samples);
   SharedStageMemory fullest;
   double fullest_fraction = -1;
   for (std::size_t j = 0; j < stage.shares.size(); ++j) {
     const KindShare& share = stage.shares[j];
     const SearchContext& kind = context.of_kind(share.kind);
-    StageOptions part(kind, kind_part(config, config.segments[j], share.samples), std::numeric_limits<double>::infinity(),
-                      StageOptions::Listing::kNone);
     StageOption option = stage;
     option.replicas = share.replicas;
     option.shares.clear();
-    auto memory = part.memory(option, in_flight);
+    auto memory = parts[j].memory(option, in_flight);
     const double fraction = memory.total() / static_cast<double>(kind.cluster->mem_bytes);
     if (fraction > fullest_fraction) fullest = {memory, kind.cluster->mem_bytes}, fullest_fraction = fraction;
   }

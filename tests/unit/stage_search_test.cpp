@@ -624,10 +624,7 @@ BlockCosts on_faster_kind(BlockCosts blocks, double speed) {
 // A mixed cluster's pipeline of two kinds: the random instance's blocks on kind 0 and the same
 // blocks `speed` times faster on kind 1, each kind with its own memory and devices, in either order.
 struct MixedInstance {
-  Instance first;
-  BlockCosts faster_blocks;
-  std::unique_ptr<RangeTable> faster_ranges;
-  cost::Cluster faster_cluster;
+  Instance first, faster;
   std::vector<SearchContext> kinds;
   SearchConfig config;
 };
@@ -636,14 +633,12 @@ std::unique_ptr<MixedInstance> mixed_instance(std::mt19937& rng, int index, doub
   auto mixed = std::make_unique<MixedInstance>();
   mixed->first = random_instance(rng, index);
   mixed->first.cluster = small_cluster(devices0, mixed->first.c.mem_gb * 1e9);
-  mixed->faster_blocks = on_faster_kind(mixed->first.blocks, speed);
-  mixed->faster_ranges = std::make_unique<RangeTable>(mixed->faster_blocks);
-  mixed->faster_cluster = small_cluster(devices1, mixed->first.c.mem_gb * 1e9 * (index % 2 == 0 ? 2 : 0.5));
-  mixed->faster_cluster.host = mixed->first.cluster.host;
-  mixed->kinds = {mixed->first.context(), mixed->first.context()};
-  mixed->kinds[1].blocks = &mixed->faster_blocks;
-  mixed->kinds[1].ranges = mixed->faster_ranges.get();
-  mixed->kinds[1].cluster = &mixed->faster_cluster;
+  mixed->faster.blocks = on_faster_kind(mixed->first.blocks, speed);
+  mixed->faster.ranges = std::make_unique<RangeTable>(mixed->faster.blocks);
+  mixed->faster.cluster = small_cluster(devices1, mixed->first.c.mem_gb * 1e9 * (index % 2 == 0 ? 2 : 0.5));
+  mixed->faster.c = mixed->first.c;
+  mixed->faster.cluster.host = mixed->first.cluster.host;
+  mixed->kinds = {mixed->first.context(), mixed->faster.context()};
   for (int k = 0; k < 2; ++k) mixed->kinds[k].kind = k, mixed->kinds[k].kinds = &mixed->kinds;
   mixed->config = mixed->first.config();
   mixed->config.stages.reset();
@@ -745,11 +740,11 @@ TEST_CASE("on two kinds of device the faster kind takes more layers per device",
     repeat_middle_blocks(first.blocks);
     first.ranges = std::make_unique<RangeTable>(first.blocks);
     first.cluster = small_cluster(4, 1e12);
-    mixed->faster_blocks = on_faster_kind(first.blocks, 3.0);
-    mixed->faster_ranges = std::make_unique<RangeTable>(mixed->faster_blocks);
-    mixed->faster_cluster = small_cluster(4, 1e12);
+    mixed->faster.blocks = on_faster_kind(first.blocks, 3.0);
+    mixed->faster.ranges = std::make_unique<RangeTable>(mixed->faster.blocks);
+    mixed->faster.cluster = small_cluster(4, 1e12);
     mixed->kinds[0].blocks = &first.blocks, mixed->kinds[0].ranges = first.ranges.get(), mixed->kinds[0].cluster = &first.cluster;
-    mixed->kinds[1].ranges = mixed->faster_ranges.get();
+    mixed->kinds[1].ranges = mixed->faster.ranges.get();
     mixed->config.microbatches = 16;
     mixed->config.microbatch_size = 8;
     mixed->config.schedule = plan::Schedule::k1F1B;

@@ -184,7 +184,8 @@ ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<boo
   memory.weight_grad_bytes.assign(graph.ops().size(), 0);
   const std::vector<bool> internal = kernel_internal_values(graph, fused);
   std::vector<int> kernel_of(graph.ops().size(), -1);
-  std::vector<bool> attention(fused.size()), recomputes(fused.size(), false);
+  std::vector<bool> attention(fused.size());
+  std::vector<ir::ValueId> recomputed;  // inside a kernel, saved by an op of it: computed again in backward
   for (std::size_t k = 0; k < fused.size(); ++k) {
     attention[k] = is_attention_kernel(graph, fused[k]);
     for (auto op : fused[k]) kernel_of[static_cast<std::size_t>(op)] = static_cast<int>(k);
@@ -200,22 +201,29 @@ ActivationMemory activation_memory(const ir::Graph& graph, const std::vector<boo
     if (kernel < 0 || !attention[static_cast<std::size_t>(kernel)])
       memory.kept_bytes[static_cast<std::size_t>(op.id)] += extra_saved_bytes(graph, op);
     for (auto id : saved_values(graph, op, requires_grad)) {
-      if (internal[static_cast<std::size_t>(id)]) recomputes[static_cast<std::size_t>(kernel_of[static_cast<std::size_t>(graph.value(id).producer)])] = true;
+      if (internal[static_cast<std::size_t>(id)]) recomputed.push_back(id);
       else kept[static_cast<std::size_t>(id)] = true;
     }
   }
-  // A kernel computes again in backward what it would have kept, from its activation inputs.
-  for (std::size_t k = 0; k < fused.size(); ++k) {
-    if (!recomputes[k]) continue;
-    for (auto op : fused[k])
-      for (auto in : graph.op(op).inputs) {
-        auto producer = graph.value(in).producer;
-        if (producer != ir::kNoId && kernel_of[static_cast<std::size_t>(producer)] == static_cast<int>(k)) continue;
-        for (auto id : tensors_behind(graph, in)) {
-          const auto& value = graph.value(id);
-          if (value.is_tensor() && value.batch_dependent) kept[static_cast<std::size_t>(storage_owner(graph, id))] = true;
-        }
+  // A kernel computes again in backward what it would have kept, from the tensors at its boundary
+  // those are made of: its activation inputs, or its outputs that later ops read (a norm's input
+  // where the residual add before it is in the kernel). Those are kept.
+  std::vector<bool> visited(graph.values().size(), false);
+  while (!recomputed.empty()) {
+    const ir::ValueId id = recomputed.back();
+    recomputed.pop_back();
+    if (visited[static_cast<std::size_t>(id)]) continue;
+    visited[static_cast<std::size_t>(id)] = true;
+    for (auto in : graph.op(graph.value(id).producer).inputs) {
+      if (internal[static_cast<std::size_t>(in)]) {
+        recomputed.push_back(in);
+        continue;
       }
+      for (auto behind : tensors_behind(graph, in)) {
+        const auto& value = graph.value(behind);
+        if (value.is_tensor() && value.batch_dependent) kept[static_cast<std::size_t>(storage_owner(graph, behind))] = true;
+      }
+    }
   }
   for (const auto& value : graph.values()) {
     // Model inputs are kept by the stage that receives them (StageFootprint::input_bytes).

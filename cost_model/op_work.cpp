@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -325,10 +326,41 @@ std::vector<bool> kernel_internal_values(const ir::Graph& graph, const std::vect
   return internal;
 }
 
+namespace {
+
+// The dims a mean reduces (ONNX's axes attribute or input, aten::mean.dim's list), as written.
+std::optional<std::vector<std::int64_t>> mean_dims(const ir::Graph& graph, const ir::Op& op) {
+  auto listed = [&](std::size_t input) -> std::optional<std::vector<std::int64_t>> {
+    if (input >= op.inputs.size()) return std::nullopt;
+    if (const auto* dims = std::get_if<std::vector<std::int64_t>>(&graph.value(op.inputs[input]).literal)) return *dims;
+    return std::nullopt;
+  };
+  if (op.kind == "onnx::ReduceMean") {
+    if (auto it = op.attrs.find("axes"); it != op.attrs.end())
+      if (const auto* axes = std::get_if<std::vector<std::int64_t>>(&it->second)) return *axes;
+    return listed(1);
+  }
+  if (op.kind == "aten::mean") return listed(1);
+  return std::nullopt;
+}
+
+// A norm's statistic written op by op: the mean over the last dim of each row (an RMS norm's mean
+// of squares, a layer norm's mean), which a fused norm kernel computes on chip.
+bool is_row_mean(const ir::Graph& graph, const ir::Op& op) {
+  auto dims = mean_dims(graph, op);
+  if (!dims || dims->size() != 1 || op.inputs.empty()) return false;
+  const auto& in = graph.value(op.inputs[0]).type;
+  const auto rank = static_cast<std::int64_t>(in.shape.size());
+  return rank >= 2 && (dims->front() == -1 || dims->front() == rank - 1);
+}
+
+}  // namespace
+
 std::vector<FusedKernel> elementwise_kernels(const ir::Graph& graph, const std::vector<FusedKernel>& taken) {
   const std::size_t ops = graph.ops().size();
   std::vector<bool> fusible(ops, false);
-  for (const auto& op : graph.ops()) fusible[static_cast<std::size_t>(op.id)] = classify(graph, op) == OpClass::kElementwise;
+  for (const auto& op : graph.ops())
+    fusible[static_cast<std::size_t>(op.id)] = classify(graph, op) == OpClass::kElementwise || is_row_mean(graph, op);
   for (const auto& kernel : taken)
     for (auto op : kernel) fusible[static_cast<std::size_t>(op)] = false;
   // An op's level: the most other ops (products, reductions, data movement) on a path to it. Ops

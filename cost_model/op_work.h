@@ -58,9 +58,11 @@ OpWork loss_work(const ir::Value& input);
 //   with the keys through the scaling, masking, softmax and dropout of the scores to the product
 //   with the values, or one fused attention op (aten::scaled_dot_product_attention);
 // - an elementwise kernel (Megatron-LM's fused bias-GELU, SwiGLU and bias-dropout-add,
-//   torch.compile's pointwise fusion): connected elementwise ops.
+//   Transformer Engine's RMS and layer norms, torch.compile's pointwise fusion): connected
+//   elementwise ops and the means over each row's last dim between them (a norm written op by op).
 // What the ops inside a kernel pass each other stays on chip: it is neither written to device
-// memory nor kept for backward, which computes it again from the kernel's inputs.
+// memory nor kept for backward, which computes it again from the tensors at the kernel's
+// boundary it is made of.
 using FusedKernel = std::vector<ir::OpId>;
 // Whether a kernel is an attention kernel: it holds a matrix product.
 bool is_attention_kernel(const ir::Graph& graph, const FusedKernel& kernel);

@@ -888,13 +888,50 @@ TensorRegions find_tensor_regions(const ir::Graph& graph) {
   return result;
 }
 
+std::vector<ValueId> key_value_operands(const Graph& graph, const std::vector<OpId>& core) {
+  if (core.empty()) return {};
+  const Op& first = graph.op(core.front());
+  if (ir::has_op_trait(first.kind, ir::op_trait::kFusedAttention) && first.inputs.size() >= 3)
+    return {first.inputs[1], first.inputs[2]};
+  std::vector<OpId> products;
+  for (OpId id : core)
+    if (ir::op_class_of(graph.op(id).kind) == ir::OpClass::kMatMul) products.push_back(id);
+  if (products.size() < 2 || graph.op(products.front()).inputs.size() < 2 || graph.op(products.back()).inputs.size() < 2)
+    return {};
+  return {graph.op(products.front()).inputs[1], graph.op(products.back()).inputs[1]};
+}
+
+std::vector<OpId> movement_before(const Graph& graph, ValueId operand) {
+  std::vector<OpId> chain;
+  for (ValueId at = operand;;) {
+    const Value& value = graph.value(at);
+    if (value.producer == kNoId || value.consumers.size() != 1) break;
+    const Op& producer = graph.op(value.producer);
+    if (ir::op_class_of(producer.kind) != ir::OpClass::kDataMovement || producer.outputs.size() != 1) break;
+    ValueId source = kNoId;
+    int sources = 0;
+    for (ValueId id : producer.inputs)
+      if (graph.value(id).is_tensor() && graph.value(id).batch_dependent && id != source) source = id, ++sources;
+    if (sources != 1) break;
+    chain.push_back(producer.id);
+    at = source;
+  }
+  return chain;
+}
+
 std::vector<cost::FusedKernel> attention_kernels(const ir::Graph& graph, const TensorRegions& regions) {
   std::vector<cost::FusedKernel> kernels;
   std::vector<bool> in_core(graph.ops().size(), false);
   for (const auto& region : regions.regions) {
     if (region.attention_core.empty()) continue;
-    kernels.push_back(region.attention_core);
-    for (OpId id : region.attention_core) in_core[static_cast<std::size_t>(id)] = true;
+    cost::FusedKernel kernel = region.attention_core;
+    for (ValueId operand : key_value_operands(graph, region.attention_core))
+      for (OpId id : movement_before(graph, operand))
+        if (!std::binary_search(region.attention_core.begin(), region.attention_core.end(), id)) kernel.push_back(id);
+    std::sort(kernel.begin(), kernel.end());
+    kernel.erase(std::unique(kernel.begin(), kernel.end()), kernel.end());
+    for (OpId id : kernel) in_core[static_cast<std::size_t>(id)] = true;
+    kernels.push_back(std::move(kernel));
   }
   for (const auto& op : graph.ops())
     if (ir::has_op_trait(op.kind, ir::op_trait::kFusedAttention) && !in_core[static_cast<std::size_t>(op.id)])

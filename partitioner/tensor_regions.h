@@ -111,10 +111,21 @@ struct TensorRegions {
 // model with layer regions.
 TensorRegions find_tensor_regions(const ir::Graph& graph);
 
+// The keys and values an attention core reads: the second operand of its first product (the
+// scores) and of its last (the product with V), or a fused attention op's second and third;
+// empty when the core has neither.
+std::vector<ir::ValueId> key_value_operands(const ir::Graph& graph, const std::vector<ir::OpId>& core);
+// The data-movement ops (views, transposes, grouped-query attention's repeat of the key/value
+// heads) that make `operand` from one tensor, nearest first, each with one output read only by
+// the next (a split of a fused QKV ends the chain: its queries go elsewhere): what a
+// fused attention kernel does without (it reads grouped keys and values as they are), and after
+// which a context group's ring passes the keys and values (partitioner/context_parallel.h).
+std::vector<ir::OpId> movement_before(const ir::Graph& graph, ir::ValueId operand);
+
 // The attention kernels a training stack with fused attention runs (cost::FusedKernel): each
-// region's attention core with its products, and each fused attention op outside them. An
-// attention core is known only inside a region (a layer whose heads no degree splits is not
-// fused); ascending by first op.
+// region's attention core with its products and the data movement before its keys and values
+// (movement_before), and each fused attention op outside them. An attention core is known only
+// inside a region (a layer whose heads no degree splits is not fused); ascending by first op.
 std::vector<cost::FusedKernel> attention_kernels(const ir::Graph& graph, const TensorRegions& regions);
 
 // Every kernel a training stack runs fused (plan/options.h's Fusion): the attention kernels with

@@ -408,7 +408,19 @@ TEST_CASE("fused attention: GPT-3's cores keep a log-sum-exp per query row and c
   auto regions = find_tensor_regions(graph);
   auto kernels = attention_kernels(graph, regions);
   REQUIRE(kernels.size() == 96);
-  CHECK(kernels[0] == layer_regions(regions)[0].attention_core);
+  // The core, and the reshapes and transposes that make its keys and values from the fused QKV
+  // projection's split (the kernel reads them as the split writes them).
+  const auto layers = layer_regions(regions);
+  const auto& core = layers[0].attention_core;
+  cost::FusedKernel expected = core;
+  for (auto operand : key_value_operands(graph, core)) {
+    auto movement = movement_before(graph, operand);
+    CHECK(movement.size() == 2);
+    for (auto op : movement) CHECK(ir::op_class_of(graph.op(op).kind) == ir::OpClass::kDataMovement);
+    expected.insert(expected.end(), movement.begin(), movement.end());
+  }
+  std::sort(expected.begin(), expected.end());
+  CHECK(kernels[0] == expected);
   auto precision = plan::Precision::kBf16Mixed;
   const auto& device = *cost::find_device_preset("a100-80g");
   cost::CostModel unfused(graph, device, precision, nullptr);
@@ -423,7 +435,7 @@ TEST_CASE("fused attention: GPT-3's cores keep a log-sum-exp per query row and c
   auto sum = [](const std::vector<double>& bytes) { return std::accumulate(bytes.begin(), bytes.end(), 0.0); };
   const double softmax_bytes = 96.0 * 2048 * 2048 * 2, lse_bytes = 96.0 * 2048 * 4;
   CHECK(sum(after.kept_bytes) == Approx(sum(before.kept_bytes) - 96 * (softmax_bytes - lse_bytes)).epsilon(1e-12));
-  const auto& kernel = kernels[0];
+  const auto& kernel = core;
   const ir::Op& scores = graph.op(kernel.front());
   const ir::Op& softmax = graph.op(kernel[3]);
   REQUIRE(softmax.kind == "onnx::Softmax");
@@ -767,5 +779,48 @@ TEST_CASE("tensor regions: the same graph gives the same regions", "[tensor_regi
     const auto& weights = found.regions[i].weights;
     for (std::size_t w = 1; w < weights.size(); ++w) CHECK(weights[w - 1].weight < weights[w].weight);
     if (i > 0) CHECK(found.regions[i - 1].anchor() < found.regions[i].anchor());
+  }
+}
+
+TEST_CASE("fused kernels: a Llama-3 layer keeps what Megatron-LM keeps, its keys and values at 8 heads",
+          "[tensor_regions]") {
+  auto model = load(RANNC_SHAPE_ONLY_DIR "/llama3-70b.onnx");
+  const auto& graph = model.graph;
+  auto regions = find_tensor_regions(graph);
+  auto kernels = fused_kernels(graph, regions, plan::Fusion::kFused, plan::Fusion::kFused);
+  auto precision = plan::Precision::kBf16Mixed;
+  cost::CostModel unfused(graph, *cost::find_device_preset("h100-80g"), precision, nullptr);
+  cost::CostModel fused = unfused;
+  fused.fuse(graph, kernels);
+  auto memory = cost::activation_memory(graph, fused.requires_grad(), precision, fused.fused_kernels());
+  const auto layers = layer_regions(regions);
+  REQUIRE(layers.size() == 160);
+  // Layer 1: from the op after layer 0's down projection to layer 1's. At batch 1, sequence 8192,
+  // hidden 8192 in bf16 (h = 134 MB): each RMS norm's input and output (the kernel computes its
+  // statistics again from its input), Q, K and V at 8 of 64 heads (a fused kernel reads grouped
+  // keys and values without repeating them), the attention's output and its fp32 log-sum-exp per
+  // head and position, the SwiGLU's gate, up and product (3.5 h each): 16.75 h in all, as
+  // Korthikanti et al. count a layer without dropout.
+  double kept = 0;
+  for (auto op = layers[1].row_op + 1; op <= layers[3].row_op; ++op) kept += memory.kept_bytes[static_cast<std::size_t>(op)];
+  const double h = 8192.0 * 8192 * 2, lse = 64.0 * 8192 * 4;
+  CHECK(kept == Approx(16.75 * h + lse).epsilon(1e-12));
+  // The RMS norm, op by op (Pow, ReduceMean, Add, Sqrt, Div, Mul, Mul), is one kernel with the
+  // residual add before it.
+  const auto& attention = layers[2];
+  const ir::ValueId norm_out = graph.op(attention.column_ops.front()).inputs[0];
+  const auto norm_kernel = std::find_if(kernels.begin(), kernels.end(), [&](const cost::FusedKernel& k) {
+    return std::binary_search(k.begin(), k.end(), graph.value(norm_out).producer);
+  });
+  REQUIRE(norm_kernel != kernels.end());
+  CHECK(kinds_of(graph, *norm_kernel) == std::vector<std::string>{"onnx::Add", "onnx::Pow", "onnx::ReduceMean", "onnx::Add",
+                                                                   "onnx::Sqrt", "onnx::Div", "onnx::Mul", "onnx::Mul"});
+  // The attention kernel reads K and V as the rotary embedding and the value projection write
+  // them: 8 heads of 128 at each position.
+  for (auto operand : key_value_operands(graph, attention.attention_core)) {
+    auto movement = movement_before(graph, operand);
+    REQUIRE_FALSE(movement.empty());
+    CHECK(graph.value(operand).type.numel() == 64 * 8192 * 128);
+    CHECK(graph.value(graph.op(movement.back()).inputs[0]).type.numel() == 8 * 8192 * 128);
   }
 }

@@ -194,6 +194,10 @@ void add_request_options(CLI::App& app, PartitionOptions& p) {
                  "largest tensor-parallel degree, splitting layers over a node's devices (1: none; default: a node's "
                  "devices on a GPU, 1 on the cpu device)")
       ->group(kSearchGroup);
+  app.add_option("--context-parallel", p.context_parallel,
+                 "largest context-parallel degree, splitting each sample's sequence over a node's devices with ring "
+                 "attention (default 1: none; rannc-run does not run it)")
+      ->group(kSearchGroup);
   app.add_option("--sequence-parallel", p.sequence_parallel,
                  "on (default: norms, residual adds and dropout between the split regions run on 1/T of the sequence "
                  "of a tensor-parallel group, Megatron-LM's way) or off (whole on each of its devices)")

@@ -122,6 +122,7 @@ std::string layout_name(const PlacedPipeline& p) {
   // Tensor parallelism, where a stage has it: "tp=8", or per stage "tp=(8*12,4)".
   if (!degrees.empty() && !uniform(degrees)) name += " tp=(" + per_stage_runs(degrees) + ")";
   else if (!degrees.empty() && degrees.front() > 1) name += " tp=" + std::to_string(degrees.front());
+  if (p.config.context_degree > 1) name += " cp=" + std::to_string(p.config.context_degree);
   name += " m=" + std::to_string(p.config.microbatches) + " b=" + std::to_string(p.config.microbatch_size);
   if (uniform(replicas)) return name;
   return name + " (replicas " + per_stage_runs(replicas) + ")";

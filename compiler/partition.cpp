@@ -59,6 +59,11 @@ void apply_layout(const PartitionOptions& options, partition::PlanRequest& reque
   request.pipelines = layout.pipelines;
   request.microbatches = layout.microbatches;
   request.tensor_degree = layout.tensor_degree;
+  if (layout.context_degree > 1) {
+    if (request.cluster.mixed())
+      throw InputError("--layout cp=: context parallelism is not planned on a mixed cluster");
+    request.context_degree = layout.context_degree;
+  }
   if (layout.chunks > 1) {
     if (request.schedule != plan::Schedule::k1F1B) throw InputError("--layout vp=: interleaved stages run the 1f1b schedule");
     if (request.cluster.mixed())
@@ -73,7 +78,8 @@ void apply_layout(const PartitionOptions& options, partition::PlanRequest& reque
 }  // namespace
 
 ForcedLayout parse_layout(const std::string& text, int devices, int devices_per_node) {
-  const std::string form = "expected pp=N,dp=N[,m=N][,tp=N][,vp=N], e.g. pp=8,dp=8 or pp=16,dp=8,tp=8,vp=2";
+  const std::string form =
+      "expected pp=N,dp=N[,m=N][,tp=N][,cp=N][,vp=N], e.g. pp=8,dp=8 or pp=16,dp=8,tp=8,vp=2 or pp=4,dp=2,tp=4,cp=2,vp=5";
   ForcedLayout layout;
   std::set<std::string> seen;
   std::size_t begin = 0;
@@ -83,7 +89,7 @@ ForcedLayout parse_layout(const std::string& text, int devices, int devices_per_
     begin = end + 1;
     auto equals = item.find('=');
     std::string key = item.substr(0, equals);
-    if (equals == std::string::npos || (key != "pp" && key != "dp" && key != "m" && key != "tp" && key != "vp"))
+    if (equals == std::string::npos || (key != "pp" && key != "dp" && key != "m" && key != "tp" && key != "cp" && key != "vp"))
       throw InputError("--layout " + text_excerpt(text) + ": " + text_excerpt(item) + " is not a layout item; " + form);
     if (!seen.insert(key).second) throw InputError("--layout " + text_excerpt(text) + ": " + key + " is given twice");
     int value = layout_number(item, item.substr(equals + 1));
@@ -91,6 +97,7 @@ ForcedLayout parse_layout(const std::string& text, int devices, int devices_per_
     if (key == "dp") layout.pipelines = value;
     if (key == "m") layout.microbatches = value;
     if (key == "tp") layout.tensor_degree = value;
+    if (key == "cp") layout.context_degree = value;
     if (key == "vp") layout.chunks = value;
   }
   if (!layout.stages || !layout.pipelines) throw InputError("--layout " + text_excerpt(text) + ": " + form);
@@ -99,10 +106,15 @@ ForcedLayout parse_layout(const std::string& text, int devices, int devices_per_
   if (devices_per_node % layout.tensor_degree != 0)
     throw InputError("--layout tp=" + std::to_string(layout.tensor_degree) + ": must divide the " +
                      std::to_string(devices_per_node) + " devices of a node (a tensor-parallel group stays in one node)");
-  std::int64_t product = static_cast<std::int64_t>(layout.stages) * layout.pipelines * layout.tensor_degree;
+  if (devices_per_node % (layout.tensor_degree * layout.context_degree) != 0)
+    throw InputError("--layout cp=" + std::to_string(layout.context_degree) + ": tp x cp must divide the " +
+                     std::to_string(devices_per_node) + " devices of a node (a context group stays in one node)");
+  std::int64_t product =
+      static_cast<std::int64_t>(layout.stages) * layout.pipelines * layout.tensor_degree * layout.context_degree;
   if (product != devices) {
-    throw InputError("--layout " + text_excerpt(text) + ": pp x dp" + (layout.tensor_degree > 1 ? " x tp" : "") + " = " +
-                     std::to_string(product) + " devices, but the job has " + std::to_string(devices) + " (--gpus)");
+    throw InputError("--layout " + text_excerpt(text) + ": pp x dp" + (layout.tensor_degree > 1 ? " x tp" : "") +
+                     (layout.context_degree > 1 ? " x cp" : "") + " = " + std::to_string(product) +
+                     " devices, but the job has " + std::to_string(devices) + " (--gpus)");
   }
   return layout;
 }
@@ -160,6 +172,15 @@ partition::PlanRequest plan_request(const PartitionOptions& options) {
       throw InputError("--tensor-parallel " + std::to_string(*options.tensor_parallel) + ": must divide the " +
                        std::to_string(request.cluster.gpus_per_node) + " devices of a node (1 plans none)");
     request.max_tensor_degree = *options.tensor_parallel;
+  }
+  if (options.context_parallel != 1) {
+    if (options.context_parallel < 1 || request.cluster.gpus_per_node % options.context_parallel != 0)
+      throw InputError("--context-parallel " + std::to_string(options.context_parallel) + ": must divide the " +
+                       std::to_string(request.cluster.gpus_per_node) + " devices of a node (1 plans none)");
+    if (request.cluster.mixed())
+      throw InputError("--context-parallel " + std::to_string(options.context_parallel) +
+                       ": context parallelism is not planned on a mixed cluster");
+    request.max_context_degree = options.context_parallel;
   }
   apply_layout(options, request);
   if (request.tensor_degree) request.max_tensor_degree = std::max(request.max_tensor_degree, *request.tensor_degree);
@@ -377,6 +398,7 @@ partition::PlacedPipeline free_pipeline(const Model& model, const std::vector<co
   request.pipelines.reset();
   request.microbatches.reset();
   request.tensor_degree.reset();
+  request.context_degree.reset();
   request.runners_up = 0;
   return partition::plan_model(model.graph, model.batch, costs, request).pipeline;
 }

@@ -32,6 +32,9 @@ struct PartitionOptions {
   // on a GPU, 1 on the CPU (plans rannc-run trains there).
   std::optional<int> tensor_parallel;
   std::string sequence_parallel = "on";  // on or off: sequence parallelism with tensor parallelism
+  // --context-parallel: the largest context-parallel degree the search considers (1, the default:
+  // none; rannc-run does not run context parallelism).
+  int context_parallel = 1;
   std::string profile_db;
   ShardingOptions sharding;  // models with pooled embedding tables
   bool plan_only = false;  // write plan.json without stage files
@@ -56,9 +59,10 @@ struct ForcedLayout {
   std::optional<int> microbatches;
   int tensor_degree = 1;  // tp= (1 when not given): every stage's
   int chunks = 1;         // vp= (1 when not given): model chunks per device group (interleaved 1F1B)
+  int context_degree = 1; // cp= (1 when not given): every stage's context-parallel degree
 };
-// Throws InputError naming what is wrong: a malformed item, a tp that does not divide a node's
-// devices, or a layout whose stages x pipelines x tp is not the job's device count.
+// Throws InputError naming what is wrong: a malformed item, a tp x cp that does not divide a
+// node's devices, or a layout whose stages x pipelines x tp x cp is not the job's device count.
 ForcedLayout parse_layout(const std::string& text, int devices, int devices_per_node);
 
 struct PartitionReport {

@@ -113,7 +113,8 @@ class Table {
   std::string right_;  // per column: 'r' right-aligned, 'l' left
 };
 
-// "2 x 8", or with tensor parallelism "2 x 8 x tp 8": replicas per pipeline, pipelines, group.
+// "2 x 8", or with tensor and context parallelism "2 x 8 x tp 4 x cp 2": replicas per pipeline,
+// pipelines, group.
 std::string replicas_text(const plan::Plan& plan, const plan::Stage& stage) {
   std::string text = std::to_string(stage.replicas_per_pipeline) + " x " + std::to_string(plan.batch.pipelines);
   // Unequal shares of a microbatch: "2 x 2 (3/1 samples)".
@@ -122,8 +123,9 @@ std::string replicas_text(const plan::Plan& plan, const plan::Stage& stage) {
     for (int samples : stage.replica_samples) shares += (shares.empty() ? "" : "/") + std::to_string(samples);
     text += " (" + shares + " samples)";
   }
-  int degree = stage.tensor_parallel.degree;
-  return degree > 1 ? text + " x tp " + std::to_string(degree) : text;
+  if (stage.tensor_parallel.degree > 1) text += " x tp " + std::to_string(stage.tensor_parallel.degree);
+  if (stage.context_degree > 1) text += " x cp " + std::to_string(stage.context_degree);
+  return text;
 }
 
 // What tensor parallelism splits and leaves whole, over all stages: one line each, the reasons
@@ -213,6 +215,7 @@ nlohmann::json stage_json(const plan::Plan& plan, const plan::Stage& stage) {
     entry["tensor_parallel"] = {{"degree", split.degree}, {"regions", split.regions.size()},
                                 {"weights", split.weights.size()}, {"unsplit", split.unsplit.size()}};
   }
+  if (stage.context_degree > 1) entry["context_parallel"] = {{"degree", stage.context_degree}};
   return entry;
 }
 

@@ -67,6 +67,7 @@ nlohmann::json row_json(const SweepRow& row) {
                 {"microbatches", p.config.microbatches},
                 {"unused_devices", p.unused_ranks.size()}});
   if (auto tensor = tensor_text(p); !tensor.empty()) entry["tensor_parallel"] = tensor;
+  if (p.config.context_degree > 1) entry["context_parallel"] = p.config.context_degree;
   if (p.config.chunks > 1) entry["interleave"] = p.config.chunks;
   return entry;
 }
@@ -95,6 +96,7 @@ std::string table_text(const std::vector<SweepRow>& rows, std::int64_t mem_limit
     std::string tensor = tensor_text(p);
     std::string layout = std::to_string(p.stages.size()) + " x " + std::to_string(p.config.pipelines) + " (" +
                          replica_text(p, /*fold=*/true) + (tensor.empty() ? "" : ", tp " + tensor) +
+                         (p.config.context_degree > 1 ? ", cp " + std::to_string(p.config.context_degree) : "") +
                          (p.config.chunks > 1 ? ", vp " + std::to_string(p.config.chunks) : "") + ")";
     if (layout.size() > 26) layout = layout.substr(0, 23) + "...";
     std::string memory = human_bytes(p.predicted.peak_mem_bytes) + (row.device.empty() ? " of " + human_bytes(static_cast<double>(mem_limit)) : "");

@@ -141,6 +141,7 @@ plan::Stage plan_stage(const ir::Graph& graph, const partition::PlanResult& resu
   stage.offload = option.offload;
   if (layout.tensor_shard.degree > 1)
     stage.tensor_parallel = plan_tensor_parallel(graph, result.partitioning.regions, layout);
+  stage.context_degree = option.context_degree;
   stage.predicted = {option.fwd_ms,      option.bwd_ms,           option.p2p_ms,  planned.allreduce_ms, option.offload_ms,
                      planned.in_flight, planned.memory.total(), planned.memory, planned.host_mem_bytes,
                      planned.mem_limit_bytes};

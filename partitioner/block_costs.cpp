@@ -61,6 +61,15 @@ std::vector<int> recomputed_core_of_op(const ir::Graph& graph, const TensorRegio
   return recomputed;
 }
 
+// Whether a region's column ops read their input gathered along the sequence: an op that
+// sequence parallelism splits makes it, outside the region.
+bool gathers_input(const ir::Graph& graph, const TensorRegions& regions, const TensorRegion& region) {
+  if (region.input == ir::kNoId) return false;
+  const ir::OpId producer = graph.value(region.input).producer;
+  return producer != ir::kNoId && std::binary_search(regions.sequence_ops.begin(), regions.sequence_ops.end(), producer) &&
+         std::find(region.ops.begin(), region.ops.end(), producer) == region.ops.end();
+}
+
 // [op]: what rannc-run keeps beyond the op's share where a region's column ops read its output
 // gathered along the sequence (tp_gather): they keep the gathered whole tensor for backward, not
 // the sequence op's 1/t of it. (Megatron-LM keeps the part and gathers it again in backward.)
@@ -68,6 +77,7 @@ std::vector<double> gathered_input_bytes(const ir::Graph& graph, const TensorReg
                                          const cost::ActivationMemory& activations, const std::vector<bool>& split,
                                          int degree, plan::Precision precision) {
   std::vector<double> extra(graph.ops().size(), 0);
+  if (regions.regather_inputs) return extra;
   for (const auto& region : regions.regions) {
     if (!region.allows(degree) || region.input == ir::kNoId) continue;
     ir::OpId producer = graph.value(region.input).producer;
@@ -86,10 +96,14 @@ struct BlockTables {
   BlockCosts::Cores cores;
 };
 
+// Each device of a context group runs 1/context of each sample's positions: its ops' work and
+// workspace are those of 1/context of the samples (the roofline scales tokens, and an attention
+// core's scores for 1/c of the queries against every key are 1/c of them); what they keep is
+// scaled so by the search.
 BlockTables cost_blocks(const ir::Graph& graph, const std::vector<std::vector<ir::OpId>>& ops,
                         const cost::CostModel& costs, const cost::ActivationMemory& activations,
                         const TensorRegions& regions, const std::vector<int>& recomputed_core, int degree,
-                        const BlockCosts& result) {
+                        int context, const BlockCosts& result) {
   std::size_t sizes = result.samples.size();
   const std::vector<bool> split = split_ops(graph.ops().size(), regions, degree);
   const std::vector<double> gathered = gathered_input_bytes(graph, regions, activations, split, degree, costs.precision());
@@ -106,7 +120,7 @@ BlockTables cost_blocks(const ir::Graph& graph, const std::vector<std::vector<ir
       if (core >= 0) kept_by_core[core] += activations.kept_bytes[op] / ways;
       double fixed = activations.weight_grad_bytes[op], scaled = activations.workspace_bytes[op] - fixed;
       for (std::size_t i = 0; i < sizes; ++i) {
-        double fraction = result.samples[i] / result.evaluated_batch;
+        double fraction = result.samples[i] / result.evaluated_batch / context;
         cost::OpCost cost = costs.split_op_cost(op, fraction, ways);
         fwd[i] += cost.fwd_ms;
         bwd[i] += cost.bwd_ms;
@@ -166,7 +180,7 @@ void add_collectives(const ir::Graph& graph, const std::vector<int>& block_of_op
   split.final_output_saved_bytes.assign(blocks, 0);
   auto block = [&](ir::OpId op) { return block_of_op[static_cast<std::size_t>(op)]; };
   for (const auto& region : regions.regions) {
-    if (!region.allows(split.degree)) continue;
+    if (split.degree == 1 || !region.allows(split.degree)) continue;
     mark_cuts(region.ops, block_of_op, split.cuts_region_before);
     if (region.row_op != ir::kNoId) {
       split.fwd_reduced_bytes[block(region.row_op)] += cost::stored_bytes(graph.value(region.output), precision);
@@ -181,10 +195,28 @@ void add_collectives(const ir::Graph& graph, const std::vector<int>& block_of_op
             cost::stored_bytes(logits, precision) * (1 - 1.0 / split.degree);
     }
     if (region.input != ir::kNoId) {
-      split.bwd_reduced_bytes[block(region.column_ops.front())] += cost::stored_bytes(graph.value(region.input), precision);
+      const double input_bytes = cost::stored_bytes(graph.value(region.input), precision);
+      split.bwd_reduced_bytes[block(region.column_ops.front())] += input_bytes;
       split.bwd_collectives[block(region.column_ops.front())] += 1;
+      // Gathered again for the weights' gradients: an all-gather, half an all-reduce's traffic.
+      if (regions.regather_inputs && gathers_input(graph, regions, region)) {
+        split.bwd_reduced_bytes[block(region.column_ops.front())] += input_bytes / 2;
+        split.bwd_collectives[block(region.column_ops.front())] += 1;
+      }
     }
   }
+}
+
+// What a context group's rings pass in the blocks of the attention cores, and the cores a stage
+// of the group holds whole.
+void add_context_exchange(const ir::Graph& graph, const std::vector<int>& block_of_op, const TensorRegions& regions,
+                          const ContextSplit& context_split, plan::Precision precision, BlockCosts::Split& split) {
+  split.exchanged_bytes.assign(split.fwd_ms.size(), 0);
+  for (const auto& core : context_split.exchanged)
+    for (ir::ValueId value : core.values)
+      split.exchanged_bytes[static_cast<std::size_t>(block_of_op[static_cast<std::size_t>(core.core_op)])] +=
+          cost::stored_bytes(graph.value(value), precision);
+  for (const auto& region : regions.regions) mark_cuts(region.attention_core, block_of_op, split.cuts_region_before);
 }
 
 void collect_weights(const ir::Graph& graph, const std::vector<std::vector<ir::OpId>>& ops, const TensorRegions& regions,
@@ -287,15 +319,16 @@ int BlockCosts::sample_index(int microbatch_samples) const {
   return static_cast<int>(it - samples.begin());
 }
 
-const BlockCosts::Split* BlockCosts::split(int degree) const {
+const BlockCosts::Split* BlockCosts::split(int degree, int context) const {
   for (const auto& split : splits)
-    if (split.degree == degree) return &split;
+    if (split.degree == degree && split.context == context) return &split;
   return nullptr;
 }
 
 BlockCosts block_costs(const ir::Graph& graph, const UnitGraph& units, const Blocking& blocking,
                        const cost::CostModel& costs, const cost::ActivationMemory& activations, std::int64_t evaluated_batch,
-                       std::vector<int> samples, const TensorRegions& regions, const std::vector<int>& degrees) {
+                       std::vector<int> samples, const TensorRegions& regions, const std::vector<int>& degrees,
+                       const ContextSplit& context_split, const std::vector<int>& contexts) {
   std::sort(samples.begin(), samples.end());
   samples.erase(std::unique(samples.begin(), samples.end()), samples.end());
   BlockCosts result;
@@ -303,7 +336,7 @@ BlockCosts block_costs(const ir::Graph& graph, const UnitGraph& units, const Blo
   result.samples = samples;
   auto ops = ops_by_block(graph, units, blocking);
   const std::vector<int> recomputed_core = recomputed_core_of_op(graph, regions);
-  BlockTables whole = cost_blocks(graph, ops, costs, activations, regions, recomputed_core, 1, result);
+  BlockTables whole = cost_blocks(graph, ops, costs, activations, regions, recomputed_core, 1, 1, result);
   result.fwd_ms = std::move(whole.fwd);
   result.bwd_ms = std::move(whole.bwd);
   result.fwd_host_ms = std::move(whole.fwd_host);
@@ -321,25 +354,37 @@ BlockCosts block_costs(const ir::Graph& graph, const UnitGraph& units, const Blo
     for (auto op : ops[block]) block_of_op[static_cast<std::size_t>(op)] = block;
   result.cuts_core_before.assign(ops.size() + 1, false);
   for (const auto& region : regions.regions) mark_cuts(region.attention_core, block_of_op, result.cuts_core_before);
-  for (int degree : degrees) {
-    if (degree <= 1 || !regions.allows_degree(degree)) continue;
-    BlockTables tables = cost_blocks(graph, ops, costs, activations, regions, recomputed_core, degree, result);
+  auto add_split = [&](int degree, int context) {
+    BlockTables tables = cost_blocks(graph, ops, costs, activations, regions, recomputed_core, degree, context, result);
     BlockCosts::Split split;
     split.degree = degree;
+    split.context = context;
     split.fwd_ms = std::move(tables.fwd);
     split.bwd_ms = std::move(tables.bwd);
     split.workspace_bytes = std::move(tables.workspace);
     split.kept_bytes = std::move(tables.kept);
     split.cores = std::move(tables.cores);
     add_collectives(graph, block_of_op, regions, costs.precision(), split);
+    if (context > 1) add_context_exchange(graph, block_of_op, regions, context_split, costs.precision(), split);
     result.splits.push_back(std::move(split));
-  }
+  };
+  std::vector<int> group_degrees{1};
+  for (int degree : degrees)
+    if (degree > 1 && regions.allows_degree(degree)) add_split(degree, 1), group_degrees.push_back(degree);
+  for (int context : contexts)
+    if (context > 1 && context_split.allowed)
+      for (int degree : group_degrees) add_split(degree, context);
   collect_weights(graph, ops, regions, result);
   collect_tensors(graph, units, blocking, activations, costs.precision(), result);
   return result;
 }
 
 RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
+  // The tables per device of a tensor-parallel degree: a context split adds none (its weights
+  // are whole on each device, and its share of the samples scales what it keeps).
+  std::vector<const BlockCosts::Split*> tensor_splits;
+  for (const auto& split : blocks.splits)
+    if (split.context == 1) tensor_splits.push_back(&split);
   std::size_t cells = static_cast<std::size_t>(count_) * static_cast<std::size_t>(count_ + 1);
   for (auto* table : {&param_elements_, &buffer_bytes_, &received_bytes_, &model_input_bytes_, &sent_bytes_,
                       &final_output_bytes_, &saved_sent_bytes_, &batch_free_sent_})
@@ -356,7 +401,8 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
     }
   };
   for (const auto& weight : blocks.weights) add_weight(weight, param_elements_, &buffer_bytes_);
-  for (const auto& split : blocks.splits) {
+  for (const auto* split_of_degree : tensor_splits) {
+    const auto& split = *split_of_degree;
     split_degrees_.push_back(split.degree);
     auto& table = split_param_elements_.emplace_back(cells, 0.0);
     for (const auto& weight : blocks.weights)
@@ -408,12 +454,12 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
     return running_maxima(largest_in_block, count_);
   };
   largest_param_elements_.push_back(largest_weights(1));
-  for (const auto& split : blocks.splits) largest_param_elements_.push_back(largest_weights(split.degree));
+  for (const auto* split : tensor_splits) largest_param_elements_.push_back(largest_weights(split->degree));
   core_kept_prefix_.push_back(prefix_sums(blocks.cores.kept_bytes, count_));
   largest_core_.push_back(running_maxima(blocks.cores.largest_bytes, count_));
-  for (const auto& split : blocks.splits) {
-    core_kept_prefix_.push_back(prefix_sums(split.cores.kept_bytes, count_));
-    largest_core_.push_back(running_maxima(split.cores.largest_bytes, count_));
+  for (const auto* split : tensor_splits) {
+    core_kept_prefix_.push_back(prefix_sums(split->cores.kept_bytes, count_));
+    largest_core_.push_back(running_maxima(split->cores.largest_bytes, count_));
   }
   // A weight is tied in [begin, end) from the end just past its second read at or after begin.
   largest_tied_grad_bytes_.assign(cells, 0);
@@ -437,7 +483,7 @@ RangeTable::RangeTable(const BlockCosts& blocks) : count_(blocks.count()) {
   kept_prefix_ = prefix_sums(blocks.kept_bytes, count_);
   fixed_kept_prefix_ = prefix_sums(blocks.fixed_kept_bytes, count_);
   shared_param_elements_.push_back(shared_params(blocks, 1));
-  for (const auto& split : blocks.splits) shared_param_elements_.push_back(shared_params(blocks, split.degree));
+  for (const auto* split : tensor_splits) shared_param_elements_.push_back(shared_params(blocks, split->degree));
 }
 
 // A range shares a weight when it holds some but not all of the blocks that read it.

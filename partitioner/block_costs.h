@@ -9,6 +9,7 @@
 #include "cost_model/cost_model.h"
 #include "cost_model/memory.h"
 #include "partitioner/coarsen.h"
+#include "partitioner/context_parallel.h"
 #include "partitioner/tensor_regions.h"
 
 namespace rannc::partition {
@@ -47,11 +48,17 @@ struct BlockCosts {
     return !cuts_core_before.empty() && cuts_core_before[static_cast<std::size_t>(block)];
   }
 
-  // The blocks under tensor parallelism of one degree t > 1 (partitioner/tensor_regions.h): the
-  // ops of each region that allows t do 1/t of their work and keep 1/t of their activations;
-  // the others run whole on every device of the group.
+  // The blocks on a group of devices that splits each replica's work: tensor parallelism of one
+  // degree t (partitioner/tensor_regions.h), whose regions that allow t do 1/t of their work and
+  // keep 1/t of their activations while the others run whole on every device of the group, and
+  // context parallelism of degree c (partitioner/context_parallel.h), each device running every
+  // op on 1/c of each sample's positions. t > 1 or c > 1.
   struct Split {
     int degree = 2;
+    int context = 1;
+    // The times and workspace are per device at the group's samples (each a sample's 1/c); the
+    // kept bytes are per device of the tensor split alone (the search scales them by the
+    // device's share of the samples, context split included).
     std::vector<std::vector<double>> fwd_ms, bwd_ms, workspace_bytes;  // [block][sample], as above
     std::vector<double> kept_bytes;                                    // [block]
     Cores cores;                                                       // per device of the group
@@ -63,11 +70,17 @@ struct BlockCosts {
     // [block]: what each device holds less of the model outputs made there: the output layer's
     // logits stay split by vocabulary, 1/t on each device.
     std::vector<double> final_output_saved_bytes;
-    // [block]: whether a region split at this degree has ops both before the block and in it.
-    // No stage of this degree starts or ends there: a region runs whole inside one stage.
+    // [block]: the keys and values each attention core of the block passes around the context
+    // group's ring, at evaluated_batch with the whole sequence; empty when context is 1.
+    std::vector<double> exchanged_bytes;
+    // [block]: whether a region split at this degree (or, with context > 1, an attention core)
+    // has ops both before the block and in it. No stage of this group starts or ends there: a
+    // region runs whole inside one stage.
     std::vector<bool> cuts_region_before;
   };
-  std::vector<Split> splits;  // ascending degree; empty without split regions
+  // Those of context 1 by ascending degree, then those of each context > 1 by ascending context and
+  // degree; empty without split regions.
+  std::vector<Split> splits;
 
   // A parameter or buffer, with the blocks that read it (a stage holds it once however many of
   // its blocks read it; tied weights appear in every stage that reads them).
@@ -107,18 +120,20 @@ struct BlockCosts {
   double bwd_host(int block, int sample) const { return bwd_host_ms.empty() ? 0 : bwd_host_ms[block][sample]; }
   // Index of a microbatch size in `samples`; throws std::out_of_range for one not costed.
   int sample_index(int microbatch_samples) const;
-  // The split of a degree > 1, or nullptr when it was not costed.
-  const Split* split(int degree) const;
+  // The split of a group (degree x context > 1), or nullptr when it was not costed or is 1 x 1.
+  const Split* split(int degree, int context = 1) const;
 };
 
 // Forward + backward time of each unit at the evaluated batch (the coarsening's vertex weights).
 std::vector<double> unit_step_ms(const UnitGraph& units, const cost::CostModel& costs);
 
-// Costs every block of `blocking` at each size in `samples` (sorted and deduplicated here), and
-// at each tensor-parallel degree > 1 in `degrees` that some region of `regions` allows.
+// Costs every block of `blocking` at each size in `samples` (sorted and deduplicated here), at
+// each tensor-parallel degree > 1 in `degrees` that some region of `regions` allows, and where
+// `context_split` allows it, at each context degree > 1 in `contexts` with every such degree and 1.
 BlockCosts block_costs(const ir::Graph& graph, const UnitGraph& units, const Blocking& blocking,
                        const cost::CostModel& costs, const cost::ActivationMemory& activations, std::int64_t evaluated_batch,
-                       std::vector<int> samples, const TensorRegions& regions = {}, const std::vector<int>& degrees = {});
+                       std::vector<int> samples, const TensorRegions& regions = {}, const std::vector<int>& degrees = {},
+                       const ContextSplit& context_split = {}, const std::vector<int>& contexts = {});
 
 // Per-stage sums over a contiguous range of blocks [begin, end), for all ranges at once.
 class RangeTable {

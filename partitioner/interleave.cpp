@@ -7,10 +7,9 @@
 namespace rannc::partition {
 namespace {
 
-// Prefix sums of each block's work (forward and backward) on a device of a group of `degree`
-// running `sample` of the samples' table.
-std::vector<double> work_prefix(const BlockCosts& blocks, int sample, int degree) {
-  const BlockCosts::Split* split = degree > 1 ? blocks.split(degree) : nullptr;
+// Prefix sums of each block's work (forward and backward) on a device of a group that splits it
+// so (nullptr: one device) running `sample` of the samples' table.
+std::vector<double> work_prefix(const BlockCosts& blocks, int sample, const BlockCosts::Split* split) {
   std::vector<double> prefix{0};
   for (int b = 0; b < blocks.count(); ++b) {
     double work = split ? split->fwd_ms[b][sample] + split->bwd_ms[b][sample] : blocks.fwd_ms[b][sample] + blocks.bwd_ms[b][sample];
@@ -139,13 +138,14 @@ std::optional<PipelineSolution> interleave_on(const StageOptions& options, int g
   const SearchConfig& config = options.config();
   const BlockCosts& blocks = *options.context().blocks;
   const int degree = config.tensor_degree.value_or(1);
-  const int replicas = config.pipeline_devices / (groups * degree);
+  const int replicas = config.pipeline_devices / (groups * degree * config.context_degree);
   const int chunks = config.chunks;
-  const BlockCosts::Split* split = degree > 1 ? blocks.split(degree) : nullptr;
+  const BlockCosts::Split* split =
+      degree > 1 || config.context_degree > 1 ? blocks.split(degree, config.context_degree) : nullptr;
   std::vector<int> ends;
   for (int b = 1; b <= blocks.count(); ++b)
     if (!split || !split->cuts_region_before[b]) ends.push_back(b);
-  auto prefix = work_prefix(blocks, blocks.sample_index(config.microbatch_size / replicas), degree);
+  auto prefix = work_prefix(blocks, blocks.sample_index(config.microbatch_size / replicas), split);
   std::optional<PipelineSolution> best;
   for (const auto& cuts : {even_cuts(prefix, ends, groups * chunks), balanced_cuts(prefix, ends, groups * chunks)}) {
     if (!cuts) continue;
@@ -166,14 +166,14 @@ plan::MemoryBreakdown group_memory(const StageOptions& options, const std::vecto
 
 std::optional<PipelineSolution> search_interleaved(const StageOptions& options, double beat_ms) {
   const SearchConfig& config = options.config();
-  const int degree = config.tensor_degree.value_or(1);
+  const int group = config.tensor_degree.value_or(1) * config.context_degree;  // devices of a replica
   const auto& replica_choices = options.replica_choices();
   std::optional<PipelineSolution> best;
-  for (int groups = 2; groups * degree <= config.pipeline_devices; ++groups) {
-    if (config.pipeline_devices % (groups * degree) != 0 || config.microbatches % groups != 0) continue;
+  for (int groups = 2; groups * group <= config.pipeline_devices; ++groups) {
+    if (config.pipeline_devices % (groups * group) != 0 || config.microbatches % groups != 0) continue;
     if (config.stages && groups != *config.stages) continue;
     if (groups * config.chunks > options.block_count()) break;
-    int replicas = config.pipeline_devices / (groups * degree);
+    int replicas = config.pipeline_devices / (groups * group);
     if (std::find(replica_choices.begin(), replica_choices.end(), replicas) == replica_choices.end()) continue;
     auto solution = interleave_on(options, groups);
     if (solution && solution->objective_ms() < beat_ms) beat_ms = solution->objective_ms(), best = std::move(solution);

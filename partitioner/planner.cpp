@@ -62,6 +62,18 @@ std::vector<int> config_tensor_degrees(const PlanRequest& request, const TensorR
   return degrees;
 }
 
+// The context degrees a config may take: the forced one, or 1 and each of kContextDegrees up to
+// --context-parallel that divides a node's devices, where the model allows it (not on a mixed
+// cluster, whose pipelines hold no group of a size every kind divides).
+std::vector<int> context_degrees(const PlanRequest& request, const ContextSplit& split) {
+  if (request.context_degree) return {*request.context_degree};
+  std::vector<int> degrees{1};
+  if (!split.allowed || request.cluster.mixed()) return degrees;
+  for (int degree : kContextDegrees)
+    if (request.cluster.gpus_per_node % degree == 0 && degree <= request.max_context_degree) degrees.push_back(degree);
+  return degrees;
+}
+
 // Every per-replica microbatch size some config may run.
 std::vector<int> sample_sizes(const std::vector<SearchConfig>& configs) {
   std::set<int> sizes;
@@ -317,7 +329,8 @@ bool segments_allow(const PipelineWidth& width, int degree) {
 
 }  // namespace
 
-std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int blocks, const std::vector<int>& tensor_degrees) {
+std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int blocks, const std::vector<int>& tensor_degrees,
+                                            const std::vector<int>& context_degrees) {
   std::vector<SearchConfig> configs;
   const std::vector<int> chunk_options = chunk_choices(request);
   for (const PipelineWidth& layout : pipeline_widths(request.cluster)) {
@@ -330,8 +343,10 @@ std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int bloc
     for (int microbatches : divisors(per_pipeline)) {
       if (microbatches > kMaxMicrobatches) break;
       if (request.microbatches && microbatches != *request.microbatches) continue;
+      for (int context : context_degrees)
       for (int degree : tensor_degrees) {
-        if (!segments_allow(layout, degree)) continue;
+        const int group = degree * context;  // the devices of one replica
+        if (!segments_allow(layout, group) || request.cluster.gpus_per_node % group != 0) continue;
         SearchConfig config;
         config.pipelines = pipelines;
         config.pipeline_devices = width;
@@ -342,14 +357,15 @@ std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int bloc
         config.replica_samples = request.fixed_microbatch;
         // A pipeline has at most one stage per block and a stage at most one replica per sample
         // (of a tensor-parallel group each).
-        if (static_cast<std::int64_t>(width) > static_cast<std::int64_t>(blocks) * config.microbatch_size * degree) continue;
+        if (static_cast<std::int64_t>(width) > static_cast<std::int64_t>(blocks) * config.microbatch_size * group) continue;
         config.schedule = request.schedule;
         config.stages = request.stages;
         config.tensor_degree = degree;
+        config.context_degree = context;
         for (int chunks : chunk_options) {
           // Interleaving needs two groups at least, each with a microbatch, and two blocks a chunk;
           // a mixed pipeline's chunks would straddle its kinds.
-          if (chunks > 1 && (width / degree < 2 || microbatches < 2 || 2 * chunks > blocks || config.mixed())) continue;
+          if (chunks > 1 && (width / group < 2 || microbatches < 2 || 2 * chunks > blocks || config.mixed())) continue;
           config.chunks = chunks;
           configs.push_back(config);
         }
@@ -533,11 +549,11 @@ std::vector<int> stage_offsets(const std::vector<StageOption>& stages) {
   std::vector<std::size_t> order(stages.size());
   for (std::size_t s = 0; s < order.size(); ++s) order[s] = s;
   std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return stages[a].tensor_degree > stages[b].tensor_degree; });
+                   [&](std::size_t a, std::size_t b) { return stages[a].group_devices() > stages[b].group_devices(); });
   std::vector<int> offsets(stages.size() + 1, 0);
   int next = 0;
   for (auto s : order) offsets[s] = next, next += stages[s].devices();
-  int largest = stages.empty() ? 1 : stages[order.front()].tensor_degree;
+  int largest = stages.empty() ? 1 : stages[order.front()].group_devices();
   offsets.back() = (next + largest - 1) / largest * largest;
   return offsets;
 }
@@ -589,8 +605,8 @@ PlacedPipeline place(const SearchContext& context, const ConfigChoice& choice, s
     for (int p = 0; p < config.pipelines; ++p)
       for (int i = 0; i < option.devices(); ++i)
         stage.ranks.push_back(pipeline_rank(cluster, config, used, p, offsets[s % groups] + i));
-    // Each device synchronises its slice of the weights with the devices of the same tensor rank,
-    // over its kind's links (its ranks numbered within the kind's nodes).
+    // Each device synchronises its slice of the weights with the devices of the same tensor rank
+    // (of every context rank too), over its kind's links (its ranks numbered within the kind's nodes).
     double elements = context.ranges->param_elements(option.begin, option.end, option.tensor_degree);
     // A stage shared by the kinds synchronises over the whole cluster.
     const bool shared = !option.shares.empty();
@@ -602,7 +618,7 @@ PlacedPipeline place(const SearchContext& context, const ConfigChoice& choice, s
       stage.allreduce_ms = cost::gradient_sync_seconds(shared ? cluster : *context.of_kind(option.kind).cluster, sync_ranks,
                                                        elements, option.sharding, context.precision) * 1e3;
     stage.host_mem_bytes = cost::host_memory_bytes(
-        elements, context.optimizer, {config.pipelines * option.replicas, option.sharding, option.offload});
+        elements, context.optimizer, {config.pipelines * option.replicas * option.context_degree, option.sharding, option.offload});
     // The host's part of an offloaded stage follows its last backward, as the allreduce does.
     simulated.push_back({option.fwd_ms, option.bwd_ms, option.p2p_ms / 2, stage.allreduce_ms + option.offload_ms});
     replicas.push_back(option.replicas);
@@ -626,7 +642,8 @@ std::vector<int> shared_weight_replicas(const BlockCosts& blocks, const PlacedPi
     if (weight.blocks.size() < 2 || weight.param_elements == 0) continue;
     int holders = 0, holding_stages = 0;
     for (const auto& stage : placed.stages)
-      if (holds(weight, stage.option)) holders += placed.config.pipelines * stage.option.replicas, ++holding_stages;
+      if (holds(weight, stage.option))
+        holders += placed.config.pipelines * stage.option.replicas * stage.option.context_degree, ++holding_stages;
     if (holding_stages < 2) continue;
     for (std::size_t s = 0; s < placed.stages.size(); ++s)
       if (holds(weight, placed.stages[s].option)) shared[s] = shared[s] == 0 ? holders : std::min(shared[s], holders);
@@ -663,9 +680,12 @@ void predict(const SearchContext& context, const StepBounds& bounds, PlacedPipel
     const auto& stage = placed.stages[s];
     for (int i = 0; i < static_cast<int>(stage.ranks.size()); ++i) {
       int rank = stage.ranks[i];
-      int degree = stage.option.tensor_degree;
-      placed.ranks.push_back({rank, cluster.node_of(rank), rank % cluster.gpus_per_node, static_cast<int>(s), i, i % degree,
-                              cluster.mixed() ? cluster.kind_view(cluster.kind_of_rank(rank)).device.name : std::string()});
+      const int degree = stage.option.tensor_degree;
+      plan::RankPlacement placement{rank, cluster.node_of(rank), rank % cluster.gpus_per_node, static_cast<int>(s), i,
+                                    i % degree,
+                                    cluster.mixed() ? cluster.kind_view(cluster.kind_of_rank(rank)).device.name : std::string()};
+      placement.context_rank = i / degree % stage.option.context_degree;
+      placed.ranks.push_back(std::move(placement));
     }
   }
   std::sort(placed.ranks.begin(), placed.ranks.end(), [](const plan::RankPlacement& a, const plan::RankPlacement& b) { return a.rank < b.rank; });
@@ -780,7 +800,11 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch,
   PlanResult result;
   auto start = Clock::now();
   result.partitioning.regions = find_tensor_regions(graph);
+  result.partitioning.context_split = find_context_split(graph, result.partitioning.regions);
   if (!request.sequence_parallel) result.partitioning.regions.sequence_ops.clear();
+  // Fused kernels: a plan for Megatron-LM's stack, not rannc-run's.
+  result.partitioning.regions.regather_inputs =
+      request.attention == plan::Fusion::kFused || request.elementwise == plan::Fusion::kFused;
   // Every cost below, the bounds' included, is of the kernels the training stack runs.
   std::vector<cost::CostModel> fused;
   if (auto kernels = fused_kernels(graph, result.partitioning.regions, request.attention, request.elementwise);
@@ -816,7 +840,13 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch,
                                              ": no region of the model splits that many ways (" +
                                              counted(result.partitioning.regions.regions.size(), "split regions") + " found)");
   }
-  auto configs = candidate_configs(request, result.partitioning.blocking.count(), degrees);
+  const ContextSplit& context_split = result.partitioning.context_split;
+  if (request.context_degree && *request.context_degree > 1 && !context_split.allowed) {
+    throw Error(ExitStatus::kCannotMeet, "context parallelism of " + std::to_string(*request.context_degree) +
+                                             ": the model cannot split its sequences: " + context_split.reason);
+  }
+  const std::vector<int> contexts = context_degrees(request, context_split);
+  auto configs = candidate_configs(request, result.partitioning.blocking.count(), degrees, contexts);
   if (configs.empty()) {
     throw Error(ExitStatus::kCannotMeet, "no pipeline layout splits a batch of " + std::to_string(request.global_batch) +
                                              " samples evenly over " + std::to_string(request.cluster.gpus()) +
@@ -826,7 +856,7 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch,
   auto activations = cost::activation_memory(graph, costs.requires_grad(), request.precision, costs.fused_kernels());
   result.partitioning.blocks = block_costs(graph, units, result.partitioning.blocking, costs, activations,
                                            evaluated_batch, sample_sizes(configs), result.partitioning.regions,
-                                           tensor_degrees(request));
+                                           tensor_degrees(request), context_split, contexts);
   RangeTable ranges(result.partitioning.blocks);
   SearchContext context{&result.partitioning.blocks, &ranges, &request.cluster, request.optimizer, request.precision,
                         request.state_sharding, request.recompute};

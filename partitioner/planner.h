@@ -34,6 +34,9 @@ namespace rannc::partition {
 inline constexpr int kMaxMicrobatches = 4096;
 // The tensor-parallel degrees the search considers (within a node, as Megatron-LM uses them).
 inline constexpr std::array<int, 3> kTensorDegrees{2, 4, 8};
+// The context-parallel degrees the search considers (within a node, with the tensor degree:
+// partitioner/context_parallel.h).
+inline constexpr std::array<int, 3> kContextDegrees{2, 4, 8};
 // The model chunks per device group the search considers beside 1 (interleaved 1F1B,
 // partitioner/interleave.h).
 inline constexpr std::array<int, 5> kInterleaveChunks{2, 3, 4, 6, 8};
@@ -57,6 +60,8 @@ struct PlanRequest {
   std::optional<int> tensor_degree; // --layout tp=: force every stage's tensor-parallel degree
   int max_tensor_degree = 1;        // --tensor-parallel: the largest degree the search considers
   bool sequence_parallel = true;    // --sequence-parallel: TensorRegions::sequence_ops split with the regions
+  std::optional<int> context_degree;  // --layout cp=: force every stage's context-parallel degree
+  int max_context_degree = 1;         // --context-parallel: the largest degree the search considers
   std::optional<int> interleave;    // --layout vp=: force the model chunks per device group
   int max_interleave = 1;           // the most model chunks per device group the search considers
   int runners_up = 0;               // --explain: also keep this many simulated layouts that lost
@@ -95,6 +100,7 @@ struct Partitioning {
   UnitGraph units;
   Blocking blocking;
   TensorRegions regions;
+  ContextSplit context_split;  // found before --sequence-parallel off clears the sequence ops
   BlockCosts blocks;
 };
 
@@ -146,8 +152,11 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch,
 // give each stage its own degree, but that multiplies its options by the degrees and makes a
 // 175B model's search on 1024 devices 10x slower; one degree per layout is how Megatron-LM
 // runs, and the layouts of every degree are searched.
+// With `context_degrees`, each such layout once more per context degree c > 1 whose groups of
+// t x c devices fit in a node and divide its pipeline's devices (SearchConfig::context_degree).
 std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int blocks,
-                                            const std::vector<int>& tensor_degrees = {1});
+                                            const std::vector<int>& tensor_degrees = {1},
+                                            const std::vector<int>& context_degrees = {1});
 
 // The formula (a sum of stage times plus the largest stage term) ranks pipelines; the plan is
 // then the one whose simulated step is shortest among every config's best that comes within

@@ -92,11 +92,13 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
     : context_(context), config_(config), beat_(beat), listing_(listing) {
   const BlockCosts& blocks = *context.blocks;
   const int devices = config.kind_devices(context.kind);
-  for (int r = 1; r <= devices; ++r) {
+  const int context_degree = config.context_degree;
+  for (int r = 1; r * context_degree <= devices; ++r) {
     if (config.microbatch_size % r != 0) continue;
     if (config.replica_samples && config.microbatch_size / r != *config.replica_samples) continue;
     replica_choices_.push_back(r);
-    auto ranks = canonical_ranks(config, context.kind, r);
+    // A context group's devices synchronise their whole weights as replicas do.
+    auto ranks = canonical_ranks(config, context.kind, r * context_degree);
     std::array<double, 2> fixed{}, slope{};
     for (auto sharding : kShardingChoices) {
       auto at = static_cast<std::size_t>(sharding);
@@ -112,7 +114,8 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
   } else {
     tensor_degrees_ = {1};
     for (const auto& split : blocks.splits)
-      if (context.cluster->gpus_per_node % split.degree == 0 && devices % split.degree == 0)
+      if (split.context == context_degree && split.degree > 1 &&
+          context.cluster->gpus_per_node % (split.degree * context_degree) == 0 && devices % (split.degree * context_degree) == 0)
         tensor_degrees_.push_back(split.degree);
   }
   by_begin_.resize(static_cast<std::size_t>(blocks.count()));
@@ -125,14 +128,14 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
   for (int begin = 0; begin < blocks.count(); ++begin) {
     for (int degree : tensor_degrees_)
       for (int replicas : replica_choices_)
-        if (replicas * degree <= devices) add_ranges_from(begin, replicas, degree);
+        if (replicas * degree * context_degree <= devices) add_ranges_from(begin, replicas, degree);
     if (tensor_degrees_.size() > 1) keep_undominated(by_begin_[begin]);
   }
 }
 
 std::vector<double> StageOptions::block_work(int replicas, int degree) const {
   const BlockCosts& blocks = *context_.blocks;
-  const BlockCosts::Split* split = degree > 1 ? blocks.split(degree) : nullptr;
+  const BlockCosts::Split* split = group_split(degree);
   const int sample = blocks.sample_index(config_.microbatch_size / replicas);
   std::vector<double> work;
   for (int b = 0; b < blocks.count(); ++b) {
@@ -143,6 +146,9 @@ std::vector<double> StageOptions::block_work(int replicas, int degree) const {
     // A range's all-reduces are affine in their bytes and count: the sum of its blocks'.
     double reduced = tensor_allreduce_ms(split->fwd_reduced_bytes[b], split->fwd_collectives[b], replicas, degree) +
                      tensor_allreduce_ms(split->bwd_reduced_bytes[b], split->bwd_collectives[b], replicas, degree);
+    if (!split->exchanged_bytes.empty())
+      reduced += context_exchange_ms(split->exchanged_bytes[b], replicas, degree, false) +
+                 context_exchange_ms(split->exchanged_bytes[b], replicas, degree, true);
     work.push_back(split->fwd_ms[b][sample] + split->bwd_ms[b][sample] + reduced);
   }
   return work;
@@ -151,15 +157,17 @@ std::vector<double> StageOptions::block_work(int replicas, int degree) const {
 void StageOptions::tabulate_least_work() {
   // Every way to run a stage, by the devices it takes.
   std::vector<std::pair<int, int>> ways;  // devices, replicas
+  const int context_degree = config_.context_degree;
   for (int degree : tensor_degrees_)
     for (int replicas : replica_choices_)
-      if (replicas * degree <= config_.pipeline_devices) ways.emplace_back(replicas * degree, replicas);
+      if (replicas * degree * context_degree <= config_.pipeline_devices)
+        ways.emplace_back(replicas * degree * context_degree, replicas);
   std::sort(ways.begin(), ways.end());
   least_work_way_.assign(static_cast<std::size_t>(config_.pipeline_devices + 1), -1);
   std::vector<double> least(static_cast<std::size_t>(block_count()), std::numeric_limits<double>::infinity());
   for (std::size_t w = 0; w < ways.size(); ++w) {
     auto [devices, replicas] = ways[w];
-    auto work = block_work(replicas, devices / replicas);
+    auto work = block_work(replicas, devices / replicas / context_degree);
     for (std::size_t b = 0; b < least.size(); ++b) least[b] = std::min(least[b], work[b]);
     if (w + 1 < ways.size() && ways[w + 1].first == devices) continue;
     std::vector<double> prefix{0};
@@ -195,7 +203,7 @@ void StageOptions::add_ranges_from(int begin, int replicas, int degree) {
     least_state = std::min(least_state, cost::param_state_bytes(context_.optimizer, context_.precision,
                                                                 state_layout(replicas, plan::StateSharding::kNone, true)).total());
   int sample = blocks.sample_index(config_.microbatch_size / replicas);
-  const BlockCosts::Split* split = degree > 1 ? blocks.split(degree) : nullptr;
+  const BlockCosts::Split* split = group_split(degree);
   if (split && split->cuts_region_before[begin]) return;
   RangeWork work;
   for (int end = begin + 1; end <= blocks.count(); ++end) {
@@ -210,20 +218,20 @@ void StageOptions::add_ranges_from(int begin, int replicas, int degree) {
     const double beyond = beat_ + 2 * beat_ * kRoundOffMargin;
     if (least_step >= beyond) break;
     if (split && split->cuts_region_before[end]) continue;
-    if (least_step + others_least_ms(begin, end, replicas * degree) >= beyond) continue;
+    if (least_step + others_least_ms(begin, end, replicas * degree * config_.context_degree) >= beyond) continue;
     add_variants(begin, end, replicas, degree, work);
   }
 }
 
 bool StageOptions::allows(plan::StateSharding sharding, int replicas) const {
-  const int copies = config_.state_copies.value_or(config_.pipelines * replicas);
+  const int copies = config_.state_copies.value_or(config_.pipelines * replicas * config_.context_degree);
   if (context_.state_sharding && copies > 1) return sharding == *context_.state_sharding;
   // Sharding among one copy is no sharding.
   return sharding == plan::StateSharding::kNone || copies > 1;
 }
 
 cost::StateLayout StageOptions::state_layout(int replicas, plan::StateSharding sharding, bool offload) const {
-  return {config_.state_copies.value_or(config_.pipelines * replicas), sharding, offload};
+  return {config_.state_copies.value_or(config_.pipelines * replicas * config_.context_degree), sharding, offload};
 }
 
 bool StageOptions::can_offload() const { return context_.cluster->host.mem_bytes > 0; }
@@ -253,7 +261,7 @@ void StageOptions::add_variants(int begin, int end, int replicas, int tensor_deg
 
 cost::StageFootprint StageOptions::footprint(int begin, int end, int replicas, int tensor_degree) const {
   const RangeTable& ranges = *context_.ranges;
-  double fraction = (config_.microbatch_size / replicas) / context_.blocks->evaluated_batch;
+  const double fraction = device_fraction(replicas);
   cost::StageFootprint footprint;
   footprint.param_elements = ranges.param_elements(begin, end, tensor_degree);
   footprint.largest_param_elements = ranges.largest_param_elements(begin, end, tensor_degree);
@@ -276,10 +284,33 @@ double StageOptions::tensor_allreduce_ms(double bytes_at_evaluated_batch, int co
                                          int tensor_degree) const {
   if (collectives == 0) return 0;
   const cost::Link& link = context_.cluster->intra_node;  // a group never spans nodes
-  double fraction = (config_.microbatch_size / replicas) / context_.blocks->evaluated_batch;
   double latency = cost::ring_allreduce_seconds(0, tensor_degree, link);
-  double all = cost::ring_allreduce_seconds(bytes_at_evaluated_batch * fraction, tensor_degree, link);
+  double all = cost::ring_allreduce_seconds(bytes_at_evaluated_batch * device_fraction(replicas), tensor_degree, link);
   return (all + (collectives - 1) * latency) * kMs;
+}
+
+// Each device ends a ring pass with every position's keys and values of its samples: an
+// all-gather of them over the context group, in forward; backward passes them again (the ring's
+// chunks are not kept) and their gradients back, a reduce-scatter of as many bytes. Counted as
+// not overlapped with the attention that Transformer Engine runs beside it: at most a few per
+// cent of the core's time for grouped-query attention.
+double StageOptions::context_exchange_ms(double bytes_at_evaluated_batch, int replicas, int tensor_degree,
+                                         bool backward) const {
+  if (bytes_at_evaluated_batch <= 0 || config_.context_degree == 1) return 0;
+  const cost::Link& link = context_.cluster->intra_node;  // a group never spans nodes
+  // A tensor rank's ring passes its own heads' keys and values.
+  const double group_bytes = bytes_at_evaluated_batch * device_fraction(replicas) * config_.context_degree / tensor_degree;
+  const double pass = cost::allgather_seconds(group_bytes, config_.context_degree, link);
+  return (backward ? 2 * pass : pass) * kMs;
+}
+
+double StageOptions::device_fraction(int replicas) const {
+  return (config_.microbatch_size / replicas) / context_.blocks->evaluated_batch / config_.context_degree;
+}
+
+const BlockCosts::Split* StageOptions::group_split(int tensor_degree) const {
+  if (tensor_degree == 1 && config_.context_degree == 1) return nullptr;
+  return context_.blocks->split(tensor_degree, config_.context_degree);
 }
 
 StageOptions::RangeStage StageOptions::range_stage(int begin, int end, int replicas, int tensor_degree,
@@ -296,14 +327,15 @@ StageOptions::RangeStage StageOptions::range_stage(int begin, int end, int repli
   stage.bwd = work.bwd;
   stage.fwd.add(tensor_allreduce_ms(work.fwd_reduced_bytes, work.fwd_collectives, replicas, tensor_degree), 0);
   stage.bwd.add(tensor_allreduce_ms(work.bwd_reduced_bytes, work.bwd_collectives, replicas, tensor_degree), 0);
+  stage.fwd.add(context_exchange_ms(work.exchanged_bytes, replicas, tensor_degree, false), 0);
+  stage.bwd.add(context_exchange_ms(work.exchanged_bytes, replicas, tensor_degree, true), 0);
   stage.core_fwd_ms = work.core_fwd_ms;
-  double fraction = (config_.microbatch_size / replicas) / context_.blocks->evaluated_batch;
-  double received = context_.ranges->received_bytes(begin, end) * fraction;
+  double received = context_.ranges->received_bytes(begin, end) * device_fraction(replicas);
   if (received > 0) stage.p2p_ms = 2 * cost::p2p_seconds(received, pipeline_link(*context_.cluster, config_)) * kMs;
   stage.replica_choice = static_cast<std::size_t>(
       std::find(replica_choices_.begin(), replica_choices_.end(), replicas) - replica_choices_.begin());
-  stage.most_in_flight = most_in_flight(end, replicas * tensor_degree);
-  stage.others_least_ms = others_least_ms(begin, end, replicas * tensor_degree);
+  stage.most_in_flight = most_in_flight(end, replicas * tensor_degree * config_.context_degree);
+  stage.others_least_ms = others_least_ms(begin, end, replicas * tensor_degree * config_.context_degree);
   return stage;
 }
 
@@ -346,6 +378,7 @@ std::optional<StageOption> StageOptions::evaluate(const RangeStage& range, plan:
   option.end = range.end;
   option.replicas = range.replicas;
   option.tensor_degree = range.tensor_degree;
+  option.context_degree = config_.context_degree;
   option.kind = context_.kind;
   option.recompute = recompute;
   option.sharding = sharding;
@@ -398,6 +431,7 @@ std::optional<StageOption> StageOptions::optimistic(const RangeStage& range) con
   option.end = range.end;
   option.replicas = range.replicas;
   option.tensor_degree = range.tensor_degree;
+  option.context_degree = config_.context_degree;
   option.kind = context_.kind;
   option.fwd_ms = range.fwd.ms();
   option.bwd_ms = range.bwd.ms();
@@ -418,7 +452,7 @@ std::optional<StageOption> StageOptions::optimistic(const RangeStage& range) con
 int StageOptions::most_in_flight(int end, int devices) const {
   // The most stages after this one: one block and one device (one group of a forced degree)
   // each, or the forced count.
-  int stage_devices = config_.tensor_degree.value_or(1);
+  int stage_devices = config_.tensor_degree.value_or(1) * config_.context_degree;
   int stages_after = std::min(block_count() - end, (config_.pipeline_devices - devices) / stage_devices);
   if (config_.stages) stages_after = std::min(stages_after, *config_.stages - 1);
   return plan::microbatches_in_flight(config_.schedule, std::max(stages_after, 0), config_.microbatches);
@@ -426,7 +460,7 @@ int StageOptions::most_in_flight(int end, int devices) const {
 
 StageOptions::RangeWork StageOptions::range_work(int begin, int end, int replicas, int tensor_degree) const {
   int sample = context_.blocks->sample_index(config_.microbatch_size / replicas);
-  const BlockCosts::Split* split = tensor_degree > 1 ? context_.blocks->split(tensor_degree) : nullptr;
+  const BlockCosts::Split* split = group_split(tensor_degree);
   RangeWork work;
   for (int block = begin; block < end; ++block) work.add(*context_.blocks, split, block, sample);
   return work;
@@ -436,8 +470,8 @@ std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replic
                                                   plan::StateSharding sharding, bool offload, int tensor_degree) const {
   if (std::find(replica_choices_.begin(), replica_choices_.end(), replicas) == replica_choices_.end()) return std::nullopt;
   if (std::find(tensor_degrees_.begin(), tensor_degrees_.end(), tensor_degree) == tensor_degrees_.end()) return std::nullopt;
-  if (replicas * tensor_degree > config_.kind_devices(context_.kind)) return std::nullopt;
-  const BlockCosts::Split* split = tensor_degree > 1 ? context_.blocks->split(tensor_degree) : nullptr;
+  if (replicas * tensor_degree * config_.context_degree > config_.kind_devices(context_.kind)) return std::nullopt;
+  const BlockCosts::Split* split = group_split(tensor_degree);
   if (split && (split->cuts_region_before[begin] || split->cuts_region_before[end])) return std::nullopt;
   if (replicas > 1 && context_.ranges->sends_batch_free(begin, end)) return std::nullopt;
   return evaluate(range_stage(begin, end, replicas, tensor_degree, range_work(begin, end, replicas, tensor_degree)), recompute,

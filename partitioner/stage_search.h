@@ -45,6 +45,11 @@
 // skips, or finds otherwise, could not beat B. A test compares the search below a beat with the
 // search without one, stage for stage.
 //
+// Context parallelism (SearchConfig::context_degree = c) makes each replica a group of c times its
+// tensor-parallel devices, each running 1/c of every sample's positions: its blocks' times are
+// those of the group's split (BlockCosts::Split of that tensor and context degree), what it keeps
+// and transfers is 1/c of a replica's, and its gradients synchronise over c times the replicas.
+//
 // Memory: 1F1B keeps min(stages after + 1, M) microbatches in flight at a stage, GPipe all M;
 // the dynamic program tracks the stages after each suffix (capped at M) to check this exactly.
 #pragma once
@@ -80,6 +85,10 @@ struct SearchConfig {
   // Interleaved 1F1B (partitioner/interleave.h): model chunks per device group; `stages` then
   // counts the groups.
   int chunks = 1;
+  // Context parallelism (partitioner/context_parallel.h): every stage's replicas are groups of
+  // tensor_degree x context_degree devices in one node, each of context_degree devices running
+  // 1/context_degree of each sample's positions.
+  int context_degree = 1;
   // A mixed cluster's pipeline: its devices by kind, in pipeline order (the first stages run on
   // the first segment), adding up to pipeline_devices; every device is used, and each stage lies
   // within one segment, but for one stage that every kind shares (shared_stage.h). Empty: one kind.
@@ -135,6 +144,9 @@ struct StageOption {
   // Tensor parallelism: each replica is a group of this many devices in one node, splitting the
   // regions that allow it (BlockCosts::Split); 1 runs every op whole on one device.
   int tensor_degree = 1;
+  // Context parallelism: each replica's group is as many times larger again (the config's
+  // SearchConfig::context_degree), each device running a share of each sample's positions.
+  int context_degree = 1;
   int kind = 0;  // the device kind of its devices (SearchContext::kind)
   plan::Recompute recompute = plan::Recompute::kNone;
   plan::StateSharding sharding = plan::StateSharding::kNone;
@@ -149,7 +161,8 @@ struct StageOption {
   // A stage over every kind of a mixed pipeline, its microbatch shared unequally: each kind's
   // share, in the pipeline's segment order (`replicas` is their sum); empty on one kind.
   std::vector<KindShare> shares{};
-  int devices() const { return replicas * tensor_degree; }  // per pipeline
+  int group_devices() const { return tensor_degree * context_degree; }  // of one replica
+  int devices() const { return replicas * group_devices(); }           // per pipeline
 };
 
 // Every stage option of a config that fits in memory with one microbatch in flight, by first block.
@@ -210,6 +223,7 @@ class StageOptions {
     cost::PassTime fwd, bwd;
     double core_fwd_ms = 0;  // the attention cores' forward (BlockCosts::Cores)
     double workspace = 0;
+    double exchanged_bytes = 0;  // a context group's keys and values (BlockCosts::Split)
     double fwd_reduced_bytes = 0, bwd_reduced_bytes = 0;  // at the evaluated batch
     int fwd_collectives = 0, bwd_collectives = 0;
     void add(const BlockCosts& blocks, const BlockCosts::Split* split, int block, int sample) {
@@ -228,6 +242,7 @@ class StageOptions {
       bwd_reduced_bytes += split->bwd_reduced_bytes[block];
       fwd_collectives += split->fwd_collectives[block];
       bwd_collectives += split->bwd_collectives[block];
+      if (!split->exchanged_bytes.empty()) exchanged_bytes += split->exchanged_bytes[block];
     }
   };
   // What every variant of a range shares: its footprint (the workspace included), its passes
@@ -267,6 +282,14 @@ class StageOptions {
   void add_variants(int begin, int end, int replicas, int tensor_degree, const RangeWork& work);
   // The all-reduces of a pass within a tensor-parallel group, per microbatch.
   double tensor_allreduce_ms(double bytes_at_evaluated_batch, int collectives, int replicas, int tensor_degree) const;
+  // A context group's ring passes of keys and values in forward, and in backward (again, with
+  // their gradients), per microbatch.
+  double context_exchange_ms(double bytes_at_evaluated_batch, int replicas, int tensor_degree, bool backward) const;
+  // The share of the evaluated batch each device of a replica's group runs per microbatch: its
+  // samples, and of each its share of the positions.
+  double device_fraction(int replicas) const;
+  // The split of a group of `tensor_degree` devices by the config's context degree; nullptr for one device.
+  const BlockCosts::Split* group_split(int tensor_degree) const;
   bool allows(plan::StateSharding sharding, int replicas) const;
   bool can_offload() const;
   cost::StateLayout state_layout(int replicas, plan::StateSharding sharding, bool offload) const;

@@ -98,6 +98,11 @@ struct TensorRegions {
   // run on 1/t of the sequence on each device of the group, and each region's all-reduce becomes
   // a reduce-scatter and an all-gather of as many bytes. Ascending; empty without regions.
   std::vector<ir::OpId> sequence_ops;
+  // How the stack keeps a column op's input that sequence parallelism gathers: rannc-run keeps
+  // it gathered for backward (false); Megatron-LM keeps each device's part and gathers it again in
+  // backward, an all-gather more (true: the planner's choice for a stack with fused kernels,
+  // which rannc-run does not run).
+  bool regather_inputs = false;
 
   // Whether tensor parallelism of this degree is a choice: some layer region splits that many
   // ways (a vocabulary alone is never worth a group).

@@ -146,9 +146,15 @@ struct Stage {
   bool offload = false;
   StateSharding state_sharding = StateSharding::kNone;  // among all of the stage's ranks
   TensorParallel tensor_parallel;  // written only when degree > 1
+  // Context parallelism (partitioner/context_parallel.h): each replica's group is this many times
+  // tensor_parallel.degree devices in one node, each running 1/context_degree of each sample's
+  // positions; its ranks are tensor ranks within context ranks. Written only when > 1.
+  int context_degree = 1;
   StagePrediction predicted;
-  // Data-parallel copies of the stage: its ranks, one per device of each tensor-parallel group.
-  std::size_t replicas() const { return ranks.size() / static_cast<std::size_t>(tensor_parallel.degree); }
+  // The devices of one replica: its tensor-parallel group, times its context groups.
+  int group_devices() const { return tensor_parallel.degree * context_degree; }
+  // Data-parallel copies of the stage: its ranks, one per device of each replica's group.
+  std::size_t replicas() const { return ranks.size() / static_cast<std::size_t>(group_devices()); }
   // The samples of a microbatch that replica r of a pipeline runs: [first, first + length).
   std::pair<std::int64_t, std::int64_t> replica_rows(int replica, std::int64_t microbatch_size) const {
     if (replica_samples.empty()) {
@@ -179,6 +185,7 @@ struct RankPlacement {
   int rank = 0, node = 0, local_rank = 0, stage = 0, replica = 0;
   int tensor_rank = 0;  // its place in the replica's tensor-parallel group (Stage::tensor_parallel)
   std::string device{};  // a mixed cluster's: the rank's device kind (Cluster::node_groups); empty otherwise
+  int context_rank = 0;  // its share of the positions in the replica's group (Stage::context_degree)
 };
 
 struct Model {

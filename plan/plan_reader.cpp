@@ -396,10 +396,12 @@ void read_stage_ranks(const Field& field, Stage& stage, const Plan& plan) {
                                         std::to_string(plan.batch.microbatch_size));
   }
   std::size_t expected = static_cast<std::size_t>(stage.replicas_per_pipeline) * plan.batch.pipelines;
-  const auto degree = static_cast<std::size_t>(stage.tensor_parallel.degree);
+  const auto degree = static_cast<std::size_t>(stage.group_devices());
   if (stage.ranks.size() != expected * degree) {
     field["ranks"].fail(std::to_string(stage.ranks.size()) + " rank(s), expected replicas_per_pipeline x pipelines" +
-                        (degree > 1 ? " x tensor_parallel.degree = " : " = ") + std::to_string(expected * degree));
+                        (stage.tensor_parallel.degree > 1 ? " x tensor_parallel.degree" : "") +
+                        (stage.context_degree > 1 ? " x context_parallel.degree" : "") + " = " +
+                        std::to_string(expected * degree));
   }
   if (auto replicas = field.find("replicas"); replicas && replicas->integer() != static_cast<std::int64_t>(expected))
     replicas->fail(json_excerpt(replicas->raw()) + " differs from the " + std::to_string(expected) + " ranks of the stage");
@@ -443,6 +445,13 @@ Stage read_stage(const Field& field, int index, const Plan& plan) {
   if (auto sha256 = field.find("sha256")) stage.sha256 = read_sha256(*sha256);
   stage.params = read_weights(field["params"]);
   if (auto split = field.find("tensor_parallel")) stage.tensor_parallel = read_tensor_parallel(*split, plan, stage.params);
+  if (auto context = field.find("context_parallel")) {
+    stage.context_degree = (*context)["degree"].small(1, kMaxTensorDegree);
+    if (plan.cluster.gpus_per_node % stage.group_devices() != 0)
+      (*context)["degree"].fail(std::to_string(stage.context_degree) + " x tensor_parallel.degree " +
+                                std::to_string(stage.tensor_parallel.degree) + " does not divide the " +
+                                std::to_string(plan.cluster.gpus_per_node) + " devices of a node (a group never spans nodes)");
+  }
   read_stage_ranks(field, stage, plan);
   stage.outputs = read_tensors(field["outputs"]);
   auto outputs = field["outputs"].items();
@@ -511,6 +520,9 @@ void check_interleaved_stages(const Field& root, const Plan& plan) {
     if (stage.tensor_parallel.degree != first.tensor_parallel.degree)
       fields[s].fail("tensor_parallel.degree " + std::to_string(stage.tensor_parallel.degree) + " differs from " + other +
                      std::to_string(first.tensor_parallel.degree) + why);
+    if (stage.context_degree != first.context_degree)
+      fields[s].fail("context_parallel.degree " + std::to_string(stage.context_degree) + " differs from " + other +
+                     std::to_string(first.context_degree) + why);
   }
 }
 
@@ -538,6 +550,7 @@ void read_ranks(const Field& list, Plan& plan) {
     rank.stage = field["stage"].small(0);
     rank.replica = field["replica"].small(0);
     if (auto tensor_rank = field.find("tensor_rank")) rank.tensor_rank = tensor_rank->small(0, kMaxTensorDegree - 1);
+    if (auto context_rank = field.find("context_rank")) rank.context_rank = context_rank->small(0, kMaxTensorDegree - 1);
     if (auto device = field.find("device")) rank.device = device->text();
     if (rank.stage >= groups)
       field["stage"].fail(std::to_string(rank.stage) + " is not a stage" +
@@ -554,6 +567,12 @@ void read_ranks(const Field& list, Plan& plan) {
       field.fail("rank " + std::to_string(rank.rank) + " has tensor rank " + std::to_string(rank.tensor_rank) +
                  ", but its place " + std::to_string(rank.replica) + " in a stage of groups of " + std::to_string(degree) +
                  " makes it " + std::to_string(rank.replica % degree));
+    const int contexts = plan.stages[rank.stage].context_degree;
+    if (rank.context_rank != rank.replica / degree % contexts)
+      field.fail("rank " + std::to_string(rank.rank) + " has context rank " + std::to_string(rank.context_rank) +
+                 ", but its place " + std::to_string(rank.replica) + " in a stage of context groups of " +
+                 std::to_string(contexts) + " x " + std::to_string(degree) + " makes it " +
+                 std::to_string(rank.replica / degree % contexts));
     if (rank.node != rank.rank / per_node || rank.local_rank != rank.rank % per_node) {
       field.fail("rank " + std::to_string(rank.rank) + " is local rank " + std::to_string(rank.rank % per_node) +
                  " of node " + std::to_string(rank.rank / per_node) + " with " + std::to_string(per_node) +

@@ -103,6 +103,7 @@ json stage_json(const Stage& stage) {
   if (!stage.modules.empty()) entry["modules"] = stage.modules;
   if (!stage.replica_samples.empty()) entry["replica_samples"] = stage.replica_samples;
   if (stage.tensor_parallel.degree > 1) entry["tensor_parallel"] = tensor_parallel_json(stage.tensor_parallel);
+  if (stage.context_degree > 1) entry["context_parallel"] = {{"degree", stage.context_degree}};
   return entry;
 }
 
@@ -147,6 +148,7 @@ json ranks_json(const std::vector<RankPlacement>& ranks) {
   for (const auto& r : ranks) {
     json entry = {{"rank", r.rank}, {"node", r.node}, {"local_rank", r.local_rank}, {"stage", r.stage}, {"replica", r.replica}};
     if (r.tensor_rank > 0) entry["tensor_rank"] = r.tensor_rank;
+    if (r.context_rank > 0) entry["context_rank"] = r.context_rank;
     if (!r.device.empty()) entry["device"] = r.device;
     list.push_back(entry);
   }

@@ -207,6 +207,11 @@ std::unique_ptr<RankSetup> set_up(const RunOptions& options, const MpiWorld& wor
   if (plan.elementwise == plan::Fusion::kFused)
     throw InputError(plan.path + ": planned for fused elementwise kernels (--elementwise fused), which rannc-run does not "
                      "run: partition again without --elementwise");
+  for (const auto& stage : plan.stages)
+    if (stage.context_degree > 1)
+      throw InputError(plan.path + ": stage " + std::to_string(stage.id) + " splits each sample's positions over " +
+                       std::to_string(stage.context_degree) + " devices (context parallelism), which rannc-run does not run: "
+                       "partition again without --context-parallel");
   check_tensor_parallel(plan);
   if (static_cast<int>(plan.ranks.size()) != world.size()) {
     throw InputError(plan.path + ": the plan has " + std::to_string(plan.ranks.size()) + " ranks, but " +

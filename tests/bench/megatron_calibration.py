@@ -30,12 +30,14 @@ Sources and how FLOPs are counted:
   (nemo/collections/llm/recipes/llama3_70b.py) runs TP=4, PP=4, VP=5, CP=2 with sequence
   parallelism, micro-batch 1 and no recomputation; NVIDIA's NeMo performance tables run it on 64
   H100 with global batch 128 at sequence 8192, and 512 GPUs get 1024 here (the batch scaled with
-  the GPUs, 64 micro-batches per pipeline as on 64). The planner has no context parallelism, so
-  CP's factor 2 goes elsewhere: into TP (TP=8 PP=4 VP=5), into PP (TP=4 PP=8 VP=5), or into
-  data parallelism (TP=4 PP=4 VP=5, twice the replicas), each forced as
-  `--layout pp=P,dp=D,tp=T,vp=5,m=BATCH/D` (micro-batch 1) with `--recompute none` (the recipe)
-  and `--recompute selective`. MFU is model TFLOP/s over the H100's 989 TFLOP/s bf16 peak. The
-  issue asks the free plan for at least 1.1x the best forced layout that fits.
+  the GPUs, 64 micro-batches per pipeline as on 64). The recipe is forced as NeMo runs it,
+  `--layout pp=4,dp=D,tp=4,cp=2,vp=5,m=BATCH/D` (micro-batch 1), and with CP's factor 2 put
+  elsewhere for comparison: into TP (TP=8 PP=4 VP=5), into PP (TP=4 PP=8 VP=5), or into data
+  parallelism (TP=4 PP=4 VP=5, twice the replicas); each with `--recompute none` (the recipe) and
+  `--recompute selective`. The free plan searches context parallelism up to 8
+  (`--context-parallel 8`); the free plan without it is printed too. MFU is model TFLOP/s over
+  the H100's 989 TFLOP/s bf16 peak. The issue asks the free plan for at least 1.1x the best forced
+  layout that fits.
 - Kernels: every plan is for the published stack's kernels, not rannc-run's op-by-op ones. The
   Megatron-LM runs of 2021-22 fuse their elementwise ops (bias-GELU, bias-dropout-add,
   scale-mask-softmax) and not attention: `--elementwise fused`. NeMo's Llama-3 recipe (Transformer
@@ -81,10 +83,13 @@ SELECTIVE_RUNS = [
 ]
 QUICK_SELECTIVE = {"korthikanti-22b", "gpt3-175b"}
 H100_PEAK_TFLOPS = 989.0  # H100 SXM bf16 dense
-# Llama-3 70B: GPUs and global batch; the recipe's (TP, PP, VP) with CP=2 folded in, and where it went.
+# Llama-3 70B: GPUs and global batch; the recipe's (TP, PP, VP, CP) as NeMo runs it, then with its
+# CP=2 folded into another dimension.
 LLAMA_RUNS = [(64, 128), (512, 1024)]
 QUICK_LLAMA = {64}
-LLAMA_LAYOUTS = [(8, 4, 5, "CP into TP"), (4, 8, 5, "CP into PP"), (4, 4, 5, "CP into DP")]
+LLAMA_LAYOUTS = [(4, 4, 5, 2, "NeMo recipe"), (8, 4, 5, 1, "CP into TP"), (4, 8, 5, 1, "CP into PP"),
+                 (4, 4, 5, 1, "CP into DP")]
+LLAMA_CONTEXT = ["--context-parallel", "8"]  # the free plan's search
 LLAMA_SPEEDUP = 1.1  # the issue: the free plan at least 1.1x the best of Megatron's layouts
 # The kernels of the training stacks compared: Megatron-LM as published in 2021-22 fuses its
 # elementwise ops (bias-GELU, bias-dropout-add, scale-mask-softmax) but not attention; NeMo's
@@ -108,9 +113,11 @@ def plan(rannc, model, gpus, batch, out, extra, device="a100-80g", kernels=MEGAT
 def layout_of(plan_json):
     degrees = sorted({s.get("tensor_parallel", {}).get("degree", 1) for s in plan_json["stages"]})
     tp = "/".join(str(d) for d in degrees)
+    contexts = sorted({s.get("context_parallel", {}).get("degree", 1) for s in plan_json["stages"]})
+    cp = "" if contexts == [1] else " cp=" + "/".join(str(c) for c in contexts)
     vp = plan_json.get("interleave", 1)
-    return "pp=%d dp=%d tp=%s%s m=%d" % (len(plan_json["stages"]) // vp, plan_json["batch"]["pipelines"], tp,
-                                         " vp=%d" % vp if vp > 1 else "", plan_json["batch"]["microbatches"])
+    return "pp=%d dp=%d tp=%s%s%s m=%d" % (len(plan_json["stages"]) // vp, plan_json["batch"]["pipelines"], tp, cp,
+                                           " vp=%d" % vp if vp > 1 else "", plan_json["batch"]["microbatches"])
 
 
 def free_layout_of(plan_json):
@@ -161,28 +168,29 @@ def selective_table(rannc, models, build, out, runs):
 def llama_table(rannc, models, build, out, runs):
     """Llama-3 70B on H100: Megatron's recommended layouts forced, against the free plan."""
     model = model_path(models, build, "llama3-70b")
-    print("\nLlama-3 70B, H100-80G (8 per node), bf16-mixed, Adam, sequence 8192: NeMo's layouts (CP=2 folded "
-          "in) against the free plan")
-    header = "%5s %5s | %-27s %-10s %-10s | %8s %8s %6s | %6s" % (
-        "GPUs", "batch", "layout", "recompute", "CP=2", "step s", "TFLOP/s", "MFU", "free x")
+    print("\nLlama-3 70B, H100-80G (8 per node), bf16-mixed, Adam, sequence 8192: NeMo's layouts against the free "
+          "plan")
+    header = "%5s %5s | %-32s %-10s %-11s | %8s %8s %6s | %6s" % (
+        "GPUs", "batch", "layout", "recompute", "", "step s", "TFLOP/s", "MFU", "free x")
     print(header)
     print("-" * len(header))
     failed = False
     for gpus, batch in runs:
-        free, seconds, why_free = plan(rannc, model, gpus, batch, out, [], device="h100-80g", kernels=NEMO_KERNELS)
+        free, seconds, why_free = plan(rannc, model, gpus, batch, out, LLAMA_CONTEXT, device="h100-80g",
+                                       kernels=NEMO_KERNELS)
         if not free:
             print("%5d %5d | free plan failed: %s" % (gpus, batch, why_free))
             failed = True
             continue
         free_step = free["predicted"]["iteration_ms"] / 1000
         best = None
-        for tp, pp, vp, folded in LLAMA_LAYOUTS:
-            dp = gpus // (tp * pp)
-            layout = "pp=%d,dp=%d,tp=%d,vp=%d,m=%d" % (pp, dp, tp, vp, batch // dp)
+        for tp, pp, vp, cp, folded in LLAMA_LAYOUTS:
+            dp = gpus // (tp * pp * cp)
+            layout = "pp=%d,dp=%d,tp=%d%s,vp=%d,m=%d" % (pp, dp, tp, ",cp=%d" % cp if cp > 1 else "", vp, batch // dp)
             for recompute in ("none", "selective"):
                 forced, _, why = plan(rannc, model, gpus, batch, out, ["--layout", layout, "--recompute", recompute],
                                       device="h100-80g", kernels=NEMO_KERNELS)
-                row = "%5d %5d | %-27s %-10s %-10s |" % (gpus, batch, layout.replace(",", " "), recompute, folded)
+                row = "%5d %5d | %-32s %-10s %-11s |" % (gpus, batch, layout.replace(",", " "), recompute, folded)
                 if not forced:
                     needs = re.search(r"would fit on \d+ devices of ([0-9.]+ GiB)", why)
                     print(row + " does not fit: " + ("needs %s a device" % needs.group(1) if needs else why))
@@ -193,9 +201,15 @@ def llama_table(rannc, models, build, out, runs):
                                                               step / free_step))
                 best = step if best is None else min(best, step)
         tflops = free["predicted"]["model_tflops_per_device"]
-        print("%5d %5d | %-27s %-10s %-10s | %8.2f %8.1f %5.1f%% |"
+        print("%5d %5d | %-32s %-10s %-11s | %8.2f %8.1f %5.1f%% |"
               % (gpus, batch, "free plan", "auto", "", free_step, tflops, 100 * tflops / H100_PEAK_TFLOPS))
         print("%5d %5d |   free plan: %s (%.1f s to plan)" % (gpus, batch, free_layout_of(free), seconds))
+        plain, plain_seconds, _ = plan(rannc, model, gpus, batch, out, [], device="h100-80g", kernels=NEMO_KERNELS)
+        if plain:
+            plain_tflops = plain["predicted"]["model_tflops_per_device"]
+            print("%5d %5d |   without context parallelism: %.2f s, %.1f TFLOP/s, %s (%.1f s to plan)"
+                  % (gpus, batch, plain["predicted"]["iteration_ms"] / 1000, plain_tflops, free_layout_of(plain),
+                     plain_seconds))
         if best is None:
             print("%5d %5d | none of Megatron's layouts fits" % (gpus, batch))
             continue

@@ -69,6 +69,8 @@ def ensure_seeds(args):
         make_seeds.write_all(os.path.abspath(args.rannc), seeds)
     elif not os.path.exists(os.path.join(seeds, "pt2", "v29.pt2")):  # seeds of a build before the .pt2 ones
         make_seeds.write_pt2(seeds)
+    if not os.path.exists(os.path.join(seeds, "plan5", "plan.json")):  # before the context-parallel one
+        make_seeds.write_context_plan(os.path.abspath(args.rannc), seeds)
     return seeds
 
 
@@ -182,7 +184,7 @@ def build_case(args, seeds, index, kinds):
 
     if kind in ("plan", "stage"):
         # plan3, sharded, has no stage files: its plan.json alone is mutated.
-        plan_name = rng.choice(["plan1", "plan2", "plan3", "plan4"] if kind == "plan" else ["plan1", "plan2"])
+        plan_name = rng.choice(["plan1", "plan2", "plan3", "plan4", "plan5"] if kind == "plan" else ["plan1", "plan2"])
         source = os.path.join(seeds, plan_name)
         for name in os.listdir(source):
             if name.endswith(".pt") or name == "plan.json":

@@ -13,6 +13,8 @@
   plan3/plan.json         its sharded plan on 2 devices (--plan-only: a sharding section)
   pt2/tiny_attention.pt2  tests/models/pt2/tiny_attention.pt2 (torch.export, PyTorch 2.6's layout)
   pt2/v29.pt2             the same as the PT2 archive of PyTorch 2.9 (raw weights and their config)
+  plan5/plan.json         a plan of pt2/tiny_attention.pt2 splitting its sequences over 2 devices
+                          (context_parallel, each rank's context_rank)
 
 usage: make_seeds.py --rannc BIN --out DIR
 Run with /usr/bin/python3 (the interpreter with torch and onnx).
@@ -133,6 +135,11 @@ def write_pt2(out):
     shutil.copy(os.path.join(folder, "layouts", "v29.pt2"), os.path.join(folder, "v29.pt2"))
 
 
+def write_context_plan(rannc, out):
+    run([rannc, os.path.join(out, "pt2", "tiny_attention.pt2"), "--gpus", "2", "--layout", "pp=1,dp=1,cp=2", "-o",
+         os.path.join(out, "plan5")])
+
+
 def write_all(rannc, out):
     os.makedirs(out, exist_ok=True)
     write_mlp(out)
@@ -154,7 +161,8 @@ def write_all(rannc, out):
     run([rannc, os.path.join(out, "bags.pt"), "--input", "ids:4x3:int64", "--gpus", "2", "--plan-only", "-o",
          os.path.join(out, "plan3")])
     write_pt2(out)
-    for name in ("plan1", "plan2", "plan3", "plan4"):
+    write_context_plan(rannc, out)
+    for name in ("plan1", "plan2", "plan3", "plan4", "plan5"):
         if not os.path.exists(os.path.join(out, name, "plan.json")):
             sys.exit("FAILED: no %s/plan.json" % name)
 

@@ -388,3 +388,38 @@ TEST_CASE("a mixed cluster's plan names each rank's device and each replica's sa
   CHECK(broken([](json& p) { p["stages"][1]["replica_samples"] = {0, 4}; }) ==
         "plan.json: stages[1].replica_samples[0]: 0: must be at least 1");
 }
+
+TEST_CASE("context parallelism reads and writes back, and its groups are checked", "[plan_json][context]") {
+  // Stage 1's two ranks as one replica of a context group of 2: rank 2 holds the second half of
+  // each sample's positions.
+  auto with_context = [](json& p) {
+    p["stages"][1]["replicas"] = 1;
+    p["stages"][1]["replicas_per_pipeline"] = 1;
+    p["stages"][1]["context_parallel"] = {{"degree", 2}};
+    p["ranks"][2]["context_rank"] = 1;
+  };
+  Plan plan = plan::from_json(changed(with_context), "plan.json");
+  CHECK(plan.stages[1].context_degree == 2);
+  CHECK(plan.stages[1].group_devices() == 2);
+  CHECK(plan.stages[1].replicas() == 1);
+  CHECK(plan.stages[0].context_degree == 1);
+  CHECK(plan.ranks[2].context_rank == 1);
+  json written = to_json(plan);
+  CHECK(written["stages"][1]["context_parallel"] == json{{"degree", 2}});
+  CHECK_FALSE(written["stages"][0].contains("context_parallel"));
+  CHECK(written["ranks"][2]["context_rank"] == 1);
+  CHECK_FALSE(written["ranks"][1].contains("context_rank"));
+  CHECK(to_text(plan::from_json(written, "plan.json")) == to_text(plan));
+  CHECK(show_text(plan).find("1 x 1 x cp 2") != std::string::npos);
+  CHECK(show_json(plan)["stages"][1]["context_parallel"] == json{{"degree", 2}});
+
+  CHECK(error_of(changed([&](json& p) { with_context(p), p["ranks"][2].erase("context_rank"); })) ==
+        "plan.json: ranks[2]: rank 2 has context rank 0, but its place 1 in a stage of context groups of 2 x 1 makes it 1");
+  CHECK(error_of(changed([&](json& p) { with_context(p), p["stages"][1]["context_parallel"]["degree"] = 4; })) ==
+        "plan.json: stages[1].context_parallel.degree: 4 x tensor_parallel.degree 1 does not divide the 2 devices of a "
+        "node (a group never spans nodes)");
+  CHECK(error_of(changed([&](json& p) { with_context(p), p["stages"][1]["replicas_per_pipeline"] = 2; })) ==
+        "plan.json: stages[1].ranks: 2 rank(s), expected replicas_per_pipeline x pipelines x context_parallel.degree = 4");
+  CHECK(error_of(changed([&](json& p) { with_context(p), p["stages"][1]["context_parallel"]["degree"] = 0; })).find(
+            "stages[1].context_parallel.degree") != std::string::npos);
+}

@@ -8,6 +8,7 @@
 #include <memory>
 #include <random>
 
+#include "cost_model/comm.h"
 #include "cost_model/device.h"
 #include "partitioner/planner.h"
 #include "partitioner/stage_search.h"
@@ -119,6 +120,40 @@ void add_splits(std::mt19937& rng, BlockCosts& blocks) {
     if (share[weight.blocks.front()] > 0 && unit(rng) < 0.8) weight.split_divisor = 4;
 }
 
+// Context parallelism of degree c with each tensor degree costed (1 too): each device runs 1/c of
+// the positions, a little more than 1/c of the work, and the group passes keys and values in the
+// blocks with attention; some boundaries cut an attention core.
+void add_context_splits(std::mt19937& rng, BlockCosts& blocks, int context) {
+  std::uniform_real_distribution<double> unit(0, 1);
+  std::vector<BlockCosts::Split> added;
+  std::vector<bool> cuts(blocks.fwd_ms.size() + 1, false);
+  std::vector<double> exchanged;
+  for (std::size_t b = 0; b < blocks.fwd_ms.size(); ++b) exchanged.push_back(unit(rng) < 0.5 ? 0 : 1e8 * unit(rng));
+  for (std::size_t b = 1; b < blocks.fwd_ms.size(); ++b) cuts[b] = unit(rng) < 0.15;
+  BlockCosts::Split whole;
+  whole.degree = 1;
+  whole.fwd_ms = blocks.fwd_ms, whole.bwd_ms = blocks.bwd_ms, whole.workspace_bytes = blocks.workspace_bytes;
+  whole.kept_bytes = blocks.kept_bytes, whole.cores = blocks.cores;
+  for (auto& table : {&whole.fwd_reduced_bytes, &whole.bwd_reduced_bytes})
+    table->assign(blocks.fwd_ms.size(), 0);
+  whole.fwd_collectives.assign(blocks.fwd_ms.size(), 0), whole.bwd_collectives.assign(blocks.fwd_ms.size(), 0);
+  whole.cuts_region_before.assign(blocks.fwd_ms.size() + 1, false);
+  std::vector<BlockCosts::Split> sources{whole};
+  for (const auto& split : blocks.splits) sources.push_back(split);
+  for (auto split : sources) {
+    auto share = [&](std::vector<std::vector<double>>& table) {
+      for (auto& row : table)
+        for (auto& x : row) x = x / context + 0.02;
+    };
+    share(split.fwd_ms), share(split.bwd_ms), share(split.workspace_bytes), share(split.cores.fwd_ms);
+    split.context = context;
+    split.exchanged_bytes = exchanged;
+    for (std::size_t b = 0; b < cuts.size(); ++b) split.cuts_region_before[b] = split.cuts_region_before[b] || cuts[b];
+    added.push_back(split);
+  }
+  blocks.splits.insert(blocks.splits.end(), added.begin(), added.end());
+}
+
 cost::Cluster small_cluster(int devices, double mem_bytes) {
   cost::Cluster cluster;
   cluster.device = *cost::find_device_preset("a100-80g");
@@ -150,7 +185,7 @@ void enumerate(const StageOptions& options, int begin, int devices_left, std::ve
   for (int end = begin + 1; end <= options.block_count(); ++end) {
     for (int degree : options.tensor_degrees()) {
       for (int replicas : options.replica_choices()) {
-        if (replicas * degree > devices_left) continue;
+        if (replicas * degree * options.config().context_degree > devices_left) continue;
         for (auto recompute : {plan::Recompute::kNone, plan::Recompute::kSelective, plan::Recompute::kFull}) {
           for (auto sharding : {plan::StateSharding::kNone, plan::StateSharding::kOptimizer}) {
             for (bool offload : {false, true}) {
@@ -328,6 +363,80 @@ TEST_CASE("the stage search finds the brute-force optimum on random small instan
   CHECK(sharded >= 20);
   CHECK(offloaded >= 10);
   CHECK(tensor_split >= 20);
+}
+
+TEST_CASE("with context parallelism the stage search finds the brute-force optimum", "[stage_search][context]") {
+  std::mt19937 rng(20261129);
+  int feasible = 0, split_groups = 0, multi_stage = 0;
+  for (int index = 0; index < 240; ++index) {
+    Instance instance = random_instance(rng, index);
+    if (instance.c.devices % 2 != 0) continue;
+    add_context_splits(rng, instance.blocks, 2);
+    instance.ranges = std::make_unique<RangeTable>(instance.blocks);
+    SearchConfig config = instance.config();
+    config.context_degree = 2;
+    StageOptions options(instance.context(), config);
+    long pipelines = 0;
+    auto expected = brute_force(options, pipelines);
+    auto found = search_pipeline(options, std::numeric_limits<double>::infinity());
+    INFO("case " << index << ": " << instance.c.blocks << " blocks, " << instance.c.devices << " devices, M="
+                 << instance.c.microbatches << ", b=" << instance.c.microbatch_size << "; " << pipelines << " pipelines");
+    REQUIRE(found.has_value() == expected.has_value());
+    if (!expected) continue;
+    ++feasible;
+    CHECK(found->objective_ms() == Approx(expected->objective_ms()).epsilon(1e-12));
+    multi_stage += found->stages.size() > 1;
+    for (const auto& stage : found->stages) {
+      CHECK(stage.context_degree == 2);
+      CHECK(stage.devices() == stage.replicas * stage.tensor_degree * 2);
+      split_groups += stage.tensor_degree > 1;
+      // A stage runs the blocks' context tables, and waits for the keys and values in each pass.
+      const BlockCosts::Split* split = instance.blocks.split(stage.tensor_degree, 2);
+      REQUIRE(split != nullptr);
+      CHECK_FALSE(split->cuts_region_before[stage.begin]);
+      CHECK_FALSE(split->cuts_region_before[stage.end]);
+    }
+  }
+  CHECK(feasible >= 60);
+  CHECK(multi_stage >= 15);
+  CHECK(split_groups >= 5);
+}
+
+TEST_CASE("a context group runs a share of the positions: half the samples' time, twice the replicas' copies",
+          "[stage_search][context]") {
+  std::mt19937 rng(7);
+  BlockCosts blocks = random_blocks(rng, 4, {1, 2, 4});
+  std::mt19937 extra(8);
+  add_context_splits(extra, blocks, 2);
+  RangeTable ranges(blocks);
+  cost::Cluster cluster = small_cluster(4, 80e9);
+  SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, plan::Precision::kFp32, {}, {}};
+  SearchConfig plain = one_pipeline(4, 4, 4), split = plain;
+  split.context_degree = 2;
+  StageOptions whole_options(context, plain), context_options(context, split);
+  // One stage of all blocks on 2 replicas of 2 samples: plainly on 2 devices, or on 2 groups of 2.
+  auto a = whole_options.evaluate(0, 4, 2, plan::Recompute::kNone);
+  auto b = context_options.evaluate(0, 4, 2, plan::Recompute::kNone);
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(a->devices() == 2);
+  CHECK(b->devices() == 4);
+  const BlockCosts::Split* table = blocks.split(1, 2);
+  REQUIRE(table);
+  const int sample = blocks.sample_index(2);
+  double fwd = 0, exchanged = 0;
+  for (int block = 0; block < 4; ++block) fwd += table->fwd_ms[block][sample], exchanged += table->exchanged_bytes[block];
+  // Forward: the context table, and an all-gather of the keys and values of the group's samples.
+  const double gather_ms =
+      cost::allgather_seconds(exchanged * 2 / blocks.evaluated_batch, 2, cluster.intra_node) * 1e3;
+  CHECK(b->fwd_ms == Approx(fwd + gather_ms).epsilon(1e-12));
+  // Each device keeps half of what a replica of 2 samples keeps (its positions), and the group's
+  // devices hold the whole weights, their gradients synchronised over the 4 of them.
+  auto kept = [&](const StageOptions& options, const StageOption& option) {
+    return options.memory(option, 1).activations;
+  };
+  CHECK(kept(context_options, *b) == Approx(kept(whole_options, *a) / 2).epsilon(1e-12));
+  CHECK(context_options.memory(*b, 1).weights == whole_options.memory(*a, 1).weights);
 }
 
 TEST_CASE("below a beat the stage search finds the pipeline it finds without one, stage for stage", "[stage_search]") {

@@ -14,6 +14,7 @@
 #include "compiler/model.h"
 #include "cost_model/device.h"
 #include "partitioner/block_costs.h"
+#include "partitioner/context_parallel.h"
 #include "partitioner/units.h"
 #include "graph_builders.h"
 #include "ir/batch_dims.h"
@@ -823,4 +824,47 @@ TEST_CASE("fused kernels: a Llama-3 layer keeps what Megatron-LM keeps, its keys
     CHECK(graph.value(operand).type.numel() == 64 * 8192 * 128);
     CHECK(graph.value(graph.op(movement.back()).inputs[0]).type.numel() == 8 * 8192 * 128);
   }
+}
+
+TEST_CASE("context parallelism: Llama-3 and GPT-3 split their sequences, passing keys and values before their repeat",
+          "[tensor_regions][context]") {
+  auto llama = load(RANNC_SHAPE_ONLY_DIR "/llama3-70b.onnx");
+  auto split = find_context_split(llama.graph, find_tensor_regions(llama.graph));
+  CHECK(split.allowed);
+  CHECK(split.reason.empty());
+  REQUIRE(split.exchanged.size() == 80);
+  for (const auto& core : split.exchanged) {
+    REQUIRE(core.values.size() == 2);
+    for (auto value : core.values) CHECK(llama.graph.value(value).type.numel() == 8 * 8192 * 128);
+  }
+  CHECK(std::is_sorted(split.exchanged.begin(), split.exchanged.end(),
+                       [](const ExchangedValues& a, const ExchangedValues& b) { return a.core_op < b.core_op; }));
+  auto gpt3 = load(RANNC_SHAPE_ONLY_DIR "/gpt3-175b.onnx");
+  auto gpt3_split = find_context_split(gpt3.graph, find_tensor_regions(gpt3.graph));
+  CHECK(gpt3_split.allowed);
+  CHECK(gpt3_split.exchanged.size() == 96);
+  auto traced = load(RANNC_TENSOR_REGION_MODELS "/llama.trace.pt", {"tokens:2x64:int64"});
+  auto traced_split = find_context_split(traced.graph, find_tensor_regions(traced.graph));
+  CHECK(traced_split.allowed);
+  CHECK(traced_split.exchanged.size() == 4);
+}
+
+TEST_CASE("context parallelism: a model without split attention, or working across positions, keeps its sequences",
+          "[tensor_regions][context]") {
+  // nn.TransformerEncoderLayer's attention is no region (heads inside batch x heads).
+  auto encoder = load(RANNC_TENSOR_REGION_MODELS "/encoder_layer.trace.pt", {"x:4x6x64"});
+  auto split = find_context_split(encoder.graph, find_tensor_regions(encoder.graph));
+  CHECK_FALSE(split.allowed);
+  CHECK(split.exchanged.empty());
+  CHECK_THAT(split.reason, Catch::Contains("no attention layer"));
+  // BERT's pooler takes each sequence's first token: only the device holding it could.
+  auto bert = load(RANNC_SHAPE_ONLY_DIR "/bert-large.onnx");
+  auto pooled = find_context_split(bert.graph, find_tensor_regions(bert.graph));
+  CHECK_FALSE(pooled.allowed);
+  CHECK_THAT(pooled.reason, Catch::StartsWith("onnx::Gather (op "));
+  CHECK_THAT(pooled.reason, Catch::EndsWith("moves data across positions of the sequence"));
+  // Two linears with a layer norm over the features between them: no attention either.
+  auto graph = two_linears("aten::layer_norm");
+  auto plain = find_context_split(graph, find_tensor_regions(graph));
+  CHECK_FALSE(plain.allowed);
 }

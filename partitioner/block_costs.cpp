@@ -61,15 +61,6 @@ std::vector<int> recomputed_core_of_op(const ir::Graph& graph, const TensorRegio
   return recomputed;
 }
 
-// Whether a region's column ops read their input gathered along the sequence: an op that
-// sequence parallelism splits makes it, outside the region.
-bool gathers_input(const ir::Graph& graph, const TensorRegions& regions, const TensorRegion& region) {
-  if (region.input == ir::kNoId) return false;
-  const ir::OpId producer = graph.value(region.input).producer;
-  return producer != ir::kNoId && std::binary_search(regions.sequence_ops.begin(), regions.sequence_ops.end(), producer) &&
-         std::find(region.ops.begin(), region.ops.end(), producer) == region.ops.end();
-}
-
 // [op]: what rannc-run keeps beyond the op's share where a region's column ops read its output
 // gathered along the sequence (tp_gather): they keep the gathered whole tensor for backward, not
 // the sequence op's 1/t of it. (Megatron-LM keeps the part and gathers it again in backward.)
@@ -195,14 +186,8 @@ void add_collectives(const ir::Graph& graph, const std::vector<int>& block_of_op
             cost::stored_bytes(logits, precision) * (1 - 1.0 / split.degree);
     }
     if (region.input != ir::kNoId) {
-      const double input_bytes = cost::stored_bytes(graph.value(region.input), precision);
-      split.bwd_reduced_bytes[block(region.column_ops.front())] += input_bytes;
+      split.bwd_reduced_bytes[block(region.column_ops.front())] += cost::stored_bytes(graph.value(region.input), precision);
       split.bwd_collectives[block(region.column_ops.front())] += 1;
-      // Gathered again for the weights' gradients: an all-gather, half an all-reduce's traffic.
-      if (regions.regather_inputs && gathers_input(graph, regions, region)) {
-        split.bwd_reduced_bytes[block(region.column_ops.front())] += input_bytes / 2;
-        split.bwd_collectives[block(region.column_ops.front())] += 1;
-      }
     }
   }
 }
@@ -212,10 +197,12 @@ void add_collectives(const ir::Graph& graph, const std::vector<int>& block_of_op
 void add_context_exchange(const ir::Graph& graph, const std::vector<int>& block_of_op, const TensorRegions& regions,
                           const ContextSplit& context_split, plan::Precision precision, BlockCosts::Split& split) {
   split.exchanged_bytes.assign(split.fwd_ms.size(), 0);
-  for (const auto& core : context_split.exchanged)
-    for (ir::ValueId value : core.values)
-      split.exchanged_bytes[static_cast<std::size_t>(block_of_op[static_cast<std::size_t>(core.core_op)])] +=
-          cost::stored_bytes(graph.value(value), precision);
+  split.exchanges.assign(split.fwd_ms.size(), 0);
+  for (const auto& core : context_split.exchanged) {
+    const auto block = static_cast<std::size_t>(block_of_op[static_cast<std::size_t>(core.core_op)]);
+    split.exchanges[block] += 1;
+    for (ir::ValueId value : core.values) split.exchanged_bytes[block] += cost::stored_bytes(graph.value(value), precision);
+  }
   for (const auto& region : regions.regions) mark_cuts(region.attention_core, block_of_op, split.cuts_region_before);
 }
 

@@ -70,9 +70,11 @@ struct BlockCosts {
     // [block]: what each device holds less of the model outputs made there: the output layer's
     // logits stay split by vocabulary, 1/t on each device.
     std::vector<double> final_output_saved_bytes;
-    // [block]: the keys and values each attention core of the block passes around the context
-    // group's ring, at evaluated_batch with the whole sequence; empty when context is 1.
+    // [block]: the keys and values the attention cores of the block pass around the context
+    // group's rings, at evaluated_batch with the whole sequence, and how many cores (rings);
+    // empty when context is 1.
     std::vector<double> exchanged_bytes;
+    std::vector<int> exchanges;
     // [block]: whether a region split at this degree (or, with context > 1, an attention core)
     // has ops both before the block and in it. No stage of this group starts or ends there: a
     // region runs whole inside one stage.

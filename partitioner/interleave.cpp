@@ -140,8 +140,7 @@ std::optional<PipelineSolution> interleave_on(const StageOptions& options, int g
   const int degree = config.tensor_degree.value_or(1);
   const int replicas = config.pipeline_devices / (groups * degree * config.context_degree);
   const int chunks = config.chunks;
-  const BlockCosts::Split* split =
-      degree > 1 || config.context_degree > 1 ? blocks.split(degree, config.context_degree) : nullptr;
+  const BlockCosts::Split* split = options.group_split(degree);
   std::vector<int> ends;
   for (int b = 1; b <= blocks.count(); ++b)
     if (!split || !split->cuts_region_before[b]) ends.push_back(b);

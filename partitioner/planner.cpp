@@ -154,16 +154,17 @@ constexpr int kMaxSuggestedDevices = 65536;
 // The count doubles until it fits, then the whole nodes between the last two counts are tried
 // (bisected where there are many), so the count named is one that holds the model.
 std::string what_would_fit(const ir::Graph& graph, const UnitGraph& units, const Blocking& blocking,
-                           const TensorRegions& regions, const cost::CostModel& costs,
+                           const TensorRegions& regions, const ContextSplit& context_split, const cost::CostModel& costs,
                            const cost::ActivationMemory& activations, std::int64_t evaluated_batch,
                            const PlanRequest& request) {
   auto fits = [&](const cost::Cluster& cluster) {
     PlanRequest trial = request;
     trial.cluster = cluster;
-    auto configs = candidate_configs(trial, blocking.count(), config_tensor_degrees(trial, regions));
+    const std::vector<int> contexts = context_degrees(trial, context_split);
+    auto configs = candidate_configs(trial, blocking.count(), config_tensor_degrees(trial, regions), contexts);
     if (configs.empty()) return false;
     BlockCosts blocks = block_costs(graph, units, blocking, costs, activations, evaluated_batch, sample_sizes(configs),
-                                    regions, tensor_degrees(trial));
+                                    regions, tensor_degrees(trial), context_split, contexts);
     RangeTable ranges(blocks);
     SearchContext context{&blocks,           &ranges,           &trial.cluster,         request.optimizer,
                           request.precision, request.state_sharding, request.recompute};
@@ -901,8 +902,8 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch,
     throw Error(ExitStatus::kCannotMeet,
                 "the model does not fit in " + plural(request.cluster.gpus(), "device") + " of " +
                     human_bytes(static_cast<double>(request.cluster.mem_bytes)) + ": " +
-                    what_would_fit(graph, units, result.partitioning.blocking, result.partitioning.regions, costs,
-                                   activations, evaluated_batch, request));
+                    what_would_fit(graph, units, result.partitioning.blocking, result.partitioning.regions,
+                                   result.partitioning.context_split, costs, activations, evaluated_batch, request));
   }
   start = Clock::now();
   double fraction = static_cast<double>(request.global_batch) / static_cast<double>(evaluated_batch);

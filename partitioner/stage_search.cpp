@@ -147,8 +147,8 @@ std::vector<double> StageOptions::block_work(int replicas, int degree) const {
     double reduced = tensor_allreduce_ms(split->fwd_reduced_bytes[b], split->fwd_collectives[b], replicas, degree) +
                      tensor_allreduce_ms(split->bwd_reduced_bytes[b], split->bwd_collectives[b], replicas, degree);
     if (!split->exchanged_bytes.empty())
-      reduced += context_exchange_ms(split->exchanged_bytes[b], replicas, degree, false) +
-                 context_exchange_ms(split->exchanged_bytes[b], replicas, degree, true);
+      reduced += context_exchange_ms(split->exchanged_bytes[b], split->exchanges[b], replicas, degree, false) +
+                 context_exchange_ms(split->exchanged_bytes[b], split->exchanges[b], replicas, degree, true);
     work.push_back(split->fwd_ms[b][sample] + split->bwd_ms[b][sample] + reduced);
   }
   return work;
@@ -294,13 +294,14 @@ double StageOptions::tensor_allreduce_ms(double bytes_at_evaluated_batch, int co
 // chunks are not kept) and their gradients back, a reduce-scatter of as many bytes. Counted as
 // not overlapped with the attention that Transformer Engine runs beside it: at most a few per
 // cent of the core's time for grouped-query attention.
-double StageOptions::context_exchange_ms(double bytes_at_evaluated_batch, int replicas, int tensor_degree,
-                                         bool backward) const {
-  if (bytes_at_evaluated_batch <= 0 || config_.context_degree == 1) return 0;
+double StageOptions::context_exchange_ms(double bytes_at_evaluated_batch, int exchanges, int replicas,
+                                         int tensor_degree, bool backward) const {
+  if (exchanges == 0 || config_.context_degree == 1) return 0;
   const cost::Link& link = context_.cluster->intra_node;  // a group never spans nodes
   // A tensor rank's ring passes its own heads' keys and values.
   const double group_bytes = bytes_at_evaluated_batch * device_fraction(replicas) * config_.context_degree / tensor_degree;
-  const double pass = cost::allgather_seconds(group_bytes, config_.context_degree, link);
+  const double latency = cost::allgather_seconds(0, config_.context_degree, link);
+  const double pass = cost::allgather_seconds(group_bytes, config_.context_degree, link) + (exchanges - 1) * latency;
   return (backward ? 2 * pass : pass) * kMs;
 }
 
@@ -310,7 +311,10 @@ double StageOptions::device_fraction(int replicas) const {
 
 const BlockCosts::Split* StageOptions::group_split(int tensor_degree) const {
   if (tensor_degree == 1 && config_.context_degree == 1) return nullptr;
-  return context_.blocks->split(tensor_degree, config_.context_degree);
+  const BlockCosts::Split* split = context_.blocks->split(tensor_degree, config_.context_degree);
+  // Whole samples' times for a share of their positions would be wrong, not conservative.
+  if (!split && config_.context_degree > 1) throw std::logic_error("a context-parallel config whose split was not costed");
+  return split;
 }
 
 StageOptions::RangeStage StageOptions::range_stage(int begin, int end, int replicas, int tensor_degree,
@@ -327,8 +331,8 @@ StageOptions::RangeStage StageOptions::range_stage(int begin, int end, int repli
   stage.bwd = work.bwd;
   stage.fwd.add(tensor_allreduce_ms(work.fwd_reduced_bytes, work.fwd_collectives, replicas, tensor_degree), 0);
   stage.bwd.add(tensor_allreduce_ms(work.bwd_reduced_bytes, work.bwd_collectives, replicas, tensor_degree), 0);
-  stage.fwd.add(context_exchange_ms(work.exchanged_bytes, replicas, tensor_degree, false), 0);
-  stage.bwd.add(context_exchange_ms(work.exchanged_bytes, replicas, tensor_degree, true), 0);
+  stage.fwd.add(context_exchange_ms(work.exchanged_bytes, work.exchanges, replicas, tensor_degree, false), 0);
+  stage.bwd.add(context_exchange_ms(work.exchanged_bytes, work.exchanges, replicas, tensor_degree, true), 0);
   stage.core_fwd_ms = work.core_fwd_ms;
   double received = context_.ranges->received_bytes(begin, end) * device_fraction(replicas);
   if (received > 0) stage.p2p_ms = 2 * cost::p2p_seconds(received, pipeline_link(*context_.cluster, config_)) * kMs;

@@ -196,6 +196,9 @@ class StageOptions {
   // The tensor-parallel degrees a stage may take: 1, and each costed degree that divides both a
   // node's devices and the pipeline's (so that a group never spans nodes), or the forced one.
   const std::vector<int>& tensor_degrees() const { return tensor_degrees_; }
+  // The blocks' split on a replica's group: `tensor_degree` devices, times the config's context
+  // degree; nullptr for one device.
+  const BlockCosts::Split* group_split(int tensor_degree) const;
   // `shared_replicas`: the copies of every stage holding the weights the option's stage shares
   // with others (0: only its own, the search's conservative count).
   plan::MemoryBreakdown memory(const StageOption& option, int in_flight, int shared_replicas = 0) const;
@@ -224,6 +227,7 @@ class StageOptions {
     double core_fwd_ms = 0;  // the attention cores' forward (BlockCosts::Cores)
     double workspace = 0;
     double exchanged_bytes = 0;  // a context group's keys and values (BlockCosts::Split)
+    int exchanges = 0;
     double fwd_reduced_bytes = 0, bwd_reduced_bytes = 0;  // at the evaluated batch
     int fwd_collectives = 0, bwd_collectives = 0;
     void add(const BlockCosts& blocks, const BlockCosts::Split* split, int block, int sample) {
@@ -242,7 +246,7 @@ class StageOptions {
       bwd_reduced_bytes += split->bwd_reduced_bytes[block];
       fwd_collectives += split->fwd_collectives[block];
       bwd_collectives += split->bwd_collectives[block];
-      if (!split->exchanged_bytes.empty()) exchanged_bytes += split->exchanged_bytes[block];
+      if (!split->exchanged_bytes.empty()) exchanged_bytes += split->exchanged_bytes[block], exchanges += split->exchanges[block];
     }
   };
   // What every variant of a range shares: its footprint (the workspace included), its passes
@@ -283,13 +287,14 @@ class StageOptions {
   // The all-reduces of a pass within a tensor-parallel group, per microbatch.
   double tensor_allreduce_ms(double bytes_at_evaluated_batch, int collectives, int replicas, int tensor_degree) const;
   // A context group's ring passes of keys and values in forward, and in backward (again, with
-  // their gradients), per microbatch.
-  double context_exchange_ms(double bytes_at_evaluated_batch, int replicas, int tensor_degree, bool backward) const;
+  // their gradients), per microbatch: `exchanges` rings passing these bytes in all. Affine in the
+  // bytes and the count, as the all-reduces are: a range's is the sum of its blocks'.
+  double context_exchange_ms(double bytes_at_evaluated_batch, int exchanges, int replicas, int tensor_degree,
+                             bool backward) const;
   // The share of the evaluated batch each device of a replica's group runs per microbatch: its
   // samples, and of each its share of the positions.
   double device_fraction(int replicas) const;
-  // The split of a group of `tensor_degree` devices by the config's context degree; nullptr for one device.
-  const BlockCosts::Split* group_split(int tensor_degree) const;
+
   bool allows(plan::StateSharding sharding, int replicas) const;
   bool can_offload() const;
   cost::StateLayout state_layout(int replicas, plan::StateSharding sharding, bool offload) const;

@@ -912,7 +912,8 @@ std::vector<OpId> movement_before(const Graph& graph, ValueId operand) {
     int sources = 0;
     for (ValueId id : producer.inputs)
       if (graph.value(id).is_tensor() && graph.value(id).batch_dependent && id != source) source = id, ++sources;
-    if (sources != 1) break;
+    // A slice or select of a fused QKV takes part of its source: the chain ends at its output.
+    if (sources != 1 || graph.value(source).type.bytes() > value.type.bytes()) break;
     chain.push_back(producer.id);
     at = source;
   }

@@ -100,8 +100,8 @@ struct TensorRegions {
   std::vector<ir::OpId> sequence_ops;
   // How the stack keeps a column op's input that sequence parallelism gathers: rannc-run keeps
   // it gathered for backward (false); Megatron-LM keeps each device's part and gathers it again in
-  // backward, an all-gather more (true: the planner's choice for a stack with fused kernels,
-  // which rannc-run does not run).
+  // backward, beside the product of the input's gradient, which hides it (true: the planner's
+  // choice for a stack with fused kernels, which rannc-run does not run).
   bool regather_inputs = false;
 
   // Whether tensor parallelism of this degree is a choice: some layer region splits that many
@@ -122,7 +122,7 @@ TensorRegions find_tensor_regions(const ir::Graph& graph);
 std::vector<ir::ValueId> key_value_operands(const ir::Graph& graph, const std::vector<ir::OpId>& core);
 // The data-movement ops (views, transposes, grouped-query attention's repeat of the key/value
 // heads) that make `operand` from one tensor, nearest first, each with one output read only by
-// the next (a split of a fused QKV ends the chain: its queries go elsewhere): what a
+// the next and no smaller than its source (a split or slice of a fused QKV ends the chain): what a
 // fused attention kernel does without (it reads grouped keys and values as they are), and after
 // which a context group's ring passes the keys and values (partitioner/context_parallel.h).
 std::vector<ir::OpId> movement_before(const ir::Graph& graph, ir::ValueId operand);

@@ -446,7 +446,7 @@ Stage read_stage(const Field& field, int index, const Plan& plan) {
   stage.params = read_weights(field["params"]);
   if (auto split = field.find("tensor_parallel")) stage.tensor_parallel = read_tensor_parallel(*split, plan, stage.params);
   if (auto context = field.find("context_parallel")) {
-    stage.context_degree = (*context)["degree"].small(1, kMaxTensorDegree);
+    stage.context_degree = (*context)["degree"].small(2, kMaxTensorDegree);
     if (plan.cluster.gpus_per_node % stage.group_devices() != 0)
       (*context)["degree"].fail(std::to_string(stage.context_degree) + " x tensor_parallel.degree " +
                                 std::to_string(stage.tensor_parallel.degree) + " does not divide the " +

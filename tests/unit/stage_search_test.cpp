@@ -128,7 +128,11 @@ void add_context_splits(std::mt19937& rng, BlockCosts& blocks, int context) {
   std::vector<BlockCosts::Split> added;
   std::vector<bool> cuts(blocks.fwd_ms.size() + 1, false);
   std::vector<double> exchanged;
-  for (std::size_t b = 0; b < blocks.fwd_ms.size(); ++b) exchanged.push_back(unit(rng) < 0.5 ? 0 : 1e8 * unit(rng));
+  std::vector<int> exchanges;
+  for (std::size_t b = 0; b < blocks.fwd_ms.size(); ++b) {
+    exchanges.push_back(unit(rng) < 0.5 ? 0 : 1 + static_cast<int>(rng() % 2));
+    exchanged.push_back(exchanges.back() > 0 ? 1e8 * unit(rng) : 0);
+  }
   for (std::size_t b = 1; b < blocks.fwd_ms.size(); ++b) cuts[b] = unit(rng) < 0.15;
   BlockCosts::Split whole;
   whole.degree = 1;
@@ -148,6 +152,7 @@ void add_context_splits(std::mt19937& rng, BlockCosts& blocks, int context) {
     share(split.fwd_ms), share(split.bwd_ms), share(split.workspace_bytes), share(split.cores.fwd_ms);
     split.context = context;
     split.exchanged_bytes = exchanged;
+    split.exchanges = exchanges;
     for (std::size_t b = 0; b < cuts.size(); ++b) split.cuts_region_before[b] = split.cuts_region_before[b] || cuts[b];
     added.push_back(split);
   }
@@ -408,6 +413,8 @@ TEST_CASE("a context group runs a share of the positions: half the samples' time
   BlockCosts blocks = random_blocks(rng, 4, {1, 2, 4});
   std::mt19937 extra(8);
   add_context_splits(extra, blocks, 2);
+  for (auto& split : blocks.splits)  // two attention cores in the first block, one in the third
+    if (split.context == 2) split.exchanges = {2, 0, 1, 0}, split.exchanged_bytes = {4e7, 0, 2e7, 0};
   RangeTable ranges(blocks);
   cost::Cluster cluster = small_cluster(4, 80e9);
   SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, plan::Precision::kFp32, {}, {}};
@@ -425,10 +432,14 @@ TEST_CASE("a context group runs a share of the positions: half the samples' time
   REQUIRE(table);
   const int sample = blocks.sample_index(2);
   double fwd = 0, exchanged = 0;
-  for (int block = 0; block < 4; ++block) fwd += table->fwd_ms[block][sample], exchanged += table->exchanged_bytes[block];
-  // Forward: the context table, and an all-gather of the keys and values of the group's samples.
-  const double gather_ms =
-      cost::allgather_seconds(exchanged * 2 / blocks.evaluated_batch, 2, cluster.intra_node) * 1e3;
+  int rings = 0;
+  for (int block = 0; block < 4; ++block)
+    fwd += table->fwd_ms[block][sample], exchanged += table->exchanged_bytes[block], rings += table->exchanges[block];
+  REQUIRE(rings == 3);
+  // Forward: the context table, and an all-gather of the keys and values of the group's samples,
+  // with each further ring's latency.
+  const double gather_ms = (cost::allgather_seconds(exchanged * 2 / blocks.evaluated_batch, 2, cluster.intra_node) +
+                            (rings - 1) * cost::allgather_seconds(0, 2, cluster.intra_node)) * 1e3;
   CHECK(b->fwd_ms == Approx(fwd + gather_ms).epsilon(1e-12));
   // Each device keeps half of what a replica of 2 samples keeps (its positions), and the group's
   // devices hold the whole weights, their gradients synchronised over the 4 of them.
@@ -451,8 +462,15 @@ TEST_CASE("below a beat the stage search finds the pipeline it finds without one
   int found_again = 0, none_below = 0, ruled_out_early = 0;
   for (int index = 0; index < 1280; ++index) {
     Instance instance = random_instance(rng, index, index >= 320, index >= 320 && index % 2 == 0);
-    SearchContext context = instance.context();
     SearchConfig config = instance.config();
+    // Some with context parallelism, whose key and value rings the bounds count block by block.
+    if (index % 5 == 4 && instance.c.devices % 2 == 0) {
+      std::mt19937 context_rng(index);
+      add_context_splits(context_rng, instance.blocks, 2);
+      instance.ranges = std::make_unique<RangeTable>(instance.blocks);
+      config.context_degree = 2;
+    }
+    SearchContext context = instance.context();
     auto unbounded = search_pipeline(StageOptions(context, config), kNoBeat);
     if (!unbounded) continue;
     const double best = unbounded->objective_ms();

@@ -82,7 +82,7 @@ std::string table_text(const std::vector<SweepRow>& rows, std::int64_t mem_limit
   char line[512];
   int width = 8;
   for (const auto& row : rows) width = std::max(width, static_cast<int>(devices_label(row).size()));
-  std::snprintf(line, sizeof line, "%*s  %-26s %6s %12s %12s %7s  %s\n", width, "devices", "layout (replicas per stage)",
+  std::snprintf(line, sizeof line, "%*s  %-36s %6s %12s %12s %7s  %s\n", width, "devices", "layout (replicas per stage)",
                 "micro", "samples/s", "TFLOP/s/dev", "peak", "memory per device");
   out << line;
   for (const auto& row : rows) {
@@ -98,9 +98,9 @@ std::string table_text(const std::vector<SweepRow>& rows, std::int64_t mem_limit
                          replica_text(p, /*fold=*/true) + (tensor.empty() ? "" : ", tp " + tensor) +
                          (p.config.context_degree > 1 ? ", cp " + std::to_string(p.config.context_degree) : "") +
                          (p.config.chunks > 1 ? ", vp " + std::to_string(p.config.chunks) : "") + ")";
-    if (layout.size() > 26) layout = layout.substr(0, 23) + "...";
+    if (layout.size() > 36) layout = layout.substr(0, 33) + "...";
     std::string memory = human_bytes(p.predicted.peak_mem_bytes) + (row.device.empty() ? " of " + human_bytes(static_cast<double>(mem_limit)) : "");
-    std::snprintf(line, sizeof line, "%*s  %-26s %6d %12.1f %12.1f %6.0f%%  %s\n", width, label.c_str(), layout.c_str(),
+    std::snprintf(line, sizeof line, "%*s  %-36s %6d %12.1f %12.1f %6.0f%%  %s\n", width, label.c_str(), layout.c_str(),
                   p.config.microbatches, p.predicted.samples_per_s, p.predicted.model_tflops_per_device,
                   100 * p.predicted.peak_fraction, memory.c_str());
     out << line;

@@ -25,14 +25,7 @@ bool reads_samples(const Graph& graph, const ir::Op& op) {
 ExchangedValues exchanged_by(const Graph& graph, const std::vector<OpId>& core) {
   ExchangedValues result;
   result.core_op = core.front();
-  for (ValueId operand : key_value_operands(graph, core)) {
-    ValueId source = operand;
-    for (OpId id : movement_before(graph, operand)) {
-      for (ValueId input : graph.op(id).inputs)
-        if (graph.value(input).is_tensor() && graph.value(input).batch_dependent) source = input;
-    }
-    result.values.push_back(source);
-  }
+  for (ValueId operand : key_value_operands(graph, core)) result.values.push_back(movement_before(graph, operand).source);
   return result;
 }
 

@@ -138,7 +138,7 @@ std::optional<PipelineSolution> interleave_on(const StageOptions& options, int g
   const SearchConfig& config = options.config();
   const BlockCosts& blocks = *options.context().blocks;
   const int degree = config.tensor_degree.value_or(1);
-  const int replicas = config.pipeline_devices / (groups * degree * config.context_degree);
+  const int replicas = config.pipeline_devices / (groups * config.group_devices(degree));
   const int chunks = config.chunks;
   const BlockCosts::Split* split = options.group_split(degree);
   std::vector<int> ends;
@@ -165,7 +165,7 @@ plan::MemoryBreakdown group_memory(const StageOptions& options, const std::vecto
 
 std::optional<PipelineSolution> search_interleaved(const StageOptions& options, double beat_ms) {
   const SearchConfig& config = options.config();
-  const int group = config.tensor_degree.value_or(1) * config.context_degree;  // devices of a replica
+  const int group = config.group_devices(config.tensor_degree.value_or(1));  // devices of a replica
   const auto& replica_choices = options.replica_choices();
   std::optional<PipelineSolution> best;
   for (int groups = 2; groups * group <= config.pipeline_devices; ++groups) {

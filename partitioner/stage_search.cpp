@@ -92,13 +92,12 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
     : context_(context), config_(config), beat_(beat), listing_(listing) {
   const BlockCosts& blocks = *context.blocks;
   const int devices = config.kind_devices(context.kind);
-  const int context_degree = config.context_degree;
-  for (int r = 1; r * context_degree <= devices; ++r) {
+  for (int r = 1; r * config.context_degree <= devices; ++r) {
     if (config.microbatch_size % r != 0) continue;
     if (config.replica_samples && config.microbatch_size / r != *config.replica_samples) continue;
     replica_choices_.push_back(r);
     // A context group's devices synchronise their whole weights as replicas do.
-    auto ranks = canonical_ranks(config, context.kind, r * context_degree);
+    auto ranks = canonical_ranks(config, context.kind, r * config.context_degree);
     std::array<double, 2> fixed{}, slope{};
     for (auto sharding : kShardingChoices) {
       auto at = static_cast<std::size_t>(sharding);
@@ -114,8 +113,9 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
   } else {
     tensor_degrees_ = {1};
     for (const auto& split : blocks.splits)
-      if (split.context == context_degree && split.degree > 1 &&
-          context.cluster->gpus_per_node % (split.degree * context_degree) == 0 && devices % (split.degree * context_degree) == 0)
+      if (split.context == config.context_degree && split.degree > 1 &&
+          context.cluster->gpus_per_node % config.group_devices(split.degree) == 0 &&
+          devices % config.group_devices(split.degree) == 0)
         tensor_degrees_.push_back(split.degree);
   }
   by_begin_.resize(static_cast<std::size_t>(blocks.count()));
@@ -128,7 +128,7 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
   for (int begin = 0; begin < blocks.count(); ++begin) {
     for (int degree : tensor_degrees_)
       for (int replicas : replica_choices_)
-        if (replicas * degree * context_degree <= devices) add_ranges_from(begin, replicas, degree);
+        if (replicas * config.group_devices(degree) <= devices) add_ranges_from(begin, replicas, degree);
     if (tensor_degrees_.size() > 1) keep_undominated(by_begin_[begin]);
   }
 }
@@ -157,17 +157,16 @@ std::vector<double> StageOptions::block_work(int replicas, int degree) const {
 void StageOptions::tabulate_least_work() {
   // Every way to run a stage, by the devices it takes.
   std::vector<std::pair<int, int>> ways;  // devices, replicas
-  const int context_degree = config_.context_degree;
   for (int degree : tensor_degrees_)
     for (int replicas : replica_choices_)
-      if (replicas * degree * context_degree <= config_.pipeline_devices)
-        ways.emplace_back(replicas * degree * context_degree, replicas);
+      if (replicas * config_.group_devices(degree) <= config_.pipeline_devices)
+        ways.emplace_back(replicas * config_.group_devices(degree), replicas);
   std::sort(ways.begin(), ways.end());
   least_work_way_.assign(static_cast<std::size_t>(config_.pipeline_devices + 1), -1);
   std::vector<double> least(static_cast<std::size_t>(block_count()), std::numeric_limits<double>::infinity());
   for (std::size_t w = 0; w < ways.size(); ++w) {
     auto [devices, replicas] = ways[w];
-    auto work = block_work(replicas, devices / replicas / context_degree);
+    auto work = block_work(replicas, devices / replicas / config_.context_degree);
     for (std::size_t b = 0; b < least.size(); ++b) least[b] = std::min(least[b], work[b]);
     if (w + 1 < ways.size() && ways[w + 1].first == devices) continue;
     std::vector<double> prefix{0};
@@ -218,13 +217,13 @@ void StageOptions::add_ranges_from(int begin, int replicas, int degree) {
     const double beyond = beat_ + 2 * beat_ * kRoundOffMargin;
     if (least_step >= beyond) break;
     if (split && split->cuts_region_before[end]) continue;
-    if (least_step + others_least_ms(begin, end, replicas * degree * config_.context_degree) >= beyond) continue;
+    if (least_step + others_least_ms(begin, end, replicas * config_.group_devices(degree)) >= beyond) continue;
     add_variants(begin, end, replicas, degree, work);
   }
 }
 
 bool StageOptions::allows(plan::StateSharding sharding, int replicas) const {
-  const int copies = config_.state_copies.value_or(config_.pipelines * replicas * config_.context_degree);
+  const int copies = state_layout(replicas, sharding, false).replicas;
   if (context_.state_sharding && copies > 1) return sharding == *context_.state_sharding;
   // Sharding among one copy is no sharding.
   return sharding == plan::StateSharding::kNone || copies > 1;
@@ -338,8 +337,8 @@ StageOptions::RangeStage StageOptions::range_stage(int begin, int end, int repli
   if (received > 0) stage.p2p_ms = 2 * cost::p2p_seconds(received, pipeline_link(*context_.cluster, config_)) * kMs;
   stage.replica_choice = static_cast<std::size_t>(
       std::find(replica_choices_.begin(), replica_choices_.end(), replicas) - replica_choices_.begin());
-  stage.most_in_flight = most_in_flight(end, replicas * tensor_degree * config_.context_degree);
-  stage.others_least_ms = others_least_ms(begin, end, replicas * tensor_degree * config_.context_degree);
+  stage.most_in_flight = most_in_flight(end, replicas * config_.group_devices(tensor_degree));
+  stage.others_least_ms = others_least_ms(begin, end, replicas * config_.group_devices(tensor_degree));
   return stage;
 }
 
@@ -456,7 +455,7 @@ std::optional<StageOption> StageOptions::optimistic(const RangeStage& range) con
 int StageOptions::most_in_flight(int end, int devices) const {
   // The most stages after this one: one block and one device (one group of a forced degree)
   // each, or the forced count.
-  int stage_devices = config_.tensor_degree.value_or(1) * config_.context_degree;
+  int stage_devices = config_.group_devices(config_.tensor_degree.value_or(1));
   int stages_after = std::min(block_count() - end, (config_.pipeline_devices - devices) / stage_devices);
   if (config_.stages) stages_after = std::min(stages_after, *config_.stages - 1);
   return plan::microbatches_in_flight(config_.schedule, std::max(stages_after, 0), config_.microbatches);
@@ -474,7 +473,7 @@ std::optional<StageOption> StageOptions::evaluate(int begin, int end, int replic
                                                   plan::StateSharding sharding, bool offload, int tensor_degree) const {
   if (std::find(replica_choices_.begin(), replica_choices_.end(), replicas) == replica_choices_.end()) return std::nullopt;
   if (std::find(tensor_degrees_.begin(), tensor_degrees_.end(), tensor_degree) == tensor_degrees_.end()) return std::nullopt;
-  if (replicas * tensor_degree * config_.context_degree > config_.kind_devices(context_.kind)) return std::nullopt;
+  if (replicas * config_.group_devices(tensor_degree) > config_.kind_devices(context_.kind)) return std::nullopt;
   const BlockCosts::Split* split = group_split(tensor_degree);
   if (split && (split->cuts_region_before[begin] || split->cuts_region_before[end])) return std::nullopt;
   if (replicas > 1 && context_.ranges->sends_batch_free(begin, end)) return std::nullopt;

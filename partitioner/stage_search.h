@@ -99,6 +99,9 @@ struct SearchConfig {
   std::optional<int> state_copies{};
 
   bool mixed() const { return !segments.empty(); }
+  // The devices of one replica of a stage of tensor degree `tensor_degree`: its tensor-parallel
+  // group times the context degree.
+  int group_devices(int tensor_degree) const { return tensor_degree * context_degree; }
   // The devices of a pipeline that a stage of kind `kind` may take.
   int kind_devices(int kind) const {
     for (const auto& segment : segments)

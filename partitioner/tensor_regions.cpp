@@ -901,10 +901,10 @@ std::vector<ValueId> key_value_operands(const Graph& graph, const std::vector<Op
   return {graph.op(products.front()).inputs[1], graph.op(products.back()).inputs[1]};
 }
 
-std::vector<OpId> movement_before(const Graph& graph, ValueId operand) {
-  std::vector<OpId> chain;
-  for (ValueId at = operand;;) {
-    const Value& value = graph.value(at);
+DataMovement movement_before(const Graph& graph, ValueId operand) {
+  DataMovement chain;
+  for (chain.source = operand;;) {
+    const Value& value = graph.value(chain.source);
     if (value.producer == kNoId || value.consumers.size() != 1) break;
     const Op& producer = graph.op(value.producer);
     if (ir::op_class_of(producer.kind) != ir::OpClass::kDataMovement || producer.outputs.size() != 1) break;
@@ -914,8 +914,8 @@ std::vector<OpId> movement_before(const Graph& graph, ValueId operand) {
       if (graph.value(id).is_tensor() && graph.value(id).batch_dependent && id != source) source = id, ++sources;
     // A slice or select of a fused QKV takes part of its source: the chain ends at its output.
     if (sources != 1 || graph.value(source).type.bytes() > value.type.bytes()) break;
-    chain.push_back(producer.id);
-    at = source;
+    chain.ops.push_back(producer.id);
+    chain.source = source;
   }
   return chain;
 }
@@ -927,7 +927,7 @@ std::vector<cost::FusedKernel> attention_kernels(const ir::Graph& graph, const T
     if (region.attention_core.empty()) continue;
     cost::FusedKernel kernel = region.attention_core;
     for (ValueId operand : key_value_operands(graph, region.attention_core))
-      for (OpId id : movement_before(graph, operand))
+      for (OpId id : movement_before(graph, operand).ops)
         if (!std::binary_search(region.attention_core.begin(), region.attention_core.end(), id)) kernel.push_back(id);
     std::sort(kernel.begin(), kernel.end());
     kernel.erase(std::unique(kernel.begin(), kernel.end()), kernel.end());

@@ -121,11 +121,15 @@ TensorRegions find_tensor_regions(const ir::Graph& graph);
 // empty when the core has neither.
 std::vector<ir::ValueId> key_value_operands(const ir::Graph& graph, const std::vector<ir::OpId>& core);
 // The data-movement ops (views, transposes, grouped-query attention's repeat of the key/value
-// heads) that make `operand` from one tensor, nearest first, each with one output read only by
-// the next and no smaller than its source (a split or slice of a fused QKV ends the chain): what a
-// fused attention kernel does without (it reads grouped keys and values as they are), and after
-// which a context group's ring passes the keys and values (partitioner/context_parallel.h).
-std::vector<ir::OpId> movement_before(const ir::Graph& graph, ir::ValueId operand);
+// heads) that make an attention operand from one tensor, nearest first, each with one output read
+// only by the next and no smaller than its source (a split or slice of a fused QKV ends the
+// chain): what a fused attention kernel does without (it reads grouped keys and values as they
+// are), and the tensor a context group's ring passes (partitioner/context_parallel.h).
+struct DataMovement {
+  std::vector<ir::OpId> ops;
+  ir::ValueId source = ir::kNoId;  // what the last of them reads; the operand itself when none
+};
+DataMovement movement_before(const ir::Graph& graph, ir::ValueId operand);
 
 // The attention kernels a training stack with fused attention runs (cost::FusedKernel): each
 // region's attention core with its products and the data movement before its keys and values

@@ -415,7 +415,7 @@ TEST_CASE("fused attention: GPT-3's cores keep a log-sum-exp per query row and c
   const auto& core = layers[0].attention_core;
   cost::FusedKernel expected = core;
   for (auto operand : key_value_operands(graph, core)) {
-    auto movement = movement_before(graph, operand);
+    auto movement = movement_before(graph, operand).ops;
     CHECK(movement.size() == 2);
     for (auto op : movement) CHECK(ir::op_class_of(graph.op(op).kind) == ir::OpClass::kDataMovement);
     expected.insert(expected.end(), movement.begin(), movement.end());
@@ -820,9 +820,10 @@ TEST_CASE("fused kernels: a Llama-3 layer keeps what Megatron-LM keeps, its keys
   // them: 8 heads of 128 at each position.
   for (auto operand : key_value_operands(graph, attention.attention_core)) {
     auto movement = movement_before(graph, operand);
-    REQUIRE_FALSE(movement.empty());
+    REQUIRE_FALSE(movement.ops.empty());
+    CHECK(movement.source == graph.op(movement.ops.back()).inputs[0]);
     CHECK(graph.value(operand).type.numel() == 64 * 8192 * 128);
-    CHECK(graph.value(graph.op(movement.back()).inputs[0]).type.numel() == 8 * 8192 * 128);
+    CHECK(graph.value(movement.source).type.numel() == 8 * 8192 * 128);
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include "compiler/model.h"
 #include "compiler/torch_plugin.h"
+#include "cost_model/cost_model.h"
 
 namespace rannc {
 
@@ -34,6 +35,7 @@ struct ProfileReport {
   std::vector<std::string> unprofiled_kinds;  // kinds of ops that cannot run alone (costed by the roofline)
   int unprofiled_signatures = 0;
   double fwd_ms = 0, bwd_ms = 0, peak_bytes = 0;  // predicted training step
+  std::optional<cost::StepTime> passes;           // its device and host sums, when the model was loaded
   std::optional<TorchPlugin::StepMeasurement> measured;
   double seconds = 0;              // wall time of the run
 };

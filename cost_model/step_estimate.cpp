@@ -14,6 +14,7 @@ StepEstimate estimate_step(const ir::Graph& graph, const DeviceSpec& device, pla
     estimate.ms_by_class[static_cast<std::size_t>(costs.work(op.id).op_class)] += cost.fwd_ms + cost.bwd_ms;
     if (cost.source == CostSource::kMeasured) ++estimate.measured_ops;
   }
+  estimate.passes = step;
   estimate.fwd_ms = step.fwd.ms();
   estimate.bwd_ms = step.bwd.ms();
   auto activations = activation_memory(graph, costs.requires_grad(), precision, costs.fused_kernels());

@@ -13,6 +13,7 @@ namespace rannc::cost {
 
 struct StepEstimate {
   double fwd_ms = 0, bwd_ms = 0;
+  StepTime passes;  // each pass's device and host sums, whose longer fwd_ms and bwd_ms are
   std::array<double, kOpClassCount> ms_by_class{};  // the device's forward + backward per op class
   int measured_ops = 0;                             // ops whose times came from the profile DB
   plan::MemoryBreakdown memory;                           // at one microbatch of the whole batch

@@ -128,14 +128,19 @@ void NpyFile::parse_header(const std::string& header) {
 }
 
 std::vector<char> NpyFile::read_rows(std::int64_t first, std::int64_t count) {
+  std::vector<char> bytes(static_cast<std::size_t>(std::max<std::int64_t>(count, 0) * row_bytes_));
+  read_rows_into(first, count, bytes.data());
+  return bytes;
+}
+
+void NpyFile::read_rows_into(std::int64_t first, std::int64_t count, void* destination) {
   if (first < 0 || count < 0 || first + count > rows()) {
     throw InputError(path_ + ": rows " + std::to_string(first) + ".." + std::to_string(first + count) + " asked of " +
                      std::to_string(rows()));
   }
-  std::vector<char> bytes(static_cast<std::size_t>(count * row_bytes_));
-  if (!bytes.empty()) std::memcpy(bytes.data(), static_cast<const char*>(mapping_) + data_offset_ + first * row_bytes_, bytes.size());
-  bytes_read_ += static_cast<std::int64_t>(bytes.size());
-  return bytes;
+  const auto bytes = static_cast<std::size_t>(count * row_bytes_);
+  if (bytes) std::memcpy(destination, static_cast<const char*>(mapping_) + data_offset_ + first * row_bytes_, bytes);
+  bytes_read_ += static_cast<std::int64_t>(bytes);
 }
 
 }  // namespace rannc::runtime

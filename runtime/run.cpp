@@ -317,7 +317,9 @@ std::string describe(const plan::Plan& plan, int accumulate_steps, const std::st
 json rank_json(const RankRecord& r) {
   json entry = {{"rank", r.rank}, {"stage", r.stage}, {"peak_mem_bytes", r.peak_mem_bytes}, {"fwd_ms", r.fwd_ms},
                 {"bwd_ms", r.bwd_ms}, {"comm_ms", r.comm_ms}, {"offload_bytes", r.offload_bytes},
-                {"optimizer_elements", r.optimizer_elements}, {"data_bytes", r.data_bytes}};
+                {"optimizer_elements", r.optimizer_elements}, {"data_bytes", r.data_bytes},
+                {"host_ms", {{"data", r.host.data_ms}, {"passes", r.host.passes_ms},
+                             {"optimizer", r.host.optimizer_ms}, {"wait", r.host.wait_ms}}}};
   if (r.embeddings) {
     const auto& e = *r.embeddings;
     entry["embeddings"] = {{"index_bytes", e.index_bytes},   {"pooled_bytes", e.pooled_bytes},

@@ -58,8 +58,26 @@ StageRunner::StageRunner(const plan::Plan& plan, const plan::Stage& stage, c10::
     auto param = stage_parameter(*module_, plan.stage_path(stage, tensor_rank), weight);
     // Offloaded: the optimizer's copy lives in host memory; each step runs on a device copy.
     if (stage.offload) param = param.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true).requires_grad_(true);
-    param.mutable_grad() = at::zeros_like(param);
     params_.push_back(param);
+  }
+  make_gradients();
+}
+
+// The gradients are views of one buffer per dtype, so that zeroing them is one kernel, not one
+// per weight: launches that bound a small model's step on a GPU. They persist between steps, as
+// the plan's memory counts them.
+void StageRunner::make_gradients() {
+  std::map<c10::ScalarType, std::int64_t> elements;
+  for (const auto& param : params_) elements[param.scalar_type()] += param.numel();
+  for (const auto& [type, count] : elements) {
+    auto buffer = at::zeros({count}, params_.front().options().dtype(type));
+    std::int64_t offset = 0;
+    for (auto& param : params_) {
+      if (param.scalar_type() != type) continue;
+      param.mutable_grad() = buffer.narrow(0, offset, param.numel()).view(param.sizes());
+      offset += param.numel();
+    }
+    gradient_buffers_.push_back(buffer);
   }
 }
 
@@ -107,9 +125,13 @@ void StageRunner::end_step() {
 }
 
 std::vector<at::Tensor> StageRunner::forward(int microbatch, std::vector<at::Tensor> inputs, at::Tensor& loss_sum) {
-  for (auto& input : inputs) {
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    auto& input = inputs[k];
     input = input.detach().to(device_);
-    if (at::isFloatingType(input.scalar_type())) input.requires_grad_(true);
+    // The model's own inputs (samples) take no gradient: asking for one would run, say, a first
+    // convolution's backward over the images for nothing.
+    bool model_input = k < stage_.inputs.size() && stage_.inputs[k].model_input;
+    if (at::isFloatingType(input.scalar_type()) && !model_input) input.requires_grad_(true);
   }
   auto add_loss = [&](const at::Tensor& loss) {
     at::Tensor value = loss.detach().to(at::kDouble);
@@ -213,7 +235,7 @@ at::Tensor StageRunner::rank_part(const std::string& name, const at::Tensor& who
 }
 
 void StageRunner::zero_gradients() {
-  for (auto& param : params_) param.mutable_grad().zero_();
+  for (auto& buffer : gradient_buffers_) buffer.zero_();
 }
 
 }  // namespace rannc::runtime

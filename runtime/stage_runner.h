@@ -94,12 +94,14 @@ class StageRunner {
   // Whether backward runs the whole forward again (full recomputation). A selective stage's
   // forward keeps its activations but its attention cores' (torch_side/recompute_cores.h).
   bool recomputes() const { return stage_.recompute == plan::Recompute::kFull; }
+  void make_gradients();
 
   const plan::Stage& stage_;
   int tensor_rank_;
   c10::Device device_;
   std::unique_ptr<torch::jit::Module> module_;
   std::vector<at::Tensor> params_;  // the trainable parameters the optimizer updates (host copies when offloaded)
+  std::vector<at::Tensor> gradient_buffers_;  // their gradients are views of these (make_gradients)
   std::vector<at::Tensor> device_params_;  // offloaded: this step's device copies
   bool bf16_autocast_;  // the plan's precision is bf16-mixed
   LossFunction loss_;

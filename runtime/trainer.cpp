@@ -294,6 +294,12 @@ void Trainer::run_pass(const plan::PassTask& task, std::vector<Incoming>& ready,
 // The gradients of `accumulate_steps_` global batches add up before the one optimizer step.
 StepRecord Trainer::run_step(int step) {
   auto start = Clock::now();
+  auto lap = start;
+  auto add_lap = [&lap](double& ms) {
+    auto now = Clock::now();
+    ms += std::chrono::duration<double, std::milli>(now - lap).count();
+    lap = now;
+  };
   for (auto& chunk : chunks_) {
     chunk.runner->zero_gradients();
     chunk.runner->begin_step();
@@ -301,6 +307,7 @@ StepRecord Trainer::run_step(int step) {
   at::Tensor loss_sum;  // this rank's microbatches' losses, on its device
   for (int k = 0; k < accumulate_steps_; ++k) {
     data_.load_step(static_cast<std::int64_t>(step) * accumulate_steps_ + k);
+    add_lap(host_.data_ms);
     if (embeddings_) {
       std::vector<at::Tensor> index_inputs;
       for (const auto& name : embeddings_->index_inputs()) index_inputs.push_back(data_.rows(name, 0));
@@ -308,10 +315,12 @@ StepRecord Trainer::run_step(int step) {
     }
     run_passes(loss_sum);
     if (embeddings_) embeddings_->backward();
+    add_lap(host_.passes_ms);
   }
   for (auto& chunk : chunks_) chunk.runner->end_step();
   double grad_norm = state_.step(step);
   if (embeddings_) embeddings_->step(state_.lr_at(step));
+  add_lap(host_.optimizer_ms);
   // Read once the host has issued the whole step. Ranks without the loss add 0, and a
   // tensor-parallel group, whose ranks all compute it, counts it once.
   double loss = loss_sum.defined() && placement_.tensor_rank == 0 ? loss_sum.item<double>() : 0;
@@ -319,6 +328,7 @@ StepRecord Trainer::run_step(int step) {
   comm_ms_ += communicator_.take_wait_ms();
   ++steps_run_;
   accel::synchronize(chunks_.front().runner->device());
+  add_lap(host_.wait_ms);
   fwd_ms_ += fwd_timer_.take_ms();
   bwd_ms_ += bwd_timer_.take_ms();
   return {step, loss, ms_since(start), grad_norm, state_.lr_at(step)};
@@ -332,7 +342,9 @@ RankRecord Trainer::record() const {
   std::int64_t offload_bytes = 0;
   for (const auto& chunk : chunks_) offload_bytes += chunk.runner->offload_bytes();
   RankRecord record{rank_, placement_.stage, peak, offload_bytes, state_.stepped_elements(), data_.bytes_read(),
-                    fwd_ms_ / steps, bwd_ms_ / steps, comm_ms_ / steps, std::nullopt};
+                    fwd_ms_ / steps, bwd_ms_ / steps, comm_ms_ / steps,
+                    {host_.data_ms / steps, host_.passes_ms / steps, host_.optimizer_ms / steps, host_.wait_ms / steps},
+                    std::nullopt};
   if (embeddings_) {
     record.embeddings = embeddings_->record();  // bytes over the run, times per step
     for (double* ms : {&record.embeddings->lookup_ms, &record.embeddings->index_ms, &record.embeddings->pooled_ms,

@@ -31,12 +31,20 @@ struct StepRecord {
 };
 
 // Milliseconds per step, averaged over the steps run.
+// Where a step's wall time goes on the host, per step: reading the samples, running the passes
+// (on a GPU, issuing their kernels), the gradient sync and optimizer step, and reading the loss
+// and waiting for the device at the end (nothing on the CPU).
+struct HostTimes {
+  double data_ms = 0, passes_ms = 0, optimizer_ms = 0, wait_ms = 0;
+};
+
 struct RankRecord {
   int rank = 0, stage = 0;
   std::int64_t peak_mem_bytes = 0, offload_bytes = 0;
   std::int64_t optimizer_elements = 0;
   std::int64_t data_bytes = 0;  // read from --data's files  // weight elements this rank's optimizer steps (its shards when sharded)
   double fwd_ms = 0, bwd_ms = 0, comm_ms = 0;
+  HostTimes host;
   std::optional<ExchangeRecord> embeddings;  // sharded plans: the embedding exchange's bytes and time
 };
 
@@ -115,6 +123,7 @@ class Trainer {
   // queueing work while transfers overlap it.
   accel::Timer fwd_timer_, bwd_timer_;
   double fwd_ms_ = 0, bwd_ms_ = 0, comm_ms_ = 0;
+  HostTimes host_;  // summed over the steps
 };
 
 }  // namespace rannc::runtime

@@ -2,7 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/cat.h>
-#include <ATen/ops/from_blob.h>
+#include <ATen/ops/empty.h>
 
 #include <algorithm>
 
@@ -99,15 +99,16 @@ at::Tensor TrainingData::read(std::size_t array, std::int64_t step, const Sample
   std::vector<std::int64_t> rows;
   for (std::int64_t sample = range.begin; sample < range.begin + range.length; ++sample)
     rows.push_back(order_->row(step, sample));
-  std::vector<char> bytes;
-  for (auto [first, count] : runs_of(rows)) {
-    auto run = file.read_rows(first, count);
-    bytes.insert(bytes.end(), run.begin(), run.end());
-  }
   std::vector<std::int64_t> shape{range.length};
   shape.insert(shape.end(), spec.sample_shape.begin(), spec.sample_shape.end());
-  auto options = at::TensorOptions().dtype(scalar_type(file.dtype(), spec.name));
-  auto tensor = at::from_blob(bytes.data(), shape, options).to(scalar_type(spec.dtype, spec.name), false, true);
+  // Read straight into the tensor, converted only where the file's dtype is not the model's.
+  auto tensor = at::empty(shape, at::TensorOptions().dtype(scalar_type(file.dtype(), spec.name)));
+  auto* at_row = static_cast<char*>(tensor.data_ptr());
+  for (auto [first, count] : runs_of(rows)) {
+    file.read_rows_into(first, count, at_row);
+    at_row += count * file.row_bytes();
+  }
+  tensor = tensor.to(scalar_type(spec.dtype, spec.name));
   return tensor.movedim(0, spec.batch_dim).contiguous();
 }
 

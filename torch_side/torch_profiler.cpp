@@ -734,14 +734,18 @@ TorchPlugin::StepMeasurement measure_step(const Model& model, int reps) {
   for (const auto& w : source.weights) state_bytes += (w.trainable ? 2 : 1) * static_cast<std::int64_t>(w.tensor.nbytes());
   TorchPlugin::StepMeasurement m;
   std::int64_t transient = 0;
+  std::vector<double> host_ms;
   accel::synchronize(device);
   m.step_ms = median_device_ms(device, reps, [&] {
     std::int64_t start = allocator.current();
     allocator.reset_peak();
+    auto issued = std::chrono::steady_clock::now();
     step();
+    host_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - issued).count());
     accel::synchronize(device);
     transient = std::max(transient, allocator.peak() - start);
   });
+  m.host_ms = median(host_ms);
   m.peak_bytes = state_bytes + transient;
   m.reps = reps;
   return m;

@@ -77,7 +77,7 @@ fi
 
 if part overhead; then
 step "rannc-run against a plain libtorch loop, one GPU"
-timeout 420 $PY tests/bench/runtime_bench.py $B $M --gpu $PRESET --steps 20 2>&1 | tee "$OUT/overhead.txt"
+timeout 420 $PY tests/bench/runtime_bench.py $B $M --gpu $PRESET --steps 20 --repeats 3 2>&1 | tee "$OUT/overhead.txt"
 fi
 
 TRAIN=$OUT/train.log

@@ -1,6 +1,7 @@
 // The baseline of the runtime overhead bench: a plain libtorch training loop of a TorchScript
 // model (forward on the whole batch, cross entropy, backward, SGD step), reading the same .npy
-// data as rannc-run. Prints one line per step: "step N loss L ms T". With RANNC_DEVICE=cuda it
+// data as rannc-run. Prints one line per step: "step N loss L data D passes P optimizer O wait W ms T",
+// the host's phases as rannc-run's report names them (host_ms), then the whole step. With RANNC_DEVICE=cuda it
 // trains on the first GPU (fp32 without TF32, as rannc-run), each step ending when its loss is
 // read, as rannc-run's does. With RANNC_PLAIN_OPTIMIZE=0 the TorchScript executor does not
 // optimize (specialize, fuse, differentiate) the graph, as rannc-run runs its stages.
@@ -59,17 +60,30 @@ int main(int argc, char** argv) {
   rannc::runtime::NpyFile target(data + "/target.npy");
   for (int step = 0; step < steps; ++step) {
     auto start = std::chrono::steady_clock::now();
+    auto lap = start;
+    auto lap_ms = [&lap] {
+      auto now = std::chrono::steady_clock::now();
+      double ms = std::chrono::duration<double, std::milli>(now - lap).count();
+      lap = now;
+      return ms;
+    };
     std::vector<c10::IValue> args;
     for (auto& input : inputs) args.emplace_back(read_batch(input, batch, step).to(device));
     auto labels = read_batch(target, batch, step).to(device);
+    double data_ms = lap_ms();
     optimizer.zero_grad();
     auto output = module.forward(args).toTensor();
     auto loss = at::cross_entropy_loss(output.reshape({-1, output.size(-1)}), labels.reshape({-1}));
     loss.backward();
+    double passes_ms = lap_ms();
     optimizer.step();
+    double optimizer_ms = lap_ms();
     double value = loss.item<double>();
+    double wait_ms = lap_ms();
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    std::printf("step %d loss %.6f ms %.3f\n", step, value, ms);
+    // The host's phases as rannc-run's report names them (host_ms), then the step.
+    std::printf("step %d loss %.6f data %.3f passes %.3f optimizer %.3f wait %.3f ms %.3f\n", step, value, data_ms,
+                passes_ms, optimizer_ms, wait_ms, ms);
   }
   return 0;
 }

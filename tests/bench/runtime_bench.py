@@ -17,7 +17,7 @@ oversubscription; the prediction assumes one device per rank. OMP_NUM_THREADS=1 
 With --gpu PRESET (a machine with a GPU and a CUDA build, docs/gpu.md) it runs part 2 alone, on
 the GPU, over the models of tests/bench/gpu_models.py in SAMPLES_DIR, planned for PRESET.
 
-usage: runtime_bench.py BUILD_DIR SAMPLES_DIR [--steps N] [--only NAME,...] [--gpu PRESET]
+usage: runtime_bench.py BUILD_DIR SAMPLES_DIR [--steps N] [--only NAME,...] [--gpu PRESET] [--repeats R]
 """
 import argparse
 import json
@@ -112,29 +112,53 @@ def accuracy(build, samples, steps, names):
           f"{'every rank at or below its prediction' if worst <= 1 else 'UNDER-PREDICTED'}")
 
 
-def overhead(build, samples, steps, names, device="cpu"):
+def overhead(build, samples, steps, names, device="cpu", repeats=1):
     where = "on the CPU" if device == "cpu" else "on the GPU, planned for " + device
-    print(f"\nruntime overhead {where}: 1 stage on 1 rank vs a plain libtorch loop (median step after the first)")
+    print(f"\nruntime overhead {where}: 1 stage on 1 rank vs a plain libtorch loop (median step after the first;")
+    print(f"with {repeats} rounds of the three runs in turn, the median of the rounds' medians: a host-bound step's")
+    print("pace drifts between runs, and taking turns lets each see the same drift)")
     print("(plain: the executor's defaults; as run: with its graph optimizer off, as rannc-run runs stages)")
     print(f"{'model':<9} {'batch':>5} {'plain ms':>9} {'as run ms':>9} {'rannc ms':>9} {'vs plain':>9} {'vs as run':>9}")
     plain_binary = os.path.join(build, "bin", "plain_training_loop")
     env = dict(ENV, RANNC_DEVICE="cpu" if device == "cpu" else "cuda")
+    phases = {}
     for name, (example, batch) in (SAMPLES if device == "cpu" else GPU_SAMPLES).items():
         if names and name not in names:
             continue
+        rounds = {"plain": [], "as run": [], "rannc": []}
         with tempfile.TemporaryDirectory() as out:
             plan = partition(build, samples, name, 1, 1, 1, out, device=device)
-            report, data = run_plan(build, out, plan, steps, env=env)
             inputs = [i["name"] for i in plan["model"]["inputs"]]
-            loops = [subprocess.run([plain_binary, plan["model"]["path"], data, str(batch), str(steps), "0.01", *inputs],
-                                    check=True, capture_output=True, text=True, env=dict(env, RANNC_PLAIN_OPTIMIZE=optimize))
-                     for optimize in ("1", "0")]
-        plain, as_run = (median_step_ms([float(line.split()[-1]) for line in loop.stdout.splitlines()]) for loop in loops)
-        rannc = median_step_ms([s["ms"] for s in report["steps"]])
+            for _ in range(repeats):
+                report, data = run_plan(build, out, plan, steps, env=env)
+                loops = [subprocess.run([plain_binary, plan["model"]["path"], data, str(batch), str(steps), "0.01", *inputs],
+                                        check=True, capture_output=True, text=True,
+                                        env=dict(env, RANNC_PLAIN_OPTIMIZE=optimize))
+                         for optimize in ("1", "0")]
+                for key, loop in zip(("plain", "as run"), loops):
+                    rounds[key].append(median_step_ms([float(line.split()[-1]) for line in loop.stdout.splitlines()]))
+                rounds["rannc"].append(median_step_ms([s["ms"] for s in report["steps"]]))
+        plain, as_run, rannc = (statistics.median(rounds[key]) for key in ("plain", "as run", "rannc"))
         losses = [float(line.split()[3]) for line in loops[1].stdout.splitlines()]
         loss_gap = max(abs(a - s["loss"]) / abs(a) for a, s in zip(losses, report["steps"]))
         print(f"{name:<9} {batch:>5} {plain:>9.2f} {as_run:>9.2f} {rannc:>9.2f} {100 * (rannc / plain - 1):>8.1f}% "
               f"{100 * (rannc / as_run - 1):>8.1f}%   (losses within {loss_gap:.1e} of the loop as run)", flush=True)
+        phases[name] = (host_phases(loops[1].stdout), report["ranks"][0].get("host_ms", {}))
+    print("\nwhere the host's step goes (ms per step, the mean over all steps, the first included; the loop as run;")
+    print("the last round)")
+    print(f"{'model':<9} {'':<6} " + " ".join(f"{p:>9}" for p in PHASES))
+    for name, (loop, rannc) in phases.items():
+        print(f"{name:<9} {'loop':<6} " + " ".join(f"{loop.get(p, 0):>9.3f}" for p in PHASES))
+        print(f"{'':<9} {'rannc':<6} " + " ".join(f"{rannc.get(p, 0):>9.3f}" for p in PHASES))
+
+
+PHASES = ("data", "passes", "optimizer", "wait")
+
+
+def host_phases(loop_output):
+    """The mean of each phase the plain loop prints ("data D passes P optimizer O wait W"), as rannc-run reports it."""
+    lines = [line.split() for line in loop_output.splitlines()]
+    return {p: statistics.mean(float(f[f.index(p) + 1]) for f in lines) for p in PHASES if lines and p in lines[0]}
 
 
 def main():
@@ -144,15 +168,16 @@ def main():
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--only", default="", help="comma-separated samples")
     parser.add_argument("--gpu", default="", metavar="PRESET", help="part 2 alone, on the GPU, planned for PRESET")
+    parser.add_argument("--repeats", type=int, default=1, help="part 2: rounds of the three runs in turn")
     args = parser.parse_args()
     names = [n for n in args.only.split(",") if n]
     subprocess.run(["ninja", "-C", args.build, "rannc-run", "rannc-partition", "plain_training_loop"], check=True,
                    capture_output=True)
     if args.gpu:
-        overhead(args.build, args.samples, args.steps, names, device=args.gpu)
+        overhead(args.build, args.samples, args.steps, names, device=args.gpu, repeats=args.repeats)
         return
     accuracy(args.build, args.samples, args.steps, names)
-    overhead(args.build, args.samples, args.steps, names)
+    overhead(args.build, args.samples, args.steps, names, repeats=args.repeats)
 
 
 if __name__ == "__main__":

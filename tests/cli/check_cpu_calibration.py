@@ -101,12 +101,26 @@ def check_plans_identical(runner, model, out, problems):
         problems.append("two plans for --device cpu differ")
 
 
+def check_host_share(report, problems):
+    """A checked profile gives each pass's host and device sums, the longer of which is the pass's
+    predicted time, and the measured step's host share, which is part of the step."""
+    p, m = report["predicted"], report["measured"]
+    longer = sum(max(p["host_ms"][k], p["device_ms"][k]) for k in ("fwd", "bwd"))
+    if abs(longer - p["step_ms"]) > 1e-9 * max(1.0, p["step_ms"]):
+        problems.append(f"predicted step {p['step_ms']} ms is not the longer sums' {longer} ms")
+    if not 0 < m["host_ms"] <= m["step_ms"]:
+        problems.append(f"measured host share {m['host_ms']} ms is not within the step's {m['step_ms']} ms")
+
+
 def check_ratio(runner, model, problems):
     """The fastest of a few measured steps (each the median of 10): other work on the machine only
     slows steps down, and the calibration is of the machine, not of its load."""
     _, predicted = runner.predicted(model)
-    measured = min(json.loads(runner.run(["profile", model, "--input", MODEL_INPUT, "--check", "--json"]).stdout)
-                   ["measured"]["step_ms"] for _ in range(MEASURED_RUNS))
+    reports = [json.loads(runner.run(["profile", model, "--input", MODEL_INPUT, "--check", "--json"]).stdout)
+               for _ in range(MEASURED_RUNS)]
+    for report in reports:
+        check_host_share(report, problems)
+    measured = min(report["measured"]["step_ms"] for report in reports)
     ratio = predicted / measured
     print(f"nn.TransformerEncoder: predicted without a profile DB {predicted:.1f} ms, measured {measured:.1f} ms, "
           f"ratio {ratio:.2f}")

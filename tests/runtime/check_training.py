@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -217,6 +218,13 @@ def check_report(report, plan, steps):
         for key in ("fwd_ms", "bwd_ms", "comm_ms"):
             if not isinstance(entry.get(key), (int, float)) or entry[key] < 0:
                 fail(f"report rank {entry['rank']}: {key} {entry.get(key)}")
+        host = entry.get("host_ms", {})
+        if sorted(host) != ["data", "optimizer", "passes", "wait"] or min(host.values()) < 0:
+            fail(f"report rank {entry['rank']}: host_ms {host}")
+        # The steps' times are rank 0's, whose phases are parts of its steps.
+        step_ms = statistics.mean(s["ms"] for s in report["steps"])
+        if entry["rank"] == 0 and (not host["passes"] > 0 or sum(host.values()) > step_ms * 1.001 + 0.001):
+            fail(f"report rank 0: host_ms {host} do not fit in the mean step of {step_ms:.3f} ms")
 
 
 def check_memory(report, plan, low):

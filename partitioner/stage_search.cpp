@@ -15,13 +15,15 @@ constexpr double kMs = 1e3;
 // give way by it, so that round-off never rules out a pipeline that could win.
 constexpr double kRoundOffMargin = 1e-9;
 
-// The ranks of a stage with r replicas per pipeline, as the placement lays them out: the first
-// r devices of every pipeline (of its kind's devices in each, on a mixed cluster: the ranks are
-// then those of the kind's view). Collective times depend only on how these spread over nodes.
-std::vector<int> canonical_ranks(const SearchConfig& config, int kind, int replicas) {
+// The ranks that synchronise a weight slice of a stage with `members` devices per pipeline
+// holding it, as the placement lays them out: one device in every `stride` (a tensor-parallel
+// group's devices of one tensor rank) from the first device of every pipeline (of its kind's
+// devices in each, on a mixed cluster: the ranks are then those of the kind's view). Collective
+// times depend only on how these spread over nodes.
+std::vector<int> canonical_ranks(const SearchConfig& config, int kind, int members, int stride) {
   std::vector<int> ranks;
   for (int p = 0; p < config.pipelines; ++p)
-    for (int i = 0; i < replicas; ++i) ranks.push_back(p * config.kind_devices(kind) + i);
+    for (int i = 0; i < members; ++i) ranks.push_back(p * config.kind_devices(kind) + i * stride);
   return ranks;
 }
 
@@ -96,17 +98,6 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
     if (config.microbatch_size % r != 0) continue;
     if (config.replica_samples && config.microbatch_size / r != *config.replica_samples) continue;
     replica_choices_.push_back(r);
-    // A context group's devices synchronise their whole weights as replicas do.
-    auto ranks = canonical_ranks(config, context.kind, r * config.context_degree);
-    std::array<double, 2> fixed{}, slope{};
-    for (auto sharding : kShardingChoices) {
-      auto at = static_cast<std::size_t>(sharding);
-      fixed[at] = cost::gradient_sync_seconds(*context.cluster, ranks, 0, sharding, context.precision) * kMs;
-      double per_billion = cost::gradient_sync_seconds(*context.cluster, ranks, 1e9, sharding, context.precision) * kMs;
-      slope[at] = (per_billion - fixed[at]) / 1e9;
-    }
-    sync_fixed_ms_.push_back(fixed);
-    sync_ms_per_element_.push_back(slope);
   }
   if (config.tensor_degree) {
     tensor_degrees_ = {*config.tensor_degree};
@@ -118,6 +109,7 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
           devices % config.group_devices(split.degree) == 0)
         tensor_degrees_.push_back(split.degree);
   }
+  tabulate_sync();
   by_begin_.resize(static_cast<std::size_t>(blocks.count()));
   if (listing == Listing::kNone) return;
   balanced_ms_ = partition::balanced_ms(context, config);
@@ -337,6 +329,8 @@ StageOptions::RangeStage StageOptions::range_stage(int begin, int end, int repli
   if (received > 0) stage.p2p_ms = 2 * cost::p2p_seconds(received, pipeline_link(*context_.cluster, config_)) * kMs;
   stage.replica_choice = static_cast<std::size_t>(
       std::find(replica_choices_.begin(), replica_choices_.end(), replicas) - replica_choices_.begin());
+  stage.degree_choice = static_cast<std::size_t>(
+      std::find(tensor_degrees_.begin(), tensor_degrees_.end(), tensor_degree) - tensor_degrees_.begin());
   stage.most_in_flight = most_in_flight(end, replicas * config_.group_devices(tensor_degree));
   stage.others_least_ms = others_least_ms(begin, end, replicas * config_.group_devices(tensor_degree));
   return stage;
@@ -414,10 +408,36 @@ std::optional<StageOption> StageOptions::evaluate(const RangeStage& range, plan:
   return option;
 }
 
+// Per replica count and tensor degree: a context group's devices synchronise their whole weights
+// as replicas do, and a tensor-parallel group's devices each their slice, at a stride of the
+// group's devices, which may take the synchronisation across nodes where replicas side by side
+// would stay in one.
+void StageOptions::tabulate_sync() {
+  const int devices = config_.kind_devices(context_.kind);
+  for (int r : replica_choices_) {
+    for (int degree : tensor_degrees_) {
+      SyncCost cost;
+      if (r * config_.group_devices(degree) <= devices) {
+        auto ranks = canonical_ranks(config_, context_.kind, r * config_.context_degree, degree);
+        for (auto sharding : kShardingChoices) {
+          auto at = static_cast<std::size_t>(sharding);
+          auto seconds = [&](double elements) {
+            return cost::gradient_sync_seconds(*context_.cluster, ranks, elements, sharding, context_.precision);
+          };
+          cost.fixed_ms[at] = seconds(0) * kMs;
+          cost.ms_per_element[at] = (seconds(1e9) * kMs - cost.fixed_ms[at]) / 1e9;
+        }
+      }
+      sync_.push_back(cost);
+    }
+  }
+}
+
 double StageOptions::sync_ms(const RangeStage& range, plan::StateSharding sharding) const {
   if (range.footprint.param_elements <= 0) return 0;
   auto at = static_cast<std::size_t>(sharding);
-  return sync_fixed_ms_[range.replica_choice][at] + sync_ms_per_element_[range.replica_choice][at] * range.footprint.param_elements;
+  const SyncCost& cost = sync_[range.replica_choice * tensor_degrees_.size() + range.degree_choice];
+  return cost.fixed_ms[at] + cost.ms_per_element[at] * range.footprint.param_elements;
 }
 
 bool StageOptions::below_beat(const StageOption& option, const RangeStage& range) const {

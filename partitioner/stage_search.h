@@ -260,6 +260,7 @@ class StageOptions {
     cost::PassTime fwd, bwd;
     double core_fwd_ms = 0, p2p_ms = 0;
     std::size_t replica_choice = 0;  // index into replica_choices_
+    std::size_t degree_choice = 0;   // index into tensor_degrees_
     int most_in_flight = 1;
     double others_least_ms = 0;  // others_least_ms() of the range
   };
@@ -306,8 +307,13 @@ class StageOptions {
   SearchConfig config_;
   std::vector<int> replica_choices_;
   std::vector<int> tensor_degrees_;
-  // The gradient synchronisation is affine in the parameters: [replica choice][sharding].
-  std::vector<std::array<double, 2>> sync_fixed_ms_, sync_ms_per_element_;
+  // The gradient synchronisation is affine in the parameters: per sharding, of the stages of a
+  // replica choice and a tensor degree, at [replica choice * tensor degrees + degree choice].
+  struct SyncCost {
+    std::array<double, 2> fixed_ms{}, ms_per_element{};
+  };
+  void tabulate_sync();
+  std::vector<SyncCost> sync_;
   std::vector<std::vector<StageOption>> by_begin_;
   // tabulate_least_work(): [way][block] prefix sums of each block's least work on at most a
   // number of devices, and [devices]: the way of at most so many (-1: no stage is that small).

@@ -450,6 +450,35 @@ TEST_CASE("a context group runs a share of the positions: half the samples' time
   CHECK(context_options.memory(*b, 1).weights == whole_options.memory(*a, 1).weights);
 }
 
+TEST_CASE("a tensor-parallel stage's replicas synchronise at the group's stride, across nodes where it takes them",
+          "[stage_search][tensor]") {
+  std::mt19937 rng(11);
+  BlockCosts blocks = random_blocks(rng, 4, {1, 2, 4});
+  add_splits(rng, blocks);
+  RangeTable ranges(blocks);
+  cost::Cluster cluster = small_cluster(8, 80e9);  // 2 nodes of 4
+  REQUIRE(cluster.gpus_per_node == 4);
+  SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, plan::Precision::kFp32, {}, {}};
+  StageOptions options(context, one_pipeline(8, 4, 4));
+  // Each device synchronises its slice with the same tensor rank of the other replica: the
+  // devices 0 and 4 (one in each node) for 2 groups of 4, 0 and 2 (one node) for 2 groups of 2.
+  for (auto [degree, ranks] : {std::pair{4, std::vector<int>{0, 4}}, std::pair{2, std::vector<int>{0, 2}}}) {
+    auto option = options.evaluate(0, 4, 2, plan::Recompute::kNone, plan::StateSharding::kNone, false, degree);
+    REQUIRE(option);
+    double elements = ranges.param_elements(0, 4, degree);
+    REQUIRE(elements > 0);
+    INFO("tensor degree " << degree);
+    CHECK(option->allreduce_ms ==
+          Approx(cost::gradient_sync_seconds(cluster, ranks, elements, plan::StateSharding::kNone, context.precision) * 1e3)
+              .epsilon(1e-12));
+  }
+  // Replicas side by side in one node would synchronise faster: the stride is what costs.
+  auto across = options.evaluate(0, 4, 2, plan::Recompute::kNone, plan::StateSharding::kNone, false, 4);
+  double side_by_side = cost::gradient_sync_seconds(cluster, {0, 1}, ranges.param_elements(0, 4, 4),
+                                                    plan::StateSharding::kNone, context.precision) * 1e3;
+  CHECK(across->allreduce_ms > side_by_side);
+}
+
 TEST_CASE("below a beat the stage search finds the pipeline it finds without one, stage for stage", "[stage_search]") {
   // What the search leaves out below a beat (stages and suffixes that cannot be part of a pipeline
   // below it, rounds that could not beat it, configs whose optimistic stages cannot) must never

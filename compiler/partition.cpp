@@ -106,9 +106,11 @@ ForcedLayout parse_layout(const std::string& text, int devices, int devices_per_
   if (devices_per_node % layout.tensor_degree != 0)
     throw InputError("--layout tp=" + std::to_string(layout.tensor_degree) + ": must divide the " +
                      std::to_string(devices_per_node) + " devices of a node (a tensor-parallel group stays in one node)");
-  if (devices_per_node % (layout.tensor_degree * layout.context_degree) != 0)
-    throw InputError("--layout cp=" + std::to_string(layout.context_degree) + ": tp x cp must divide the " +
-                     std::to_string(devices_per_node) + " devices of a node (a context group stays in one node)");
+  const int group = layout.tensor_degree * layout.context_degree;
+  if (devices_per_node % group != 0 && group % devices_per_node != 0)
+    throw InputError("--layout cp=" + std::to_string(layout.context_degree) + ": tp x cp = " + std::to_string(group) +
+                     " must divide the " + std::to_string(devices_per_node) +
+                     " devices of a node or be a whole number of nodes (a context group fills whole nodes)");
   std::int64_t product =
       static_cast<std::int64_t>(layout.stages) * layout.pipelines * layout.tensor_degree * layout.context_degree;
   if (product != devices) {
@@ -174,9 +176,10 @@ partition::PlanRequest plan_request(const PartitionOptions& options) {
     request.max_tensor_degree = *options.tensor_parallel;
   }
   if (options.context_parallel != 1) {
-    if (options.context_parallel < 1 || request.cluster.gpus_per_node % options.context_parallel != 0)
+    if (options.context_parallel < 1 || !request.cluster.tiles_nodes(options.context_parallel))
       throw InputError("--context-parallel " + std::to_string(options.context_parallel) + ": must divide the " +
-                       std::to_string(request.cluster.gpus_per_node) + " devices of a node (1 plans none)");
+                       std::to_string(request.cluster.gpus_per_node) +
+                       " devices of a node or be a whole number of nodes (1 plans none)");
     if (request.cluster.mixed())
       throw InputError("--context-parallel " + std::to_string(options.context_parallel) +
                        ": context parallelism is not planned on a mixed cluster");

@@ -65,7 +65,7 @@ class TorchPlugin {
   // memory: weights, buffers and gradients plus the most allocated during a step.
   struct StepMeasurement {
     double step_ms = 0;
-    double host_ms = 0;  // of step_ms, the host's time to issue the step (the median)
+    double host_ms = 0;  // the host's time to issue a step (the median of the same steps)
     std::int64_t peak_bytes = 0;
     int reps = 0;
   };

@@ -76,6 +76,11 @@ struct Cluster {
 
   int gpus() const { return nodes * gpus_per_node; }
   int node_of(int rank) const { return rank / gpus_per_node; }
+  // Whether groups of `devices` consecutive ranks, laid from a node's first rank, each lie in one
+  // node or over whole nodes (a context group may span nodes; a tensor-parallel group may not).
+  bool tiles_nodes(int devices) const {
+    return devices > 0 && (gpus_per_node % devices == 0 || devices % gpus_per_node == 0);
+  }
   bool mixed() const { return !groups.empty(); }
   // Device kinds: a mixed cluster's groups, or 1.
   int kinds() const { return mixed() ? static_cast<int>(groups.size()) : 1; }

@@ -63,14 +63,14 @@ std::vector<int> config_tensor_degrees(const PlanRequest& request, const TensorR
 }
 
 // The context degrees a config may take: the forced one, or 1 and each of kContextDegrees up to
-// --context-parallel that divides a node's devices, where the model allows it (not on a mixed
+// --context-parallel whose groups tile the nodes, where the model allows it (not on a mixed
 // cluster, whose pipelines hold no group of a size every kind divides).
 std::vector<int> context_degrees(const PlanRequest& request, const ContextSplit& split) {
   if (request.context_degree) return {*request.context_degree};
   std::vector<int> degrees{1};
   if (!split.allowed || request.cluster.mixed()) return degrees;
   for (int degree : kContextDegrees)
-    if (request.cluster.gpus_per_node % degree == 0 && degree <= request.max_context_degree) degrees.push_back(degree);
+    if (request.cluster.tiles_nodes(degree) && degree <= request.max_context_degree) degrees.push_back(degree);
   return degrees;
 }
 
@@ -347,7 +347,7 @@ std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int bloc
       for (int context : context_degrees)
       for (int degree : tensor_degrees) {
         const int group = degree * context;  // the devices of one replica
-        if (!segments_allow(layout, group) || request.cluster.gpus_per_node % group != 0) continue;
+        if (!segments_allow(layout, group) || !request.cluster.tiles_nodes(group)) continue;
         SearchConfig config;
         config.pipelines = pipelines;
         config.pipeline_devices = width;

@@ -105,7 +105,7 @@ StageOptions::StageOptions(const SearchContext& context, const SearchConfig& con
     tensor_degrees_ = {1};
     for (const auto& split : blocks.splits)
       if (split.context == config.context_degree && split.degree > 1 &&
-          context.cluster->gpus_per_node % config.group_devices(split.degree) == 0 &&
+          context.cluster->tiles_nodes(config.group_devices(split.degree)) &&
           devices % config.group_devices(split.degree) == 0)
         tensor_degrees_.push_back(split.degree);
   }
@@ -274,7 +274,7 @@ cost::StageFootprint StageOptions::footprint(int begin, int end, int replicas, i
 double StageOptions::tensor_allreduce_ms(double bytes_at_evaluated_batch, int collectives, int replicas,
                                          int tensor_degree) const {
   if (collectives == 0) return 0;
-  const cost::Link& link = context_.cluster->intra_node;  // a group never spans nodes
+  const cost::Link& link = context_.cluster->intra_node;  // a tensor-parallel group never spans nodes
   double latency = cost::ring_allreduce_seconds(0, tensor_degree, link);
   double all = cost::ring_allreduce_seconds(bytes_at_evaluated_batch * device_fraction(replicas), tensor_degree, link);
   return (all + (collectives - 1) * latency) * kMs;
@@ -288,7 +288,10 @@ double StageOptions::tensor_allreduce_ms(double bytes_at_evaluated_batch, int co
 double StageOptions::context_exchange_ms(double bytes_at_evaluated_batch, int exchanges, int replicas,
                                          int tensor_degree, bool backward) const {
   if (exchanges == 0 || config_.context_degree == 1) return 0;
-  const cost::Link& link = context_.cluster->intra_node;  // a group never spans nodes
+  // Within a node, or around the nodes a group spans (each device over its own link out).
+  const cost::Link& link = config_.group_devices(tensor_degree) > context_.cluster->gpus_per_node
+                               ? context_.cluster->inter_node
+                               : context_.cluster->intra_node;
   // A tensor rank's ring passes its own heads' keys and values.
   const double group_bytes = bytes_at_evaluated_batch * device_fraction(replicas) * config_.context_degree / tensor_degree;
   const double latency = cost::allgather_seconds(0, config_.context_degree, link);
@@ -416,7 +419,8 @@ void StageOptions::tabulate_sync() {
   const int devices = config_.kind_devices(context_.kind);
   for (int r : replica_choices_) {
     for (int degree : tensor_degrees_) {
-      SyncCost cost;
+      SyncCost cost;  // no stage of more devices than the pipeline's: never read
+      cost.fixed_ms.fill(std::numeric_limits<double>::infinity());
       if (r * config_.group_devices(degree) <= devices) {
         auto ranks = canonical_ranks(config_, context_.kind, r * config_.context_degree, degree);
         for (auto sharding : kShardingChoices) {

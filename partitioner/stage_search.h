@@ -11,8 +11,9 @@
 //
 // and after its last backward it synchronises its gradients among its P x r replicas (AR: an
 // allreduce, or with sharded optimizer state a reduce-scatter plus an all-gather; costed as
-// if its replicas were the first r devices of each pipeline: a stage placed across a node
-// boundary may take longer, which the simulation of the placed plan then reports). The
+// if its replicas were laid from the first device of each pipeline, a tensor-parallel group's
+// at its stride: a stage placed further on, across a node boundary, may take longer, which the
+// simulation of the placed plan then reports). The
 // iteration time of the pipeline is modelled as
 //
 //   T = sum_s t_s + max_s ((M - 1) t_s + AR_s)

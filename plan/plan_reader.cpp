@@ -447,10 +447,11 @@ Stage read_stage(const Field& field, int index, const Plan& plan) {
   if (auto split = field.find("tensor_parallel")) stage.tensor_parallel = read_tensor_parallel(*split, plan, stage.params);
   if (auto context = field.find("context_parallel")) {
     stage.context_degree = (*context)["degree"].small(2, kMaxTensorDegree);
-    if (plan.cluster.gpus_per_node % stage.group_devices() != 0)
+    const int per_node = plan.cluster.gpus_per_node;
+    if (per_node % stage.group_devices() != 0 && stage.group_devices() % per_node != 0)
       (*context)["degree"].fail(std::to_string(stage.context_degree) + " x tensor_parallel.degree " +
-                                std::to_string(stage.tensor_parallel.degree) + " does not divide the " +
-                                std::to_string(plan.cluster.gpus_per_node) + " devices of a node (a group never spans nodes)");
+                                std::to_string(stage.tensor_parallel.degree) + " neither divides the " +
+                                std::to_string(per_node) + " devices of a node nor is a whole number of nodes");
   }
   read_stage_ranks(field, stage, plan);
   stage.outputs = read_tensors(field["outputs"]);

@@ -31,7 +31,7 @@ class NpyFile {
   std::vector<char> read_rows(std::int64_t first, std::int64_t count);
   // The same into `destination`, which holds count * row_bytes() bytes: no copy in between.
   void read_rows_into(std::int64_t first, std::int64_t count, void* destination);
-  std::int64_t bytes_read() const { return bytes_read_; }  // by read_rows so far
+  std::int64_t bytes_read() const { return bytes_read_; }  // by read_rows and read_rows_into so far
 
  private:
   void parse_header(const std::string& header);

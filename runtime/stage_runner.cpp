@@ -65,7 +65,9 @@ StageRunner::StageRunner(const plan::Plan& plan, const plan::Stage& stage, c10::
 
 // The gradients are views of one buffer per dtype, so that zeroing them is one kernel, not one
 // per weight: launches that bound a small model's step on a GPU. They persist between steps, as
-// the plan's memory counts them.
+// the plan's memory counts them. (An offloaded stage's device copies take fresh ones each step,
+// begin_step.) Nothing may replace a gradient with a tensor of its own, nor detach it in place
+// (torch::optim::Optimizer::zero_grad does): it would leave the buffer.
 void StageRunner::make_gradients() {
   std::map<c10::ScalarType, std::int64_t> elements;
   for (const auto& param : params_) elements[param.scalar_type()] += param.numel();
@@ -174,7 +176,7 @@ std::vector<at::Tensor> StageRunner::backward(int microbatch, const std::vector<
       grads.push_back(output_grads[i].to(state.outputs[i].device(), state.outputs[i].scalar_type()));
     }
   }
-  if (state.loss.defined()) {
+  if (state.loss.defined() && state.loss.requires_grad()) {  // a stage of no weights may have none
     roots.push_back(state.loss);
     grads.push_back(at::ones_like(state.loss));
   }

@@ -304,6 +304,7 @@ StepRecord Trainer::run_step(int step) {
     chunk.runner->zero_gradients();
     chunk.runner->begin_step();
   }
+  add_lap(host_.optimizer_ms);
   at::Tensor loss_sum;  // this rank's microbatches' losses, on its device
   for (int k = 0; k < accumulate_steps_; ++k) {
     data_.load_step(static_cast<std::int64_t>(step) * accumulate_steps_ + k);

@@ -30,19 +30,20 @@ struct StepRecord {
   double lr = 0;         // the learning rate the step trained at
 };
 
-// Milliseconds per step, averaged over the steps run.
-// Where a step's wall time goes on the host, per step: reading the samples, running the passes
-// (on a GPU, issuing their kernels), the gradient sync and optimizer step, and reading the loss
-// and waiting for the device at the end (nothing on the CPU).
+// Where a step's wall time goes on the host, per step: reading the samples; running the passes
+// (on a GPU, issuing their kernels; and waiting for the peers' transfers); the weights' work
+// around them (gradients zeroed, offloaded copies, gradient sync, optimizer step); and reading
+// the loss, summed over the ranks, then waiting for the device.
 struct HostTimes {
   double data_ms = 0, passes_ms = 0, optimizer_ms = 0, wait_ms = 0;
 };
 
+// Milliseconds per step, averaged over the steps run.
 struct RankRecord {
   int rank = 0, stage = 0;
   std::int64_t peak_mem_bytes = 0, offload_bytes = 0;
-  std::int64_t optimizer_elements = 0;
-  std::int64_t data_bytes = 0;  // read from --data's files  // weight elements this rank's optimizer steps (its shards when sharded)
+  std::int64_t optimizer_elements = 0;  // weight elements this rank's optimizer steps (its shards when sharded)
+  std::int64_t data_bytes = 0;          // read from --data's files
   double fwd_ms = 0, bwd_ms = 0, comm_ms = 0;
   HostTimes host;
   std::optional<ExchangeRecord> embeddings;  // sharded plans: the embedding exchange's bytes and time

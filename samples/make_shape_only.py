@@ -89,10 +89,12 @@ class LlamaPreset:
 
 
 # Meta's Llama-3 70B (config.json of meta-llama/Meta-Llama-3-70B; 70,553,706,496 parameters) at its
-# 8192-token context (tests/bench/megatron_calibration.py).
+# 8192-token context, and trained on at 32768 (long-context; tests/bench/megatron_calibration.py).
 LLAMA_PRESETS = {
     "llama3-70b": LlamaPreset(layers=80, hidden=8192, heads=64, kv_heads=8, intermediate=28672, seq=8192,
                               vocab=128256, rope_theta=500000.0, norm_eps=1e-5),
+    "llama3-70b-32k": LlamaPreset(layers=80, hidden=8192, heads=64, kv_heads=8, intermediate=28672, seq=32768,
+                                  vocab=128256, rope_theta=500000.0, norm_eps=1e-5),
 }
 
 

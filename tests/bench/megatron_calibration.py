@@ -43,6 +43,9 @@ Sources and how FLOPs are counted:
   scale-mask-softmax) and not attention: `--elementwise fused`. NeMo's Llama-3 recipe (Transformer
   Engine) also runs attention as one FlashAttention kernel: `--attention fused --elementwise
   fused`.
+- Llama-3 70B at 32768 positions (the llama3-70b-32k preset) on 64 H100 at batch 32, the 8k runs'
+  tokens per step: the free plan with context parallelism up to 8 (its groups in a node or over
+  whole nodes) against none, and forced layouts of each kind. No published figure.
 
 usage: megatron_calibration.py BUILD_DIR [--quick]
   --quick: the three smallest rows and GPT-3 only, of Korthikanti's the 22B and GPT-3, and
@@ -221,6 +224,42 @@ def llama_table(rannc, models, build, out, runs):
     return failed
 
 
+# Llama-3 70B at 32768 positions on 64 H100 at batch 32 (the 8k runs' tokens per step): forced
+# layouts, each as tp, cp, pp; the first two put a context group over 2 and 4 nodes of 8.
+LONG_CONTEXT_LAYOUTS = [(8, 2, 4), (8, 4, 2), (4, 2, 8), (2, 4, 8)]
+
+
+def long_context_table(rannc, models, build, out):
+    """Llama-3 70B at 32k: context parallelism within a node and over nodes, against none."""
+    model = model_path(models, build, "llama3-70b-32k")
+    gpus, batch = 64, 32
+    print("\nLlama-3 70B at sequence 32768, %d H100-80G, batch %d: context groups in a node and over whole nodes"
+          % (gpus, batch))
+    free, seconds, why = plan(rannc, model, gpus, batch, out, LLAMA_CONTEXT, device="h100-80g", kernels=NEMO_KERNELS)
+    plain, plain_seconds, _ = plan(rannc, model, gpus, batch, out, [], device="h100-80g", kernels=NEMO_KERNELS)
+    if not free or not plain:
+        print("  free plan failed: %s" % why)
+        return True
+    free_step = free["predicted"]["iteration_ms"] / 1000
+    for name, result, took in (("free, --context-parallel 8", free, seconds), ("free, without", plain, plain_seconds)):
+        tflops = result["predicted"]["model_tflops_per_device"]
+        print("  %-28s %7.2f s %6.1f%% MFU  %s (%.1f s to plan)" % (
+            name, result["predicted"]["iteration_ms"] / 1000, 100 * tflops / H100_PEAK_TFLOPS, free_layout_of(result),
+            took))
+    for tp, cp, pp in LONG_CONTEXT_LAYOUTS:
+        layout = "pp=%d,dp=1,tp=%d,cp=%d,m=%d" % (pp, tp, cp, batch)
+        forced, _, why = plan(rannc, model, gpus, batch, out, ["--layout", layout], device="h100-80g",
+                              kernels=NEMO_KERNELS)
+        where = "over %d nodes" % (tp * cp // 8) if tp * cp > 8 else "in a node"
+        if not forced:
+            print("  %-28s does not fit (%s)" % (layout, where))
+            continue
+        step = forced["predicted"]["iteration_ms"] / 1000
+        print("  %-28s %7.2f s  %-14s free x %.2f" % (layout, step, where, step / free_step))
+    print("  free plan / without context parallelism: %.2fx" % (plain["predicted"]["iteration_ms"] / 1000 / free_step))
+    return False
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -236,7 +275,7 @@ def main():
                  "MFU", "x Meg.", "plan s"))
     with tempfile.TemporaryDirectory() as models, tempfile.TemporaryDirectory() as out:
         presets = sorted({r[0] for r in runs + selective_runs if r[0].startswith(("megatron-", "korthikanti-"))})
-        presets.append("llama3-70b")  # 0.1 s to build: the table reads this script's own copy
+        presets += ["llama3-70b", "llama3-70b-32k"]  # 0.1 s to build: the tables read this script's own copies
         subprocess.run(["/usr/bin/python3", os.path.join(os.path.dirname(__file__), "..", "..", "samples",
                                                          "make_shape_only.py"), "--out", models, "--preset",
                         ",".join(presets)], check=True, capture_output=True)
@@ -270,6 +309,8 @@ def main():
         failed = selective_table(rannc, models, build, out, selective_runs) or failed
         print("x them = the free plan's MFU over their layout's under the same cost model")
         failed = llama_table(rannc, models, build, out, llama_runs) or failed
+        if not quick:
+            failed = long_context_table(rannc, models, build, out) or failed
     sys.exit(1 if failed else 0)
 
 

@@ -415,9 +415,10 @@ TEST_CASE("context parallelism reads and writes back, and its groups are checked
 
   CHECK(error_of(changed([&](json& p) { with_context(p), p["ranks"][2].erase("context_rank"); })) ==
         "plan.json: ranks[2]: rank 2 has context rank 0, but its place 1 in a stage of context groups of 2 x 1 makes it 1");
-  CHECK(error_of(changed([&](json& p) { with_context(p), p["stages"][1]["context_parallel"]["degree"] = 4; })) ==
-        "plan.json: stages[1].context_parallel.degree: 4 x tensor_parallel.degree 1 does not divide the 2 devices of a "
-        "node (a group never spans nodes)");
+  // A group of 3 devices neither lies in a node of 2 nor fills whole nodes (one of 4 would).
+  CHECK(error_of(changed([&](json& p) { with_context(p), p["stages"][1]["context_parallel"]["degree"] = 3; })) ==
+        "plan.json: stages[1].context_parallel.degree: 3 x tensor_parallel.degree 1 neither divides the 2 devices of a "
+        "node nor is a whole number of nodes");
   CHECK(error_of(changed([&](json& p) { with_context(p), p["stages"][1]["replicas_per_pipeline"] = 2; })) ==
         "plan.json: stages[1].ranks: 2 rank(s), expected replicas_per_pipeline x pipelines x context_parallel.degree = 4");
   CHECK(error_of(changed([&](json& p) { with_context(p), p["stages"][1]["context_parallel"]["degree"] = 0; })).find(

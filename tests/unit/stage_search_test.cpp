@@ -450,6 +450,41 @@ TEST_CASE("a context group runs a share of the positions: half the samples' time
   CHECK(context_options.memory(*b, 1).weights == whole_options.memory(*a, 1).weights);
 }
 
+TEST_CASE("a context group that spans nodes passes its keys and values over the nodes' link", "[stage_search][context]") {
+  std::mt19937 rng(12);
+  BlockCosts blocks = random_blocks(rng, 4, {1, 2, 4});
+  add_splits(rng, blocks);
+  add_context_splits(rng, blocks, 2);
+  for (auto& split : blocks.splits)  // two attention cores in the first block, one in the third
+    if (split.context == 2) split.exchanges = {2, 0, 1, 0}, split.exchanged_bytes = {4e7, 0, 2e7, 0};
+  RangeTable ranges(blocks);
+  cost::Cluster two_nodes = small_cluster(8, 80e9), one_node = two_nodes;
+  one_node.gpus_per_node = 8, one_node.nodes = 1;
+  REQUIRE(two_nodes.gpus_per_node == 4);
+  SearchConfig config = one_pipeline(8, 4, 4);
+  config.context_degree = 2;
+  auto stage = [&](const cost::Cluster& cluster, int degree) {
+    SearchContext context{&blocks, &ranges, &cluster, plan::Optimizer::kAdam, plan::Precision::kFp32, {}, {}};
+    StageOptions options(context, config);
+    auto option = options.evaluate(0, 4, 1, plan::Recompute::kNone, plan::StateSharding::kNone, false, degree);
+    REQUIRE(option);
+    return *option;
+  };
+  // 2 context ranks of 4 tensor ranks: one in each node of 4. Each tensor rank's ring passes its
+  // heads' share of its sample's keys and values (a quarter of 1/2 of 4 samples of 8 evaluated).
+  auto spanning = stage(two_nodes, 4), inside = stage(one_node, 4);
+  CHECK(spanning.devices() == 8);
+  const double bytes = 6e7 * (4.0 / 8 / 2) * 2 / 4;
+  auto ring_ms = [&](const cost::Link& link) {
+    return (cost::allgather_seconds(bytes, 2, link) + 2 * cost::allgather_seconds(0, 2, link)) * 1e3;
+  };
+  CHECK(spanning.fwd_ms - inside.fwd_ms ==
+        Approx(ring_ms(two_nodes.inter_node) - ring_ms(two_nodes.intra_node)).epsilon(1e-9));
+  CHECK(spanning.fwd_ms > inside.fwd_ms);
+  // Groups of 2 x 2 stay in a node of 4: the same ring either way.
+  CHECK(stage(two_nodes, 2).fwd_ms == Approx(stage(one_node, 2).fwd_ms).epsilon(1e-12));
+}
+
 TEST_CASE("a tensor-parallel stage's replicas synchronise at the group's stride, across nodes where it takes them",
           "[stage_search][tensor]") {
   std::mt19937 rng(11);
@@ -474,6 +509,7 @@ TEST_CASE("a tensor-parallel stage's replicas synchronise at the group's stride,
   }
   // Replicas side by side in one node would synchronise faster: the stride is what costs.
   auto across = options.evaluate(0, 4, 2, plan::Recompute::kNone, plan::StateSharding::kNone, false, 4);
+  REQUIRE(across);
   double side_by_side = cost::gradient_sync_seconds(cluster, {0, 1}, ranges.param_elements(0, 4, 4),
                                                     plan::StateSharding::kNone, context.precision) * 1e3;
   CHECK(across->allreduce_ms > side_by_side);

@@ -106,6 +106,9 @@ ForcedLayout parse_layout(const std::string& text, int devices, int devices_per_
   if (devices_per_node % layout.tensor_degree != 0)
     throw InputError("--layout tp=" + std::to_string(layout.tensor_degree) + ": must divide the " +
                      std::to_string(devices_per_node) + " devices of a node (a tensor-parallel group stays in one node)");
+  if (layout.context_degree > plan::kMaxParallelDegree)
+    throw InputError("--layout cp=" + std::to_string(layout.context_degree) + ": at most " +
+                     std::to_string(plan::kMaxParallelDegree));
   const int group = layout.tensor_degree * layout.context_degree;
   if (devices_per_node % group != 0 && group % devices_per_node != 0)
     throw InputError("--layout cp=" + std::to_string(layout.context_degree) + ": tp x cp = " + std::to_string(group) +
@@ -176,6 +179,9 @@ partition::PlanRequest plan_request(const PartitionOptions& options) {
     request.max_tensor_degree = *options.tensor_parallel;
   }
   if (options.context_parallel != 1) {
+    if (options.context_parallel > plan::kMaxParallelDegree)
+      throw InputError("--context-parallel " + std::to_string(options.context_parallel) + ": at most " +
+                       std::to_string(plan::kMaxParallelDegree));
     if (options.context_parallel < 1 || !request.cluster.tiles_nodes(options.context_parallel))
       throw InputError("--context-parallel " + std::to_string(options.context_parallel) + ": must divide the " +
                        std::to_string(request.cluster.gpus_per_node) +

@@ -36,12 +36,6 @@ std::vector<int> divisors(std::int64_t n) {
   return small;
 }
 
-// Pipelines sit on identical node groups: D divides a node's devices or is a whole number of nodes.
-bool tiles_nodes(int pipeline_devices, const cost::Cluster& cluster) {
-  int per_node = cluster.gpus_per_node;
-  return pipeline_devices <= per_node ? per_node % pipeline_devices == 0 : pipeline_devices % per_node == 0;
-}
-
 // The tensor-parallel degrees to cost: each of kTensorDegrees that divides a node's devices, or
 // the forced one.
 std::vector<int> tensor_degrees(const PlanRequest& request) {
@@ -300,14 +294,15 @@ std::vector<PipelineWidth> pipeline_widths(const cost::Cluster& cluster) {
   std::vector<PipelineWidth> widths;
   if (!cluster.mixed()) {
     for (int width : divisors(cluster.gpus()))
-      if (tiles_nodes(width, cluster)) widths.push_back({width, cluster.gpus() / width, {}});
+      // Pipelines sit on identical node groups.
+      if (cluster.tiles_nodes(width)) widths.push_back({width, cluster.gpus() / width, {}});
     return widths;
   }
   for (int pipelines : divisors(cluster.kind_gpus(0))) {
     bool tiles = true;
     for (int kind = 0; kind < cluster.kinds(); ++kind) {
       const int devices = cluster.kind_gpus(kind);
-      tiles = tiles && devices % pipelines == 0 && tiles_nodes(devices / pipelines, cluster);
+      tiles = tiles && devices % pipelines == 0 && cluster.tiles_nodes(devices / pipelines);
     }
     if (!tiles) continue;
     for (const auto& order : kind_orders(cluster.kinds())) {
@@ -543,9 +538,10 @@ namespace {
 
 // Where each stage's devices start in its pipeline, and (last) the devices a pipeline takes.
 // Without tensor parallelism the stages follow each other. With it, the stages of the largest
-// degree come first, then the next, ...: every group then starts at a multiple of its degree,
-// so none spans two nodes (degrees are powers of two dividing a node's devices), and the
-// pipelines take a multiple of the largest degree each, so the next one starts aligned too.
+// degree come first, then the next, ...: every group then starts at a multiple of its size, so
+// none straddles a node (group sizes are powers of two that divide a node's devices or fill
+// whole nodes), and the pipelines take a multiple of the largest group each, so the next one
+// starts aligned too.
 std::vector<int> stage_offsets(const std::vector<StageOption>& stages) {
   std::vector<std::size_t> order(stages.size());
   for (std::size_t s = 0; s < order.size(); ++s) order[s] = s;

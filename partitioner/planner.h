@@ -34,8 +34,8 @@ namespace rannc::partition {
 inline constexpr int kMaxMicrobatches = 4096;
 // The tensor-parallel degrees the search considers (within a node, as Megatron-LM uses them).
 inline constexpr std::array<int, 3> kTensorDegrees{2, 4, 8};
-// The context-parallel degrees the search considers (within a node, with the tensor degree:
-// partitioner/context_parallel.h).
+// The context-parallel degrees the search considers (groups of them times the tensor degree in a
+// node or over whole nodes: partitioner/context_parallel.h).
 inline constexpr std::array<int, 3> kContextDegrees{2, 4, 8};
 // The model chunks per device group the search considers beside 1 (interleaved 1F1B,
 // partitioner/interleave.h).
@@ -153,7 +153,8 @@ PlanResult plan_model(const ir::Graph& graph, std::int64_t evaluated_batch,
 // 175B model's search on 1024 devices 10x slower; one degree per layout is how Megatron-LM
 // runs, and the layouts of every degree are searched.
 // With `context_degrees`, each such layout once more per context degree c > 1 whose groups of
-// t x c devices fit in a node and divide its pipeline's devices (SearchConfig::context_degree).
+// t x c devices tile the nodes (cost::Cluster::tiles_nodes) and divide its pipeline's devices
+// (SearchConfig::context_degree).
 std::vector<SearchConfig> candidate_configs(const PlanRequest& request, int blocks,
                                             const std::vector<int>& tensor_degrees = {1},
                                             const std::vector<int>& context_degrees = {1});

@@ -87,8 +87,8 @@ struct SearchConfig {
   // counts the groups.
   int chunks = 1;
   // Context parallelism (partitioner/context_parallel.h): every stage's replicas are groups of
-  // tensor_degree x context_degree devices in one node, each of context_degree devices running
-  // 1/context_degree of each sample's positions.
+  // tensor_degree x context_degree devices, in one node or over whole nodes, each of
+  // context_degree devices running 1/context_degree of each sample's positions.
   int context_degree = 1;
   // A mixed cluster's pipeline: its devices by kind, in pipeline order (the first stages run on
   // the first segment), adding up to pipeline_devices; every device is used, and each stage lies
@@ -197,8 +197,8 @@ class StageOptions {
                                       plan::StateSharding sharding = plan::StateSharding::kNone,
                                       bool offload = false, int tensor_degree = 1) const;
   const std::vector<int>& replica_choices() const { return replica_choices_; }
-  // The tensor-parallel degrees a stage may take: 1, and each costed degree that divides both a
-  // node's devices and the pipeline's (so that a group never spans nodes), or the forced one.
+  // The tensor-parallel degrees a stage may take: 1, and each costed degree whose groups (times
+  // the context degree) tile the nodes and divide the pipeline's devices, or the forced one.
   const std::vector<int>& tensor_degrees() const { return tensor_degrees_; }
   // The blocks' split on a replica's group: `tensor_degree` devices, times the config's context
   // degree; nullptr for one device.

@@ -21,6 +21,9 @@ namespace rannc::plan {
 
 inline constexpr const char* kFormat = "rannc-plan";
 inline constexpr int kVersion = 1;
+// The largest tensor- or context-parallel degree a plan may hold: a node of 8 devices is the
+// usual tensor group, a few nodes a context group's; 64 bounds what a hostile plan may ask for.
+inline constexpr int kMaxParallelDegree = 64;
 
 struct Tensor {
   std::string name;
@@ -147,7 +150,7 @@ struct Stage {
   StateSharding state_sharding = StateSharding::kNone;  // among all of the stage's ranks
   TensorParallel tensor_parallel;  // written only when degree > 1
   // Context parallelism (partitioner/context_parallel.h): each replica's group is this many times
-  // tensor_parallel.degree devices in one node, each running 1/context_degree of each sample's
+  // tensor_parallel.degree devices, in one node or over whole nodes, each running 1/context_degree of each sample's
   // positions; its ranks are tensor ranks within context ranks. Written only when > 1.
   int context_degree = 1;
   StagePrediction predicted;

@@ -320,10 +320,6 @@ void read_source(const Field& input, Tensor& tensor, int stage_id, const Plan& p
   }
 }
 
-// The largest tensor-parallel group a plan may hold: a node of 8 devices is the usual; 64
-// bounds what a hostile plan may ask for.
-constexpr int kMaxTensorDegree = 64;
-
 std::string read_sha256(const Field& field) {
   std::string sha256 = field.text();
   bool hex = sha256.size() == 64 && sha256.find_first_not_of("0123456789abcdef") == std::string::npos;
@@ -339,7 +335,7 @@ std::vector<int> read_op_ids(const Field& list) {
 
 TensorParallel read_tensor_parallel(const Field& field, const Plan& plan, const std::vector<Weight>& params) {
   TensorParallel split;
-  split.degree = field["degree"].small(1, kMaxTensorDegree);
+  split.degree = field["degree"].small(1, kMaxParallelDegree);
   if (plan.cluster.gpus_per_node % split.degree != 0)
     field["degree"].fail(std::to_string(split.degree) + " does not divide the " + std::to_string(plan.cluster.gpus_per_node) +
                          " devices of a node (a group never spans nodes)");
@@ -446,7 +442,7 @@ Stage read_stage(const Field& field, int index, const Plan& plan) {
   stage.params = read_weights(field["params"]);
   if (auto split = field.find("tensor_parallel")) stage.tensor_parallel = read_tensor_parallel(*split, plan, stage.params);
   if (auto context = field.find("context_parallel")) {
-    stage.context_degree = (*context)["degree"].small(2, kMaxTensorDegree);
+    stage.context_degree = (*context)["degree"].small(2, kMaxParallelDegree);
     const int per_node = plan.cluster.gpus_per_node;
     if (per_node % stage.group_devices() != 0 && stage.group_devices() % per_node != 0)
       (*context)["degree"].fail(std::to_string(stage.context_degree) + " x tensor_parallel.degree " +
@@ -486,7 +482,7 @@ Stage read_stage(const Field& field, int index, const Plan& plan) {
 }
 
 // Model chunks per rank (plan.h): absent, 1; more only under 1F1B. 64 bounds what a hostile
-// plan may ask for, as kMaxTensorDegree does.
+// plan may ask for, as kMaxParallelDegree does.
 constexpr int kMaxInterleave = 64;
 
 void read_interleave(const Field& root, Plan& plan) {
@@ -550,8 +546,8 @@ void read_ranks(const Field& list, Plan& plan) {
     rank.local_rank = field["local_rank"].small(0);
     rank.stage = field["stage"].small(0);
     rank.replica = field["replica"].small(0);
-    if (auto tensor_rank = field.find("tensor_rank")) rank.tensor_rank = tensor_rank->small(0, kMaxTensorDegree - 1);
-    if (auto context_rank = field.find("context_rank")) rank.context_rank = context_rank->small(0, kMaxTensorDegree - 1);
+    if (auto tensor_rank = field.find("tensor_rank")) rank.tensor_rank = tensor_rank->small(0, kMaxParallelDegree - 1);
+    if (auto context_rank = field.find("context_rank")) rank.context_rank = context_rank->small(0, kMaxParallelDegree - 1);
     if (auto device = field.find("device")) rank.device = device->text();
     if (rank.stage >= groups)
       field["stage"].fail(std::to_string(rank.stage) + " is not a stage" +

@@ -49,7 +49,7 @@ Sources and how FLOPs are counted:
 
 usage: megatron_calibration.py BUILD_DIR [--quick]
   --quick: the three smallest rows and GPT-3 only, of Korthikanti's the 22B and GPT-3, and
-  Llama-3 70B on 64 GPUs only
+  Llama-3 70B on 64 GPUs only (no 32k table)
 """
 import json
 import os
@@ -236,9 +236,9 @@ def long_context_table(rannc, models, build, out):
     print("\nLlama-3 70B at sequence 32768, %d H100-80G, batch %d: context groups in a node and over whole nodes"
           % (gpus, batch))
     free, seconds, why = plan(rannc, model, gpus, batch, out, LLAMA_CONTEXT, device="h100-80g", kernels=NEMO_KERNELS)
-    plain, plain_seconds, _ = plan(rannc, model, gpus, batch, out, [], device="h100-80g", kernels=NEMO_KERNELS)
+    plain, plain_seconds, plain_why = plan(rannc, model, gpus, batch, out, [], device="h100-80g", kernels=NEMO_KERNELS)
     if not free or not plain:
-        print("  free plan failed: %s" % why)
+        print("  free plan failed: %s" % (why if not free else plain_why))
         return True
     free_step = free["predicted"]["iteration_ms"] / 1000
     for name, result, took in (("free, --context-parallel 8", free, seconds), ("free, without", plain, plain_seconds)):
@@ -246,18 +246,21 @@ def long_context_table(rannc, models, build, out):
         print("  %-28s %7.2f s %6.1f%% MFU  %s (%.1f s to plan)" % (
             name, result["predicted"]["iteration_ms"] / 1000, 100 * tflops / H100_PEAK_TFLOPS, free_layout_of(result),
             took))
+    per_node = free["cluster"]["gpus_per_node"]
+    failed = False
     for tp, cp, pp in LONG_CONTEXT_LAYOUTS:
         layout = "pp=%d,dp=1,tp=%d,cp=%d,m=%d" % (pp, tp, cp, batch)
         forced, _, why = plan(rannc, model, gpus, batch, out, ["--layout", layout], device="h100-80g",
                               kernels=NEMO_KERNELS)
-        where = "over %d nodes" % (tp * cp // 8) if tp * cp > 8 else "in a node"
-        if not forced:
-            print("  %-28s does not fit (%s)" % (layout, where))
+        where = "over %d nodes" % (tp * cp // per_node) if tp * cp > per_node else "in a node"
+        if not forced:  # each of these fits in 80 GB
+            print("  %-28s failed (%s): %s" % (layout, where, why))
+            failed = True
             continue
         step = forced["predicted"]["iteration_ms"] / 1000
         print("  %-28s %7.2f s  %-14s free x %.2f" % (layout, step, where, step / free_step))
     print("  free plan / without context parallelism: %.2fx" % (plain["predicted"]["iteration_ms"] / 1000 / free_step))
-    return False
+    return failed
 
 
 def main():

@@ -1,16 +1,18 @@
-"""Context parallelism in plans: searched only when asked, placed in one node beside the tensor
-group, written and read back, never faster when forced than when chosen, refused by the runtime.
+"""Context parallelism in plans: searched only when asked, placed in one node or over whole nodes
+around the tensor groups, written and read back, never faster when forced than when chosen,
+refused by the runtime.
 
 usage: check_context_parallel.py RANNC RANNC_RUN SHAPE_ONLY_DIR SAMPLES_DIR
 
 1. Llama-3 70B (shape-only, 8192 positions) on 64 H100-80G, batch 128, bf16-mixed, fused kernels,
    --context-parallel 8: the free plan splits sequences on every stage; each replica's group is
-   tensor_parallel.degree x context_parallel.degree consecutive ranks in one node starting at a
-   multiple of its size, tensor ranks within context ranks; `show` names the groups.
+   tensor_parallel.degree x context_parallel.degree consecutive ranks starting at a multiple of
+   its size, in one node or over whole nodes, tensor ranks within context ranks; `show` names
+   the groups.
 2. Without --context-parallel no stage has context_parallel, byte for byte the plan of
    --context-parallel 1 (but the command line).
-3. Forced layouts (NeMo's tp=4 cp=2 vp=5, tp=2 cp=4, tp=1 cp=8) force what they say and are no
-   faster than the free plan.
+3. Forced layouts (NeMo's tp=4 cp=2 vp=5, tp=2 cp=4, tp=1 cp=8, and over two nodes tp=8 cp=2
+   and tp=4 cp=4 vp=5) force what they say and are no faster than the free plan.
 4. A model that keeps its sequences (BERT's pooler) refuses --layout cp= in one line, exit 1.
 5. rannc-run refuses a plan with context parallelism (the GPT sample on the cpu device) in one line.
 """
